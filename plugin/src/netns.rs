@@ -1,0 +1,116 @@
+//! Network-namespace discipline: the one place in cnilab that calls `setns`.
+//!
+//! A netlink socket stays bound to the namespace it was created in, so each
+//! namespace gets its own connection, opened on a short-lived OS thread that
+//! entered the namespace. No tokio worker thread ever changes namespace.
+
+use nix::sched::{setns, CloneFlags};
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+
+/// Opens a namespace file (`/var/run/netns/x`, `/proc/<pid>/ns/net`).
+pub fn open(path: impl AsRef<Path>) -> io::Result<File> {
+    let path = path.as_ref();
+    File::open(path).map_err(|e| io::Error::new(e.kind(), format!("open netns {}: {e}", path.display())))
+}
+
+/// Runs `f` on a fresh OS thread that first entered the network namespace
+/// `ns`. The thread ends with `f`, so the namespace switch never leaks into a
+/// thread that anything else uses.
+pub fn run_in<F, R>(ns: &File, f: F) -> io::Result<R>
+where
+    F: FnOnce() -> R + Send,
+    R: Send,
+{
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                setns(ns.as_fd(), CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
+                Ok(f())
+            })
+            .join()
+            .map_err(|_| io::Error::other("thread inside the netns panicked"))?
+    })
+}
+
+/// A netlink route connection bound to one namespace. The connection task
+/// runs on the current tokio runtime; the socket was made inside `ns`.
+pub fn connect(ns: Option<&File>) -> io::Result<rtnetlink::Handle> {
+    let runtime = tokio::runtime::Handle::current();
+    let make = || {
+        let _entered = runtime.enter();
+        rtnetlink::new_connection()
+    };
+    let (connection, handle, _messages) = match ns {
+        None => make()?,
+        Some(ns) => run_in(ns, make)??,
+    };
+    runtime.spawn(connection);
+    Ok(handle)
+}
+
+/// Makes `cmd` run inside the namespace `ns` (the child enters it before exec).
+/// Input strings are never passed through a shell.
+pub fn command_in(ns: &File, cmd: &mut Command) {
+    let fd = ns.try_clone();
+    // SAFETY: the closure only calls setns(2), which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fd = fd.as_ref().map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
+            setns(fd.as_fd(), CloneFlags::CLONE_NEWNET).map_err(io::Error::from)
+        });
+    }
+}
+
+/// Reads a sysctl under `/proc/sys` as seen from namespace `ns` (or from the
+/// caller's namespace when `None`). `key` uses slashes: `net/ipv4/ip_forward`.
+pub fn read_sysctl(ns: Option<&File>, key: &str) -> io::Result<String> {
+    let path = sysctl_path(key)?;
+    let read = || std::fs::read_to_string(&path).map(|s| s.trim().to_string());
+    match ns {
+        None => read(),
+        Some(ns) => run_in(ns, read)?,
+    }
+}
+
+/// Writes a sysctl as seen from namespace `ns` (or the caller's).
+pub fn write_sysctl(ns: Option<&File>, key: &str, value: &str) -> io::Result<()> {
+    let path = sysctl_path(key)?;
+    let write = || {
+        std::fs::write(&path, value)
+            .map_err(|e| io::Error::new(e.kind(), format!("write {value} to {path}: {e}")))
+    };
+    match ns {
+        None => write(),
+        Some(ns) => run_in(ns, write)?,
+    }
+}
+
+fn sysctl_path(key: &str) -> io::Result<String> {
+    let ok = !key.is_empty()
+        && key
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != ".." && part.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b)));
+    if !ok {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad sysctl key {key:?}")));
+    }
+    Ok(format!("/proc/sys/{key}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sysctl_keys_cannot_escape_proc_sys() {
+        assert!(sysctl_path("net/ipv4/ip_forward").is_ok());
+        assert!(sysctl_path("net/ipv4/conf/veth-a.1/rp_filter").is_ok());
+        assert!(sysctl_path("../../etc/passwd").is_err());
+        assert!(sysctl_path("net//x").is_err());
+        assert!(sysctl_path("").is_err());
+    }
+}
