@@ -1,1 +1,18 @@
-fn main(){}
+//! `cnilab-bridge`: reads the CNI environment and stdin, runs one command,
+//! prints the result or the JSON error on stdout.
+
+use std::io::{Read, Write};
+
+fn main() {
+    let mut stdin = Vec::new();
+    // Read one byte past the limit so an oversized config is detected, not truncated.
+    let limit = (cnilab_plugin::commands::MAX_STDIN + 1) as u64;
+    let _ = std::io::stdin().take(limit).read_to_end(&mut stdin);
+    let get = |key: &str| std::env::var(key).ok();
+    let outcome = cnilab_plugin::commands::run(&get, &stdin);
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(outcome.stdout.as_bytes());
+    let _ = out.flush();
+    eprintln!("cnilab-bridge: {}", outcome.log);
+    std::process::exit(outcome.exit_code);
+}

@@ -15,7 +15,8 @@ use std::process::Command;
 /// Opens a namespace file (`/var/run/netns/x`, `/proc/<pid>/ns/net`).
 pub fn open(path: impl AsRef<Path>) -> io::Result<File> {
     let path = path.as_ref();
-    File::open(path).map_err(|e| io::Error::new(e.kind(), format!("open netns {}: {e}", path.display())))
+    File::open(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("open netns {}: {e}", path.display())))
 }
 
 /// Runs `f` on a fresh OS thread that first entered the network namespace
@@ -60,7 +61,9 @@ pub fn command_in(ns: &File, cmd: &mut Command) {
     // SAFETY: the closure only calls setns(2), which is async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
-            let fd = fd.as_ref().map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
+            let fd = fd
+                .as_ref()
+                .map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
             setns(fd.as_fd(), CloneFlags::CLONE_NEWNET).map_err(io::Error::from)
         });
     }
@@ -92,11 +95,19 @@ pub fn write_sysctl(ns: Option<&File>, key: &str, value: &str) -> io::Result<()>
 
 fn sysctl_path(key: &str) -> io::Result<String> {
     let ok = !key.is_empty()
-        && key
-            .split('/')
-            .all(|part| !part.is_empty() && part != "." && part != ".." && part.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b)));
+        && key.split('/').all(|part| {
+            !part.is_empty()
+                && part != "."
+                && part != ".."
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+        });
     if !ok {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad sysctl key {key:?}")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad sysctl key {key:?}"),
+        ));
     }
     Ok(format!("/proc/sys/{key}"))
 }

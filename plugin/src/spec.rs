@@ -64,7 +64,9 @@ impl Version {
         let mut parts = text.trim().split('.');
         let mut next = |required: bool| -> Option<u32> {
             match parts.next() {
-                Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && p.len() < 10 => {
+                Some(p)
+                    if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && p.len() < 10 =>
+                {
                     p.parse().ok()
                 }
                 None if !required => Some(0),
@@ -217,7 +219,14 @@ impl CniResult {
         out.cni_version = version.to_string();
         for ip in &mut out.ips {
             ip.version = if version.ips_carry_version() {
-                Some(if ip.address.addr().is_ipv4() { "4" } else { "6" }.to_string())
+                Some(
+                    if ip.address.addr().is_ipv4() {
+                        "4"
+                    } else {
+                        "6"
+                    }
+                    .to_string(),
+                )
             } else {
                 None
             };
@@ -253,7 +262,11 @@ impl CniResult {
 /// The error body a plugin prints on stdout.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
-    #[serde(rename = "cniVersion", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "cniVersion",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub cni_version: Option<String>,
     pub code: u32,
     #[serde(default)]

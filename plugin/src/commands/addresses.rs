@@ -1,0 +1,109 @@
+//! Address management behind one interface: the built-in store or a
+//! delegated IPAM plugin.
+
+use super::delegate;
+use crate::config::{IpamPlan, Plan};
+use crate::env::CniEnv;
+use crate::error::{CniError, Result};
+use crate::ipam::{Store, LOCK_TIMEOUT};
+use crate::spec::{Dns, IpConfig, Route};
+use ipnet::IpNet;
+use std::net::IpAddr;
+
+/// What IPAM handed out for one attachment.
+#[derive(Debug, Default)]
+pub struct Allocation {
+    pub ips: Vec<IpConfig>,
+    pub routes: Vec<Route>,
+    pub dns: Option<Dns>,
+}
+
+impl Allocation {
+    pub fn addresses(&self) -> Vec<IpNet> {
+        self.ips.iter().map(|i| i.address).collect()
+    }
+}
+
+/// Reserves one address per range set (built-in) or asks the IPAM plugin.
+pub fn allocate(env: &CniEnv, plan: &Plan) -> Result<Allocation> {
+    match &plan.ipam {
+        IpamPlan::None => Ok(Allocation::default()),
+        IpamPlan::Delegate { plugin } => {
+            let res = delegate::exec(plugin, "ADD", env, &plan.raw)?
+                .ok_or_else(|| CniError::io(format!("IPAM plugin {plugin} returned no result")))?;
+            Ok(Allocation {
+                ips: res.ips,
+                routes: res.routes,
+                dns: res.dns,
+            })
+        }
+        IpamPlan::Builtin(ipam) => {
+            let store = Store::open_locked(&ipam.store_dir, LOCK_TIMEOUT)?;
+            let mut out = Allocation::default();
+            for (i, set) in ipam.range_sets.iter().enumerate() {
+                match store.reserve(i, set, &env.container_id, &env.ifname) {
+                    Ok((ip, range)) => out.ips.push(IpConfig {
+                        version: None,
+                        interface: None,
+                        address: range.with_prefix(ip),
+                        gateway: Some(range.gateway),
+                    }),
+                    Err(e) => {
+                        // Nothing half-allocated survives a failed ADD.
+                        let _ = store.release(&env.container_id, &env.ifname);
+                        return Err(e);
+                    }
+                }
+            }
+            out.routes = ipam.routes.clone();
+            Ok(out)
+        }
+    }
+}
+
+/// Releases what (container, ifname) holds; returns the freed addresses
+/// when the store knows them. Idempotent.
+pub fn release(env: &CniEnv, plan: &Plan) -> Result<Vec<IpAddr>> {
+    match &plan.ipam {
+        IpamPlan::None => Ok(Vec::new()),
+        IpamPlan::Delegate { plugin } => {
+            delegate::exec(plugin, "DEL", env, &plan.raw)?;
+            Ok(Vec::new())
+        }
+        IpamPlan::Builtin(ipam) => {
+            if !ipam.store_dir.exists() {
+                return Ok(Vec::new());
+            }
+            let store = Store::open_locked(&ipam.store_dir, LOCK_TIMEOUT)?;
+            store.release(&env.container_id, &env.ifname)
+        }
+    }
+}
+
+/// Verifies that each address is still reserved for (container, ifname).
+pub fn check(env: &CniEnv, plan: &Plan, ips: &[IpAddr]) -> Result<()> {
+    match &plan.ipam {
+        IpamPlan::None => Ok(()),
+        IpamPlan::Delegate { plugin } => {
+            delegate::exec(plugin, "CHECK", env, &plan.raw).map(|_| ())
+        }
+        IpamPlan::Builtin(ipam) => {
+            let store = Store::open_locked(&ipam.store_dir, LOCK_TIMEOUT)?;
+            let held = store.find(&env.container_id, &env.ifname)?;
+            for ip in ips {
+                if !held.contains(ip) {
+                    return Err(CniError::new(
+                        crate::spec::code::CHECK_MISMATCH,
+                        format!(
+                            "address {ip} is not reserved for container {} ifname {} in {}",
+                            env.container_id,
+                            env.ifname,
+                            ipam.store_dir.display()
+                        ),
+                    ));
+                }
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! One module per CNI command; `run` dispatches and turns errors into the
+//! spec's JSON error body.
+
+pub mod add;
+pub mod addresses;
+pub mod check;
+pub mod del;
+pub mod delegate;
+pub mod gc;
+pub mod status;
+pub mod version;
+
+use crate::config::{self, IpamPlan, Plan};
+use crate::env::{CniEnv, Command};
+use crate::error::{CniError, Result};
+use crate::masq::fnv1a;
+use crate::spec::{self, code, CniResult, Version};
+use std::io::Write;
+use std::time::Instant;
+
+/// The largest config accepted on stdin.
+pub const MAX_STDIN: usize = 1 << 20;
+
+/// What the binary prints and its exit status.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub stdout: String,
+    pub exit_code: i32,
+    /// One human line for the logs (stderr and `logFile`).
+    pub log: String,
+}
+
+/// The host-side veth of an attachment: derived from (container, ifname), so
+/// DEL and GC find it without the container's namespace.
+pub fn host_veth_name(container_id: &str, ifname: &str) -> String {
+    let mut key = container_id.as_bytes().to_vec();
+    key.push(b'/');
+    key.extend_from_slice(ifname.as_bytes());
+    format!("veth{:08x}", fnv1a(&key) as u32)
+}
+
+/// A current-thread runtime: the plugin runs one operation and exits.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CniError::io(format!("start tokio runtime: {e}")))
+}
+
+/// The plugin's entry point with its environment and stdin as parameters,
+/// so that unit tests can drive it without a process.
+pub fn run(get: &dyn Fn(&str) -> Option<String>, stdin: &[u8]) -> Outcome {
+    let started = Instant::now();
+    let sniffed = config::sniff_version(stdin)
+        .filter(|v| spec::is_supported(v))
+        .unwrap_or_else(|| spec::CURRENT_VERSION.to_string());
+    let env = match CniEnv::parse(get) {
+        Ok(env) => env,
+        Err(e) => return failure(&sniffed, e, "env".into(), started),
+    };
+    let what = format!(
+        "{} container={} netns={} ifname={}",
+        env.command.as_str(),
+        env.container_id,
+        env.netns,
+        env.ifname
+    );
+    if stdin.len() > MAX_STDIN {
+        let e = CniError::decode(format!("config on stdin is larger than {MAX_STDIN} bytes"));
+        return failure(&sniffed, e, what, started);
+    }
+    if env.command == Command::Version {
+        return version::run(stdin, what, started);
+    }
+    let plan = match config::parse(stdin) {
+        Ok(p) => p,
+        Err(e) => return failure(&sniffed, e, what, started),
+    };
+    let version_text = plan.version.to_string();
+    let result = dispatch(&env, &plan);
+    let outcome = match result {
+        Ok(Some(res)) => {
+            let text = serde_json::to_string(&res.to_version(plan.version))
+                .unwrap_or_else(|e| format!("{{\"code\":999,\"msg\":\"encode result: {e}\"}}"));
+            let ips: Vec<String> = res.ips.iter().map(|i| i.address.to_string()).collect();
+            Outcome {
+                stdout: text,
+                exit_code: 0,
+                log: format!(
+                    "{what} ok ips=[{}] in {:?}",
+                    ips.join(","),
+                    started.elapsed()
+                ),
+            }
+        }
+        Ok(None) => Outcome {
+            stdout: String::new(),
+            exit_code: 0,
+            log: format!("{what} ok in {:?}", started.elapsed()),
+        },
+        Err(e) => failure(&version_text, e, what, started),
+    };
+    write_log(plan.log_file.as_deref(), get, &outcome.log);
+    outcome
+}
+
+fn dispatch(env: &CniEnv, plan: &Plan) -> Result<Option<CniResult>> {
+    match env.command {
+        Command::Add => add::run(env, plan).map(Some),
+        Command::Del => del::run(env, plan).map(|()| None),
+        Command::Check => check::run(env, plan).map(|()| None),
+        Command::Status => status::run(env, plan).map(|()| None),
+        Command::Gc => gc::run(env, plan).map(|()| None),
+        Command::Version => Ok(None),
+    }
+}
+
+fn failure(version: &str, e: CniError, what: String, started: Instant) -> Outcome {
+    let body = e.body(version);
+    Outcome {
+        stdout: serde_json::to_string(&body).unwrap_or_default(),
+        exit_code: 1,
+        log: format!("{what} failed in {:?}: {e}", started.elapsed()),
+    }
+}
+
+fn write_log(file: Option<&std::path::Path>, get: &dyn Fn(&str) -> Option<String>, line: &str) {
+    let path = file
+        .map(|p| p.to_path_buf())
+        .or_else(|| get("CNILAB_LOG").filter(|s| !s.is_empty()).map(Into::into));
+    if let Some(path) = path {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(f, "cnilab-bridge: {line}");
+        }
+    }
+}
+
+/// STATUS and GC exist from 1.1.0 on; CHECK from 0.4.0 on.
+pub(crate) fn require_version(plan: &Plan, min: Version, command: &str) -> Result<()> {
+    if plan.version < min {
+        return Err(CniError::new(
+            code::INCOMPATIBLE_VERSION,
+            format!(
+                "{command} needs cniVersion {min} or later; the config says {}",
+                plan.version
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `prevResult` from the config, decoded.
+pub(crate) fn prev_result(plan: &Plan) -> Result<Option<CniResult>> {
+    match &plan.prev_result {
+        None => Ok(None),
+        Some(v) => serde_json::from_value(v.clone())
+            .map(Some)
+            .map_err(|e| CniError::decode(format!("prevResult is not a valid CNI result: {e}"))),
+    }
+}
+
+/// Subnets of every configured range (for masquerade exclusions).
+pub(crate) fn subnets(plan: &Plan, ips: &[ipnet::IpNet]) -> Vec<ipnet::IpNet> {
+    match &plan.ipam {
+        IpamPlan::Builtin(b) => b.range_sets.iter().flatten().map(|r| r.subnet).collect(),
+        _ => ips.iter().map(|n| n.trunc()).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use std::collections::HashMap;
+
+    fn run_with(pairs: &[(&str, &str)], stdin: &str) -> Outcome {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        run(&|k| map.get(k).cloned(), stdin.as_bytes())
+    }
+
+    #[test]
+    fn host_veth_names_fit_and_differ() {
+        let a = host_veth_name("abc", "eth0");
+        assert!(a.len() <= 15);
+        assert_ne!(a, host_veth_name("abc", "eth1"));
+        assert_eq!(a, host_veth_name("abc", "eth0"));
+    }
+
+    #[rstest]
+    #[case::unknown_command(&[("CNI_COMMAND", "FROB")], "{}", 4)]
+    #[case::missing_ifname(&[("CNI_COMMAND", "ADD"), ("CNI_CONTAINERID", "a"), ("CNI_NETNS", "/x")], r#"{"cniVersion":"1.1.0","name":"n"}"#, 4)]
+    #[case::bad_json(&[("CNI_COMMAND", "STATUS")], "{", 6)]
+    #[case::missing_name(&[("CNI_COMMAND", "STATUS")], r#"{"cniVersion":"1.1.0"}"#, 7)]
+    #[case::status_old(&[("CNI_COMMAND", "STATUS")], r#"{"cniVersion":"1.0.0","name":"n"}"#, 1)]
+    #[case::gc_old(&[("CNI_COMMAND", "GC")], r#"{"cniVersion":"0.4.0","name":"n"}"#, 1)]
+    #[case::check_old(&[("CNI_COMMAND", "CHECK"), ("CNI_CONTAINERID", "a"), ("CNI_NETNS", "/x"), ("CNI_IFNAME", "eth0")], r#"{"cniVersion":"0.3.1","name":"n"}"#, 1)]
+    #[case::check_without_prev(&[("CNI_COMMAND", "CHECK"), ("CNI_CONTAINERID", "a"), ("CNI_NETNS", "/x"), ("CNI_IFNAME", "eth0")], r#"{"cniVersion":"1.0.0","name":"n"}"#, 7)]
+    fn errors_are_json_with_code(
+        #[case] env: &[(&str, &str)],
+        #[case] stdin: &str,
+        #[case] want: u32,
+    ) {
+        let out = run_with(env, stdin);
+        assert_ne!(out.exit_code, 0);
+        let body: spec::ErrorBody = serde_json::from_str(&out.stdout).expect("error body is JSON");
+        assert_eq!(body.code, want, "{}", out.stdout);
+        assert!(body.cni_version.is_some());
+        assert!(!body.msg.is_empty());
+    }
+
+    #[test]
+    fn version_echoes_input_version() {
+        let out = run_with(&[("CNI_COMMAND", "VERSION")], r#"{"cniVersion":"0.4.0"}"#);
+        assert_eq!(out.exit_code, 0);
+        let info: spec::VersionInfo = serde_json::from_str(&out.stdout).expect("version info");
+        assert_eq!(info.cni_version, "0.4.0");
+        assert_eq!(info.supported_versions, spec::SUPPORTED_VERSIONS);
+        let out = run_with(&[("CNI_COMMAND", "VERSION")], "");
+        let info: spec::VersionInfo = serde_json::from_str(&out.stdout).expect("version info");
+        assert_eq!(info.cni_version, spec::CURRENT_VERSION);
+    }
+}

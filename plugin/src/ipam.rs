@@ -1,0 +1,431 @@
+//! Built-in IPAM: a host-local-style on-disk store.
+//!
+//! Layout (the same as the reference host-local, so tools can read either):
+//! `<dataDir>/<network>/<ip>` holds `containerID\r\nifname`;
+//! `last_reserved_ip.<set>` remembers where round-robin continues;
+//! every allocation and release happens under an flock on `lock`.
+
+use crate::config::{from_u128, to_u128, Range, RangeSet};
+use crate::error::{CniError, Result};
+use crate::spec::code;
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+use std::collections::HashSet;
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::net::IpAddr;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long an operation waits for the store lock before answering code 11.
+pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One reservation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub ip: IpAddr,
+    pub container_id: String,
+    pub ifname: String,
+}
+
+/// Parses a record file's content: `id\r\nifname` (also `id\nifname`, and
+/// the id alone, which old host-local versions wrote).
+pub fn parse_record(ip: IpAddr, content: &str) -> Option<Record> {
+    let mut lines = content.split('\n').map(|l| l.trim_end_matches('\r'));
+    let container_id = lines.next()?.trim().to_string();
+    if container_id.is_empty() {
+        return None;
+    }
+    let ifname = lines.next().unwrap_or("").trim().to_string();
+    Some(Record {
+        ip,
+        container_id,
+        ifname,
+    })
+}
+
+/// The store for one network, locked for as long as this value lives.
+pub struct Store {
+    dir: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl Store {
+    /// Creates the store directory (0700) if needed and takes the lock.
+    pub fn open_locked(dir: &Path, timeout: Duration) -> Result<Store> {
+        if dir.exists() && !dir.is_dir() {
+            return Err(CniError::io(format!(
+                "IPAM dataDir {} is not a directory",
+                dir.display()
+            )));
+        }
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| CniError::io(format!("create IPAM store {}: {e}", dir.display())))?;
+        let lock_path = dir.join("lock");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&lock_path)
+            .map_err(|e| CniError::io(format!("open {}: {e}", lock_path.display())))?;
+        let deadline = Instant::now() + timeout;
+        let mut file = file;
+        let mut pause = Duration::from_micros(200);
+        loop {
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => {
+                    return Ok(Store {
+                        dir: dir.to_path_buf(),
+                        _lock: lock,
+                    })
+                }
+                Err((f, Errno::EWOULDBLOCK)) | Err((f, Errno::EINTR)) => {
+                    if Instant::now() >= deadline {
+                        return Err(CniError::new(
+                            code::TRY_AGAIN_LATER,
+                            format!(
+                                "IPAM store {} is locked by another operation for more than {:?}; try again later",
+                                dir.display(),
+                                timeout
+                            ),
+                        ));
+                    }
+                    file = f;
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(20));
+                }
+                Err((_, e)) => {
+                    return Err(CniError::io(format!("lock {}: {e}", lock_path.display())))
+                }
+            }
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Addresses that have a record file (contents not read).
+    fn reserved_ips(&self) -> Result<HashSet<IpAddr>> {
+        let entries = fs::read_dir(&self.dir)
+            .map_err(|e| CniError::io(format!("read IPAM store {}: {e}", self.dir.display())))?;
+        Ok(entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+            .collect())
+    }
+
+    /// Every record in the store.
+    pub fn records(&self) -> Result<Vec<Record>> {
+        let mut out = Vec::new();
+        for ip in self.reserved_ips()? {
+            let path = self.dir.join(ip.to_string());
+            match fs::read_to_string(&path) {
+                Ok(content) => out.extend(parse_record(ip, &content)),
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(CniError::io(format!("read {}: {e}", path.display()))),
+            }
+        }
+        out.sort_by_key(|r| to_u128(r.ip));
+        Ok(out)
+    }
+
+    /// The addresses held by (container, ifname).
+    pub fn find(&self, container_id: &str, ifname: &str) -> Result<Vec<IpAddr>> {
+        Ok(self
+            .records()?
+            .into_iter()
+            .filter(|r| r.container_id == container_id && r.ifname == ifname)
+            .map(|r| r.ip)
+            .collect())
+    }
+
+    /// Reserves the next free address of range set `set_index` for
+    /// (container, ifname), continuing round-robin after the last one handed out.
+    pub fn reserve(
+        &self,
+        set_index: usize,
+        set: &RangeSet,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<(IpAddr, Range)> {
+        let used = self.reserved_ips()?;
+        let last_path = self.dir.join(format!("last_reserved_ip.{set_index}"));
+        let last: Option<IpAddr> = fs::read_to_string(&last_path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+        for (ip, range) in candidates(set, last) {
+            if used.contains(&ip) {
+                continue;
+            }
+            let path = self.dir.join(ip.to_string());
+            let created = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path);
+            let mut file = match created {
+                Ok(f) => f,
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(CniError::io(format!("reserve {}: {e}", path.display()))),
+            };
+            if let Err(e) = file.write_all(format!("{container_id}\r\n{ifname}").as_bytes()) {
+                let _ = fs::remove_file(&path);
+                return Err(CniError::io(format!("write {}: {e}", path.display())));
+            }
+            write_atomic(&last_path, ip.to_string().as_bytes())?;
+            return Ok((ip, range.clone()));
+        }
+        let described: Vec<String> = set
+            .iter()
+            .map(|r| format!("{} ({}-{})", r.subnet, r.start, r.end))
+            .collect();
+        Err(CniError::new(
+            code::RANGE_EXHAUSTED,
+            format!(
+                "no free address in range {}: all addresses are reserved",
+                described.join(", ")
+            ),
+        ))
+    }
+
+    /// Releases one address if it belongs to (container, ifname).
+    pub fn release_ip(&self, ip: IpAddr, container_id: &str, ifname: &str) -> Result<bool> {
+        let path = self.dir.join(ip.to_string());
+        match fs::read_to_string(&path) {
+            Ok(content) => match parse_record(ip, &content) {
+                Some(r) if r.container_id == container_id && r.ifname == ifname => {
+                    remove(&path)?;
+                    Ok(true)
+                }
+                _ => Ok(false),
+            },
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(CniError::io(format!("read {}: {e}", path.display()))),
+        }
+    }
+
+    /// Releases everything held by (container, ifname); returns what was freed.
+    pub fn release(&self, container_id: &str, ifname: &str) -> Result<Vec<IpAddr>> {
+        let mut freed = Vec::new();
+        for record in self.records()? {
+            if record.container_id == container_id && record.ifname == ifname {
+                remove(&self.dir.join(record.ip.to_string()))?;
+                freed.push(record.ip);
+            }
+        }
+        Ok(freed)
+    }
+
+    /// How many addresses of `set` are reserved, and how many exist.
+    pub fn usage(&self, set: &RangeSet) -> Result<(u128, u128)> {
+        let used = self.reserved_ips()?;
+        let capacity: u128 = set.iter().map(Range::capacity).sum();
+        let taken = used
+            .iter()
+            .filter(|ip| set.iter().any(|r| r.contains(**ip) && **ip != r.gateway))
+            .count() as u128;
+        Ok((taken, capacity))
+    }
+
+    /// Proves the store is writable (STATUS).
+    pub fn probe_writable(&self) -> Result<()> {
+        let path = self.dir.join(".status-probe");
+        fs::write(&path, b"ok")
+            .and_then(|()| fs::remove_file(&path))
+            .map_err(|e| {
+                CniError::io(format!(
+                    "IPAM store {} is not writable: {e}",
+                    self.dir.display()
+                ))
+            })
+    }
+}
+
+fn remove(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(CniError::io(format!("release {}: {e}", path.display()))),
+    }
+}
+
+fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(data))
+        .and_then(|()| fs::rename(&tmp, path))
+        .map_err(|e| CniError::io(format!("write {}: {e}", path.display())))
+}
+
+/// Upper bound on candidates tried in one ADD (matters only for huge IPv6
+/// ranges, which are never full in practice).
+const MAX_CANDIDATES: u128 = 1 << 20;
+
+/// Addresses of `set` in round-robin order, starting after `last`, never the gateway.
+fn candidates(set: &RangeSet, last: Option<IpAddr>) -> impl Iterator<Item = (IpAddr, &Range)> {
+    let start_range = last
+        .and_then(|ip| set.iter().position(|r| r.contains(ip)))
+        .unwrap_or(0);
+    let after = last.filter(|ip| set.get(start_range).is_some_and(|r| r.contains(*ip)));
+    let n = set.len();
+    // Walk: the rest of the current range, the other ranges, then the
+    // beginning of the current range up to `last`.
+    let order: Vec<(usize, Option<u128>, Option<u128>)> = {
+        let mut v = Vec::new();
+        let first_from = after.map(|ip| to_u128(ip) + 1);
+        v.push((start_range, first_from, None));
+        for k in 1..n {
+            v.push(((start_range + k) % n, None, None));
+        }
+        if let Some(ip) = after {
+            v.push((start_range, None, Some(to_u128(ip))));
+        }
+        v
+    };
+    order
+        .into_iter()
+        .flat_map(move |(idx, from, to)| {
+            let range = &set[idx];
+            let v4 = range.start.is_ipv4();
+            let lo = from
+                .unwrap_or(to_u128(range.start))
+                .max(to_u128(range.start));
+            let hi = to.unwrap_or(to_u128(range.end)).min(to_u128(range.end));
+            let count = if lo > hi {
+                0
+            } else {
+                (hi - lo + 1).min(MAX_CANDIDATES)
+            };
+            (0..count).map(move |i| (from_u128(v4, lo + i), range))
+        })
+        .filter(|(ip, range)| *ip != range.gateway)
+        .take(MAX_CANDIDATES as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{parse, IpamPlan};
+    use rstest::rstest;
+
+    fn set_of(body: &str) -> RangeSet {
+        let conf = format!(r#"{{"cniVersion":"1.1.0","name":"t","ipam":{body}}}"#);
+        match parse(conf.as_bytes()).expect("valid config").ipam {
+            IpamPlan::Builtin(b) => b.range_sets[0].clone(),
+            _ => panic!("builtin expected"),
+        }
+    }
+
+    fn store(dir: &Path) -> Store {
+        Store::open_locked(dir, Duration::from_secs(1)).expect("lock")
+    }
+
+    #[test]
+    fn allocates_round_robin_skipping_gateway_and_network() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let set = set_of(r#"{"subnet":"10.9.0.0/29"}"#);
+        let s = store(tmp.path());
+        let mut got = Vec::new();
+        for i in 0..5 {
+            let (ip, _) = s
+                .reserve(0, &set, &format!("c{i}"), "eth0")
+                .expect("free address");
+            got.push(ip.to_string());
+        }
+        assert_eq!(
+            got,
+            ["10.9.0.2", "10.9.0.3", "10.9.0.4", "10.9.0.5", "10.9.0.6"]
+        );
+        let err = s.reserve(0, &set, "c9", "eth0").expect_err("exhausted");
+        assert_eq!(err.code, code::RANGE_EXHAUSTED);
+        assert!(
+            err.msg.contains("10.9.0.0/29"),
+            "names the range: {}",
+            err.msg
+        );
+        // Release one; round-robin continues after the last one, wrapping.
+        assert_eq!(
+            s.release("c1", "eth0").expect("release"),
+            vec!["10.9.0.3".parse::<IpAddr>().expect("ip")]
+        );
+        let (ip, _) = s.reserve(0, &set, "c10", "eth0").expect("reuse");
+        assert_eq!(ip.to_string(), "10.9.0.3");
+    }
+
+    #[test]
+    fn records_use_the_host_local_layout() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let set = set_of(r#"{"subnet":"fd00:9::/120"}"#);
+        let s = store(tmp.path());
+        let (ip, _) = s.reserve(0, &set, "abc", "net1").expect("reserve");
+        let content = fs::read_to_string(tmp.path().join(ip.to_string())).expect("record file");
+        assert_eq!(content, "abc\r\nnet1");
+        assert_eq!(s.find("abc", "net1").expect("find"), vec![ip]);
+        assert!(s.find("abc", "eth0").expect("find").is_empty());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(tmp.path().join(ip.to_string()))
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn release_only_touches_the_given_attachment() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let set = set_of(r#"{"subnet":"10.9.0.0/24"}"#);
+        let s = store(tmp.path());
+        s.reserve(0, &set, "a", "eth0").expect("a/eth0");
+        s.reserve(0, &set, "a", "net1").expect("a/net1");
+        assert_eq!(s.release("a", "eth0").expect("release").len(), 1);
+        assert_eq!(s.release("a", "eth0").expect("release twice").len(), 0);
+        assert_eq!(s.records().expect("records").len(), 1);
+        assert_eq!(s.usage(&set).expect("usage"), (1, 253));
+    }
+
+    #[test]
+    fn lock_times_out_with_code_11() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let _held = store(tmp.path());
+        let err = Store::open_locked(tmp.path(), Duration::from_millis(50))
+            .err()
+            .expect("second lock must time out");
+        assert_eq!(err.code, code::TRY_AGAIN_LATER);
+    }
+
+    #[rstest]
+    #[case("abc\r\neth0", Some(("abc", "eth0")))]
+    #[case("abc\neth0\n", Some(("abc", "eth0")))]
+    #[case("abc", Some(("abc", "")))]
+    #[case("", None)]
+    #[case("\r\n", None)]
+    fn parses_record_files(#[case] content: &str, #[case] want: Option<(&str, &str)>) {
+        let ip: IpAddr = "10.0.0.1".parse().expect("ip");
+        let got = parse_record(ip, content);
+        assert_eq!(
+            got.as_ref()
+                .map(|r| (r.container_id.as_str(), r.ifname.as_str())),
+            want
+        );
+    }
+
+    #[test]
+    fn data_dir_that_is_a_file_is_an_io_error() {
+        let tmp = tempfile::NamedTempFile::new().expect("tmp");
+        let err = Store::open_locked(tmp.path(), Duration::from_millis(10))
+            .err()
+            .expect("refused");
+        assert_eq!(err.code, code::IO_FAILURE);
+    }
+}

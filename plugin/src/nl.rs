@@ -1,0 +1,276 @@
+//! Netlink readers and small writers shared by the plugin, the harness and
+//! the agent. Every function takes a handle that is already bound to the
+//! namespace it should act in (see `netns::connect`).
+
+use futures_util::TryStreamExt;
+use ipnet::IpNet;
+use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
+use rtnetlink::packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
+use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteProtocol};
+use rtnetlink::packet_route::AddressFamily;
+use rtnetlink::{Error, Handle, RouteMessageBuilder};
+use std::net::IpAddr;
+
+/// What cnilab needs to know about a link.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Link {
+    pub index: u32,
+    pub name: String,
+    pub mac: String,
+    pub mtu: u32,
+    pub up: bool,
+    /// Index of the bridge (or other controller) the link is enslaved to.
+    pub controller: Option<u32>,
+    /// `veth`, `bridge`, ... (`None` for plain devices such as `lo`).
+    pub kind: Option<String>,
+}
+
+impl Link {
+    fn from_message(msg: &LinkMessage) -> Link {
+        let mut link = Link {
+            index: msg.header.index,
+            name: String::new(),
+            mac: String::new(),
+            mtu: 0,
+            up: msg.header.flags.contains(LinkFlags::Up),
+            controller: None,
+            kind: None,
+        };
+        for attr in &msg.attributes {
+            match attr {
+                LinkAttribute::IfName(n) => link.name = n.clone(),
+                LinkAttribute::Address(a) => link.mac = mac_string(a),
+                LinkAttribute::Mtu(m) => link.mtu = *m,
+                LinkAttribute::Controller(c) => link.controller = Some(*c),
+                LinkAttribute::LinkInfo(infos) => {
+                    for info in infos {
+                        if let LinkInfo::Kind(kind) = info {
+                            link.kind = Some(kind_name(kind));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        link
+    }
+}
+
+fn kind_name(kind: &InfoKind) -> String {
+    match kind {
+        InfoKind::Veth => "veth".into(),
+        InfoKind::Bridge => "bridge".into(),
+        InfoKind::Dummy => "dummy".into(),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+/// `aa:bb:cc:dd:ee:ff`, lower case, like the kernel and CNI results print it.
+pub fn mac_string(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// The errno carried by a netlink error, if any (positive, e.g. `libc ENODEV`).
+pub fn errno(err: &Error) -> Option<i32> {
+    match err {
+        Error::NetlinkError(msg) => Some(msg.raw_code().abs()),
+        _ => None,
+    }
+}
+
+/// True when the error means "no such object" (link, address or route).
+pub fn is_not_found(err: &Error) -> bool {
+    matches!(errno(err), Some(e) if e == nix::libc::ENODEV || e == nix::libc::ENOENT || e == nix::libc::ESRCH || e == nix::libc::EADDRNOTAVAIL)
+}
+
+/// True when the error means "already exists".
+pub fn is_exists(err: &Error) -> bool {
+    errno(err) == Some(nix::libc::EEXIST)
+}
+
+/// The link called `name`, or `None`.
+pub async fn link_by_name(handle: &Handle, name: &str) -> Result<Option<Link>, Error> {
+    let mut stream = handle.link().get().match_name(name.to_string()).execute();
+    match stream.try_next().await {
+        Ok(Some(msg)) => Ok(Some(Link::from_message(&msg))),
+        Ok(None) => Ok(None),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Every link in the namespace.
+pub async fn links(handle: &Handle) -> Result<Vec<Link>, Error> {
+    let msgs: Vec<LinkMessage> = handle.link().get().execute().try_collect().await?;
+    Ok(msgs.iter().map(Link::from_message).collect())
+}
+
+/// An address configured on a link.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Address {
+    pub index: u32,
+    pub addr: IpNet,
+    pub message: AddressMessage,
+}
+
+/// Addresses of one link (or of all links when `index` is `None`).
+pub async fn addresses(handle: &Handle, index: Option<u32>) -> Result<Vec<Address>, Error> {
+    let mut req = handle.address().get();
+    if let Some(i) = index {
+        req = req.set_link_index_filter(i);
+    }
+    let msgs: Vec<AddressMessage> = req.execute().try_collect().await?;
+    let mut out = Vec::new();
+    for msg in msgs {
+        if index.is_some_and(|i| i != msg.header.index) {
+            continue;
+        }
+        let mut local = None;
+        let mut address = None;
+        for attr in &msg.attributes {
+            match attr {
+                AddressAttribute::Local(a) => local = Some(*a),
+                AddressAttribute::Address(a) => address = Some(*a),
+                _ => {}
+            }
+        }
+        // IFA_LOCAL is the interface's own address on point-to-point links.
+        if let Some(ip) = local.or(address) {
+            if let Ok(net) = IpNet::new(ip, msg.header.prefix_len) {
+                out.push(Address {
+                    index: msg.header.index,
+                    addr: net,
+                    message: msg.clone(),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A route as cnilab sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteEntry {
+    pub dst: IpNet,
+    pub gw: Option<IpAddr>,
+    pub oif: Option<u32>,
+    pub table: u32,
+    pub protocol: u8,
+    pub message: RouteMessage,
+}
+
+fn route_addr(a: &RouteAddress) -> Option<IpAddr> {
+    match a {
+        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
+        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
+        _ => None,
+    }
+}
+
+fn protocol_number(p: RouteProtocol) -> u8 {
+    u8::from(p)
+}
+
+/// Routes of the main table (and others) for one family.
+pub async fn routes(handle: &Handle, v6: bool) -> Result<Vec<RouteEntry>, Error> {
+    let query = if v6 {
+        RouteMessageBuilder::<std::net::Ipv6Addr>::new().build()
+    } else {
+        RouteMessageBuilder::<std::net::Ipv4Addr>::new().build()
+    };
+    let msgs: Vec<RouteMessage> = handle.route().get(query).execute().try_collect().await?;
+    let mut out = Vec::new();
+    for msg in msgs {
+        let family_v6 = msg.header.address_family == AddressFamily::Inet6;
+        let mut dst = None;
+        let mut gw = None;
+        let mut oif = None;
+        let mut table = u32::from(msg.header.table);
+        for attr in &msg.attributes {
+            match attr {
+                RouteAttribute::Destination(a) => dst = route_addr(a),
+                RouteAttribute::Gateway(a) => gw = route_addr(a),
+                RouteAttribute::Oif(i) => oif = Some(*i),
+                RouteAttribute::Table(t) => table = *t,
+                _ => {}
+            }
+        }
+        let dst_ip = dst.unwrap_or(if family_v6 {
+            IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+        });
+        if let Ok(net) = IpNet::new(dst_ip, msg.header.destination_prefix_length) {
+            out.push(RouteEntry {
+                dst: net,
+                gw,
+                oif,
+                table,
+                protocol: protocol_number(msg.header.protocol),
+                message: msg.clone(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Routes of both families in the main table.
+pub async fn all_routes(handle: &Handle) -> Result<Vec<RouteEntry>, Error> {
+    let mut out = routes(handle, false).await?;
+    out.extend(routes(handle, true).await?);
+    Ok(out)
+}
+
+/// Builds a unicast route message `dst [via gw] [dev oif]` in the main table.
+pub fn route_message(
+    dst: IpNet,
+    gw: Option<IpAddr>,
+    oif: Option<u32>,
+    protocol: Option<u8>,
+) -> Result<RouteMessage, String> {
+    let mut builder = RouteMessageBuilder::<IpAddr>::new()
+        .destination_prefix(dst.network(), dst.prefix_len())
+        .map_err(|e| format!("route to {dst}: {e:?}"))?;
+    if let Some(gw) = gw {
+        builder = builder
+            .gateway(gw)
+            .map_err(|e| format!("route to {dst} via {gw}: {e:?}"))?;
+    }
+    if let Some(oif) = oif {
+        builder = builder.output_interface(oif);
+    }
+    if let Some(p) = protocol {
+        builder = builder.protocol(RouteProtocol::from(p));
+    }
+    Ok(builder.build())
+}
+
+/// Adds (or, with `replace`, replaces) a route.
+pub async fn add_route(handle: &Handle, msg: RouteMessage, replace: bool) -> Result<(), Error> {
+    let req = handle.route().add(msg);
+    if replace {
+        req.replace().execute().await
+    } else {
+        req.execute().await
+    }
+}
+
+/// Deletes a link by index; a link that is already gone is not an error.
+pub async fn delete_link(handle: &Handle, index: u32) -> Result<(), Error> {
+    match handle.link().del(index).execute().await {
+        Err(e) if is_not_found(&e) => Ok(()),
+        other => other,
+    }
+}
+
+/// Deletes a link by name; absent is not an error. Returns whether it existed.
+pub async fn delete_link_by_name(handle: &Handle, name: &str) -> Result<bool, Error> {
+    match link_by_name(handle, name).await? {
+        Some(link) => delete_link(handle, link.index).await.map(|()| true),
+        None => Ok(false),
+    }
+}
