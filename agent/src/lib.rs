@@ -1,0 +1,20 @@
+//! cnilab-agent: the node agent. It learns the cluster's nodes (from the
+//! Kubernetes API or, in the lab, a nodes file), routes every other node's
+//! pod CIDRs via that node's InternalIP, and sets this node up for the
+//! cnilab-bridge plugin (conflist, forwarding, masquerade).
+//!
+//! Where things happen: [`plan`] decides route changes, [`routes`] makes
+//! them, [`reconcile`] runs one pass, [`run`] holds the loop, [`source`] the
+//! node sources, [`nftables`] and [`cni_config`] the node setup.
+
+pub mod cli;
+pub mod cni_config;
+pub mod error;
+pub mod metrics;
+pub mod nftables;
+pub mod nodes;
+pub mod plan;
+pub mod reconcile;
+pub mod routes;
+pub mod run;
+pub mod source;

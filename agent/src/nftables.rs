@@ -1,0 +1,229 @@
+//! The agent's own nftables table, `inet cnilab_agent`: accept forwarding of
+//! cluster traffic, and masquerade pod traffic leaving the cluster CIDR.
+//!
+//! Rules go to `nft -f -` as one ruleset on stdin, so the table is replaced
+//! in a single kernel transaction and no input string ever passes a shell.
+//! Note: an `accept` in our forward chain does not override a `drop` verdict
+//! of another base chain on the same hook (Docker's FORWARD policy DROP): the
+//! agent warns about such chains, it does not fight them.
+
+use crate::error::{AgentError, Result};
+use ipnet::IpNet;
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+pub const TABLE: &str = "cnilab_agent";
+
+/// What goes into the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NatPolicy {
+    pub cluster_cidrs: Vec<IpNet>,
+    pub pod_cidrs: Vec<IpNet>,
+    pub masquerade: bool,
+}
+
+fn family_keyword(net: &IpNet) -> &'static str {
+    match net {
+        IpNet::V4(_) => "ip",
+        IpNet::V6(_) => "ip6",
+    }
+}
+
+fn set_of<'a>(nets: impl Iterator<Item = &'a IpNet>) -> String {
+    let items: Vec<String> = nets.map(IpNet::to_string).collect();
+    format!("{{ {} }}", items.join(", "))
+}
+
+/// The complete ruleset text, which replaces the table atomically (the
+/// leading `table` + `delete table` makes it work whether or not the table
+/// exists).
+pub fn ruleset(policy: &NatPolicy) -> String {
+    let mut text = String::new();
+    let _ = writeln!(text, "table inet {TABLE} {{}}");
+    let _ = writeln!(text, "delete table inet {TABLE}");
+    let _ = writeln!(text, "table inet {TABLE} {{");
+    let _ = writeln!(text, "\tchain forward {{");
+    let _ = writeln!(
+        text,
+        "\t\ttype filter hook forward priority filter; policy accept;"
+    );
+    for family in ["ip", "ip6"] {
+        let cidrs: Vec<&IpNet> = policy
+            .cluster_cidrs
+            .iter()
+            .filter(|c| family_keyword(c) == family)
+            .collect();
+        if cidrs.is_empty() {
+            continue;
+        }
+        let set = set_of(cidrs.into_iter());
+        let _ = writeln!(text, "\t\t{family} saddr {set} counter accept");
+        let _ = writeln!(text, "\t\t{family} daddr {set} counter accept");
+    }
+    let _ = writeln!(text, "\t}}");
+    if policy.masquerade {
+        let _ = writeln!(text, "\tchain postrouting {{");
+        let _ = writeln!(
+            text,
+            "\t\ttype nat hook postrouting priority srcnat; policy accept;"
+        );
+        for pod in &policy.pod_cidrs {
+            let family = family_keyword(pod);
+            let cluster: Vec<&IpNet> = policy
+                .cluster_cidrs
+                .iter()
+                .filter(|c| family_keyword(c) == family)
+                .collect();
+            if cluster.is_empty() {
+                // Without a cluster CIDR of this family every destination
+                // would look external, pod-to-pod included.
+                continue;
+            }
+            let set = set_of(cluster.into_iter());
+            let _ = writeln!(
+                text,
+                "\t\t{family} saddr {pod} {family} daddr != {set} counter masquerade"
+            );
+        }
+        let _ = writeln!(text, "\t}}");
+    }
+    let _ = writeln!(text, "}}");
+    text
+}
+
+/// Text that removes the table, whether or not it exists.
+pub fn delete_ruleset() -> String {
+    format!("table inet {TABLE} {{}}\ndelete table inet {TABLE}\n")
+}
+
+/// Runs `nft -f -` with `ruleset` on stdin, inside `netns` when given.
+pub fn load(nft: &Path, netns: Option<&File>, action: &str, ruleset: &str) -> Result<()> {
+    run(nft, netns, &["-f", "-"], Some(ruleset), action).map(|_| ())
+}
+
+/// Runs nft with arguments (no shell) and returns stdout.
+pub fn run(
+    nft: &Path,
+    netns: Option<&File>,
+    args: &[&str],
+    stdin: Option<&str>,
+    action: &str,
+) -> Result<String> {
+    let mut command = Command::new(nft);
+    command
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(ns) = netns {
+        cnilab_plugin::netns::command_in(ns, &mut command);
+    }
+    let nft_error = |message: String| AgentError::Nft {
+        action: action.to_string(),
+        message,
+    };
+    let mut child = command.spawn().map_err(|e| {
+        nft_error(format!(
+            "cannot run {}: {e} (the agent needs the nftables `nft` binary)",
+            nft.display()
+        ))
+    })?;
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(text.as_bytes())
+            .map_err(|e| nft_error(format!("write ruleset to nft: {e}")))?;
+    }
+    let output = child
+        .wait_with_output()
+        .map_err(|e| nft_error(format!("wait for nft: {e}")))?;
+    if !output.status.success() {
+        return Err(nft_error(format!(
+            "{}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// Base chains of other tables on the forward hook whose policy is drop:
+/// their verdict wins over our accept (e.g. Docker's `filter FORWARD`).
+pub fn foreign_forward_drop_chains(nft: &Path, netns: Option<&File>) -> Result<Vec<String>> {
+    let json = run(nft, netns, &["-j", "list", "chains"], None, "list chains")?;
+    let value: serde_json::Value = serde_json::from_str(&json).map_err(|e| AgentError::Nft {
+        action: "list chains".into(),
+        message: format!("unparsable JSON: {e}"),
+    })?;
+    let mut found = Vec::new();
+    for item in value
+        .get("nftables")
+        .and_then(|v| v.as_array())
+        .into_iter()
+        .flatten()
+    {
+        let Some(chain) = item.get("chain") else {
+            continue;
+        };
+        let field = |k: &str| chain.get(k).and_then(|v| v.as_str()).unwrap_or_default();
+        if field("hook") == "forward" && field("policy") == "drop" && field("table") != TABLE {
+            found.push(format!(
+                "{} {} {}",
+                field("family"),
+                field("table"),
+                field("name")
+            ));
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nets(list: &[&str]) -> Vec<IpNet> {
+        list.iter().map(|s| s.parse().expect("test net")).collect()
+    }
+
+    #[test]
+    fn dual_stack_ruleset() {
+        let text = ruleset(&NatPolicy {
+            cluster_cidrs: nets(&["10.244.0.0/16", "fd00:10:244::/56"]),
+            pod_cidrs: nets(&["10.244.1.0/24", "fd00:10:244:1::/64"]),
+            masquerade: true,
+        });
+        assert!(text.contains("ip saddr { 10.244.0.0/16 } counter accept"));
+        assert!(text.contains("ip6 daddr { fd00:10:244::/56 } counter accept"));
+        assert!(text
+            .contains("ip saddr 10.244.1.0/24 ip daddr != { 10.244.0.0/16 } counter masquerade"));
+        assert!(text.contains(
+            "ip6 saddr fd00:10:244:1::/64 ip6 daddr != { fd00:10:244::/56 } counter masquerade"
+        ));
+    }
+
+    #[test]
+    fn no_masquerade_no_nat_chain() {
+        let text = ruleset(&NatPolicy {
+            cluster_cidrs: nets(&["10.244.0.0/16"]),
+            pod_cidrs: nets(&["10.244.1.0/24"]),
+            masquerade: false,
+        });
+        assert!(!text.contains("postrouting"));
+    }
+
+    #[test]
+    fn no_masquerade_for_a_family_without_cluster_cidr() {
+        let text = ruleset(&NatPolicy {
+            cluster_cidrs: nets(&["10.244.0.0/16"]),
+            pod_cidrs: nets(&["10.244.1.0/24", "fd00:10:244:1::/64"]),
+            masquerade: true,
+        });
+        assert!(!text.contains("ip6 saddr"));
+    }
+}

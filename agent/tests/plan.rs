@@ -1,0 +1,165 @@
+//! The reconcile plan, table-driven: nodes + routes in the kernel → actions.
+
+use cnilab_agent::nodes::NodeInfo;
+use cnilab_agent::plan::{plan, InstalledRoute, NodeRoute, RouteAction, Warning};
+use ipnet::IpNet;
+use rstest::rstest;
+use std::net::IpAddr;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("test address")
+}
+
+fn net(s: &str) -> IpNet {
+    s.parse().expect("test network")
+}
+
+/// `node("b", &["10.0.0.2"], &["10.244.2.0/24"])`
+fn node(name: &str, ips: &[&str], cidrs: &[&str]) -> NodeInfo {
+    let ips: Vec<IpAddr> = ips.iter().map(|s| ip(s)).collect();
+    let cidrs: Vec<IpNet> = cidrs.iter().map(|s| net(s)).collect();
+    NodeInfo::new(name, &ips, &cidrs)
+}
+
+fn own(dst: &str, gateway: &str) -> InstalledRoute {
+    InstalledRoute {
+        dst: net(dst),
+        gateway: Some(ip(gateway)),
+        priority: 0,
+        ours: true,
+    }
+}
+
+fn foreign(dst: &str, gateway: Option<&str>) -> InstalledRoute {
+    InstalledRoute {
+        dst: net(dst),
+        gateway: gateway.map(ip),
+        priority: 0,
+        ours: false,
+    }
+}
+
+fn route(dst: &str, gateway: &str) -> NodeRoute {
+    NodeRoute {
+        dst: net(dst),
+        gateway: ip(gateway),
+    }
+}
+
+fn add(dst: &str, gateway: &str) -> RouteAction {
+    RouteAction::Add(route(dst, gateway))
+}
+
+fn a() -> NodeInfo {
+    node(
+        "a",
+        &["10.0.0.1", "fd00::1"],
+        &["10.244.1.0/24", "fd00:10:244:1::/64"],
+    )
+}
+
+fn b() -> NodeInfo {
+    node("b", &["10.0.0.2"], &["10.244.2.0/24"])
+}
+
+fn c() -> NodeInfo {
+    node("c", &["10.0.0.3"], &["10.244.3.0/24"])
+}
+
+/// Host routes that are always there and never ours.
+fn host_routes() -> Vec<InstalledRoute> {
+    vec![
+        foreign("0.0.0.0/0", Some("10.0.0.254")),
+        foreign("10.0.0.0/24", None),
+        foreign("10.244.1.0/24", None),
+    ]
+}
+
+#[rstest]
+#[case::first_start(vec![a(), b(), c()], vec![], vec![add("10.244.2.0/24", "10.0.0.2"), add("10.244.3.0/24", "10.0.0.3")])]
+#[case::steady_state_changes_nothing(vec![a(), b(), c()], vec![own("10.244.2.0/24", "10.0.0.2"), own("10.244.3.0/24", "10.0.0.3")], vec![])]
+#[case::join(vec![a(), b(), c()], vec![own("10.244.2.0/24", "10.0.0.2")], vec![add("10.244.3.0/24", "10.0.0.3")])]
+#[case::leave(vec![a(), b()], vec![own("10.244.2.0/24", "10.0.0.2"), own("10.244.3.0/24", "10.0.0.3")], vec![RouteAction::Delete(own("10.244.3.0/24", "10.0.0.3"))])]
+#[case::pod_cidr_change(
+    vec![a(), node("b", &["10.0.0.2"], &["10.244.9.0/24"])],
+    vec![own("10.244.2.0/24", "10.0.0.2")],
+    vec![RouteAction::Delete(own("10.244.2.0/24", "10.0.0.2")), add("10.244.9.0/24", "10.0.0.2")],
+)]
+#[case::internal_ip_change(
+    vec![a(), node("b", &["10.0.0.22"], &["10.244.2.0/24"])],
+    vec![own("10.244.2.0/24", "10.0.0.2")],
+    vec![RouteAction::Replace { old: own("10.244.2.0/24", "10.0.0.2"), new: route("10.244.2.0/24", "10.0.0.22") }],
+)]
+#[case::dual_stack(
+    vec![a(), node("d", &["10.0.0.4", "fd00::4"], &["10.244.4.0/24", "fd00:10:244:4::/64"])],
+    vec![],
+    vec![add("10.244.4.0/24", "10.0.0.4"), add("fd00:10:244:4::/64", "fd00::4")],
+)]
+#[case::foreign_route_to_a_removed_cidr_is_left_alone(
+    vec![a(), b()],
+    vec![foreign("10.244.3.0/24", Some("10.0.0.3")), own("10.244.2.0/24", "10.0.0.2")],
+    vec![],
+)]
+#[case::own_node_is_never_routed(vec![a()], vec![], vec![])]
+#[case::duplicate_own_routes_keep_the_right_one(
+    vec![a(), b()],
+    vec![own("10.244.2.0/24", "10.0.0.9"), own("10.244.2.0/24", "10.0.0.2")],
+    vec![RouteAction::Delete(own("10.244.2.0/24", "10.0.0.9"))],
+)]
+fn plans(
+    #[case] nodes: Vec<NodeInfo>,
+    #[case] ours: Vec<InstalledRoute>,
+    #[case] expected: Vec<RouteAction>,
+) {
+    let mut installed = host_routes();
+    installed.extend(ours);
+    let result = plan("a", &nodes, &installed);
+    assert_eq!(result.actions, expected);
+    assert!(result.warnings.is_empty(), "{:?}", result.warnings);
+}
+
+#[test]
+fn a_foreign_route_on_a_wanted_destination_wins_and_is_reported() {
+    let installed = vec![foreign("10.244.2.0/24", Some("10.0.0.77"))];
+    let result = plan("a", &[a(), b()], &installed);
+    assert_eq!(result.actions, vec![]);
+    assert!(matches!(
+        result.warnings.as_slice(),
+        [Warning::ForeignRouteConflict { .. }]
+    ));
+}
+
+#[rstest]
+#[case::nat_address_shared_by_every_vm(
+    vec![node("a", &["10.0.2.15"], &["10.244.1.0/24"]), node("b", &["10.0.2.15"], &["10.244.2.0/24"])],
+    vec![],
+    "claimed by several nodes",
+)]
+#[case::nat_address_on_one_node_is_used_but_reported(
+    vec![a(), node("b", &["10.0.2.15"], &["10.244.2.0/24"])],
+    vec![route("10.244.2.0/24", "10.0.2.15")],
+    "NAT address",
+)]
+#[case::v6_cidr_without_v6_internal_ip(
+    vec![a(), node("b", &["10.0.0.2"], &["10.244.2.0/24", "fd00:10:244:2::/64"])],
+    vec![route("10.244.2.0/24", "10.0.0.2")],
+    "no usable InternalIP",
+)]
+#[case::no_pod_cidr_yet(vec![a(), node("b", &["10.0.0.2"], &[])], vec![], "no podCIDR")]
+#[case::overlapping_cidrs(
+    vec![a(), node("b", &["10.0.0.2"], &["10.244.2.0/24"]), node("c", &["10.0.0.3"], &["10.244.2.0/23"])],
+    vec![],
+    "overlaps between nodes",
+)]
+#[case::overlap_with_own(vec![a(), node("b", &["10.0.0.2"], &["10.244.1.0/24"])], vec![], "overlaps this node")]
+#[case::loopback_internal_ip(vec![a(), node("b", &["127.0.0.1"], &["10.244.2.0/24"])], vec![], "no usable InternalIP")]
+fn suspicious_node_lists(
+    #[case] nodes: Vec<NodeInfo>,
+    #[case] desired: Vec<NodeRoute>,
+    #[case] warning: &str,
+) {
+    let result = plan("a", &nodes, &[]);
+    assert_eq!(result.desired, desired);
+    let text: Vec<String> = result.warnings.iter().map(ToString::to_string).collect();
+    assert!(text.iter().any(|w| w.contains(warning)), "{text:?}");
+}
