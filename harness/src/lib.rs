@@ -1,0 +1,8 @@
+//! cnilab harness: throwaway namespaces, a CNI runtime that drives any plugin
+//! binary, lifecycle and conformance checks, and a benchmark.
+
+pub mod bench;
+pub mod cli;
+pub mod netns;
+pub mod runtime;
+pub mod util;

@@ -1,1 +1,84 @@
-fn main(){}
+//! `cnilab`: parses the command line and dispatches to the library.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "cnilab",
+    version,
+    about = "Write, test and debug Kubernetes CNI plugins"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Measure ADD/DEL latency of a plugin (optionally beside another one).
+    Bench {
+        /// Directory (or colon-separated list, like CNI_PATH) with the plugin binaries.
+        #[arg(long)]
+        plugin_dir: String,
+        /// Network config (.conf or .conflist).
+        #[arg(long)]
+        config: PathBuf,
+        /// Pods per phase.
+        #[arg(long, default_value_t = 50)]
+        pods: usize,
+        /// Workers in the parallel phases.
+        #[arg(long, default_value_t = 8)]
+        parallel: usize,
+        /// Plugin directory of the plugin to compare with.
+        #[arg(long, requires = "vs_config")]
+        vs_plugin_dir: Option<String>,
+        /// Network config of the plugin to compare with.
+        #[arg(long, requires = "vs_plugin_dir")]
+        vs_config: Option<PathBuf>,
+        /// Per-call timeout in seconds.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+        /// Print JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove namespaces left behind by killed cnilab runs.
+    Sweep,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Cmd::Bench {
+            plugin_dir,
+            config,
+            pods,
+            parallel,
+            vs_plugin_dir,
+            vs_config,
+            timeout,
+            json,
+        } => cnilab_harness::cli::bench(
+            &cnilab_harness::bench::BenchOptions {
+                plugin_dir,
+                config,
+                pods,
+                parallel,
+                versus: vs_plugin_dir.zip(vs_config),
+                timeout: Duration::from_secs(timeout),
+            },
+            json,
+        ),
+        Cmd::Sweep => cnilab_harness::cli::sweep(),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("cnilab: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! `cnilab bench`: ADD and DEL latency of one plugin (and optionally a
+//! second one beside it), sequential and parallel, driven by [`Runtime`]
+//! inside a throwaway host namespace, with a bare-veth baseline.
+
+use crate::netns::{Netns, NetnsError};
+use crate::runtime::{NetworkConfig, Runtime, RuntimeConf, RuntimeError};
+use crate::util::{fmt_ms, Percentiles, ScratchDir};
+use rtnetlink::LinkVeth;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
+    #[error(transparent)]
+    Runtime(#[from] Box<RuntimeError>),
+    #[error(
+        "{plugin}: {op} of pod {pod} failed, so its latency figures would be meaningless: {source}"
+    )]
+    Op {
+        plugin: String,
+        op: &'static str,
+        pod: String,
+        source: Box<RuntimeError>,
+    },
+    #[error("scratch directory: {0}")]
+    Scratch(std::io::Error),
+    #[error("--pods must be at least 1 and --parallel at least 1")]
+    BadCounts,
+}
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Colon-separated plugin directories (CNI_PATH).
+    pub plugin_dir: String,
+    pub config: PathBuf,
+    pub pods: usize,
+    pub parallel: usize,
+    /// A second plugin to compare with (usually the reference bridge).
+    pub versus: Option<(String, PathBuf)>,
+    pub timeout: Duration,
+}
+
+/// Latencies of one plugin.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PluginBench {
+    pub label: String,
+    pub config_version: String,
+    pub add_sequential: Percentiles,
+    pub del_sequential: Percentiles,
+    pub add_parallel: Percentiles,
+    pub del_parallel: Percentiles,
+}
+
+/// Cost of a bare veth pair via netlink in a namespace.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Baseline {
+    pub veth_create: Percentiles,
+    pub veth_delete: Percentiles,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BenchReport {
+    pub pods: usize,
+    pub parallel: usize,
+    pub ours: PluginBench,
+    pub versus: Option<PluginBench>,
+    pub baseline: Baseline,
+}
+
+/// Runs the benchmark. Everything happens inside throwaway namespaces.
+pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
+    if opts.pods == 0 || opts.parallel == 0 {
+        return Err(BenchError::BadCounts);
+    }
+    let ours = bench_plugin(&opts.plugin_dir, &opts.config, opts)?;
+    let versus = match &opts.versus {
+        Some((dir, config)) => Some(bench_plugin(dir, config, opts)?),
+        None => None,
+    };
+    let baseline = bare_veth_baseline(opts.pods)?;
+    Ok(BenchReport {
+        pods: opts.pods,
+        parallel: opts.parallel,
+        ours,
+        versus,
+        baseline,
+    })
+}
+
+fn bench_plugin(
+    plugin_dir: &str,
+    config: &std::path::Path,
+    opts: &BenchOptions,
+) -> Result<PluginBench, BenchError> {
+    let mut net = NetworkConfig::load(config).map_err(Box::new)?;
+    let store = ScratchDir::new("bench-ipam").map_err(BenchError::Scratch)?;
+    net.set_ipam_data_dir(store.path());
+    let host = Netns::with_label("bench-host")?;
+    host.set_lo_up()?;
+    let runtime = Runtime::new(plugin_dir)
+        .in_netns(&host)
+        .map_err(Box::new)?
+        .with_timeout(opts.timeout);
+    // Resolve the plugins first, so a wrong --plugin-dir fails fast.
+    for index in 0..net.plugins.len() {
+        runtime
+            .find_plugin(net.plugin_type(index))
+            .map_err(Box::new)?;
+    }
+    let label = format!("{} ({plugin_dir})", net.plugin_type(0));
+    let pods: Vec<Netns> = (0..opts.pods)
+        .map(|_| Netns::with_label("bench-pod"))
+        .collect::<Result<_, _>>()?;
+    let op_err = |op: &'static str, pod: &str, source: RuntimeError| BenchError::Op {
+        plugin: label.clone(),
+        op,
+        pod: pod.to_string(),
+        source: Box::new(source),
+    };
+    let confs = |round: &str| -> Vec<RuntimeConf> {
+        pods.iter()
+            .enumerate()
+            .map(|(i, ns)| RuntimeConf::new(&format!("bench-{round}-{i}"), Some(ns.path()), "eth0"))
+            .collect()
+    };
+
+    // A warm-up pod, so that bridge creation is not counted as an ADD.
+    let warm = RuntimeConf::new("bench-warmup", Some(pods[0].path()), "eth0");
+    runtime
+        .add(&net, &warm)
+        .map_err(|e| op_err("ADD", "bench-warmup", e))?;
+    runtime
+        .del(&net, &warm)
+        .map_err(|e| op_err("DEL", "bench-warmup", e))?;
+
+    let seq = confs("seq");
+    let mut add_seq = Vec::new();
+    for rt in &seq {
+        let t = Instant::now();
+        runtime
+            .add(&net, rt)
+            .map_err(|e| op_err("ADD", &rt.container_id, e))?;
+        add_seq.push(t.elapsed());
+    }
+    let mut del_seq = Vec::new();
+    for rt in &seq {
+        let t = Instant::now();
+        runtime
+            .del(&net, rt)
+            .map_err(|e| op_err("DEL", &rt.container_id, e))?;
+        del_seq.push(t.elapsed());
+    }
+
+    let par = confs("par");
+    let add_par = parallel(&par, opts.parallel, |rt| runtime.add(&net, rt).map(drop))
+        .map_err(|(pod, e)| op_err("ADD", &pod, e))?;
+    let del_par = parallel(&par, opts.parallel, |rt| runtime.del(&net, rt).map(drop))
+        .map_err(|(pod, e)| op_err("DEL", &pod, e))?;
+
+    Ok(PluginBench {
+        label,
+        config_version: net.version.to_string(),
+        add_sequential: Percentiles::of(&add_seq),
+        del_sequential: Percentiles::of(&del_seq),
+        add_parallel: Percentiles::of(&add_par),
+        del_parallel: Percentiles::of(&del_par),
+    })
+}
+
+/// Runs `op` over `confs` with `workers` threads; returns each latency.
+fn parallel<F>(
+    confs: &[RuntimeConf],
+    workers: usize,
+    op: F,
+) -> Result<Vec<Duration>, (String, RuntimeError)>
+where
+    F: Fn(&RuntimeConf) -> Result<(), RuntimeError> + Sync,
+{
+    let next = AtomicUsize::new(0);
+    let samples = Mutex::new(Vec::new());
+    let first_error = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..workers.min(confs.len()) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(rt) = confs.get(i) else { break };
+                let t = Instant::now();
+                match op(rt) {
+                    Ok(()) => {
+                        if let Ok(mut s) = samples.lock() {
+                            s.push(t.elapsed());
+                        }
+                    }
+                    Err(e) => {
+                        if let Ok(mut f) = first_error.lock() {
+                            f.get_or_insert((rt.container_id.clone(), e));
+                        }
+                    }
+                }
+            });
+        }
+    });
+    if let Some(err) = first_error.into_inner().ok().flatten() {
+        return Err(err);
+    }
+    Ok(samples.into_inner().unwrap_or_default())
+}
+
+/// Creates and deletes `count` veth pairs through one netlink connection
+/// in a throwaway namespace.
+fn bare_veth_baseline(count: usize) -> Result<Baseline, BenchError> {
+    let ns = Netns::with_label("bench-base")?;
+    let (create, delete) = ns.netlink(move |h| async move {
+        let mut create = Vec::new();
+        let mut delete = Vec::new();
+        for i in 0..count {
+            let name = format!("cnb{i}");
+            let t = Instant::now();
+            h.link()
+                .add(LinkVeth::new(&name, &format!("cnb{i}p")).build())
+                .execute()
+                .await?;
+            create.push(t.elapsed());
+            let mut links = h.link().get().match_name(name.clone()).execute();
+            let index = match futures_util::TryStreamExt::try_next(&mut links).await? {
+                Some(msg) => msg.header.index,
+                None => continue,
+            };
+            let t = Instant::now();
+            h.link().del(index).execute().await?;
+            delete.push(t.elapsed());
+        }
+        Ok((create, delete))
+    })?;
+    Ok(Baseline {
+        veth_create: Percentiles::of(&create),
+        veth_delete: Percentiles::of(&delete),
+    })
+}
+
+fn ratio(reference: Duration, ours: Duration) -> String {
+    if ours.is_zero() {
+        return "-".into();
+    }
+    format!("{:.2}x", reference.as_secs_f64() / ours.as_secs_f64())
+}
+
+impl fmt::Display for BenchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "cnilab bench: {} pods, sequential and {}-way parallel; latency per call incl. process start",
+            self.pods, self.parallel
+        )?;
+        writeln!(
+            f,
+            "A: {} [config {}]",
+            self.ours.label, self.ours.config_version
+        )?;
+        if let Some(v) = &self.versus {
+            writeln!(f, "B: {} [config {}]", v.label, v.config_version)?;
+        }
+        writeln!(f)?;
+        let mut header = format!("{:<18} {:>10} {:>10}", "", "A median", "A p95");
+        if self.versus.is_some() {
+            header.push_str(&format!(
+                " {:>10} {:>10} {:>14} {:>11}",
+                "B median", "B p95", "B/A median", "B/A p95"
+            ));
+        }
+        writeln!(f, "{header}")?;
+        let par = format!("({})", self.parallel);
+        type Pick = fn(&PluginBench) -> Percentiles;
+        let rows: [(String, Pick); 4] = [
+            ("ADD sequential".into(), |b| b.add_sequential),
+            ("DEL sequential".into(), |b| b.del_sequential),
+            (format!("ADD parallel {par}"), |b| b.add_parallel),
+            (format!("DEL parallel {par}"), |b| b.del_parallel),
+        ];
+        for (name, pick) in rows {
+            let a = pick(&self.ours);
+            let mut line = format!("{name:<18} {:>10} {:>10}", fmt_ms(a.median), fmt_ms(a.p95));
+            if let Some(v) = &self.versus {
+                let b = pick(v);
+                line.push_str(&format!(
+                    " {:>10} {:>10} {:>14} {:>11}",
+                    fmt_ms(b.median),
+                    fmt_ms(b.p95),
+                    ratio(b.median, a.median),
+                    ratio(b.p95, a.p95)
+                ));
+            }
+            writeln!(f, "{line}")?;
+        }
+        writeln!(f)?;
+        writeln!(
+            f,
+            "baseline (netlink, one connection, same kind of namespace): veth create median {} p95 {}; veth delete median {} p95 {}",
+            fmt_ms(self.baseline.veth_create.median),
+            fmt_ms(self.baseline.veth_create.p95),
+            fmt_ms(self.baseline.veth_delete.median),
+            fmt_ms(self.baseline.veth_delete.p95)
+        )?;
+        let over = |b: &PluginBench| {
+            let d = b.del_sequential.median.as_secs_f64()
+                - self.baseline.veth_delete.median.as_secs_f64();
+            format!("{:+.1} ms", d * 1000.0)
+        };
+        write!(
+            f,
+            "DEL sequential median minus bare veth delete: A {}",
+            over(&self.ours)
+        )?;
+        if let Some(v) = &self.versus {
+            write!(f, ", B {}", over(v))?;
+        }
+        writeln!(f)
+    }
+}

@@ -1,0 +1,683 @@
+//! Throwaway network namespaces, named and bind-mounted like `ip netns add`
+//! so that `ip netns exec cnilab-… sh` works on them while debugging.
+//!
+//! Every namespace is `cnilab-<pid>-<n>[-label]` under `/run/netns`. It is
+//! deleted when its [`Netns`] is dropped (also while unwinding from a panic);
+//! [`sweep`] removes what a killed run left behind, using the pid in the name.
+//! `setns` happens only through `cnilab_plugin::netns`, on dedicated threads.
+
+use cnilab_plugin::netns as plugin_netns;
+use futures_util::TryStreamExt;
+use ipnet::IpNet;
+use nix::errno::Errno;
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::{unshare, CloneFlags};
+use rtnetlink::packet_route::address::AddressAttribute;
+use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags, LinkInfo};
+use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
+use rtnetlink::packet_route::AddressFamily;
+use rtnetlink::LinkUnspec;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::future::Future;
+use std::io;
+use std::net::IpAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Where named namespaces live (what `ip netns` uses).
+pub const NETNS_DIR: &str = "/run/netns";
+/// Prefix of every namespace the harness creates.
+pub const PREFIX: &str = "cnilab-";
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetnsError {
+    #[error("network namespaces need root (CAP_SYS_ADMIN); run as root, e.g. `sudo -E cargo test` or in the CI container")]
+    NotRoot,
+    #[error("cannot prepare {NETNS_DIR} as a shared mount point: {0}")]
+    Prepare(String),
+    #[error("cannot create network namespace {name}: {reason}")]
+    Create { name: String, reason: String },
+    #[error("cannot delete network namespace {name}: {reason}")]
+    Delete { name: String, reason: String },
+    #[error("label {0:?} is not usable in a namespace name (use [A-Za-z0-9_-], at most 12 chars)")]
+    BadLabel(String),
+    #[error("inside namespace {name}: {source}")]
+    Enter { name: String, source: io::Error },
+    #[error("netlink in namespace {name}: {reason}")]
+    Netlink { name: String, reason: String },
+}
+
+/// A throwaway network namespace. Dropping it unmounts and removes it.
+#[derive(Debug)]
+pub struct Netns {
+    name: String,
+    path: PathBuf,
+    file: File,
+    deleted: bool,
+}
+
+/// Fails with a clear message when the process is not root.
+pub fn require_root() -> Result<(), NetnsError> {
+    if nix::unistd::geteuid().is_root() {
+        Ok(())
+    } else {
+        Err(NetnsError::NotRoot)
+    }
+}
+
+impl Netns {
+    /// Creates `cnilab-<pid>-<n>`.
+    pub fn new() -> Result<Netns, NetnsError> {
+        Self::create(None)
+    }
+
+    /// Creates `cnilab-<pid>-<n>-<label>`; the label shows in `ip netns list`.
+    pub fn with_label(label: &str) -> Result<Netns, NetnsError> {
+        let ok = !label.is_empty()
+            && label.len() <= 12
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !ok {
+            return Err(NetnsError::BadLabel(label.to_string()));
+        }
+        Self::create(Some(label))
+    }
+
+    fn create(label: Option<&str>) -> Result<Netns, NetnsError> {
+        require_root()?;
+        prepare_netns_dir()?;
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let mut name = format!("{PREFIX}{}-{n}", std::process::id());
+        if let Some(label) = label {
+            name.push('-');
+            name.push_str(label);
+        }
+        let path = Path::new(NETNS_DIR).join(&name);
+        let fail = |reason: String| NetnsError::Create {
+            name: name.clone(),
+            reason,
+        };
+        // The mount point: an empty file, created exclusively so two runs can
+        // never share a name.
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o000)
+            .open(&path)
+            .map_err(|e| fail(format!("create {}: {e}", path.display())))?;
+        let target = path.clone();
+        // unshare(CLONE_NEWNET) on a thread of its own: only that thread moves
+        // into the new namespace, and it ends right after the bind mount.
+        let made = std::thread::spawn(move || -> Result<(), String> {
+            unshare(CloneFlags::CLONE_NEWNET).map_err(|e| format!("unshare: {e}"))?;
+            mount(
+                Some("/proc/thread-self/ns/net"),
+                &target,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .map_err(|e| format!("bind mount onto {}: {e}", target.display()))
+        })
+        .join()
+        .map_err(|_| fail("namespace thread panicked".into()))
+        .and_then(|r| r.map_err(fail));
+        if let Err(e) = made {
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+        let file = match plugin_netns::open(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = remove_mount(&path);
+                return Err(fail(e.to_string()));
+            }
+        };
+        Ok(Netns {
+            name,
+            path,
+            file,
+            deleted: false,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `/run/netns/<name>`: what a runtime passes as `CNI_NETNS`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// An open handle on the namespace (kept alive as long as `self`).
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Runs `f` on a fresh OS thread inside the namespace.
+    pub fn run<F, R>(&self, f: F) -> Result<R, NetnsError>
+    where
+        F: FnOnce() -> R + Send,
+        R: Send,
+    {
+        plugin_netns::run_in(&self.file, f).map_err(|source| NetnsError::Enter {
+            name: self.name.clone(),
+            source,
+        })
+    }
+
+    /// A `Command` whose process runs inside the namespace.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        plugin_netns::command_in(&self.file, &mut cmd);
+        cmd
+    }
+
+    /// Runs an async netlink job against this namespace on a dedicated thread
+    /// with its own current-thread tokio runtime, so it is safe to call from
+    /// anywhere, including from inside another tokio runtime.
+    pub fn netlink<F, Fut, R>(&self, job: F) -> Result<R, NetnsError>
+    where
+        F: FnOnce(rtnetlink::Handle) -> Fut + Send,
+        Fut: Future<Output = Result<R, rtnetlink::Error>>,
+        R: Send,
+    {
+        let name = self.name.clone();
+        let file = &self.file;
+        let fail = |reason: String| NetnsError::Netlink {
+            name: name.clone(),
+            reason,
+        };
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| fail(format!("tokio runtime: {e}")))?;
+                    rt.block_on(async {
+                        let handle = plugin_netns::connect(Some(file))
+                            .map_err(|e| fail(format!("connect: {e}")))?;
+                        job(handle).await.map_err(|e| fail(e.to_string()))
+                    })
+                })
+                .join()
+                .map_err(|_| fail("netlink thread panicked".into()))?
+        })
+    }
+
+    /// Brings `lo` up (new namespaces start with it down).
+    pub fn set_lo_up(&self) -> Result<(), NetnsError> {
+        self.netlink(|h| async move {
+            h.link()
+                .set(LinkUnspec::new_with_name("lo").up().build())
+                .execute()
+                .await
+        })
+    }
+
+    pub fn links(&self) -> Result<Vec<Link>, NetnsError> {
+        self.netlink(|h| async move { read_links(&h).await })
+    }
+
+    pub fn addresses(&self) -> Result<Vec<Address>, NetnsError> {
+        self.netlink(|h| async move { read_addresses(&h).await })
+    }
+
+    pub fn routes(&self) -> Result<Vec<Route>, NetnsError> {
+        self.netlink(|h| async move { read_routes(&h).await })
+    }
+
+    /// Links, addresses and routes in one netlink session.
+    pub fn snapshot(&self) -> Result<NetState, NetnsError> {
+        self.netlink(|h| async move {
+            Ok(NetState {
+                links: read_links(&h).await?,
+                addresses: read_addresses(&h).await?,
+                routes: read_routes(&h).await?,
+            })
+        })
+    }
+
+    /// Deletes the namespace now (the plugin then sees a stale `CNI_NETNS`).
+    pub fn delete(mut self) -> Result<(), NetnsError> {
+        self.deleted = true;
+        remove_mount(&self.path).map_err(|reason| NetnsError::Delete {
+            name: self.name.clone(),
+            reason,
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        if !self.deleted {
+            if let Err(e) = remove_mount(&self.path) {
+                eprintln!("cnilab: cannot delete netns {}: {e}", self.name);
+            }
+        }
+    }
+}
+
+/// Makes `/run/netns` exist and be a shared mount, as iproute2 does, so that
+/// namespace mounts made here propagate to other mount namespaces.
+fn prepare_netns_dir() -> Result<(), NetnsError> {
+    let dir = Path::new(NETNS_DIR);
+    std::fs::create_dir_all(dir).map_err(|e| NetnsError::Prepare(e.to_string()))?;
+    let shared = MsFlags::MS_SHARED | MsFlags::MS_REC;
+    loop {
+        match mount(None::<&str>, dir, None::<&str>, shared, None::<&str>) {
+            Ok(()) => return Ok(()),
+            // Not a mount point yet: bind it onto itself, then retry.
+            Err(Errno::EINVAL) => {
+                mount(
+                    Some(dir),
+                    dir,
+                    None::<&str>,
+                    MsFlags::MS_BIND | MsFlags::MS_REC,
+                    None::<&str>,
+                )
+                .map_err(|e| NetnsError::Prepare(format!("bind {NETNS_DIR} onto itself: {e}")))?;
+            }
+            Err(e) => return Err(NetnsError::Prepare(e.to_string())),
+        }
+    }
+}
+
+fn remove_mount(path: &Path) -> Result<(), String> {
+    match umount2(path, MntFlags::MNT_DETACH) {
+        Ok(()) | Err(Errno::EINVAL) | Err(Errno::ENOENT) => {}
+        Err(e) => return Err(format!("umount {}: {e}", path.display())),
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("remove {}: {e}", path.display())),
+    }
+}
+
+/// Removes namespaces named `<prefix><pid>-…` whose pid is no longer
+/// running. Returns the names it removed. `prefix` is normally [`PREFIX`].
+pub fn sweep(prefix: &str) -> Result<Vec<String>, NetnsError> {
+    let mut removed = Vec::new();
+    let entries = match std::fs::read_dir(NETNS_DIR) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(removed),
+        Err(e) => return Err(NetnsError::Prepare(format!("read {NETNS_DIR}: {e}"))),
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(prefix) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        remove_mount(&entry.path()).map_err(|reason| NetnsError::Delete {
+            name: name.clone(),
+            reason,
+        })?;
+        removed.push(name);
+    }
+    removed.sort();
+    Ok(removed)
+}
+
+/// A network interface as netlink reports it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Link {
+    pub index: u32,
+    pub name: String,
+    /// `aa:bb:cc:dd:ee:ff`, lowercase.
+    pub mac: Option<String>,
+    pub mtu: Option<u32>,
+    pub up: bool,
+    /// Index of the bridge (or other controller) this link is enslaved to.
+    pub master: Option<u32>,
+    /// `veth`, `bridge`, … (`None` for `lo` and physical devices).
+    pub kind: Option<String>,
+}
+
+/// An address assigned to a link.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Address {
+    pub index: u32,
+    pub addr: IpNet,
+}
+
+/// A route from any table.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Route {
+    pub dst: IpNet,
+    pub gateway: Option<IpAddr>,
+    pub oif: Option<u32>,
+    pub table: u32,
+}
+
+impl fmt::Display for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.dst)?;
+        if let Some(gw) = self.gateway {
+            write!(f, " via {gw}")?;
+        }
+        if let Some(oif) = self.oif {
+            write!(f, " oif {oif}")?;
+        }
+        write!(f, " table {}", self.table)
+    }
+}
+
+/// Links, addresses and routes of one namespace at one moment.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct NetState {
+    pub links: Vec<Link>,
+    pub addresses: Vec<Address>,
+    pub routes: Vec<Route>,
+}
+
+impl NetState {
+    pub fn link(&self, name: &str) -> Option<&Link> {
+        self.links.iter().find(|l| l.name == name)
+    }
+
+    pub fn link_by_index(&self, index: u32) -> Option<&Link> {
+        self.links.iter().find(|l| l.index == index)
+    }
+
+    pub fn addresses_of(&self, index: u32) -> Vec<IpNet> {
+        self.addresses
+            .iter()
+            .filter(|a| a.index == index)
+            .map(|a| a.addr)
+            .collect()
+    }
+
+    /// What is in `self` but was not in `before` (new links, addresses and
+    /// routes), ignoring everything on links named in `ignore_links`.
+    /// Links are compared by name and kind; an address or route by its
+    /// link's name, so index reuse does not hide anything.
+    pub fn added_since(&self, before: &NetState, ignore_links: &[String]) -> Vec<String> {
+        let name_of = |state: &NetState, index: Option<u32>| -> String {
+            index
+                .and_then(|i| state.link_by_index(i))
+                .map(|l| l.name.clone())
+                .unwrap_or_default()
+        };
+        let ignored = |name: &str| ignore_links.iter().any(|n| n == name);
+        let links = |s: &NetState| -> BTreeSet<(String, String)> {
+            s.links
+                .iter()
+                .map(|l| (l.name.clone(), l.kind.clone().unwrap_or_default()))
+                .collect()
+        };
+        let addrs = |s: &NetState| -> BTreeSet<(String, String)> {
+            s.addresses
+                .iter()
+                .filter(|a| !a.addr.addr().is_ipv6() || !is_link_local(a.addr.addr()))
+                .map(|a| (name_of(s, Some(a.index)), a.addr.to_string()))
+                .collect()
+        };
+        let routes = |s: &NetState| -> BTreeSet<(String, String)> {
+            s.routes
+                .iter()
+                .map(|r| {
+                    let mut text = r.dst.to_string();
+                    if let Some(gw) = r.gateway {
+                        text.push_str(&format!(" via {gw}"));
+                    }
+                    text.push_str(&format!(" table {}", r.table));
+                    (name_of(s, r.oif), text)
+                })
+                .collect()
+        };
+        let mut out = Vec::new();
+        let (old, new) = (links(before), links(self));
+        for (name, kind) in new.difference(&old) {
+            if !ignored(name) {
+                out.push(format!("new link {name} ({kind})"));
+            }
+        }
+        let (old, new) = (addrs(before), addrs(self));
+        for (link, addr) in new.difference(&old) {
+            if !ignored(link) {
+                out.push(format!("new address {addr} on {link}"));
+            }
+        }
+        let (old, new) = (routes(before), routes(self));
+        for (link, route) in new.difference(&old) {
+            if !ignored(link) {
+                out.push(format!("new route {route} dev {link}"));
+            }
+        }
+        out
+    }
+}
+
+fn is_link_local(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+        IpAddr::V4(v4) => v4.is_link_local(),
+    }
+}
+
+async fn read_links(h: &rtnetlink::Handle) -> Result<Vec<Link>, rtnetlink::Error> {
+    let mut out = Vec::new();
+    let mut stream = h.link().get().execute();
+    while let Some(msg) = stream.try_next().await? {
+        let mut link = Link {
+            index: msg.header.index,
+            name: String::new(),
+            mac: None,
+            mtu: None,
+            up: msg.header.flags.contains(LinkFlags::Up),
+            master: None,
+            kind: None,
+        };
+        for attr in &msg.attributes {
+            match attr {
+                LinkAttribute::IfName(n) => link.name = n.clone(),
+                LinkAttribute::Address(bytes) => link.mac = Some(format_mac(bytes)),
+                LinkAttribute::Mtu(m) => link.mtu = Some(*m),
+                LinkAttribute::Controller(m) => link.master = Some(*m),
+                LinkAttribute::LinkInfo(infos) => {
+                    for info in infos {
+                        if let LinkInfo::Kind(kind) = info {
+                            link.kind = Some(kind.to_string());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.push(link);
+    }
+    Ok(out)
+}
+
+/// Formats a hardware address as lowercase colon-separated hex.
+pub fn format_mac(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+async fn read_addresses(h: &rtnetlink::Handle) -> Result<Vec<Address>, rtnetlink::Error> {
+    let mut out = Vec::new();
+    let mut stream = h.address().get().execute();
+    while let Some(msg) = stream.try_next().await? {
+        let mut ip = None;
+        for attr in &msg.attributes {
+            match attr {
+                // IFA_LOCAL is the address itself on point-to-point links;
+                // prefer it over IFA_ADDRESS when both are present.
+                AddressAttribute::Local(a) => ip = Some(*a),
+                AddressAttribute::Address(a) if ip.is_none() => ip = Some(*a),
+                _ => {}
+            }
+        }
+        if let Some(ip) = ip {
+            if let Ok(addr) = IpNet::new(ip, msg.header.prefix_len) {
+                out.push(Address {
+                    index: msg.header.index,
+                    addr,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn read_routes(h: &rtnetlink::Handle) -> Result<Vec<Route>, rtnetlink::Error> {
+    let mut out = Vec::new();
+    for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+        let mut query = RouteMessage::default();
+        query.header.address_family = family;
+        let mut stream = h.route().get(query).execute();
+        while let Some(msg) = stream.try_next().await? {
+            if let Some(route) = route_from_message(&msg) {
+                out.push(route);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn route_addr(a: &RouteAddress) -> Option<IpAddr> {
+    match a {
+        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
+        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
+        _ => None,
+    }
+}
+
+fn route_from_message(msg: &RouteMessage) -> Option<Route> {
+    let v4 = msg.header.address_family == AddressFamily::Inet;
+    let mut dst = None;
+    let mut gateway = None;
+    let mut oif = None;
+    let mut table = u32::from(msg.header.table);
+    for attr in &msg.attributes {
+        match attr {
+            RouteAttribute::Destination(a) => dst = route_addr(a),
+            RouteAttribute::Gateway(a) => gateway = route_addr(a),
+            RouteAttribute::Oif(i) => oif = Some(*i),
+            RouteAttribute::Table(t) => table = *t,
+            _ => {}
+        }
+    }
+    let dst = dst.unwrap_or(if v4 {
+        IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+    });
+    let dst = IpNet::new(dst, msg.header.destination_prefix_length).ok()?;
+    Some(Route {
+        dst,
+        gateway,
+        oif,
+        table,
+    })
+}
+
+/// Deletes the addresses `addr` from link `index` (tamper helper).
+pub async fn delete_address(
+    h: &rtnetlink::Handle,
+    index: u32,
+    addr: IpNet,
+) -> Result<bool, rtnetlink::Error> {
+    let mut stream = h.address().get().set_link_index_filter(index).execute();
+    let mut found = Vec::new();
+    while let Some(msg) = stream.try_next().await? {
+        let matches = msg.header.prefix_len == addr.prefix_len()
+            && msg.attributes.iter().any(|a| {
+                matches!(a, AddressAttribute::Local(ip) | AddressAttribute::Address(ip) if *ip == addr.addr())
+            });
+        if matches {
+            found.push(msg);
+        }
+    }
+    let any = !found.is_empty();
+    for msg in found {
+        h.address().del(msg).execute().await?;
+    }
+    Ok(any)
+}
+
+/// Main-table routes of the namespace as raw messages, so that they can be
+/// put back after tampering with [`restore_routes`].
+pub async fn main_route_messages(
+    h: &rtnetlink::Handle,
+) -> Result<Vec<RouteMessage>, rtnetlink::Error> {
+    let mut out = Vec::new();
+    for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+        let mut query = RouteMessage::default();
+        query.header.address_family = family;
+        let mut stream = h.route().get(query).execute();
+        while let Some(msg) = stream.try_next().await? {
+            if route_from_message(&msg).is_some_and(|r| r.table == 254) {
+                out.push(msg);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Deletes main-table routes to `dst` (tamper helper). Returns how many.
+pub async fn delete_routes(h: &rtnetlink::Handle, dst: IpNet) -> Result<usize, rtnetlink::Error> {
+    let found: Vec<RouteMessage> = main_route_messages(h)
+        .await?
+        .into_iter()
+        .filter(|m| route_from_message(m).is_some_and(|r| r.dst == dst))
+        .collect();
+    for msg in &found {
+        h.route().del(msg.clone()).execute().await?;
+    }
+    Ok(found.len())
+}
+
+/// Re-adds routes (from [`main_route_messages`]); routes that already exist
+/// are left alone.
+pub async fn restore_routes(
+    h: &rtnetlink::Handle,
+    routes: Vec<RouteMessage>,
+) -> Result<(), rtnetlink::Error> {
+    const EEXIST: i32 = 17;
+    for mut msg in routes {
+        // Kernel-generated (proto kernel) routes come back with their
+        // address; re-adding them would only fail.
+        msg.attributes
+            .retain(|a| !matches!(a, RouteAttribute::CacheInfo(_) | RouteAttribute::Table(_)));
+        match h.route().add(msg).execute().await {
+            Ok(()) => {}
+            Err(rtnetlink::Error::NetlinkError(e))
+                if e.code.is_some_and(|c| c.get() == -EEXIST) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Adds `addr` to link `index` (restores what [`delete_address`] removed).
+pub async fn add_address(
+    h: &rtnetlink::Handle,
+    index: u32,
+    addr: IpNet,
+) -> Result<(), rtnetlink::Error> {
+    h.address()
+        .add(index, addr.addr(), addr.prefix_len())
+        .execute()
+        .await
+}

@@ -1,0 +1,101 @@
+//! Small helpers shared by the harness modules.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+static SCRATCH: AtomicU32 = AtomicU32::new(0);
+
+/// A scratch directory under the system temp dir, removed on drop.
+#[derive(Debug)]
+pub struct ScratchDir {
+    path: PathBuf,
+}
+
+impl ScratchDir {
+    pub fn new(label: &str) -> std::io::Result<ScratchDir> {
+        let n = SCRATCH.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("cnilab-{label}-{}-{n}", std::process::id()));
+        if path.exists() {
+            std::fs::remove_dir_all(&path)?;
+        }
+        std::fs::create_dir_all(&path)?;
+        Ok(ScratchDir { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Median and 95th percentile of a set of durations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Percentiles {
+    pub count: usize,
+    #[serde(serialize_with = "ms")]
+    pub median: Duration,
+    #[serde(serialize_with = "ms")]
+    pub p95: Duration,
+    #[serde(serialize_with = "ms")]
+    pub max: Duration,
+}
+
+fn ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1000.0)
+}
+
+impl Percentiles {
+    /// Nearest-rank percentiles; an empty set gives zeros.
+    pub fn of(samples: &[Duration]) -> Percentiles {
+        let mut v = samples.to_vec();
+        v.sort();
+        let rank = |p: f64| -> Duration {
+            if v.is_empty() {
+                return Duration::ZERO;
+            }
+            let idx = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+            v[idx]
+        };
+        Percentiles {
+            count: v.len(),
+            median: rank(0.5),
+            p95: rank(0.95),
+            max: v.last().copied().unwrap_or_default(),
+        }
+    }
+}
+
+/// `12.3 ms`.
+pub fn fmt_ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let samples: Vec<Duration> = (1..=20).map(Duration::from_millis).collect();
+        let p = Percentiles::of(&samples);
+        assert_eq!(p.median, Duration::from_millis(10));
+        assert_eq!(p.p95, Duration::from_millis(19));
+        assert_eq!(p.max, Duration::from_millis(20));
+        assert_eq!(Percentiles::of(&[]).count, 0);
+    }
+
+    #[test]
+    fn scratch_dirs_are_removed_on_drop() {
+        let dir = ScratchDir::new("t").expect("scratch dir");
+        let path = dir.path().to_path_buf();
+        std::fs::write(path.join("f"), "x").expect("write");
+        drop(dir);
+        assert!(!path.exists());
+    }
+}
