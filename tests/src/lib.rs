@@ -1,0 +1,114 @@
+//! Helpers for the end-to-end tests: find the built binaries, require root,
+//! and run a CNI plugin the way a runtime does (environment plus stdin),
+//! inside a throwaway "host" namespace.
+
+use cnilab_harness::netns::Netns;
+use cnilab_plugin::spec::{CniResult, ErrorBody};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+/// A binary built by this workspace (`target/<profile>/<name>`), next to the
+/// test executable's `deps` directory. `cargo test --workspace` builds them.
+pub fn workspace_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable lives in target/<profile>/deps");
+    let path = profile_dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: build it first with `cargo build --workspace` (cargo test --workspace builds it too)",
+        path.display()
+    );
+    path
+}
+
+/// Fails the test with a clear message when not root: these tests make
+/// network namespaces and must not pass silently without doing so.
+pub fn require_root() {
+    if let Err(e) = cnilab_harness::netns::require_root() {
+        panic!("this test needs root: {e}");
+    }
+}
+
+/// One plugin invocation's environment.
+pub struct Call<'a> {
+    pub command: &'a str,
+    pub container_id: &'a str,
+    pub netns: Option<&'a Path>,
+    pub ifname: &'a str,
+}
+
+/// Runs `plugin` inside `host` with the `CNI_*` environment and `config` on
+/// stdin, through assert_cmd, as a runtime would.
+pub fn invoke(host: &Netns, plugin: &Path, call: &Call<'_>, config: &Value) -> Output {
+    let mut cmd = host.command(plugin);
+    cmd.env_clear()
+        .env("CNI_COMMAND", call.command)
+        .env("CNI_CONTAINERID", call.container_id)
+        .env("CNI_IFNAME", call.ifname)
+        .env("CNI_ARGS", "IgnoreUnknown=1")
+        .env("CNI_PATH", plugin.parent().unwrap_or(Path::new("/")))
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    if let Some(ns) = call.netns {
+        cmd.env("CNI_NETNS", ns);
+    }
+    assert_cmd::Command::from_std(cmd)
+        .write_stdin(config.to_string())
+        .output()
+        .expect("plugin runs")
+}
+
+/// Parses a successful ADD's stdout, with the plugin's stderr in the panic message.
+pub fn result_of(out: &Output) -> CniResult {
+    assert!(
+        out.status.success(),
+        "plugin failed: stdout={} stderr={}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "result is not a CNI result ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// Parses a failed invocation's error body.
+pub fn error_of(out: &Output) -> ErrorBody {
+    assert!(
+        !out.status.success(),
+        "plugin should have failed: stdout={}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "error is not a CNI error body ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// Files in an IPAM store directory that are address records.
+pub fn store_records(dir: &Path) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// `config` with `prevResult` set, as a runtime sends it to CHECK and DEL.
+pub fn with_prev(config: &Value, prev: &CniResult) -> Value {
+    let mut c = config.clone();
+    c["prevResult"] = serde_json::to_value(prev).expect("result serializes");
+    c
+}

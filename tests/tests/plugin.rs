@@ -1,0 +1,594 @@
+//! Root integration tests of `cnilab-bridge`: the built binary, executed the
+//! way a runtime executes it, inside throwaway namespaces. One namespace
+//! stands for the host, so the machine's own network is never touched.
+
+use cnilab_harness::netns::Netns;
+use cnilab_plugin::commands::host_veth_name;
+use cnilab_plugin::spec::{code, CniResult};
+use cnilab_tests::{
+    error_of, invoke, require_root, result_of, store_records, with_prev, workspace_bin, Call,
+};
+use rstest::rstest;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+const NET: &str = "itest";
+
+fn plugin() -> PathBuf {
+    workspace_bin("cnilab-bridge")
+}
+
+fn config(family: &str, data_dir: &Path) -> Value {
+    let ranges = match family {
+        "v4" => json!([[{"subnet": "10.88.0.0/24"}]]),
+        "v6" => json!([[{"subnet": "fd00:88::/64"}]]),
+        _ => json!([[{"subnet": "10.88.0.0/24"}], [{"subnet": "fd00:88::/64"}]]),
+    };
+    json!({
+        "cniVersion": "1.1.0",
+        "name": NET,
+        "type": "cnilab-bridge",
+        "bridge": "cnitest0",
+        "isDefaultGateway": true,
+        "hairpinMode": true,
+        "ipMasq": true,
+        "ipam": {"ranges": ranges, "dataDir": data_dir},
+    })
+}
+
+struct Lab {
+    host: Netns,
+    data: tempfile::TempDir,
+    plugin: PathBuf,
+}
+
+impl Lab {
+    fn new() -> Lab {
+        require_root();
+        Lab {
+            host: Netns::with_label("host").expect("host netns"),
+            data: tempfile::tempdir().expect("data dir"),
+            plugin: plugin(),
+        }
+    }
+
+    fn store(&self) -> PathBuf {
+        self.data.path().join(NET)
+    }
+
+    fn call(
+        &self,
+        command: &str,
+        id: &str,
+        netns: Option<&Path>,
+        ifname: &str,
+        conf: &Value,
+    ) -> std::process::Output {
+        invoke(
+            &self.host,
+            &self.plugin,
+            &Call {
+                command,
+                container_id: id,
+                netns,
+                ifname,
+            },
+            conf,
+        )
+    }
+
+    fn add(&self, id: &str, pod: &Netns, conf: &Value) -> CniResult {
+        result_of(&self.call("ADD", id, Some(pod.path()), "eth0", conf))
+    }
+
+    fn del_ok(&self, id: &str, netns: Option<&Path>, conf: &Value) {
+        let out = self.call("DEL", id, netns, "eth0", conf);
+        assert!(
+            out.status.success(),
+            "DEL failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.stdout.is_empty(), "DEL prints nothing on success");
+    }
+
+    fn host_has_link(&self, name: &str) -> bool {
+        self.host
+            .links()
+            .expect("host links")
+            .iter()
+            .any(|l| l.name == name)
+    }
+}
+
+fn ping(from: &Netns, to: std::net::IpAddr) -> bool {
+    from.command("ping")
+        .args(["-c", "1", "-W", "2", &to.to_string()])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+#[rstest]
+#[case::ipv4("v4", 1)]
+#[case::ipv6("v6", 1)]
+#[case::dual_stack("dual", 2)]
+fn add_check_del_del(#[case] family: &str, #[case] n_ips: usize) {
+    let lab = Lab::new();
+    let pod = Netns::with_label("pod").expect("pod netns");
+    let conf = config(family, lab.data.path());
+    let res = lab.add("lifecycle", &pod, &conf);
+
+    // The result: bridge, host veth, container interface with sandbox.
+    assert_eq!(res.cni_version, "1.1.0");
+    assert_eq!(res.interfaces.len(), 3);
+    assert_eq!(res.interfaces[2].name, "eth0");
+    assert_eq!(
+        res.interfaces[2].sandbox.as_deref(),
+        Some(pod.path().to_str().expect("utf8"))
+    );
+    assert!(res.interfaces[0].sandbox.is_none() && res.interfaces[1].sandbox.is_none());
+    assert_eq!(res.ips.len(), n_ips);
+    assert!(res.ips.iter().all(|ip| ip.interface == Some(2)));
+
+    // The kernel agrees with the result.
+    let state = pod.snapshot().expect("pod state");
+    let eth0 = state.link("eth0").expect("eth0 in the pod");
+    assert!(eth0.up);
+    assert_eq!(eth0.mac.as_deref(), Some(res.interfaces[2].mac.as_str()));
+    let addrs = state.addresses_of(eth0.index);
+    for ip in &res.ips {
+        assert!(
+            addrs.contains(&ip.address),
+            "{} on eth0: {addrs:?}",
+            ip.address
+        );
+    }
+    for r in &res.routes {
+        assert!(
+            state
+                .routes
+                .iter()
+                .any(|k| k.dst == r.dst && k.gateway == r.gw),
+            "route {} via {:?} installed",
+            r.dst,
+            r.gw
+        );
+    }
+    let host_state = lab.host.snapshot().expect("host state");
+    let veth = host_state.link(&res.interfaces[1].name).expect("host veth");
+    let bridge = host_state.link("cnitest0").expect("bridge");
+    assert_eq!(
+        veth.master,
+        Some(bridge.index),
+        "host veth is on the bridge"
+    );
+    assert_eq!(store_records(&lab.store()).len(), n_ips);
+
+    // CHECK passes, then fails once an address is flushed.
+    let with = with_prev(&conf, &res);
+    let out = lab.call("CHECK", "lifecycle", Some(pod.path()), "eth0", &with);
+    assert!(
+        out.status.success(),
+        "CHECK: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(out.stdout.is_empty());
+    let flushed = pod
+        .command("ip")
+        .args(["addr", "flush", "dev", "eth0"])
+        .status()
+        .expect("ip addr flush");
+    assert!(flushed.success());
+    let err = error_of(&lab.call("CHECK", "lifecycle", Some(pod.path()), "eth0", &with));
+    assert_eq!(err.code, code::CHECK_MISMATCH);
+    assert!(err.msg.contains("missing"), "{}", err.msg);
+
+    // DEL, DEL again: everything is gone.
+    lab.del_ok("lifecycle", Some(pod.path()), &with);
+    lab.del_ok("lifecycle", Some(pod.path()), &with);
+    assert!(pod
+        .links()
+        .expect("pod links")
+        .iter()
+        .all(|l| l.name != "eth0"));
+    assert!(!lab.host_has_link(&res.interfaces[1].name));
+    assert!(store_records(&lab.store()).is_empty());
+    assert!(lab.host_has_link("cnitest0"), "the bridge stays");
+}
+
+#[rstest]
+#[case::ipv4("v4")]
+#[case::ipv6("v6")]
+fn two_pods_ping_through_the_bridge(#[case] family: &str) {
+    let lab = Lab::new();
+    let conf = config(family, lab.data.path());
+    let a = Netns::with_label("a").expect("pod a");
+    let b = Netns::with_label("b").expect("pod b");
+    let ra = lab.add("pinga", &a, &conf);
+    let rb = lab.add("pingb", &b, &conf);
+    let ip_a = ra.ips[0].address.addr();
+    let ip_b = rb.ips[0].address.addr();
+    assert_ne!(ip_a, ip_b);
+    assert!(ping(&a, ip_b), "{ip_a} reaches {ip_b}");
+    assert!(ping(&b, ip_a), "{ip_b} reaches {ip_a}");
+    // The gateway on the bridge answers too.
+    let gw = ra.ips[0].gateway.expect("gateway");
+    assert!(ping(&a, gw), "pod reaches its gateway {gw}");
+    lab.del_ok("pingb", Some(b.path()), &conf);
+    assert!(
+        !ping(&a, ip_b),
+        "after DEL of b, a no longer reaches {ip_b}"
+    );
+}
+
+#[test]
+fn del_is_idempotent_in_every_case() {
+    let lab = Lab::new();
+    let conf = config("dual", lab.data.path());
+
+    // Never added.
+    lab.del_ok("never-added", None, &conf);
+
+    // CNI_NETNS unset: the address is still released and the veth removed.
+    let pod = Netns::with_label("nonetns").expect("pod");
+    let res = lab.add("no-netns", &pod, &conf);
+    lab.del_ok("no-netns", None, &conf);
+    assert!(
+        store_records(&lab.store()).is_empty(),
+        "released without netns"
+    );
+    assert!(!lab.host_has_link(&res.interfaces[1].name));
+    assert!(
+        pod.links().expect("links").iter().all(|l| l.name != "eth0"),
+        "peer went with the host veth"
+    );
+
+    // The netns was destroyed before DEL.
+    let gone = Netns::with_label("gone").expect("pod");
+    let gone_path = gone.path().to_path_buf();
+    lab.add("ns-gone", &gone, &conf);
+    gone.delete().expect("delete netns");
+    lab.del_ok("ns-gone", Some(&gone_path), &conf);
+    lab.del_ok("ns-gone", Some(&gone_path), &conf);
+    assert!(
+        store_records(&lab.store()).is_empty(),
+        "released after netns deletion"
+    );
+    let leftovers: Vec<String> = lab
+        .host
+        .links()
+        .expect("links")
+        .into_iter()
+        .filter(|l| l.kind.as_deref() == Some("veth"))
+        .map(|l| l.name)
+        .collect();
+    assert!(leftovers.is_empty(), "no host veth left: {leftovers:?}");
+}
+
+#[test]
+fn add_of_an_existing_interface_fails_and_keeps_it() {
+    let lab = Lab::new();
+    let conf = config("v4", lab.data.path());
+    let pod = Netns::with_label("dup").expect("pod");
+    let first = lab.add("dup", &pod, &conf);
+    let err = error_of(&lab.call("ADD", "dup", Some(pod.path()), "eth0", &conf));
+    assert_eq!(err.code, code::INTERFACE_EXISTS);
+    assert!(err.msg.contains("eth0"));
+    let addrs = pod.snapshot().expect("state");
+    let eth0 = addrs.link("eth0").expect("eth0 still there");
+    assert!(addrs
+        .addresses_of(eth0.index)
+        .contains(&first.ips[0].address));
+    assert_eq!(
+        store_records(&lab.store()).len(),
+        1,
+        "no second reservation"
+    );
+    // Same container, another ifname: a second, distinct address.
+    let second = result_of(&lab.call("ADD", "dup", Some(pod.path()), "net1", &conf));
+    assert_ne!(second.ips[0].address, first.ips[0].address);
+    // DEL of one interface releases only that one.
+    let out = lab.call("DEL", "dup", Some(pod.path()), "net1", &conf);
+    assert!(out.status.success());
+    assert_eq!(
+        store_records(&lab.store()),
+        vec![first.ips[0].address.addr().to_string()]
+    );
+}
+
+#[test]
+fn failed_add_rolls_back_everything() {
+    let lab = Lab::new();
+    let pod = Netns::with_label("rollback").expect("pod");
+    let mut conf = config("v4", lab.data.path());
+    // A route whose gateway is not reachable fails after the veth and the
+    // addresses exist: the ADD must undo both.
+    conf["ipam"]["routes"] = json!([{"dst": "192.0.2.0/24", "gw": "198.51.100.1"}]);
+    let before = lab.host.snapshot().expect("host before");
+    let err = error_of(&lab.call("ADD", "rb", Some(pod.path()), "eth0", &conf));
+    assert_eq!(err.code, code::KERNEL);
+    assert!(
+        err.msg.contains("192.0.2.0/24"),
+        "names the route: {}",
+        err.msg
+    );
+    assert!(store_records(&lab.store()).is_empty(), "address released");
+    assert!(
+        pod.links().expect("links").iter().all(|l| l.name != "eth0"),
+        "pod side removed"
+    );
+    let after = lab.host.snapshot().expect("host after");
+    let added = after.added_since(&before, &["cnitest0".to_string()]);
+    assert!(added.is_empty(), "host left with {added:?}");
+
+    // A bridge name taken by a non-bridge fails before any veth exists.
+    let dummy = lab
+        .host
+        .command("ip")
+        .args([
+            "link",
+            "add",
+            "notabridge",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "nabpeer",
+        ])
+        .status()
+        .expect("ip link add");
+    assert!(dummy.success());
+    conf = config("v4", lab.data.path());
+    conf["bridge"] = json!("notabridge");
+    let err = error_of(&lab.call("ADD", "rb2", Some(pod.path()), "eth0", &conf));
+    assert_eq!(err.code, code::INVALID_CONFIG);
+    assert!(err.msg.contains("notabridge"));
+    assert!(store_records(&lab.store()).is_empty(), "address released");
+}
+
+#[test]
+fn hundred_parallel_adds_get_unique_addresses_and_dels_leave_nothing() {
+    let lab = Lab::new();
+    let conf = config("dual", lab.data.path());
+    let pods: Vec<Netns> = (0..100).map(|_| Netns::new().expect("pod")).collect();
+    let results: Vec<CniResult> = std::thread::scope(|s| {
+        let handles: Vec<_> = pods
+            .iter()
+            .enumerate()
+            .map(|(i, pod)| {
+                let lab = &lab;
+                let conf = &conf;
+                s.spawn(move || {
+                    result_of(&lab.call("ADD", &format!("par{i}"), Some(pod.path()), "eth0", conf))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("ADD thread"))
+            .collect()
+    });
+    let mut addrs: Vec<String> = results
+        .iter()
+        .flat_map(|r| r.ips.iter().map(|i| i.address.addr().to_string()))
+        .collect();
+    assert_eq!(addrs.len(), 200);
+    addrs.sort();
+    addrs.dedup();
+    assert_eq!(addrs.len(), 200, "every address is unique");
+    assert_eq!(store_records(&lab.store()).len(), 200);
+
+    std::thread::scope(|s| {
+        for (i, pod) in pods.iter().enumerate() {
+            let lab = &lab;
+            let conf = &conf;
+            s.spawn(move || lab.del_ok(&format!("par{i}"), Some(pod.path()), conf));
+        }
+    });
+    assert!(store_records(&lab.store()).is_empty(), "no record left");
+    let veths: Vec<String> = lab
+        .host
+        .links()
+        .expect("links")
+        .into_iter()
+        .filter(|l| l.kind.as_deref() == Some("veth"))
+        .map(|l| l.name)
+        .collect();
+    assert!(veths.is_empty(), "no veth left: {veths:?}");
+}
+
+#[test]
+fn gc_removes_what_is_not_listed() {
+    let lab = Lab::new();
+    let conf = config("v4", lab.data.path());
+    let pods: Vec<Netns> = (0..3).map(|_| Netns::new().expect("pod")).collect();
+    let res: Vec<CniResult> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| lab.add(&format!("gc{i}"), p, &conf))
+        .collect();
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": "gc0", "ifname": "eth0"}]);
+    let out = invoke(
+        &lab.host,
+        &lab.plugin,
+        &Call {
+            command: "GC",
+            container_id: "",
+            netns: None,
+            ifname: "",
+        },
+        &gc,
+    );
+    assert!(
+        out.status.success(),
+        "GC: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        store_records(&lab.store()),
+        vec![res[0].ips[0].address.addr().to_string()]
+    );
+    assert!(
+        lab.host_has_link(&host_veth_name("gc0", "eth0")),
+        "listed attachment kept"
+    );
+    assert!(!lab.host_has_link(&host_veth_name("gc1", "eth0")));
+    assert!(!lab.host_has_link(&host_veth_name("gc2", "eth0")));
+    // The older key name works as well.
+    let mut gc_old = conf.clone();
+    gc_old["cni.dev/attachments"] = json!([]);
+    let out = invoke(
+        &lab.host,
+        &lab.plugin,
+        &Call {
+            command: "GC",
+            container_id: "",
+            netns: None,
+            ifname: "",
+        },
+        &gc_old,
+    );
+    assert!(out.status.success());
+    assert!(store_records(&lab.store()).is_empty());
+}
+
+#[test]
+fn status_reports_exhaustion_and_unwritable_store() {
+    let lab = Lab::new();
+    let status = |conf: &Value| {
+        invoke(
+            &lab.host,
+            &lab.plugin,
+            &Call {
+                command: "STATUS",
+                container_id: "",
+                netns: None,
+                ifname: "",
+            },
+            conf,
+        )
+    };
+    let mut conf = config("v4", lab.data.path());
+    conf["ipam"]["ranges"] = json!([[{"subnet": "10.89.0.0/30"}]]);
+    let out = status(&conf);
+    assert!(
+        out.status.success() && out.stdout.is_empty(),
+        "ready: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let pod = Netns::new().expect("pod");
+    lab.add("only", &pod, &conf);
+    let err = error_of(&status(&conf));
+    assert_eq!(err.code, code::NOT_AVAILABLE);
+    assert!(
+        err.msg.contains("10.89.0.0/30"),
+        "names the range: {}",
+        err.msg
+    );
+    // ADD in the full range fails with a message naming the range.
+    let pod2 = Netns::new().expect("pod");
+    let err = error_of(&lab.call("ADD", "second", Some(pod2.path()), "eth0", &conf));
+    assert_eq!(err.code, code::RANGE_EXHAUSTED);
+    assert!(err.msg.contains("10.89.0.0/30"));
+
+    let file = tempfile::NamedTempFile::new().expect("file");
+    conf["ipam"]["dataDir"] = json!(file.path());
+    let err = error_of(&status(&conf));
+    assert_eq!(err.code, code::NOT_AVAILABLE);
+}
+
+#[rstest]
+#[case::malformed_json("ADD", "c1", "eth0", "{\"cniVersion\":", code::DECODE_FAILURE)]
+#[case::missing_name(
+    "ADD",
+    "c1",
+    "eth0",
+    r#"{"cniVersion":"1.1.0","ipam":{"subnet":"10.90.0.0/24"}}"#,
+    code::INVALID_CONFIG
+)]
+#[case::unknown_version(
+    "ADD",
+    "c1",
+    "eth0",
+    r#"{"cniVersion":"7.0.0","name":"x"}"#,
+    code::INCOMPATIBLE_VERSION
+)]
+#[case::traversal_id("ADD", "../../etc", "eth0", "", code::INVALID_ENV)]
+#[case::slash_ifname("ADD", "c1", "a/b", "", code::INVALID_ENV)]
+#[case::long_ifname("ADD", "c1", "abcdefghijklmnop", "", code::INVALID_ENV)]
+#[case::unknown_command("FROB", "c1", "eth0", "", code::INVALID_ENV)]
+#[case::missing_container("ADD", "", "eth0", "", code::INVALID_ENV)]
+#[case::check_too_old(
+    "CHECK",
+    "c1",
+    "eth0",
+    r#"{"cniVersion":"0.3.1","name":"x"}"#,
+    code::INCOMPATIBLE_VERSION
+)]
+#[case::status_too_old(
+    "STATUS",
+    "c1",
+    "eth0",
+    r#"{"cniVersion":"1.0.0","name":"x"}"#,
+    code::INCOMPATIBLE_VERSION
+)]
+fn bad_input_gets_its_code_and_changes_nothing(
+    #[case] command: &str,
+    #[case] id: &str,
+    #[case] ifname: &str,
+    #[case] stdin: &str,
+    #[case] want: u32,
+) {
+    let lab = Lab::new();
+    let pod = Netns::new().expect("pod");
+    let good = config("v4", lab.data.path());
+    let body: Value = if stdin.is_empty() {
+        good
+    } else {
+        match serde_json::from_str::<Value>(stdin) {
+            Ok(mut v) => {
+                if v.get("ipam").is_some() {
+                    v["ipam"]["dataDir"] = json!(lab.data.path());
+                }
+                v
+            }
+            Err(_) => Value::String(stdin.to_string()),
+        }
+    };
+    let before_host = lab.host.snapshot().expect("host");
+    let before_pod = pod.snapshot().expect("pod");
+    let out = if let Value::String(raw) = &body {
+        // Malformed JSON: send the raw bytes.
+        let mut cmd = lab.host.command(&lab.plugin);
+        cmd.env_clear()
+            .env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", id)
+            .env("CNI_NETNS", pod.path())
+            .env("CNI_IFNAME", ifname)
+            .env("CNI_PATH", "/nonexistent");
+        assert_cmd::Command::from_std(cmd)
+            .write_stdin(raw.clone())
+            .output()
+            .expect("runs")
+    } else {
+        lab.call(command, id, Some(pod.path()), ifname, &body)
+    };
+    let err = error_of(&out);
+    assert_eq!(err.code, want, "{}", err.msg);
+    assert!(!err.msg.is_empty());
+    let after_host = lab.host.snapshot().expect("host");
+    let after_pod = pod.snapshot().expect("pod");
+    assert!(
+        after_host.added_since(&before_host, &[]).is_empty(),
+        "host namespace unchanged"
+    );
+    assert!(
+        after_pod.added_since(&before_pod, &[]).is_empty(),
+        "pod namespace unchanged"
+    );
+    assert!(!lab.store().exists(), "the store was not created");
+    assert!(!Path::new("/etc/cnilab-should-not-exist").exists());
+}
