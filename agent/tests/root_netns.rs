@@ -1,0 +1,290 @@
+//! Root tests: the real agent binary with the nodes-file source, working on
+//! a node namespace the test creates (`--netns`). Everything is checked in
+//! the kernel (`ip -j route`, `nft list`), nothing outside the namespace is
+//! touched, and the namespace goes away on drop.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::{require_root, wait_until, AgentProcess, TestNetns};
+
+const AGENT: &str = env!("CARGO_BIN_EXE_cnilab-agent");
+const CLUSTER: &str = "10.244.0.0/16,fd00:10:244::/56";
+
+fn write_nodes(path: &Path, nodes: &[(&str, &[&str], &[&str])]) {
+    let list: Vec<serde_json::Value> = nodes
+        .iter()
+        .map(|(name, ips, cidrs)| serde_json::json!({"name": name, "internalIP": ips, "podCIDRs": cidrs}))
+        .collect();
+    // Through a rename, as the lab should: the agent never reads half a file.
+    let temp = path.with_extension("tmp");
+    std::fs::write(&temp, serde_json::to_vec_pretty(&list).expect("json")).expect("write nodes");
+    std::fs::rename(&temp, path).expect("rename nodes");
+}
+
+const A: (&str, &[&str], &[&str]) = (
+    "a",
+    &["192.168.77.1", "fd00:77::1"],
+    &["10.244.1.0/24", "fd00:10:244:1::/64"],
+);
+const B: (&str, &[&str], &[&str]) = (
+    "b",
+    &["192.168.77.2", "fd00:77::2"],
+    &["10.244.2.0/24", "fd00:10:244:2::/64"],
+);
+const C: (&str, &[&str], &[&str]) = ("c", &["192.168.77.3"], &["10.244.3.0/24"]);
+const D: (&str, &[&str], &[&str]) = ("d", &["192.168.77.4"], &["10.244.4.0/24"]);
+
+fn node_a() -> TestNetns {
+    let ns = TestNetns::new();
+    ns.uplink("192.168.77.1/24", "fd00:77::1/64");
+    ns
+}
+
+fn agent_args<'a>(ns: &'a str, nodes: &'a str, dir: &'a str) -> Vec<String> {
+    [
+        "--netns",
+        ns,
+        "--node-name",
+        "a",
+        "--nodes-file",
+        nodes,
+        "--cluster-cidr",
+        CLUSTER,
+        "--cni-conf-dir",
+        &format!("{dir}/net.d"),
+        "--cni-bin-dir",
+        &format!("{dir}/bin"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn once(args: &[String]) -> (bool, String) {
+    let out = Command::new(AGENT)
+        .args(args)
+        .arg("--once")
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run agent");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn root_once_programs_routes_rules_conflist_and_a_restart_changes_nothing() {
+    require_root();
+    let ns = node_a();
+    // A route somebody else made, to a CIDR no node has: must survive.
+    ns.ip(&[
+        "route",
+        "add",
+        "10.99.0.0/24",
+        "via",
+        "192.168.77.99",
+        "proto",
+        "static",
+    ]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nodes = dir.path().join("nodes.json");
+    write_nodes(&nodes, &[A, B, C]);
+    let plugin = dir.path().join("fake-plugin");
+    std::fs::write(&plugin, b"#!/bin/sh\n").expect("plugin");
+    let mut args = agent_args(
+        ns.path().to_str().expect("utf-8"),
+        nodes.to_str().expect("utf-8"),
+        dir.path().to_str().expect("utf-8"),
+    );
+    args.extend(["--plugin-binary".to_string(), plugin.display().to_string()]);
+
+    let (ok, log) = once(&args);
+    assert!(ok, "agent --once failed:\n{log}");
+    assert_eq!(
+        ns.own_routes(),
+        vec![
+            "10.244.2.0/24 via 192.168.77.2 proto 199",
+            "10.244.3.0/24 via 192.168.77.3 proto 199",
+            "fd00:10:244:2::/64 via fd00:77::2 proto 199",
+        ]
+    );
+    let table = ns.nft_table().expect("table inet cnilab_agent exists");
+    assert!(
+        table.contains("ip saddr 10.244.1.0/24 ip daddr != 10.244.0.0/16"),
+        "{table}"
+    );
+    assert!(table.contains("masquerade"), "{table}");
+    assert!(table.contains("ip6 daddr fd00:10:244::/56"), "{table}");
+    assert_eq!(ns.sysctl("net.ipv4.ip_forward"), "1");
+    assert_eq!(ns.sysctl("net.ipv6.conf.all.forwarding"), "1");
+    let conflist: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("net.d/10-cnilab.conflist")).expect("conflist written"),
+    )
+    .expect("conflist is JSON");
+    assert_eq!(
+        conflist["plugins"][0]["ipMasq"], false,
+        "agent masquerades, plugin must not"
+    );
+    assert_eq!(
+        conflist["plugins"][0]["ipam"]["ranges"][1][0]["subnet"],
+        "fd00:10:244:1::/64"
+    );
+    assert!(
+        dir.path().join("bin/cnilab-bridge").exists(),
+        "plugin installed"
+    );
+
+    // A restart: same kernel state, and the agent says it changed nothing.
+    let before = ns.all_routes();
+    let (ok, log) = once(&args);
+    assert!(ok, "second --once failed:\n{log}");
+    assert!(
+        log.contains("added=0 replaced=0 deleted=0 failed=0"),
+        "{log}"
+    );
+    assert_eq!(ns.all_routes(), before);
+    assert!(before.contains(&"10.99.0.0/24 via 192.168.77.99 proto static".to_string()));
+
+    // Uninstall removes what the agent made, and only that.
+    let out = Command::new(AGENT)
+        .args(["uninstall", "--netns", ns.path().to_str().expect("utf-8")])
+        .args(["--cni-conf-dir", &format!("{}/net.d", dir.path().display())])
+        .args(["--cni-bin-dir", &format!("{}/bin", dir.path().display())])
+        .output()
+        .expect("run uninstall");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(ns.own_routes().is_empty());
+    assert!(ns.nft_table().is_none(), "nft table removed");
+    assert!(!dir.path().join("net.d/10-cnilab.conflist").exists());
+    assert!(!dir.path().join("bin/cnilab-bridge").exists());
+    assert!(ns
+        .all_routes()
+        .contains(&"10.99.0.0/24 via 192.168.77.99 proto static".to_string()));
+}
+
+#[test]
+fn root_refuses_to_start_without_a_pod_cidr() {
+    require_root();
+    let ns = node_a();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nodes = dir.path().join("nodes.json");
+    write_nodes(&nodes, &[("a", &["192.168.77.1"], &[]), B]);
+    let args = agent_args(
+        ns.path().to_str().expect("utf-8"),
+        nodes.to_str().expect("utf-8"),
+        dir.path().to_str().expect("utf-8"),
+    );
+    let (ok, log) = once(&args);
+    assert!(!ok);
+    assert!(
+        log.contains("has no podCIDR") && log.contains("--allocate-node-cidrs"),
+        "{log}"
+    );
+    assert!(ns.own_routes().is_empty(), "nothing programmed");
+    assert!(ns.nft_table().is_none());
+
+    write_nodes(&nodes, &[B]);
+    let (ok, log) = once(&args);
+    assert!(!ok);
+    assert!(log.contains("is not in the node list"), "{log}");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = write!(stream, "GET {path} HTTP/1.1\r\nHost: agent\r\n\r\n");
+    let mut out = String::new();
+    let _ = stream.read_to_string(&mut out);
+    out
+}
+
+#[test]
+fn root_running_agent_follows_the_nodes_file_and_leaves_routes_on_sigterm() {
+    require_root();
+    let ns = node_a();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nodes = dir.path().join("nodes.json");
+    write_nodes(&nodes, &[A, B, C]);
+    let port = free_port();
+    let mut args = agent_args(
+        ns.path().to_str().expect("utf-8"),
+        nodes.to_str().expect("utf-8"),
+        dir.path().to_str().expect("utf-8"),
+    );
+    args.extend(["--poll-ms", "100", "--metrics-addr"].map(String::from));
+    args.push(format!("127.0.0.1:{port}"));
+    let log = dir.path().join("agent.log");
+    let mut agent = AgentProcess {
+        child: Command::new(AGENT)
+            .args(&args)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("start agent"),
+        log,
+    };
+    let timeout = Duration::from_secs(10);
+    wait_until(timeout, "routes to b and c", || ns.own_routes().len() == 3);
+    wait_until(timeout, "/healthz 200", || {
+        http_get(port, "/healthz").starts_with("HTTP/1.1 200")
+    });
+    let metrics = http_get(port, "/metrics");
+    assert!(
+        metrics.contains("\ncnilab_agent_routes_managed 3\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("cnilab_agent_last_reconcile_timestamp_seconds"),
+        "{metrics}"
+    );
+
+    // c leaves: its route goes, the others stay.
+    write_nodes(&nodes, &[A, B]);
+    wait_until(timeout, "c's route removed", || {
+        !ns.own_routes()
+            .iter()
+            .any(|r| r.starts_with("10.244.3.0/24"))
+    });
+    assert_eq!(ns.own_routes().len(), 2);
+
+    // d joins late: routed without a restart. b's InternalIP moves: replaced.
+    let b_moved: (&str, &[&str], &[&str]) = ("b", &["192.168.77.22", "fd00:77::2"], B.2);
+    write_nodes(&nodes, &[A, b_moved, D]);
+    wait_until(timeout, "d routed and b's route replaced", || {
+        let routes = ns.own_routes();
+        routes.contains(&"10.244.4.0/24 via 192.168.77.4 proto 199".to_string())
+            && routes.contains(&"10.244.2.0/24 via 192.168.77.22 proto 199".to_string())
+    });
+
+    // A half-written or broken file keeps the last good list.
+    std::fs::write(&nodes, b"[{\"name\": ").expect("write broken file");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(ns.own_routes().len(), 3, "{}", agent.log_text());
+
+    // SIGTERM: clean exit, routes and rules stay for the running pods.
+    let status = agent.terminate();
+    assert!(status.success(), "exit {status}:\n{}", agent.log_text());
+    assert_eq!(ns.own_routes().len(), 3);
+    assert!(ns.nft_table().is_some());
+    assert!(agent.log_text().contains("routes and rules left in place"));
+}
