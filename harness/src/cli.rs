@@ -32,3 +32,36 @@ pub fn sweep() -> CliResult {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+pub fn lifecycle(plugin_dir: &str, config: &std::path::Path, ifname: &str) -> CliResult {
+    use crate::lifecycle::{Lab, Lifecycle};
+    use crate::runtime::{NetworkConfig, Runtime};
+    netns::require_root()?;
+    let mut net = NetworkConfig::load(config)?;
+    let store = crate::util::ScratchDir::new("ipam")?;
+    net.set_ipam_data_dir(store.path());
+    let host = netns::Netns::with_label("host")?;
+    host.set_lo_up()?;
+    let runtime = Runtime::new(plugin_dir).in_netns(&host)?;
+    let lab = Lab::new(&runtime, &host, &net);
+    let findings = Lifecycle::new(&lab).ifname(ifname).run()?;
+    for f in &findings {
+        println!("{:<4} {:<3} {}", f.verdict, f.id, f.detail);
+        if f.verdict == crate::verdict::Verdict::Fail {
+            for e in &f.executions {
+                println!("       $ {}", e.shell_line());
+                println!(
+                    "       {} stdout={:?} stderr={:?}",
+                    e.status_text(),
+                    e.stdout.trim(),
+                    e.stderr.trim()
+                );
+            }
+        }
+    }
+    Ok(if crate::lifecycle::all_ok(&findings) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

@@ -3,6 +3,9 @@
 
 pub mod bench;
 pub mod cli;
+pub mod host_state;
+pub mod lifecycle;
 pub mod netns;
 pub mod runtime;
 pub mod util;
+pub mod verdict;

@@ -45,6 +45,18 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Run one pod's full lifecycle (ADD, verify, CHECK, tamper, DEL, cleanup, DEL variants).
+    Lifecycle {
+        /// Directory (or colon-separated list, like CNI_PATH) with the plugin binaries.
+        #[arg(long)]
+        plugin_dir: String,
+        /// Network config (.conf or .conflist).
+        #[arg(long)]
+        config: PathBuf,
+        /// Container interface name.
+        #[arg(long, default_value = "eth0")]
+        ifname: String,
+    },
     /// Remove namespaces left behind by killed cnilab runs.
     Sweep,
 }
@@ -72,6 +84,11 @@ fn main() -> ExitCode {
             },
             json,
         ),
+        Cmd::Lifecycle {
+            plugin_dir,
+            config,
+            ifname,
+        } => cnilab_harness::cli::lifecycle(&plugin_dir, &config, &ifname),
         Cmd::Sweep => cnilab_harness::cli::sweep(),
     };
     match outcome {
