@@ -35,14 +35,18 @@ else
     log "WARNING: the cluster was initialised with another pod CIDR than $CNILAB_POD_CIDR;"
     log "WARNING: run 'vagrant destroy -f && vagrant up' to apply it"
   fi
+  if ! grep -q "kubernetesVersion: v$CNILAB_K8S_VERSION\$" <<<"$cluster_config"; then
+    log "WARNING: the control plane runs another version than k8s_version=$CNILAB_K8S_VERSION;"
+    log "WARNING: kubeadm upgrades are not automated here: 'vagrant destroy -f && vagrant up'"
+  fi
 fi
 
 # Let the vagrant user use the cluster, including with the documented
 # `vagrant ssh cp -c 'cnilab e2e check --kubeconfig /etc/kubernetes/admin.conf'`.
 # (A lab VM: the admin credentials are not a secret here.)
-chgrp vagrant /etc/kubernetes/admin.conf
+chgrp "$(id -gn vagrant)" /etc/kubernetes/admin.conf
 chmod 0640 /etc/kubernetes/admin.conf
-install -D -o vagrant -g vagrant -m 0600 /etc/kubernetes/admin.conf /home/vagrant/.kube/config
+install -D -o vagrant -g "$(id -gn vagrant)" -m 0600 /etc/kubernetes/admin.conf ~vagrant/.kube/config
 # The API server listens on the private address, so this kubeconfig also
 # works from the host: kubectl --kubeconfig lab/vagrant/run/admin.conf ...
 install -m 0600 /etc/kubernetes/admin.conf "$RUN_DIR/admin.conf.tmp"

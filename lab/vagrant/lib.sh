@@ -38,6 +38,10 @@ interface_with_address() {
 
 deb_arch() { dpkg --print-architecture; }
 
+# apt-get that waits for the dpkg lock: on a first boot, cloud-init and
+# unattended-upgrades often hold it for minutes.
+apt_get() { apt-get -o DPkg::Lock::Timeout=900 "$@"; }
+
 apt_install() {
   local -a missing=()
   local pkg
@@ -48,8 +52,8 @@ apt_install() {
   done
   if ((${#missing[@]} > 0)); then
     log "apt: installing ${missing[*]}"
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt_get update -qq
+    apt_get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
 }
 

@@ -156,19 +156,19 @@ if [[ ! -f /etc/apt/sources.list.d/kubernetes.list ]] ||
   curl -fsSL --retry 5 "https://pkgs.k8s.io/core:/stable:/v$minor/deb/Release.key" |
     gpg --dearmor --yes -o /etc/apt/keyrings/kubernetes-apt-keyring.gpg
   printf '%s\n' "$repo_line" >/etc/apt/sources.list.d/kubernetes.list
-  apt-get update -qq
+  apt_get update -qq
 fi
 
 installed=$(dpkg-query -W -f='${Version}' kubeadm 2>/dev/null || true)
 if [[ $installed != "$CNILAB_K8S_VERSION"-* ]]; then
   pkg_version=$(apt-cache madison kubeadm | awk -v v="$CNILAB_K8S_VERSION" '$3 ~ "^" v "-" { print $3; exit }')
   if [[ -z $pkg_version ]]; then
-    apt-get update -qq
+    apt_get update -qq
     pkg_version=$(apt-cache madison kubeadm | awk -v v="$CNILAB_K8S_VERSION" '$3 ~ "^" v "-" { print $3; exit }')
   fi
   [[ -n $pkg_version ]] || die "kubeadm $CNILAB_K8S_VERSION is not in the v$minor repository"
   log "installing kubeadm, kubelet and kubectl $pkg_version"
-  apt-get install -y -qq --no-install-recommends --allow-change-held-packages \
+  apt_get install -y -qq --no-install-recommends --allow-change-held-packages \
     "kubeadm=$pkg_version" "kubelet=$pkg_version" "kubectl=$pkg_version" >/dev/null
   apt-mark hold kubeadm kubelet kubectl >/dev/null
 fi
