@@ -3,7 +3,7 @@
 
 use super::addresses::{self, Allocation};
 use super::{host_veth_name, prev_result, runtime, subnets};
-use crate::config::Plan;
+use crate::config::{IpamPlan, Plan};
 use crate::env::CniEnv;
 use crate::error::{CniError, Result};
 use crate::masq;
@@ -12,7 +12,7 @@ use crate::nl::{self, is_exists, Link};
 use crate::spec::{code, CniResult, Interface, IpConfig, Route};
 use ipnet::IpNet;
 use rtnetlink::packet_route::address::{AddressAttribute, AddressFlags};
-use rtnetlink::packet_route::link::{InfoData, InfoVeth};
+use rtnetlink::packet_route::link::{InfoData, InfoVeth, LinkAttribute};
 use rtnetlink::{Handle, LinkBridge, LinkBridgePort, LinkUnspec, LinkVeth};
 use std::fs::File;
 use std::net::IpAddr;
@@ -23,45 +23,60 @@ pub fn run(env: &CniEnv, plan: &Plan) -> Result<CniResult> {
     let ns = netns::open(&env.netns)
         .map_err(|e| CniError::env(format!("CNI_NETNS {}: {e}", env.netns)))?;
     let rt = runtime()?;
-    rt.block_on(async {
-        let host =
-            netns::connect(None).map_err(|e| CniError::kernel("netlink in host namespace", e))?;
-        let cont = netns::connect(Some(&ns))
-            .map_err(|e| CniError::kernel(format!("netlink in {}", env.netns), e))?;
-        if nl::link_by_name(&cont, &env.ifname)
-            .await
-            .map_err(|e| CniError::kernel(format!("look up {} in {}", env.ifname, env.netns), e))?
-            .is_some()
-        {
-            return Err(CniError::new(
-                code::INTERFACE_EXISTS,
-                format!(
-                    "interface {} already exists in netns {}",
-                    env.ifname, env.netns
-                ),
-            ));
-        }
-        let alloc = addresses::allocate(env, plan)?;
-        let host_veth = host_veth_name(&env.container_id, &env.ifname);
-        match setup(env, plan, &ns, &host, &cont, &host_veth, &alloc).await {
-            Ok(mut result) => {
-                if let Some(prev) = prev {
-                    result = merge(prev, result);
-                }
-                Ok(result)
+    let _entered = rt.enter();
+    let host =
+        netns::connect(None).map_err(|e| CniError::kernel("netlink in host namespace", e))?;
+    let host_veth = host_veth_name(&env.container_id, &env.ifname);
+    // The built-in store is plain file I/O under an flock: it runs on its own
+    // thread while netlink builds the bridge and the veth pair. A delegated
+    // IPAM plugin runs only once the links exist.
+    let builtin = matches!(plan.ipam, IpamPlan::Builtin(_));
+    let (links, alloc) = std::thread::scope(|s| {
+        let early = builtin.then(|| s.spawn(|| addresses::allocate(env, plan)));
+        let links = rt.block_on(create_links(env, plan, &ns, &host, &host_veth));
+        let alloc = match early {
+            Some(job) => job
+                .join()
+                .unwrap_or_else(|_| Err(CniError::io("IPAM thread panicked"))),
+            None if links.is_ok() => addresses::allocate(env, plan),
+            None => Ok(Allocation::default()),
+        };
+        (links, alloc)
+    });
+    let (bridge, links_made) = match (links, alloc) {
+        (Ok(links), Ok(alloc)) => (links, alloc),
+        (Err(e), alloc) => {
+            if let Ok(alloc) = alloc {
+                addresses::release_allocation(env, plan, &alloc);
             }
-            Err(e) => {
-                // Undo in reverse: masquerade, veth (its peer goes with it), addresses.
+            return Err(e);
+        }
+        (Ok(_), Err(e)) => {
+            let _ = rt.block_on(nl::delete_link_by_name(&host, &host_veth));
+            return Err(e);
+        }
+    };
+    let alloc = links_made;
+    match rt.block_on(configure(
+        env, plan, &ns, &host, &host_veth, &bridge, &alloc,
+    )) {
+        Ok(mut result) => {
+            if let Some(prev) = prev {
+                result = merge(prev, result);
+            }
+            Ok(result)
+        }
+        Err(e) => {
+            // Undo in reverse: masquerade, veth (its peer goes with it), addresses.
+            if plan.ip_masq {
                 let ips: Vec<IpAddr> = alloc.ips.iter().map(|i| i.address.addr()).collect();
-                if plan.ip_masq {
-                    let _ = masq::del(&plan.name, &subnets(plan, &alloc.addresses()), &ips);
-                }
-                let _ = nl::delete_link_by_name(&host, &host_veth).await;
-                let _ = addresses::release(env, plan);
-                Err(e)
+                let _ = masq::del(&plan.name, &subnets(plan, &alloc.addresses()), &ips);
             }
+            let _ = rt.block_on(nl::delete_link_by_name(&host, &host_veth));
+            addresses::release_allocation(env, plan, &alloc);
+            Err(e)
         }
-    })
+    }
 }
 
 /// Appends this plugin's interfaces, IPs and routes to `prev` (chaining).
@@ -79,16 +94,41 @@ fn merge(mut prev: CniResult, ours: CniResult) -> CniResult {
     prev
 }
 
-async fn setup(
+/// The bridge (created if needed) and the veth pair, the pod end placed
+/// straight into the pod's namespace, up, with its final name.
+async fn create_links(
     env: &CniEnv,
     plan: &Plan,
     ns: &File,
     host: &Handle,
-    cont: &Handle,
     host_veth: &str,
+) -> Result<Link> {
+    let bridge = ensure_bridge(host, plan).await?;
+    create_veth(env, plan, ns, host, host_veth, bridge.index).await?;
+    if plan.hairpin {
+        host.link()
+            .set_port(
+                LinkBridgePort::new(0)
+                    .append_extra_attribute(LinkAttribute::IfName(host_veth.to_string()))
+                    .hairpin(true)
+                    .build(),
+            )
+            .execute()
+            .await
+            .map_err(|e| CniError::kernel(format!("hairpin mode on {host_veth}"), e))?;
+    }
+    Ok(bridge)
+}
+
+async fn configure(
+    env: &CniEnv,
+    plan: &Plan,
+    ns: &File,
+    host: &Handle,
+    host_veth: &str,
+    bridge: &Link,
     alloc: &Allocation,
 ) -> Result<CniResult> {
-    let bridge = ensure_bridge(host, plan).await?;
     if plan.is_gateway {
         for ip in &alloc.ips {
             if let Some(gw) = ip.gateway {
@@ -98,29 +138,30 @@ async fn setup(
             }
         }
     }
-    create_veth(plan, ns, host, host_veth, &env.ifname, bridge.index).await?;
-    let host_link = nl::link_by_name(host, host_veth)
-        .await
-        .map_err(|e| CniError::kernel(format!("look up {host_veth}"), e))?
-        .ok_or_else(|| CniError::kernel(host_veth, "veth vanished after creation"))?;
-    if plan.hairpin {
-        host.link()
-            .set_port(LinkBridgePort::new(host_link.index).hairpin(true).build())
-            .execute()
-            .await
-            .map_err(|e| CniError::kernel(format!("hairpin mode on {host_veth}"), e))?;
-    }
-    let pod_link = configure_pod(env, plan, ns, cont, alloc).await?;
+    let cont = netns::connect(Some(ns))
+        .map_err(|e| CniError::kernel(format!("netlink in {}", env.netns), e))?;
+    let pod_link = configure_pod(env, ns, &cont, alloc).await?;
     let routes = pod_routes(plan, alloc);
+    let cont = &cont;
+    let mut pending = Vec::new();
     for route in &routes {
         let msg = nl::route_message(route.dst, route.gw, Some(pod_link.index), None)
             .map_err(CniError::config)?;
-        match nl::add_route(cont, msg, false).await {
+        pending.push(async move { (route, nl::add_route(cont, msg, false).await) });
+    }
+    // Sent back to back on one socket: the kernel handles them in order.
+    for (route, outcome) in futures_util::future::join_all(pending).await {
+        match outcome {
             Ok(()) => {}
             Err(e) if is_exists(&e) => {}
             Err(e) => {
                 return Err(CniError::kernel(
-                    format!("route {} via {:?} in {}", route.dst, route.gw, env.netns),
+                    format!(
+                        "route {}{} in {}",
+                        route.dst,
+                        route.gw.map(|g| format!(" via {g}")).unwrap_or_default(),
+                        env.netns
+                    ),
                     e,
                 ))
             }
@@ -133,6 +174,11 @@ async fn setup(
         let ips: Vec<IpAddr> = alloc.ips.iter().map(|i| i.address.addr()).collect();
         masq::add(&plan.name, &subnets(plan, &alloc.addresses()), &ips)?;
     }
+    let host_mac = nl::link_by_name(host, host_veth)
+        .await
+        .map_err(|e| CniError::kernel(format!("look up {host_veth}"), e))?
+        .map(|l| l.mac)
+        .unwrap_or_default();
     Ok(CniResult {
         cni_version: plan.version.to_string(),
         interfaces: vec![
@@ -143,7 +189,7 @@ async fn setup(
             },
             Interface {
                 name: host_veth.to_string(),
-                mac: host_link.mac.clone(),
+                mac: host_mac,
                 ..Interface::default()
             },
             Interface {
@@ -241,14 +287,16 @@ async fn add_address(handle: &Handle, index: u32, net: IpNet, on: &str) -> Resul
 }
 
 async fn create_veth(
+    env: &CniEnv,
     plan: &Plan,
     ns: &File,
     host: &Handle,
     host_veth: &str,
-    ifname: &str,
     bridge_index: u32,
 ) -> Result<()> {
+    let ifname = env.ifname.as_str();
     let build = || {
+        // The pod end is created inside the pod's namespace.
         let mut peer = LinkUnspec::new_with_name(ifname).setns_by_fd(ns.as_raw_fd());
         let mut builder = LinkVeth::new(host_veth, ifname);
         if let Some(mtu) = plan.mtu {
@@ -261,34 +309,44 @@ async fn create_veth(
             .up()
             .build()
     };
-    match host.link().add(build()).execute().await {
-        Ok(()) => Ok(()),
-        Err(e) if is_exists(&e) => {
-            // The container side was checked to be absent, so this is a host
-            // veth left by an interrupted ADD of the same attachment.
-            nl::delete_link_by_name(host, host_veth)
-                .await
-                .map_err(|e| CniError::kernel(format!("remove stale {host_veth}"), e))?;
-            host.link()
-                .add(build())
-                .execute()
-                .await
-                .map_err(|e| CniError::kernel(format!("create veth {host_veth}/{ifname}"), e))
-        }
-        Err(e) => Err(CniError::kernel(
-            format!("create veth {host_veth}/{ifname}"),
+    let made = host.link().add(build()).execute().await;
+    let Err(e) = made else {
+        return Ok(());
+    };
+    let failed = |e| {
+        CniError::kernel(
+            format!(
+                "create veth {host_veth} with peer {ifname} in {}",
+                env.netns
+            ),
             e,
-        )),
+        )
+    };
+    if !is_exists(&e) {
+        return Err(failed(e));
     }
+    // One of the two names is taken. The pod's interface: ADD must fail and
+    // leave it alone. Otherwise a host veth left by an interrupted ADD of the
+    // same attachment: replace it.
+    let cont = netns::connect(Some(ns))
+        .map_err(|e| CniError::kernel(format!("netlink in {}", env.netns), e))?;
+    if nl::link_by_name(&cont, ifname)
+        .await
+        .map_err(|e| CniError::kernel(format!("look up {ifname} in {}", env.netns), e))?
+        .is_some()
+    {
+        return Err(CniError::new(
+            code::INTERFACE_EXISTS,
+            format!("interface {ifname} already exists in netns {}", env.netns),
+        ));
+    }
+    nl::delete_link_by_name(host, host_veth)
+        .await
+        .map_err(|e| CniError::kernel(format!("remove stale {host_veth}"), e))?;
+    host.link().add(build()).execute().await.map_err(failed)
 }
 
-async fn configure_pod(
-    env: &CniEnv,
-    plan: &Plan,
-    ns: &File,
-    cont: &Handle,
-    alloc: &Allocation,
-) -> Result<Link> {
+async fn configure_pod(env: &CniEnv, ns: &File, cont: &Handle, alloc: &Allocation) -> Result<Link> {
     let link = nl::link_by_name(cont, &env.ifname)
         .await
         .map_err(|e| CniError::kernel(format!("look up {} in {}", env.ifname, env.netns), e))?
@@ -303,25 +361,24 @@ async fn configure_pod(
         netns::write_sysctl(Some(ns), &key, "0")
             .map_err(|e| CniError::kernel(format!("{key} in {}", env.netns), e))?;
     }
-    for ip in &alloc.ips {
-        add_address(
-            cont,
-            link.index,
-            ip.address,
-            &format!("{} in {}", env.ifname, env.netns),
-        )
-        .await?;
+    let on = format!("{} in {}", env.ifname, env.netns);
+    let adds = alloc
+        .ips
+        .iter()
+        .map(|ip| add_address(cont, link.index, ip.address, &on));
+    let up = async {
+        cont.link()
+            .set(LinkUnspec::new_with_index(link.index).up().build())
+            .execute()
+            .await
+            .map_err(|e| CniError::kernel(format!("set {on} up"), e))
+    };
+    let (added, up) = futures_util::future::join(futures_util::future::join_all(adds), up).await;
+    for outcome in added {
+        outcome?;
     }
-    cont.link()
-        .set(LinkUnspec::new_with_index(link.index).up().build())
-        .execute()
-        .await
-        .map_err(|e| CniError::kernel(format!("set {} up in {}", env.ifname, env.netns), e))?;
-    let _ = plan;
-    nl::link_by_name(cont, &env.ifname)
-        .await
-        .map_err(|e| CniError::kernel(format!("look up {}", env.ifname), e))?
-        .ok_or_else(|| CniError::kernel(&env.ifname, "vanished"))
+    up?;
+    Ok(link)
 }
 
 /// The default route via each family's gateway (isDefaultGateway) plus the

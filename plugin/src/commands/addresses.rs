@@ -80,6 +80,24 @@ pub fn release(env: &CniEnv, plan: &Plan) -> Result<Vec<IpAddr>> {
     }
 }
 
+/// Undoes `allocate` after a failed ADD: exactly the addresses it handed
+/// out, so an earlier reservation of the same attachment is left alone.
+pub fn release_allocation(env: &CniEnv, plan: &Plan, alloc: &Allocation) {
+    match &plan.ipam {
+        IpamPlan::None => {}
+        IpamPlan::Delegate { .. } => {
+            let _ = release(env, plan);
+        }
+        IpamPlan::Builtin(ipam) => {
+            if let Ok(store) = Store::open_locked(&ipam.store_dir, LOCK_TIMEOUT) {
+                for ip in &alloc.ips {
+                    let _ = store.release_ip(ip.address.addr(), &env.container_id, &env.ifname);
+                }
+            }
+        }
+    }
+}
+
 /// Verifies that each address is still reserved for (container, ifname).
 pub fn check(env: &CniEnv, plan: &Plan, ips: &[IpAddr]) -> Result<()> {
     match &plan.ipam {
