@@ -249,6 +249,56 @@ pub fn route_message(
     Ok(builder.build())
 }
 
+/// A veth pair `name` (here) and `peer` (created directly inside the
+/// namespace `peer_ns`, so a half-made pair never shows up in the wrong
+/// namespace), with `name` enslaved to `controller` and up.
+pub fn veth_message(
+    name: &str,
+    peer: &str,
+    peer_ns: &std::fs::File,
+    mtu: Option<u32>,
+    controller: Option<u32>,
+) -> LinkMessage {
+    use rtnetlink::packet_route::link::{InfoData, InfoVeth};
+    use std::os::fd::AsRawFd;
+    let mut peer_msg = rtnetlink::LinkUnspec::new_with_name(peer).setns_by_fd(peer_ns.as_raw_fd());
+    let mut builder = rtnetlink::LinkVeth::new(name, peer);
+    if let Some(mtu) = mtu {
+        peer_msg = peer_msg.mtu(mtu);
+        builder = builder.mtu(mtu);
+    }
+    builder = builder.set_info_data(InfoData::Veth(InfoVeth::Peer(peer_msg.build())));
+    if let Some(c) = controller {
+        builder = builder.controller(c);
+    }
+    builder.up().build()
+}
+
+/// Brings a link up.
+pub async fn set_up(handle: &Handle, index: u32) -> Result<(), Error> {
+    handle
+        .link()
+        .set(rtnetlink::LinkUnspec::new_with_index(index).up().build())
+        .execute()
+        .await
+}
+
+/// Adds an address (IPv6 without duplicate address detection: addresses
+/// cnilab hands out are unique by construction, and DAD would keep them
+/// unusable for a second). An address that is already there is not an error.
+pub async fn add_address(handle: &Handle, index: u32, net: IpNet) -> Result<(), Error> {
+    let mut req = handle.address().add(index, net.addr(), net.prefix_len());
+    if net.addr().is_ipv6() {
+        req.message_mut().attributes.push(AddressAttribute::Flags(
+            rtnetlink::packet_route::address::AddressFlags::Nodad,
+        ));
+    }
+    match req.execute().await {
+        Err(e) if is_exists(&e) => Ok(()),
+        other => other,
+    }
+}
+
 /// Adds (or, with `replace`, replaces) a route.
 pub async fn add_route(handle: &Handle, msg: RouteMessage, replace: bool) -> Result<(), Error> {
     let req = handle.route().add(msg);

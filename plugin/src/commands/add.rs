@@ -11,12 +11,10 @@ use crate::netns;
 use crate::nl::{self, is_exists, Link};
 use crate::spec::{code, CniResult, Interface, IpConfig, Route};
 use ipnet::IpNet;
-use rtnetlink::packet_route::address::{AddressAttribute, AddressFlags};
-use rtnetlink::packet_route::link::{InfoData, InfoVeth, LinkAttribute};
-use rtnetlink::{Handle, LinkBridge, LinkBridgePort, LinkUnspec, LinkVeth};
+use rtnetlink::packet_route::link::LinkAttribute;
+use rtnetlink::{Handle, LinkBridge, LinkBridgePort, LinkUnspec};
 use std::fs::File;
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
 
 pub fn run(env: &CniEnv, plan: &Plan) -> Result<CniResult> {
     let prev = prev_result(plan)?;
@@ -271,19 +269,9 @@ async fn ensure_bridge(host: &Handle, plan: &Plan) -> Result<Link> {
 }
 
 async fn add_address(handle: &Handle, index: u32, net: IpNet, on: &str) -> Result<()> {
-    let mut req = handle.address().add(index, net.addr(), net.prefix_len());
-    if net.addr().is_ipv6() {
-        // Pod and gateway addresses are unique by construction: skip DAD so
-        // they are usable at once instead of after a second of "tentative".
-        req.message_mut()
-            .attributes
-            .push(AddressAttribute::Flags(AddressFlags::Nodad));
-    }
-    match req.execute().await {
-        Ok(()) => Ok(()),
-        Err(e) if is_exists(&e) => Ok(()),
-        Err(e) => Err(CniError::kernel(format!("add address {net} to {on}"), e)),
-    }
+    nl::add_address(handle, index, net)
+        .await
+        .map_err(|e| CniError::kernel(format!("add address {net} to {on}"), e))
 }
 
 async fn create_veth(
@@ -295,20 +283,7 @@ async fn create_veth(
     bridge_index: u32,
 ) -> Result<()> {
     let ifname = env.ifname.as_str();
-    let build = || {
-        // The pod end is created inside the pod's namespace.
-        let mut peer = LinkUnspec::new_with_name(ifname).setns_by_fd(ns.as_raw_fd());
-        let mut builder = LinkVeth::new(host_veth, ifname);
-        if let Some(mtu) = plan.mtu {
-            peer = peer.mtu(mtu);
-            builder = builder.mtu(mtu);
-        }
-        builder
-            .set_info_data(InfoData::Veth(InfoVeth::Peer(peer.build())))
-            .controller(bridge_index)
-            .up()
-            .build()
-    };
+    let build = || nl::veth_message(host_veth, ifname, ns, plan.mtu, Some(bridge_index));
     let made = host.link().add(build()).execute().await;
     let Err(e) = made else {
         return Ok(());
@@ -367,9 +342,7 @@ async fn configure_pod(env: &CniEnv, ns: &File, cont: &Handle, alloc: &Allocatio
         .iter()
         .map(|ip| add_address(cont, link.index, ip.address, &on));
     let up = async {
-        cont.link()
-            .set(LinkUnspec::new_with_index(link.index).up().build())
-            .execute()
+        nl::set_up(cont, link.index)
             .await
             .map_err(|e| CniError::kernel(format!("set {on} up"), e))
     };
