@@ -32,18 +32,54 @@ fn family_keyword(net: &IpNet) -> &'static str {
     }
 }
 
+/// A set of networks, written the way `nft list` prints it (one element
+/// without braces) so the table can be compared with the kernel's listing.
 fn set_of<'a>(nets: impl Iterator<Item = &'a IpNet>) -> String {
     let items: Vec<String> = nets.map(IpNet::to_string).collect();
-    format!("{{ {} }}", items.join(", "))
+    match items.as_slice() {
+        [one] => one.clone(),
+        _ => format!("{{ {} }}", items.join(", ")),
+    }
 }
 
 /// The complete ruleset text, which replaces the table atomically (the
 /// leading `table` + `delete table` makes it work whether or not the table
 /// exists).
 pub fn ruleset(policy: &NatPolicy) -> String {
+    format!(
+        "table inet {TABLE} {{}}\ndelete table inet {TABLE}\n{}",
+        table(policy)
+    )
+}
+
+/// Whether `listing` (from `nft list table inet cnilab_agent`) is the table
+/// `policy` asks for, counters aside. A false "no" only costs a reload.
+pub fn listing_matches(listing: &str, policy: &NatPolicy) -> bool {
+    normalize(listing) == normalize(&table(policy))
+}
+
+fn normalize(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|line| {
+            let mut tokens = Vec::new();
+            let mut words = line.split_whitespace().peekable();
+            while let Some(word) = words.next() {
+                let is_number = |w: &&str| w.chars().all(|c| c.is_ascii_digit());
+                if (word == "packets" || word == "bytes") && words.peek().is_some_and(is_number) {
+                    words.next();
+                    continue;
+                }
+                tokens.push(word);
+            }
+            tokens.join(" ")
+        })
+        .filter(|line| !line.is_empty())
+        .collect()
+}
+
+/// The table itself, as `nft list table` prints it.
+fn table(policy: &NatPolicy) -> String {
     let mut text = String::new();
-    let _ = writeln!(text, "table inet {TABLE} {{}}");
-    let _ = writeln!(text, "delete table inet {TABLE}");
     let _ = writeln!(text, "table inet {TABLE} {{");
     let _ = writeln!(text, "\tchain forward {{");
     let _ = writeln!(
@@ -198,13 +234,29 @@ mod tests {
             pod_cidrs: nets(&["10.244.1.0/24", "fd00:10:244:1::/64"]),
             masquerade: true,
         });
-        assert!(text.contains("ip saddr { 10.244.0.0/16 } counter accept"));
-        assert!(text.contains("ip6 daddr { fd00:10:244::/56 } counter accept"));
+        assert!(text.contains("ip saddr 10.244.0.0/16 counter accept"));
+        assert!(text.contains("ip6 daddr fd00:10:244::/56 counter accept"));
         assert!(text
-            .contains("ip saddr 10.244.1.0/24 ip daddr != { 10.244.0.0/16 } counter masquerade"));
+            .contains("ip saddr 10.244.1.0/24 ip daddr != 10.244.0.0/16 counter masquerade"));
         assert!(text.contains(
-            "ip6 saddr fd00:10:244:1::/64 ip6 daddr != { fd00:10:244::/56 } counter masquerade"
+            "ip6 saddr fd00:10:244:1::/64 ip6 daddr != fd00:10:244::/56 counter masquerade"
         ));
+    }
+
+    #[test]
+    fn a_listing_with_counters_matches_its_policy() {
+        let policy = NatPolicy {
+            cluster_cidrs: nets(&["10.244.0.0/16", "10.245.0.0/16"]),
+            pod_cidrs: nets(&["10.244.1.0/24"]),
+            masquerade: true,
+        };
+        let listing = "table inet cnilab_agent {\n\tchain forward {\n\t\ttype filter hook forward priority filter; policy accept;\n\t\tip saddr { 10.244.0.0/16, 10.245.0.0/16 } counter packets 3 bytes 252 accept\n\t\tip daddr { 10.244.0.0/16, 10.245.0.0/16 } counter packets 0 bytes 0 accept\n\t}\n\n\tchain postrouting {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t\tip saddr 10.244.1.0/24 ip daddr != { 10.244.0.0/16, 10.245.0.0/16 } counter packets 1 bytes 84 masquerade\n\t}\n}\n";
+        assert!(listing_matches(listing, &policy));
+        let other = NatPolicy {
+            masquerade: false,
+            ..policy
+        };
+        assert!(!listing_matches(listing, &other));
     }
 
     #[test]

@@ -181,8 +181,16 @@ impl Reconciler {
                 .as_deref()
                 != Some("1")
             {
-                cnilab_plugin::netns::write_sysctl(netns, key, "1")
-                    .map_err(|e| AgentError::io(format!("enable {key}"), e))?;
+                cnilab_plugin::netns::write_sysctl(netns, key, "1").map_err(|e| {
+                    AgentError::io(
+                        format!(
+                            "enable {key} (in an unprivileged container /proc/sys is read-only: \
+                             set it on the node, e.g. `sysctl -w {}=1`)",
+                            key.replace('/', ".")
+                        ),
+                        e,
+                    )
+                })?;
                 tracing::info!(sysctl = key, "enabled forwarding");
             }
         }
@@ -198,26 +206,40 @@ impl Reconciler {
             tracing::info!(path = %setup.conflist_path.display(), pod_cidrs = ?own.pod_cidrs, "wrote CNI conflist");
         }
 
-        let ruleset = nftables::ruleset(&NatPolicy {
+        let policy = NatPolicy {
             cluster_cidrs: setup.cluster_cidrs.clone(),
             pod_cidrs: own.pod_cidrs.clone(),
             masquerade: setup.masquerade,
-        });
+        };
+        let ruleset = nftables::ruleset(&policy);
         if force_rules || self.applied_ruleset.as_ref() != Some(&ruleset) {
             let nft = setup.nft.clone();
             let netns = self.netns.clone();
             let text = ruleset.clone();
-            tokio::task::spawn_blocking(move || {
+            // Reload only when the kernel's table differs: a reload would
+            // reset the rule counters people read when debugging.
+            let loaded = tokio::task::spawn_blocking(move || {
+                let current = nftables::run(
+                    &nft,
+                    netns.as_deref(),
+                    &["list", "table", "inet", nftables::TABLE],
+                    None,
+                    "list table",
+                );
+                if current.is_ok_and(|listing| nftables::listing_matches(&listing, &policy)) {
+                    return Ok(false);
+                }
                 nftables::load(
                     &nft,
                     netns.as_deref(),
                     "load table inet cnilab_agent",
                     &text,
                 )
+                .map(|()| true)
             })
             .await
             .map_err(|e| AgentError::Config(format!("nft task: {e}")))??;
-            if self.applied_ruleset.as_ref() != Some(&ruleset) {
+            if loaded {
                 tracing::info!(table = nftables::TABLE, "loaded nftables table");
             }
             self.applied_ruleset = Some(ruleset);
