@@ -1,8 +1,60 @@
 //! What each `cnilab` subcommand does once its arguments are parsed.
 
 use crate::bench::{self, BenchOptions};
+use crate::conform::{self, ConformOptions, Progress};
 use crate::netns;
+use std::io::{IsTerminal, Write};
+use std::path::Path;
 use std::process::ExitCode;
+
+/// Output format of `cnilab conform`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+pub fn conform(opts: &ConformOptions, format: Format, junit: Option<&Path>) -> CliResult {
+    netns::require_root()?;
+    let tty = std::io::stderr().is_terminal();
+    let mut progress = |p: Progress<'_>| {
+        let mut err = std::io::stderr();
+        match p.elapsed {
+            None if tty => {
+                let _ = write!(err, "\r\x1b[2K[{}/{}] {} …", p.done + 1, p.total, p.group);
+            }
+            None => {}
+            Some(t) => {
+                if tty {
+                    let _ = write!(err, "\r\x1b[2K");
+                }
+                let _ = writeln!(
+                    err,
+                    "[{}/{}] {} ({:.1} s)",
+                    p.done,
+                    p.total,
+                    p.group,
+                    t.as_secs_f64()
+                );
+            }
+        }
+        let _ = err.flush();
+    };
+    let report = conform::run(opts, &mut progress)?;
+    match format {
+        Format::Table => print!("{}", report.table()),
+        Format::Json => println!("{}", report.json()),
+    }
+    if let Some(path) = junit {
+        std::fs::write(path, report.junit())
+            .map_err(|e| format!("cannot write JUnit XML to {}: {e}", path.display()))?;
+    }
+    Ok(if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
 
 /// A command failure, printed by `main` as `cnilab: <message>`.
 pub type CliResult = Result<ExitCode, Box<dyn std::error::Error>>;

@@ -3,9 +3,11 @@
 
 pub mod bench;
 pub mod cli;
+pub mod conform;
 pub mod host_state;
 pub mod lifecycle;
 pub mod netns;
 pub mod runtime;
+pub mod soak;
 pub mod util;
 pub mod verdict;

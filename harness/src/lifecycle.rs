@@ -522,6 +522,14 @@ impl<'a> Lifecycle<'a> {
                     });
                 } else {
                     out.push(error_finding("K5", "CHECK right after ADD must pass", &e));
+                    out.push(Finding::fail(
+                        "K2",
+                        "not testable: CHECK after ADD failed (see K5)",
+                    ));
+                    out.push(Finding::fail(
+                        "K4",
+                        "not testable: CHECK after ADD failed (see K5)",
+                    ));
                 }
                 return out;
             }

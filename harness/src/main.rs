@@ -45,6 +45,30 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Check a plugin against the CNI conformance checklist (exit 0 iff no check fails).
+    Conform {
+        /// Directory (or colon-separated list, like CNI_PATH) with the plugin binaries.
+        #[arg(long)]
+        plugin_dir: String,
+        /// Network config (.conf or .conflist). Its ipam.dataDir is replaced by a scratch directory.
+        #[arg(long)]
+        config: PathBuf,
+        /// Container interface name.
+        #[arg(long, default_value = "eth0")]
+        ifname: String,
+        /// Only these checks, comma-separated (e.g. A5,D7,E3).
+        #[arg(long, value_delimiter = ',')]
+        only: Option<Vec<String>>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = cnilab_harness::cli::Format::Table)]
+        format: cnilab_harness::cli::Format,
+        /// Also write JUnit XML to this file.
+        #[arg(long)]
+        junit: Option<PathBuf>,
+        /// Per-call timeout in seconds.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+    },
     /// Run one pod's full lifecycle (ADD, verify, CHECK, tamper, DEL, cleanup, DEL variants).
     Lifecycle {
         /// Directory (or colon-separated list, like CNI_PATH) with the plugin binaries.
@@ -83,6 +107,25 @@ fn main() -> ExitCode {
                 timeout: Duration::from_secs(timeout),
             },
             json,
+        ),
+        Cmd::Conform {
+            plugin_dir,
+            config,
+            ifname,
+            only,
+            format,
+            junit,
+            timeout,
+        } => cnilab_harness::cli::conform(
+            &cnilab_harness::conform::ConformOptions {
+                plugin_dir,
+                config,
+                ifname,
+                only,
+                timeout: Duration::from_secs(timeout),
+            },
+            format,
+            junit.as_deref(),
         ),
         Cmd::Lifecycle {
             plugin_dir,

@@ -91,14 +91,56 @@ impl Netns {
     }
 
     fn create(label: Option<&str>) -> Result<Netns, NetnsError> {
-        require_root()?;
-        prepare_netns_dir()?;
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let mut name = format!("{PREFIX}{}-{n}", std::process::id());
         if let Some(label) = label {
             name.push('-');
             name.push_str(label);
         }
+        Self::create_named(name)
+    }
+
+    /// Creates a namespace with a name chosen by the caller, for labs that
+    /// outlive the process (`cnilab lab up`); the name must start with
+    /// [`PREFIX`] and not with a pid, so [`sweep`] leaves it alone.
+    pub fn persistent(name: &str) -> Result<Netns, NetnsError> {
+        let ok = name.starts_with(PREFIX)
+            && name.len() <= 60
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !ok {
+            return Err(NetnsError::BadLabel(name.to_string()));
+        }
+        Self::create_named(name.to_string())
+    }
+
+    /// Opens an existing named namespace (`/run/netns/<name>`); dropping the
+    /// value deletes it unless [`Netns::keep`] is called.
+    pub fn open_existing(name: &str) -> Result<Netns, NetnsError> {
+        if name.contains('/') || name.starts_with('.') {
+            return Err(NetnsError::BadLabel(name.to_string()));
+        }
+        let path = Path::new(NETNS_DIR).join(name);
+        let file = plugin_netns::open(&path).map_err(|source| NetnsError::Enter {
+            name: name.to_string(),
+            source,
+        })?;
+        Ok(Netns {
+            name: name.to_string(),
+            path,
+            file,
+            deleted: false,
+        })
+    }
+
+    /// Leaves the namespace in place when this value is dropped.
+    pub fn keep(mut self) -> String {
+        self.deleted = true;
+        self.name.clone()
+    }
+
+    fn create_named(name: String) -> Result<Netns, NetnsError> {
+        require_root()?;
+        prepare_netns_dir()?;
         let path = Path::new(NETNS_DIR).join(&name);
         let fail = |reason: String| NetnsError::Create {
             name: name.clone(),
@@ -428,9 +470,15 @@ impl NetState {
                 .map(|a| (name_of(s, Some(a.index)), a.addr.to_string()))
                 .collect()
         };
+        // Local-table routes follow addresses (compared above), and IPv6
+        // link-local/multicast routes appear on their own whenever a link
+        // comes up, so neither says anything about the plugin.
         let routes = |s: &NetState| -> BTreeSet<(String, String)> {
             s.routes
                 .iter()
+                .filter(|r| {
+                    r.table != 255 && !is_link_local(r.dst.addr()) && !r.dst.addr().is_multicast()
+                })
                 .map(|r| {
                     let mut text = r.dst.to_string();
                     if let Some(gw) = r.gateway {

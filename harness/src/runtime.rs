@@ -551,6 +551,21 @@ impl Runtime {
         env: &[(String, String)],
         stdin: &[u8],
     ) -> Result<Execution, RuntimeError> {
+        self.exec_raw_killed_after(plugin, env, stdin, None)
+    }
+
+    /// [`Runtime::exec_raw`], but the plugin's process group is SIGKILLed
+    /// after `kill_after` (when shorter than the timeout), the way a runtime
+    /// that dies mid-operation leaves it. Such a kill is not a timeout: the
+    /// execution reports `signal: Some(9)` and `timed_out: false`, unless
+    /// the plugin exited first.
+    pub fn exec_raw_killed_after(
+        &self,
+        plugin: &Path,
+        env: &[(String, String)],
+        stdin: &[u8],
+        kill_after: Option<Duration>,
+    ) -> Result<Execution, RuntimeError> {
         let spawn_err = |reason: String| RuntimeError::Spawn {
             path: plugin.to_path_buf(),
             reason,
@@ -602,7 +617,8 @@ impl Runtime {
                 let _ = tx.send(());
                 (buf, status)
             });
-            let timed_out = match rx.recv_timeout(self.timeout) {
+            let deliberate = kill_after.filter(|k| *k < self.timeout);
+            let timed_out = match rx.recv_timeout(deliberate.unwrap_or(self.timeout)) {
                 Ok(()) => false,
                 Err(_) => {
                     // Kill the whole group: the plugin and anything it started.
@@ -612,7 +628,7 @@ impl Runtime {
                             nix::sys::signal::Signal::SIGKILL,
                         );
                     }
-                    true
+                    deliberate.is_none()
                 }
             };
             let (stdout, status) = stdout_reader
@@ -674,13 +690,28 @@ impl Runtime {
         rt: Option<&RuntimeConf>,
         stdin: &Map<String, Value>,
     ) -> Result<Execution, RuntimeError> {
+        self.exec_plugin_until(net, index, command, rt, stdin, None)
+    }
+
+    /// [`Runtime::exec_plugin`] with an optional moment at which the plugin
+    /// is SIGKILLed (see [`Runtime::add_killed_after`]).
+    fn exec_plugin_until(
+        &self,
+        net: &NetworkConfig,
+        index: usize,
+        command: CniCommand,
+        rt: Option<&RuntimeConf>,
+        stdin: &Map<String, Value>,
+        kill_at: Option<Instant>,
+    ) -> Result<Execution, RuntimeError> {
         let plugin = self.find_plugin(net.plugin_type(index))?;
         let env = self.cni_env(command, rt);
         let body = serde_json::to_vec(stdin).map_err(|e| RuntimeError::BadConfig {
             path: net.source.clone(),
             reason: e.to_string(),
         })?;
-        let exec = self.exec_raw(&plugin, &env, &body)?;
+        let kill_after = kill_at.map(|at| at.saturating_duration_since(Instant::now()));
+        let exec = self.exec_raw_killed_after(&plugin, &env, &body, kill_after)?;
         if exec.timed_out {
             return Err(RuntimeError::Timeout(Box::new(exec)));
         }
@@ -715,12 +746,37 @@ impl Runtime {
     /// and DEL. On failure nothing is cached and, like libcni's callers,
     /// the caller is expected to run [`Runtime::del`].
     pub fn add(&self, net: &NetworkConfig, rt: &RuntimeConf) -> Result<AddResult, RuntimeError> {
+        self.add_until(net, rt, None)
+    }
+
+    /// ADD whose plugin processes are SIGKILLed `after` this call starts
+    /// (counted over the whole chain), as when the runtime is killed in the
+    /// middle of an ADD. A plugin that was killed comes back as
+    /// [`RuntimeError::Crashed`] with `signal == Some(9)`; one that finished
+    /// in time as an ordinary result or error. Like any failed ADD, the
+    /// caller is expected to run [`Runtime::del`] next.
+    pub fn add_killed_after(
+        &self,
+        net: &NetworkConfig,
+        rt: &RuntimeConf,
+        after: Duration,
+    ) -> Result<AddResult, RuntimeError> {
+        self.add_until(net, rt, Some(Instant::now() + after))
+    }
+
+    fn add_until(
+        &self,
+        net: &NetworkConfig,
+        rt: &RuntimeConf,
+        kill_at: Option<Instant>,
+    ) -> Result<AddResult, RuntimeError> {
         let _guard = self.lock_container(&rt.container_id);
         let mut prev: Option<Value> = None;
         let mut executions = Vec::new();
         for index in 0..net.plugins.len() {
             let stdin = net.plugin_stdin(index, prev.as_ref(), Some(rt));
-            let exec = self.exec_plugin(net, index, CniCommand::Add, Some(rt), &stdin)?;
+            let exec =
+                self.exec_plugin_until(net, index, CniCommand::Add, Some(rt), &stdin, kill_at)?;
             let value: Value = match serde_json::from_str(&exec.stdout) {
                 Ok(v) => v,
                 Err(e) => {

@@ -1,0 +1,277 @@
+//! In-process probes. A socket belongs to the namespace it was created in,
+//! so each socket is made on a short-lived thread inside the source (or
+//! responder) namespace and then driven from the lab's tokio runtime.
+//! No `ping` process per probe: thousands of probes run concurrently.
+//!
+//! Responders answer TCP and UDP with `SRC <address they saw>`, which is how
+//! the checks prove masquerade (or its absence). ICMP echo is answered by
+//! the kernel itself.
+
+use cnilab_plugin::netns::run_in;
+use nix::sys::socket::{socket, AddressFamily, SockFlag, SockProtocol, SockType};
+use std::fs::File;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The port every responder listens on (TCP and UDP).
+pub const PORT: u16 = 7777;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Proto {
+    Icmp,
+    Tcp,
+    Udp,
+    /// UDP with don't-fragment set, sized to the MTU.
+    Df,
+}
+
+impl Proto {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Proto::Icmp => "icmp",
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+            Proto::Df => "udp-df",
+        }
+    }
+}
+
+/// What a probe saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// The source address the responder saw (TCP/UDP), `None` for ICMP.
+    pub seen_src: Option<IpAddr>,
+    pub rtt: Duration,
+}
+
+fn unspecified(v6: bool) -> IpAddr {
+    if v6 {
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    }
+}
+
+fn in_ns<R: Send>(ns: &File, f: impl FnOnce() -> io::Result<R> + Send) -> io::Result<R> {
+    run_in(ns, f)?
+}
+
+/// Allows unprivileged-style ICMP echo sockets for root in this namespace
+/// (new namespaces start with `ping_group_range = 1 0`, which excludes everyone).
+pub fn allow_ping_sockets(ns: &File) -> io::Result<()> {
+    cnilab_plugin::netns::write_sysctl(Some(ns), "net/ipv4/ping_group_range", "0 2147483647")
+}
+
+/// Starts TCP and UDP responders inside `ns` on the lab runtime. They run
+/// until the runtime shuts down.
+pub fn start_responders(ns: &File, v6: bool, rt: &tokio::runtime::Handle) -> io::Result<()> {
+    let addr = SocketAddr::new(unspecified(v6), PORT);
+    let (tcp, udp) = in_ns(ns, || {
+        let tcp = if v6 {
+            tokio::net::TcpSocket::new_v6()?
+        } else {
+            tokio::net::TcpSocket::new_v4()?
+        };
+        tcp.set_reuseaddr(true)?;
+        tcp.bind(addr)?;
+        let udp = std::net::UdpSocket::bind(addr)?;
+        udp.set_nonblocking(true)?;
+        Ok((tcp, udp))
+    })?;
+    let _entered = rt.enter();
+    let listener = tcp.listen(1024)?;
+    let udp = tokio::net::UdpSocket::from_std(udp)?;
+    rt.spawn(async move {
+        loop {
+            let Ok((mut stream, peer)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let _ = stream
+                    .write_all(format!("SRC {}\n", canonical(peer.ip())).as_bytes())
+                    .await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    rt.spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        loop {
+            if let Ok((_, peer)) = udp.recv_from(&mut buf).await {
+                let _ = udp
+                    .send_to(format!("SRC {}\n", canonical(peer.ip())).as_bytes(), peer)
+                    .await;
+            }
+        }
+    });
+    Ok(())
+}
+
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    }
+}
+
+fn parse_src(buf: &[u8]) -> Option<IpAddr> {
+    std::str::from_utf8(buf).ok()?.trim().strip_prefix("SRC ")?.trim().parse().ok()
+}
+
+/// Sends one probe from namespace `ns` to `dst`. `size` is the DF payload
+/// size (the probe's IP packet is then exactly the MTU).
+pub async fn probe(ns: &File, dst: IpAddr, proto: Proto, timeout: Duration, mtu: u32) -> Result<Reply, String> {
+    let started = Instant::now();
+    let work = async {
+        match proto {
+            Proto::Tcp => tcp_probe(ns, dst).await,
+            Proto::Udp => udp_probe(ns, dst, None).await,
+            Proto::Df => udp_probe(ns, dst, Some(mtu)).await,
+            Proto::Icmp => icmp_probe(ns, dst).await,
+        }
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok(Ok(seen_src)) => Ok(Reply {
+            seen_src,
+            rtt: started.elapsed(),
+        }),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(format!("timed out after {timeout:?}")),
+    }
+}
+
+async fn tcp_probe(ns: &File, dst: IpAddr) -> Result<Option<IpAddr>, String> {
+    let sock = in_ns(ns, || {
+        if dst.is_ipv6() {
+            tokio::net::TcpSocket::new_v6()
+        } else {
+            tokio::net::TcpSocket::new_v4()
+        }
+    })
+    .map_err(|e| format!("socket: {e}"))?;
+    let mut stream = sock
+        .connect(SocketAddr::new(dst, PORT))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let mut buf = Vec::new();
+    stream
+        .read_to_end(&mut buf)
+        .await
+        .map_err(|e| format!("read: {e}"))?;
+    parse_src(&buf)
+        .map(Some)
+        .ok_or_else(|| format!("unexpected reply {:?}", String::from_utf8_lossy(&buf)))
+}
+
+fn set_dont_fragment(sock: &std::net::UdpSocket, v6: bool) -> io::Result<()> {
+    let fd = sock.as_raw_fd();
+    let (level, name, value) = if v6 {
+        (nix::libc::IPPROTO_IPV6, nix::libc::IPV6_DONTFRAG, 1)
+    } else {
+        (nix::libc::IPPROTO_IP, nix::libc::IP_MTU_DISCOVER, nix::libc::IP_PMTUDISC_PROBE)
+    };
+    // SAFETY: a plain setsockopt on a socket we own, with an int option.
+    let rc = unsafe {
+        nix::libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as nix::libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+async fn udp_probe(ns: &File, dst: IpAddr, df_mtu: Option<u32>) -> Result<Option<IpAddr>, String> {
+    let v6 = dst.is_ipv6();
+    let sock = in_ns(ns, || {
+        let s = std::net::UdpSocket::bind(SocketAddr::new(unspecified(v6), 0))?;
+        s.set_nonblocking(true)?;
+        if df_mtu.is_some() {
+            set_dont_fragment(&s, v6)?;
+        }
+        Ok(s)
+    })
+    .map_err(|e| format!("socket: {e}"))?;
+    let sock = tokio::net::UdpSocket::from_std(sock).map_err(|e| format!("socket: {e}"))?;
+    let payload = match df_mtu {
+        // IP header 20 (v4) / 40 (v6) + UDP 8: the packet is exactly the MTU.
+        Some(mtu) => vec![b'x'; mtu as usize - if v6 { 48 } else { 28 }],
+        None => b"probe".to_vec(),
+    };
+    let to = SocketAddr::new(dst, PORT);
+    let mut buf = vec![0u8; 1024];
+    // UDP may be lost once (ARP/ND resolution); retry within the timeout.
+    loop {
+        sock.send_to(&payload, to).await.map_err(|e| format!("send: {e}"))?;
+        match tokio::time::timeout(Duration::from_millis(300), sock.recv_from(&mut buf)).await {
+            Ok(Ok((n, _))) => {
+                return parse_src(&buf[..n])
+                    .map(Some)
+                    .ok_or_else(|| format!("unexpected reply {:?}", String::from_utf8_lossy(&buf[..n])))
+            }
+            Ok(Err(e)) => return Err(format!("receive: {e}")),
+            Err(_) => continue,
+        }
+    }
+}
+
+fn icmp_socket(v6: bool) -> io::Result<OwnedFd> {
+    let (family, proto) = if v6 {
+        (AddressFamily::Inet6, SockProtocol::IcmpV6)
+    } else {
+        (AddressFamily::Inet, SockProtocol::Icmp)
+    };
+    socket(
+        family,
+        SockType::Datagram,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        proto,
+    )
+    .map_err(io::Error::from)
+}
+
+async fn icmp_probe(ns: &File, dst: IpAddr) -> Result<Option<IpAddr>, String> {
+    let v6 = dst.is_ipv6();
+    let fd = in_ns(ns, || icmp_socket(v6)).map_err(|e| {
+        format!("ICMP socket: {e} (is net.ipv4.ping_group_range open in the source namespace?)")
+    })?;
+    // An ICMP echo socket is a datagram socket: tokio's UdpSocket drives it.
+    let sock = tokio::net::UdpSocket::from_std(std::net::UdpSocket::from(fd)).map_err(|e| format!("socket: {e}"))?;
+    // Echo request: type, code, checksum and identifier are filled in by the kernel.
+    let request: [u8; 16] = [if v6 { 128 } else { 8 }, 0, 0, 0, 0, 0, 0, 1, b'c', b'n', b'i', b'l', b'a', b'b', 0, 0];
+    let want = if v6 { 129 } else { 0 };
+    let to = SocketAddr::new(dst, 0);
+    let mut buf = [0u8; 1500];
+    loop {
+        sock.send_to(&request, to).await.map_err(|e| format!("send: {e}"))?;
+        match tokio::time::timeout(Duration::from_millis(300), sock.recv_from(&mut buf)).await {
+            Ok(Ok((n, _))) if n >= 1 && buf[0] == want => return Ok(None),
+            Ok(Ok(_)) => continue,
+            Ok(Err(e)) => return Err(format!("receive: {e}")),
+            Err(_) => continue,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_responder_replies() {
+        assert_eq!(parse_src(b"SRC 10.0.0.1\n"), Some(IpAddr::from([10, 0, 0, 1])));
+        assert_eq!(parse_src(b"SRC fd00::1\n"), Some("fd00::1".parse().expect("ip")));
+        assert_eq!(parse_src(b"garbage"), None);
+        assert_eq!(canonical("::ffff:10.0.0.1".parse().expect("ip")), IpAddr::from([10, 0, 0, 1]));
+    }
+}

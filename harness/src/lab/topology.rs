@@ -1,0 +1,361 @@
+//! Lab topologies: TOML files (see `lab/topologies/`) or the flags
+//! `--nodes N --pods-per-node M`, validated before anything is created.
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+/// How routes to other nodes' pod CIDRs are made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Routing {
+    /// The lab installs `podCIDR via nodeIP` on every node, like a cloud route table.
+    #[default]
+    Static,
+    /// An agent started inside every node namespace does the routing.
+    Agent,
+}
+
+/// Who masquerades pod traffic that leaves the cluster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Masquerade {
+    /// The plugin (`ipMasq` in its config).
+    #[default]
+    Plugin,
+    /// The lab, one nftables rule per node, like a node agent or a cloud NAT.
+    Node,
+    /// Nobody (pod → external is then expected to fail).
+    None,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSpec {
+    pub name: String,
+    /// Underlay address (IPv4).
+    pub address: IpAddr,
+    /// Pod CIDRs, one per family.
+    pub pod_cidr: Vec<IpNet>,
+    /// MTU of the node's underlay interface.
+    #[serde(default)]
+    pub mtu: Option<u32>,
+    /// Extra sysctls set in the node namespace (`net/ipv4/conf/all/rp_filter = "1"`).
+    #[serde(default)]
+    pub sysctls: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginSpec {
+    /// Directory (or colon-separated list) with the plugin binaries.
+    #[serde(default)]
+    pub dir: Option<String>,
+    /// Config template; placeholders `{{node}}`, `{{pod_cidr}}`,
+    /// `{{pod_cidr6}}`, `{{cluster_cidr}}`, `{{data_dir}}`, `{{mtu}}`,
+    /// `{{ip_masq}}`. Default: the bundled cnilab-bridge template.
+    #[serde(default)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSpec {
+    /// The command started in each node namespace; placeholders
+    /// `{{node}}`, `{{nodes_file}}`, `{{cluster_cidr}}`, `{{conf_dir}}`,
+    /// `{{bin_dir}}`, `{{run_dir}}`. The first word is looked up next to
+    /// the `cnilab` binary, then on PATH.
+    pub command: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExternalSpec {
+    pub address: IpAddr,
+}
+
+/// A whole lab.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    #[serde(default = "default_name")]
+    pub name: String,
+    #[serde(default)]
+    pub routing: Routing,
+    #[serde(default)]
+    pub masquerade: Masquerade,
+    /// The cluster CIDR(s): traffic to them is never masqueraded.
+    #[serde(default = "default_cluster_cidr")]
+    pub cluster_cidr: Vec<IpNet>,
+    /// The underlay subnet the nodes share.
+    #[serde(default = "default_underlay")]
+    pub underlay: IpNet,
+    /// MTU of the pods' interfaces (and the default underlay MTU).
+    #[serde(default = "default_mtu")]
+    pub mtu: u32,
+    #[serde(default = "default_pods")]
+    pub pods_per_node: usize,
+    /// Per-probe timeout in milliseconds.
+    #[serde(default = "default_timeout")]
+    pub probe_timeout_ms: u64,
+    #[serde(default)]
+    pub plugin: Option<PluginSpec>,
+    #[serde(default)]
+    pub agent: Option<AgentSpec>,
+    #[serde(default = "default_external")]
+    pub external: Option<ExternalSpec>,
+    #[serde(default, rename = "node")]
+    pub nodes: Vec<NodeSpec>,
+}
+
+fn default_name() -> String {
+    "lab".into()
+}
+fn default_cluster_cidr() -> Vec<IpNet> {
+    vec![net("10.244.0.0/16")]
+}
+fn default_underlay() -> IpNet {
+    net("10.250.0.0/24")
+}
+fn default_mtu() -> u32 {
+    1500
+}
+fn default_pods() -> usize {
+    2
+}
+fn default_timeout() -> u64 {
+    1000
+}
+fn default_external() -> Option<ExternalSpec> {
+    Some(ExternalSpec {
+        address: IpAddr::from([10, 250, 0, 254]),
+    })
+}
+
+fn net(text: &str) -> IpNet {
+    // Only called with the literals above.
+    text.parse().unwrap_or_else(|_| IpNet::from(IpAddr::from([0, 0, 0, 0])))
+}
+
+/// Why a topology was refused: the file, and the line or field at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    #[error("cannot read topology {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("topology {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("topology {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+impl Topology {
+    /// `nodes` nodes with `pods` pods each, addresses and CIDRs numbered from 1.
+    pub fn generated(nodes: usize, pods: usize) -> Result<Topology, TopologyError> {
+        let mut topo = Topology {
+            name: format!("{nodes}x{pods}"),
+            routing: Routing::Static,
+            masquerade: Masquerade::Plugin,
+            cluster_cidr: default_cluster_cidr(),
+            underlay: default_underlay(),
+            mtu: default_mtu(),
+            pods_per_node: pods,
+            probe_timeout_ms: default_timeout(),
+            plugin: None,
+            agent: None,
+            external: default_external(),
+            nodes: Vec::new(),
+        };
+        for i in 1..=nodes {
+            let i8 = u8::try_from(i).map_err(|_| TopologyError::Invalid {
+                path: "--nodes".into(),
+                message: format!("--nodes {nodes}: at most 200 nodes"),
+            })?;
+            topo.nodes.push(NodeSpec {
+                name: format!("node{i}"),
+                address: IpAddr::from([10, 250, 0, i8]),
+                pod_cidr: vec![net(&format!("10.244.{i}.0/24"))],
+                mtu: None,
+                sysctls: BTreeMap::new(),
+            });
+        }
+        topo.validate(Path::new("--nodes"))?;
+        Ok(topo)
+    }
+
+    pub fn load(path: &Path) -> Result<Topology, TopologyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TopologyError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    pub fn parse(text: &str, path: &Path) -> Result<Topology, TopologyError> {
+        let topo: Topology = toml::from_str(text).map_err(|e| TopologyError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim().to_string(),
+        })?;
+        topo.validate(path)?;
+        Ok(topo)
+    }
+
+    /// Checks what TOML cannot: names, address families, overlaps that are
+    /// not deliberate. Overlapping pod CIDRs are allowed (scenarios
+    /// reproduce that bug) and reported by the checks' diagnosis instead.
+    pub fn validate(&self, path: &Path) -> Result<(), TopologyError> {
+        let bad = |message: String| TopologyError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        };
+        if self.nodes.is_empty() {
+            return Err(bad("no [[node]]: a lab needs at least one node".into()));
+        }
+        if self.nodes.len() > 200 {
+            return Err(bad(format!("{} nodes: at most 200", self.nodes.len())));
+        }
+        if !(576..=9000).contains(&self.mtu) {
+            return Err(bad(format!("mtu = {}: use 576..9000", self.mtu)));
+        }
+        if self.pods_per_node > 250 {
+            return Err(bad(format!("pods_per_node = {}: at most 250", self.pods_per_node)));
+        }
+        let mut seen_names = Vec::new();
+        let mut seen_addrs = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let at = format!("node[{i}] ({})", node.name);
+            let ok_name = !node.name.is_empty()
+                && node.name.len() <= 10
+                && node.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+            if !ok_name {
+                return Err(bad(format!(
+                    "{at}: name must be 1-10 characters of [A-Za-z0-9-] (it names namespaces and links)"
+                )));
+            }
+            if seen_names.contains(&node.name) {
+                return Err(bad(format!("{at}: duplicate node name")));
+            }
+            seen_names.push(node.name.clone());
+            if !self.underlay.contains(&node.address) || !node.address.is_ipv4() {
+                return Err(bad(format!(
+                    "{at}: address {} is not an IPv4 address in underlay {}",
+                    node.address, self.underlay
+                )));
+            }
+            if seen_addrs.contains(&node.address) {
+                return Err(bad(format!("{at}: address {} is used twice", node.address)));
+            }
+            seen_addrs.push(node.address);
+            if node.pod_cidr.is_empty() {
+                return Err(bad(format!("{at}: pod_cidr is empty; give one CIDR per family")));
+            }
+            if node.pod_cidr.iter().filter(|c| c.addr().is_ipv4()).count() > 1
+                || node.pod_cidr.iter().filter(|c| c.addr().is_ipv6()).count() > 1
+            {
+                return Err(bad(format!("{at}: pod_cidr has two CIDRs of one family")));
+            }
+            for c in &node.pod_cidr {
+                if c.addr().is_ipv4() && c.prefix_len() > 29 || c.addr().is_ipv6() && c.prefix_len() > 120 {
+                    return Err(bad(format!("{at}: pod_cidr {c} is too small for pods")));
+                }
+            }
+            if let Some(mtu) = node.mtu {
+                if !(576..=9000).contains(&mtu) {
+                    return Err(bad(format!("{at}: mtu = {mtu}: use 576..9000")));
+                }
+            }
+            for key in node.sysctls.keys() {
+                if !key.starts_with("net/") || key.contains("..") {
+                    return Err(bad(format!("{at}: sysctl {key:?} must be a net/... key")));
+                }
+            }
+        }
+        if let Some(ext) = &self.external {
+            if !self.underlay.contains(&ext.address) || seen_addrs.contains(&ext.address) {
+                return Err(bad(format!(
+                    "external address {} must be a free address in underlay {}",
+                    ext.address, self.underlay
+                )));
+            }
+        }
+        if self.routing == Routing::Agent && self.agent.is_none() {
+            return Err(bad("routing = \"agent\" needs an [agent] command".into()));
+        }
+        if let Some(agent) = &self.agent {
+            if agent.command.is_empty() {
+                return Err(bad("[agent] command is empty".into()));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn node(&self, name: &str) -> Option<&NodeSpec> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[test]
+    fn generated_topology_numbers_nodes() {
+        let t = Topology::generated(3, 4).expect("valid");
+        assert_eq!(t.nodes.len(), 3);
+        assert_eq!(t.nodes[2].address.to_string(), "10.250.0.3");
+        assert_eq!(t.nodes[2].pod_cidr[0].to_string(), "10.244.3.0/24");
+        assert_eq!(t.pods_per_node, 4);
+    }
+
+    #[test]
+    fn parses_a_full_file() {
+        let t = Topology::parse(
+            r#"
+name = "demo"
+routing = "static"
+masquerade = "node"
+pods_per_node = 3
+[plugin]
+dir = "/usr/lib/cni"
+config = "lab/configs/reference.conflist.tmpl"
+[[node]]
+name = "a"
+address = "10.250.0.1"
+pod_cidr = ["10.244.1.0/24", "fd00:244:1::/64"]
+mtu = 1400
+sysctls = { "net/ipv4/conf/all/rp_filter" = "1" }
+[[node]]
+name = "b"
+address = "10.250.0.2"
+pod_cidr = ["10.244.2.0/24"]
+"#,
+            Path::new("demo.toml"),
+        )
+        .expect("valid");
+        assert_eq!(t.masquerade, Masquerade::Node);
+        assert_eq!(t.nodes[0].mtu, Some(1400));
+        assert_eq!(t.nodes[0].pod_cidr.len(), 2);
+        assert_eq!(t.external.as_ref().map(|e| e.address.to_string()).as_deref(), Some("10.250.0.254"));
+    }
+
+    #[rstest]
+    #[case::unknown_field("[[node]]\nname = \"a\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\ncolour = 1\n", "colour")]
+    #[case::bad_line("name = \n", "line 1")]
+    #[case::bad_cidr("[[node]]\nname = \"a\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/33\"]\n", "line")]
+    #[case::no_nodes("name = \"x\"\n", "no [[node]]")]
+    #[case::long_name("[[node]]\nname = \"averyverylongname\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n", "node[0]")]
+    #[case::outside_underlay("[[node]]\nname = \"a\"\naddress = \"10.9.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n", "underlay")]
+    #[case::agent_without_command("routing = \"agent\"\n[[node]]\nname = \"a\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n", "[agent]")]
+    #[case::bad_routing("routing = \"bgp\"\n", "line 1")]
+    fn errors_name_the_line_or_field(#[case] text: &str, #[case] named: &str) {
+        let err = Topology::parse(text, Path::new("t.toml")).expect_err("refused");
+        let msg = err.to_string();
+        assert!(msg.contains("t.toml"), "{msg}");
+        assert!(msg.contains(named), "{msg} should mention {named}");
+    }
+}
