@@ -236,8 +236,9 @@ mod tests {
         });
         assert!(text.contains("ip saddr 10.244.0.0/16 counter accept"));
         assert!(text.contains("ip6 daddr fd00:10:244::/56 counter accept"));
-        assert!(text
-            .contains("ip saddr 10.244.1.0/24 ip daddr != 10.244.0.0/16 counter masquerade"));
+        assert!(
+            text.contains("ip saddr 10.244.1.0/24 ip daddr != 10.244.0.0/16 counter masquerade")
+        );
         assert!(text.contains(
             "ip6 saddr fd00:10:244:1::/64 ip6 daddr != fd00:10:244::/56 counter masquerade"
         ));

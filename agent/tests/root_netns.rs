@@ -147,6 +147,14 @@ fn root_once_programs_routes_rules_conflist_and_a_restart_changes_nothing() {
         log.contains("added=0 replaced=0 deleted=0 failed=0"),
         "{log}"
     );
+    assert!(
+        !log.contains("loaded nftables table"),
+        "table reloaded on restart:\n{log}"
+    );
+    assert!(
+        !log.contains("wrote CNI conflist"),
+        "conflist rewritten on restart:\n{log}"
+    );
     assert_eq!(ns.all_routes(), before);
     assert!(before.contains(&"10.99.0.0/24 via 192.168.77.99 proto static".to_string()));
 
