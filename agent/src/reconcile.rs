@@ -145,16 +145,32 @@ impl Reconciler {
         self.metrics
             .routes_managed
             .store(outcome.managed as u64, Ordering::Relaxed);
-        tracing::info!(
-            nodes = nodes.len(),
-            desired = plan.desired.len(),
-            managed = outcome.managed,
-            added = outcome.added,
-            replaced = outcome.replaced,
-            deleted = outcome.deleted,
-            failed = outcome.failed,
-            "reconciled"
-        );
+        // Quiet when a resync finds nothing to do; every change is logged above.
+        let noteworthy = outcome.added + outcome.replaced + outcome.deleted + outcome.failed > 0
+            || self.metrics.reconciles.load(Ordering::Relaxed) == 0;
+        if noteworthy {
+            tracing::info!(
+                nodes = nodes.len(),
+                desired = plan.desired.len(),
+                managed = outcome.managed,
+                added = outcome.added,
+                replaced = outcome.replaced,
+                deleted = outcome.deleted,
+                failed = outcome.failed,
+                "reconciled"
+            );
+        } else {
+            tracing::debug!(
+                nodes = nodes.len(),
+                desired = plan.desired.len(),
+                managed = outcome.managed,
+                added = outcome.added,
+                replaced = outcome.replaced,
+                deleted = outcome.deleted,
+                failed = outcome.failed,
+                "reconciled"
+            );
+        }
         match first_error {
             // Other routes were still applied; the error makes the pass count
             // as failed and is returned for --once.
