@@ -296,3 +296,109 @@ fn root_running_agent_follows_the_nodes_file_and_leaves_routes_on_sigterm() {
     assert!(ns.nft_table().is_some());
     assert!(agent.log_text().contains("routes and rules left in place"));
 }
+
+/// Connects `a` and `b` with a veth pair `a_if`/`b_if`.
+fn link(a: &TestNetns, a_if: &str, b: &TestNetns, b_if: &str) {
+    a.ip(&[
+        "link", "add", a_if, "type", "veth", "peer", "name", b_if, "netns", &b.name,
+    ]);
+    a.ip(&["link", "set", a_if, "up"]);
+    b.ip(&["link", "set", b_if, "up"]);
+}
+
+/// A stand-in pod behind node `node`: its own namespace, `addr` with the
+/// node side as gateway (what the bridge plugin would set up).
+fn pod(node: &TestNetns, if_name: &str, gateway: &str, addr: &str) -> TestNetns {
+    let pod = TestNetns::new();
+    link(node, if_name, &pod, "eth0");
+    node.ip(&["addr", "add", gateway, "dev", if_name]);
+    pod.ip(&["addr", "add", addr, "dev", "eth0"]);
+    let gw = gateway.split('/').next().expect("gateway address");
+    pod.ip(&["route", "add", "default", "via", gw]);
+    pod
+}
+
+fn ping(from: &TestNetns, to: &str) -> bool {
+    from.exec("ping", &["-c", "1", "-W", "2", to])
+        .status
+        .success()
+}
+
+fn masquerade_packets(node: &TestNetns) -> u64 {
+    let table = node.nft_table().unwrap_or_default();
+    table
+        .lines()
+        .find(|l| l.contains("masquerade"))
+        .and_then(|l| {
+            let mut words = l.split_whitespace();
+            words.find(|w| *w == "packets")?;
+            words.next()?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn root_two_nodes_route_pod_traffic_and_masquerade_only_egress() {
+    require_root();
+    // node a ── node b on 192.168.77.0/24; a pod behind each node; an
+    // "internet" host behind node a that has no route to the pod network.
+    let node_a = TestNetns::new();
+    let node_b = TestNetns::new();
+    link(&node_a, "up0", &node_b, "up0");
+    node_a.ip(&["addr", "add", "192.168.77.1/24", "dev", "up0"]);
+    node_b.ip(&["addr", "add", "192.168.77.2/24", "dev", "up0"]);
+    let pod_a = pod(&node_a, "pod0", "10.244.1.1/24", "10.244.1.10/24");
+    let pod_b = pod(&node_b, "pod0", "10.244.2.1/24", "10.244.2.10/24");
+    let internet = TestNetns::new();
+    link(&node_a, "wan0", &internet, "eth0");
+    node_a.ip(&["addr", "add", "198.51.100.1/24", "dev", "wan0"]);
+    internet.ip(&["addr", "add", "198.51.100.2/24", "dev", "eth0"]);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nodes = dir.path().join("nodes.json");
+    let a: (&str, &[&str], &[&str]) = ("a", &["192.168.77.1"], &["10.244.1.0/24"]);
+    let b: (&str, &[&str], &[&str]) = ("b", &["192.168.77.2"], &["10.244.2.0/24"]);
+    write_nodes(&nodes, &[a, b]);
+    assert!(
+        !ping(&pod_a, "10.244.2.10"),
+        "no route yet, yet the ping worked"
+    );
+
+    for (node, name) in [(&node_a, "a"), (&node_b, "b")] {
+        let node_dir = dir.path().join(name);
+        let out = Command::new(AGENT)
+            .arg("--once")
+            .args(["--node-name", name, "--cluster-cidr", "10.244.0.0/16"])
+            .arg("--netns")
+            .arg(node.path())
+            .arg("--nodes-file")
+            .arg(&nodes)
+            .arg("--cni-conf-dir")
+            .arg(node_dir.join("net.d"))
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("run agent");
+        assert!(
+            out.status.success(),
+            "agent {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    assert!(ping(&pod_a, "10.244.2.10"), "pod a -> pod b across nodes");
+    assert!(ping(&pod_b, "10.244.1.10"), "pod b -> pod a across nodes");
+    assert!(ping(&node_b, "10.244.1.10"), "node b -> pod on node a");
+    assert_eq!(
+        masquerade_packets(&node_a),
+        0,
+        "pod-to-pod traffic must not be masqueraded"
+    );
+    assert!(
+        ping(&pod_a, "198.51.100.2"),
+        "egress works only when masqueraded"
+    );
+    assert!(
+        masquerade_packets(&node_a) > 0,
+        "egress went through the masquerade rule"
+    );
+}
