@@ -78,28 +78,84 @@ pub fn firewall_rules(ns: &Netns) -> Option<Vec<String>> {
 }
 
 fn nft_rules(text: &str) -> Vec<String> {
+    // Track the enclosing blocks: rules live in chains, per-pod state also
+    // in set/map elements, which may span several lines.
     let mut rules = Vec::new();
     let mut table = String::new();
-    let mut chain = String::new();
+    let mut block: Option<(String, String)> = None; // (kind, name)
+    let mut elements: Option<String> = None;
     for line in text.lines() {
         let t = line.trim();
+        if let Some(acc) = elements.as_mut() {
+            acc.push(' ');
+            acc.push_str(t);
+            if t.contains('}') {
+                let (kind, name) = block.clone().unwrap_or_default();
+                let body = acc.clone();
+                elements = None;
+                push_elements(&mut rules, &table, &kind, &name, &body);
+            }
+            continue;
+        }
         if let Some(rest) = t.strip_prefix("table ") {
             table = rest.trim_end_matches('{').trim().to_string();
-        } else if let Some(rest) = t.strip_prefix("chain ") {
-            chain = rest.trim_end_matches('{').trim().to_string();
-        } else if t.is_empty()
-            || t.starts_with('#')
-            || t.starts_with('}')
-            || t.starts_with("type ")
-            || t.starts_with("policy ")
-            || t.starts_with("flags ")
-        {
-        } else {
-            rules.push(format!("{table} {chain}: {t}"));
+            continue;
+        }
+        let opens = |kw: &str| {
+            t.strip_prefix(kw)
+                .map(|r| r.trim_end_matches('{').trim().to_string())
+        };
+        if let Some(name) = opens("chain ") {
+            block = Some(("chain".into(), name));
+            continue;
+        }
+        if let Some(name) = opens("set ").or_else(|| opens("map ")) {
+            block = Some(("set".into(), name));
+            continue;
+        }
+        if let Some(name) = opens("flowtable ") {
+            block = Some(("flowtable".into(), name));
+            continue;
+        }
+        if t == "}" {
+            if block.is_some() {
+                block = None;
+            } else {
+                table.clear();
+            }
+            continue;
+        }
+        let Some((kind, name)) = &block else { continue };
+        if kind == "chain" {
+            let structural = t.is_empty()
+                || t.starts_with('#')
+                || t.starts_with("type ")
+                || t.starts_with("policy ");
+            if !structural {
+                rules.push(format!("{table} chain {name}: {t}"));
+            }
+        } else if kind == "set" {
+            if let Some(rest) = t.strip_prefix("elements = ") {
+                if rest.contains('}') {
+                    push_elements(&mut rules, &table, kind, name, rest);
+                } else {
+                    elements = Some(rest.to_string());
+                }
+            }
         }
     }
     rules.sort();
     rules
+}
+
+fn push_elements(rules: &mut Vec<String>, table: &str, _kind: &str, name: &str, body: &str) {
+    let inner = body.trim().trim_start_matches('{').trim_end_matches('}');
+    for e in inner.split(',') {
+        let e = e.trim();
+        if !e.is_empty() {
+            rules.push(format!("{table} set {name} element {e}"));
+        }
+    }
 }
 
 /// Lines in `after` that were not in `before` (multiset difference).
@@ -146,10 +202,24 @@ mod tests {
         let text = "table ip nat {\n\tchain POSTROUTING {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t\tip saddr 10.0.0.2 masquerade\n\t}\n}\n";
         assert_eq!(
             nft_rules(text),
-            vec!["ip nat POSTROUTING: ip saddr 10.0.0.2 masquerade"]
+            vec!["ip nat chain POSTROUTING: ip saddr 10.0.0.2 masquerade"]
         );
         let empty = "table ip nat {\n\tchain POSTROUTING {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t}\n}\n";
         assert!(nft_rules(empty).is_empty());
+    }
+
+    #[test]
+    fn nft_set_elements_are_per_pod_state() {
+        let text = "table inet t {\n\tset pods4 {\n\t\ttype ipv4_addr\n\t\telements = { 10.0.0.2, 10.0.0.3,\n\t\t\t     10.0.0.4 }\n\t}\n\tset pods6 {\n\t\ttype ipv6_addr\n\t}\n\tchain post {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t\tip saddr @pods4 masquerade\n\t}\n}\n";
+        assert_eq!(
+            nft_rules(text),
+            vec![
+                "inet t chain post: ip saddr @pods4 masquerade",
+                "inet t set pods4 element 10.0.0.2",
+                "inet t set pods4 element 10.0.0.3",
+                "inet t set pods4 element 10.0.0.4",
+            ]
+        );
     }
 
     #[test]

@@ -444,6 +444,20 @@ impl<'a> Lifecycle<'a> {
         let mut out = Vec::new();
         let pod = Netns::with_label("pod")?;
         let rt = RuntimeConf::new(&self.id_prefix, Some(pod.path()), &self.ifname);
+        // A warm-up pod first, so that what a plugin keeps per network (its
+        // bridge, a masquerade rule for the whole range) is in the baseline
+        // and only per-pod leftovers count as leaks.
+        {
+            let warm_pod = Netns::with_label("pod")?;
+            let warm = RuntimeConf::new(
+                &format!("{}-warmup", self.id_prefix),
+                Some(warm_pod.path()),
+                &self.ifname,
+            );
+            if lab.runtime.add(lab.net, &warm).is_ok() {
+                let _ = lab.runtime.del(lab.net, &warm);
+            }
+        }
         let before = lab.snapshot()?;
 
         // 1. ADD

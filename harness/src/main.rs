@@ -81,8 +81,139 @@ enum Cmd {
         #[arg(long, default_value = "eth0")]
         ifname: String,
     },
+    /// Simulated multi-node clusters in namespaces: build, check, tear down.
+    Lab {
+        #[command(subcommand)]
+        command: LabCmd,
+    },
+    /// Replay bug scenarios (`lab/scenarios/*.toml`).
+    Scenario {
+        #[command(subcommand)]
+        command: ScenarioCmd,
+    },
     /// Remove namespaces left behind by killed cnilab runs.
     Sweep,
+}
+
+#[derive(clap::Args)]
+struct TopologyFlags {
+    /// Topology file (TOML; examples in lab/topologies/).
+    #[arg(long, conflicts_with = "nodes")]
+    topology: Option<PathBuf>,
+    /// Number of nodes (instead of a topology file) [default: 2].
+    #[arg(long)]
+    nodes: Option<usize>,
+    /// Pods per node [default: 2, or the topology's].
+    #[arg(long)]
+    pods_per_node: Option<usize>,
+    /// Plugin directory (default: the topology's, else the bundled cnilab-bridge next to this binary).
+    #[arg(long)]
+    plugin_dir: Option<String>,
+}
+
+impl TopologyFlags {
+    fn args(&self) -> cnilab_harness::lab::commands::TopologyArgs {
+        cnilab_harness::lab::commands::TopologyArgs {
+            topology: self.topology.clone(),
+            nodes: self.nodes,
+            pods_per_node: self.pods_per_node,
+        }
+    }
+}
+
+#[derive(clap::Args)]
+struct OutputFlags {
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = cnilab_harness::lab::commands::LabFormat::Table)]
+    format: cnilab_harness::lab::commands::LabFormat,
+    /// Also write JUnit XML to this file.
+    #[arg(long)]
+    junit: Option<PathBuf>,
+    /// Also write a self-contained HTML report to this file.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Only these check groups (prefixes, comma-separated), e.g. pod-to-pod,mtu.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+}
+
+impl OutputFlags {
+    fn outputs(&self) -> cnilab_harness::lab::commands::Outputs {
+        cnilab_harness::lab::commands::Outputs {
+            format: Some(self.format),
+            junit: self.junit.clone(),
+            report: self.report.clone(),
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum LabCmd {
+    /// Build a lab, run the connectivity checks, tear it down (exit 0 iff all passed).
+    Run {
+        #[command(flatten)]
+        topology: TopologyFlags,
+        #[command(flatten)]
+        output: OutputFlags,
+    },
+    /// Build a lab and leave it standing (namespaces cnilab-lab-NAME-*).
+    Up {
+        #[command(flatten)]
+        topology: TopologyFlags,
+        /// Lab name.
+        #[arg(long, default_value = "default")]
+        name: String,
+    },
+    /// Run the checks against a standing lab.
+    Check {
+        #[arg(long, default_value = "default")]
+        name: String,
+        #[command(flatten)]
+        output: OutputFlags,
+    },
+    /// Show standing labs.
+    Status {
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Remove a standing lab.
+    Down {
+        #[arg(long, default_value = "default")]
+        name: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ScenarioCmd {
+    /// List the scenarios in a directory.
+    List {
+        #[arg(long, default_value = "lab/scenarios")]
+        dir: PathBuf,
+    },
+    /// Replay scenario files (exit 0 iff each behaved as written).
+    Run {
+        /// Scenario files (or a directory of them).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Plugin directory (default: the bundled cnilab-bridge).
+        #[arg(long)]
+        plugin_dir: Option<String>,
+        /// Write JUnit XML to this file.
+        #[arg(long)]
+        junit: Option<PathBuf>,
+    },
+}
+
+fn scenario_paths(files: &[PathBuf]) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>> {
+    let mut out = Vec::new();
+    for f in files {
+        if f.is_dir() {
+            out.extend(cnilab_harness::lab::commands::scenario_files(f)?);
+        } else {
+            out.push(f.clone());
+        }
+    }
+    Ok(out)
 }
 
 fn main() -> ExitCode {
@@ -132,6 +263,35 @@ fn main() -> ExitCode {
             config,
             ifname,
         } => cnilab_harness::cli::lifecycle(&plugin_dir, &config, &ifname),
+        Cmd::Lab { command } => {
+            use cnilab_harness::lab::commands as lab;
+            match command {
+                LabCmd::Run { topology, output } => lab::run(
+                    &topology.args(),
+                    topology.plugin_dir.clone(),
+                    &output.only,
+                    &output.outputs(),
+                ),
+                LabCmd::Up { topology, name } => {
+                    lab::up(&topology.args(), topology.plugin_dir.clone(), &name)
+                }
+                LabCmd::Check { name, output } => {
+                    lab::check(&name, &output.only, &output.outputs())
+                }
+                LabCmd::Status { name } => lab::status(name.as_deref()),
+                LabCmd::Down { name } => lab::down(&name),
+            }
+        }
+        Cmd::Scenario { command } => match command {
+            ScenarioCmd::List { dir } => cnilab_harness::lab::commands::scenario_list(&dir),
+            ScenarioCmd::Run {
+                files,
+                plugin_dir,
+                junit,
+            } => scenario_paths(&files).and_then(|paths| {
+                cnilab_harness::lab::commands::scenario_run(&paths, plugin_dir, junit.as_deref())
+            }),
+        },
         Cmd::Sweep => cnilab_harness::cli::sweep(),
     };
     match outcome {

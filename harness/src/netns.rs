@@ -106,7 +106,9 @@ impl Netns {
     pub fn persistent(name: &str) -> Result<Netns, NetnsError> {
         let ok = name.starts_with(PREFIX)
             && name.len() <= 60
-            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
         if !ok {
             return Err(NetnsError::BadLabel(name.to_string()));
         }
@@ -344,6 +346,29 @@ fn remove_mount(path: &Path) -> Result<(), String> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(format!("remove {}: {e}", path.display())),
     }
+}
+
+/// Removes every namespace whose name starts with `prefix`, whoever made
+/// it (a lab's own namespaces on Ctrl-C, or a persistent lab on `lab down`).
+pub fn remove_prefixed(prefix: &str) -> Result<Vec<String>, NetnsError> {
+    let mut removed = Vec::new();
+    let entries = match std::fs::read_dir(NETNS_DIR) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(removed),
+        Err(e) => return Err(NetnsError::Prepare(format!("read {NETNS_DIR}: {e}"))),
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !prefix.is_empty() && name.starts_with(prefix) {
+            remove_mount(&entry.path()).map_err(|reason| NetnsError::Delete {
+                name: name.clone(),
+                reason,
+            })?;
+            removed.push(name);
+        }
+    }
+    removed.sort();
+    Ok(removed)
 }
 
 /// Removes namespaces named `<prefix><pid>-…` whose pid is no longer
