@@ -5,6 +5,7 @@ pub mod bench;
 pub mod cli;
 pub mod conform;
 pub mod host_state;
+pub mod lab;
 pub mod lifecycle;
 pub mod netns;
 pub mod runtime;

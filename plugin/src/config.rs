@@ -36,6 +36,10 @@ pub struct NetConf {
     pub promisc_mode: bool,
     #[serde(default)]
     pub ip_masq: bool,
+    /// Destinations never masqueraded besides the pod range itself: the
+    /// cluster CIDR, so pod-to-pod traffic across nodes keeps its source.
+    #[serde(default)]
+    pub ip_masq_exclude: Vec<IpNet>,
     #[serde(default)]
     pub dns: Option<Dns>,
     #[serde(default)]
@@ -170,6 +174,7 @@ pub struct Plan {
     pub hairpin: bool,
     pub promisc: bool,
     pub ip_masq: bool,
+    pub ip_masq_exclude: Vec<IpNet>,
     pub dns: Option<Dns>,
     pub log_file: Option<PathBuf>,
     pub ipam: IpamPlan,
@@ -262,6 +267,7 @@ pub fn parse(stdin: &[u8]) -> Result<Plan> {
         hairpin: conf.hairpin_mode,
         promisc: conf.promisc_mode,
         ip_masq: conf.ip_masq,
+        ip_masq_exclude: conf.ip_masq_exclude.clone(),
         dns: conf.dns.clone(),
         log_file: conf.log_file.clone(),
         ipam,

@@ -119,12 +119,24 @@ fn canonical(ip: IpAddr) -> IpAddr {
 }
 
 fn parse_src(buf: &[u8]) -> Option<IpAddr> {
-    std::str::from_utf8(buf).ok()?.trim().strip_prefix("SRC ")?.trim().parse().ok()
+    std::str::from_utf8(buf)
+        .ok()?
+        .trim()
+        .strip_prefix("SRC ")?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Sends one probe from namespace `ns` to `dst`. `size` is the DF payload
 /// size (the probe's IP packet is then exactly the MTU).
-pub async fn probe(ns: &File, dst: IpAddr, proto: Proto, timeout: Duration, mtu: u32) -> Result<Reply, String> {
+pub async fn probe(
+    ns: &File,
+    dst: IpAddr,
+    proto: Proto,
+    timeout: Duration,
+    mtu: u32,
+) -> Result<Reply, String> {
     let started = Instant::now();
     let work = async {
         match proto {
@@ -172,7 +184,11 @@ fn set_dont_fragment(sock: &std::net::UdpSocket, v6: bool) -> io::Result<()> {
     let (level, name, value) = if v6 {
         (nix::libc::IPPROTO_IPV6, nix::libc::IPV6_DONTFRAG, 1)
     } else {
-        (nix::libc::IPPROTO_IP, nix::libc::IP_MTU_DISCOVER, nix::libc::IP_PMTUDISC_PROBE)
+        (
+            nix::libc::IPPROTO_IP,
+            nix::libc::IP_MTU_DISCOVER,
+            nix::libc::IP_PMTUDISC_PROBE,
+        )
     };
     // SAFETY: a plain setsockopt on a socket we own, with an int option.
     let rc = unsafe {
@@ -212,12 +228,14 @@ async fn udp_probe(ns: &File, dst: IpAddr, df_mtu: Option<u32>) -> Result<Option
     let mut buf = vec![0u8; 1024];
     // UDP may be lost once (ARP/ND resolution); retry within the timeout.
     loop {
-        sock.send_to(&payload, to).await.map_err(|e| format!("send: {e}"))?;
+        sock.send_to(&payload, to)
+            .await
+            .map_err(|e| format!("send: {e}"))?;
         match tokio::time::timeout(Duration::from_millis(300), sock.recv_from(&mut buf)).await {
             Ok(Ok((n, _))) => {
-                return parse_src(&buf[..n])
-                    .map(Some)
-                    .ok_or_else(|| format!("unexpected reply {:?}", String::from_utf8_lossy(&buf[..n])))
+                return parse_src(&buf[..n]).map(Some).ok_or_else(|| {
+                    format!("unexpected reply {:?}", String::from_utf8_lossy(&buf[..n]))
+                })
             }
             Ok(Err(e)) => return Err(format!("receive: {e}")),
             Err(_) => continue,
@@ -246,14 +264,34 @@ async fn icmp_probe(ns: &File, dst: IpAddr) -> Result<Option<IpAddr>, String> {
         format!("ICMP socket: {e} (is net.ipv4.ping_group_range open in the source namespace?)")
     })?;
     // An ICMP echo socket is a datagram socket: tokio's UdpSocket drives it.
-    let sock = tokio::net::UdpSocket::from_std(std::net::UdpSocket::from(fd)).map_err(|e| format!("socket: {e}"))?;
+    let sock = tokio::net::UdpSocket::from_std(std::net::UdpSocket::from(fd))
+        .map_err(|e| format!("socket: {e}"))?;
     // Echo request: type, code, checksum and identifier are filled in by the kernel.
-    let request: [u8; 16] = [if v6 { 128 } else { 8 }, 0, 0, 0, 0, 0, 0, 1, b'c', b'n', b'i', b'l', b'a', b'b', 0, 0];
+    let request: [u8; 16] = [
+        if v6 { 128 } else { 8 },
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        1,
+        b'c',
+        b'n',
+        b'i',
+        b'l',
+        b'a',
+        b'b',
+        0,
+        0,
+    ];
     let want = if v6 { 129 } else { 0 };
     let to = SocketAddr::new(dst, 0);
     let mut buf = [0u8; 1500];
     loop {
-        sock.send_to(&request, to).await.map_err(|e| format!("send: {e}"))?;
+        sock.send_to(&request, to)
+            .await
+            .map_err(|e| format!("send: {e}"))?;
         match tokio::time::timeout(Duration::from_millis(300), sock.recv_from(&mut buf)).await {
             Ok(Ok((n, _))) if n >= 1 && buf[0] == want => return Ok(None),
             Ok(Ok(_)) => continue,
@@ -269,9 +307,18 @@ mod tests {
 
     #[test]
     fn parses_responder_replies() {
-        assert_eq!(parse_src(b"SRC 10.0.0.1\n"), Some(IpAddr::from([10, 0, 0, 1])));
-        assert_eq!(parse_src(b"SRC fd00::1\n"), Some("fd00::1".parse().expect("ip")));
+        assert_eq!(
+            parse_src(b"SRC 10.0.0.1\n"),
+            Some(IpAddr::from([10, 0, 0, 1]))
+        );
+        assert_eq!(
+            parse_src(b"SRC fd00::1\n"),
+            Some("fd00::1".parse().expect("ip"))
+        );
         assert_eq!(parse_src(b"garbage"), None);
-        assert_eq!(canonical("::ffff:10.0.0.1".parse().expect("ip")), IpAddr::from([10, 0, 0, 1]));
+        assert_eq!(
+            canonical("::ffff:10.0.0.1".parse().expect("ip")),
+            IpAddr::from([10, 0, 0, 1])
+        );
     }
 }

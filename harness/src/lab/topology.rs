@@ -136,7 +136,8 @@ fn default_external() -> Option<ExternalSpec> {
 
 fn net(text: &str) -> IpNet {
     // Only called with the literals above.
-    text.parse().unwrap_or_else(|_| IpNet::from(IpAddr::from([0, 0, 0, 0])))
+    text.parse()
+        .unwrap_or_else(|_| IpNet::from(IpAddr::from([0, 0, 0, 0])))
 }
 
 /// Why a topology was refused: the file, and the line or field at fault.
@@ -222,7 +223,10 @@ impl Topology {
             return Err(bad(format!("mtu = {}: use 576..9000", self.mtu)));
         }
         if self.pods_per_node > 250 {
-            return Err(bad(format!("pods_per_node = {}: at most 250", self.pods_per_node)));
+            return Err(bad(format!(
+                "pods_per_node = {}: at most 250",
+                self.pods_per_node
+            )));
         }
         let mut seen_names = Vec::new();
         let mut seen_addrs = Vec::new();
@@ -230,7 +234,10 @@ impl Topology {
             let at = format!("node[{i}] ({})", node.name);
             let ok_name = !node.name.is_empty()
                 && node.name.len() <= 10
-                && node.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+                && node
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-');
             if !ok_name {
                 return Err(bad(format!(
                     "{at}: name must be 1-10 characters of [A-Za-z0-9-] (it names namespaces and links)"
@@ -251,7 +258,9 @@ impl Topology {
             }
             seen_addrs.push(node.address);
             if node.pod_cidr.is_empty() {
-                return Err(bad(format!("{at}: pod_cidr is empty; give one CIDR per family")));
+                return Err(bad(format!(
+                    "{at}: pod_cidr is empty; give one CIDR per family"
+                )));
             }
             if node.pod_cidr.iter().filter(|c| c.addr().is_ipv4()).count() > 1
                 || node.pod_cidr.iter().filter(|c| c.addr().is_ipv6()).count() > 1
@@ -259,7 +268,9 @@ impl Topology {
                 return Err(bad(format!("{at}: pod_cidr has two CIDRs of one family")));
             }
             for c in &node.pod_cidr {
-                if c.addr().is_ipv4() && c.prefix_len() > 29 || c.addr().is_ipv6() && c.prefix_len() > 120 {
+                if c.addr().is_ipv4() && c.prefix_len() > 29
+                    || c.addr().is_ipv6() && c.prefix_len() > 120
+                {
                     return Err(bad(format!("{at}: pod_cidr {c} is too small for pods")));
                 }
             }
@@ -340,16 +351,28 @@ pod_cidr = ["10.244.2.0/24"]
         assert_eq!(t.masquerade, Masquerade::Node);
         assert_eq!(t.nodes[0].mtu, Some(1400));
         assert_eq!(t.nodes[0].pod_cidr.len(), 2);
-        assert_eq!(t.external.as_ref().map(|e| e.address.to_string()).as_deref(), Some("10.250.0.254"));
+        assert_eq!(
+            t.external
+                .as_ref()
+                .map(|e| e.address.to_string())
+                .as_deref(),
+            Some("10.250.0.254")
+        );
     }
 
     #[rstest]
     #[case::unknown_field("[[node]]\nname = \"a\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\ncolour = 1\n", "colour")]
     #[case::bad_line("name = \n", "line 1")]
-    #[case::bad_cidr("[[node]]\nname = \"a\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/33\"]\n", "line")]
+    #[case::bad_cidr(
+        "[[node]]\nname = \"a\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/33\"]\n",
+        "line"
+    )]
     #[case::no_nodes("name = \"x\"\n", "no [[node]]")]
     #[case::long_name("[[node]]\nname = \"averyverylongname\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n", "node[0]")]
-    #[case::outside_underlay("[[node]]\nname = \"a\"\naddress = \"10.9.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n", "underlay")]
+    #[case::outside_underlay(
+        "[[node]]\nname = \"a\"\naddress = \"10.9.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n",
+        "underlay"
+    )]
     #[case::agent_without_command("routing = \"agent\"\n[[node]]\nname = \"a\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n", "[agent]")]
     #[case::bad_routing("routing = \"bgp\"\n", "line 1")]
     fn errors_name_the_line_or_field(#[case] text: &str, #[case] named: &str) {

@@ -163,12 +163,15 @@ pub(crate) fn prev_result(plan: &Plan) -> Result<Option<CniResult>> {
     }
 }
 
-/// Subnets of every configured range (for masquerade exclusions).
+/// Destinations that are never masqueraded: every configured range (or the
+/// subnets of the addresses a delegated IPAM gave) plus `ipMasqExclude`.
 pub(crate) fn subnets(plan: &Plan, ips: &[ipnet::IpNet]) -> Vec<ipnet::IpNet> {
-    match &plan.ipam {
+    let mut nets: Vec<ipnet::IpNet> = match &plan.ipam {
         IpamPlan::Builtin(b) => b.range_sets.iter().flatten().map(|r| r.subnet).collect(),
         _ => ips.iter().map(|n| n.trunc()).collect(),
-    }
+    };
+    nets.extend(plan.ip_masq_exclude.iter().map(|n| n.trunc()));
+    nets
 }
 
 #[cfg(test)]

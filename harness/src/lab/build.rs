@@ -1,0 +1,768 @@
+//! Building and tearing down a lab: an underlay switch (a bridge in its own
+//! namespace), one namespace per node linked to it by a veth, an "external"
+//! host, node routes (static or by an agent) and pods attached through the
+//! harness `Runtime` with each node as the host namespace.
+
+use super::topology::{Masquerade, NodeSpec, Routing, Topology};
+use crate::netns::{Netns, NetnsError};
+use crate::runtime::{NetworkConfig, Runtime, RuntimeConf, RuntimeError};
+use cnilab_plugin::{netns as plugin_netns, nl};
+use ipnet::IpNet;
+use rtnetlink::LinkBridge;
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// The default plugin config template (cnilab-bridge).
+pub const DEFAULT_TEMPLATE: &str = include_str!("../../../lab/configs/lab-cnilab.conflist.tmpl");
+
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error("{0}")]
+    Setup(String),
+}
+
+fn setup(msg: impl Into<String>) -> LabError {
+    LabError::Setup(msg.into())
+}
+
+/// A pod: a namespace attached to its node's network.
+pub struct Pod {
+    pub name: String,
+    pub container_id: String,
+    pub ns: Netns,
+    pub ips: Vec<IpNet>,
+}
+
+pub struct Node {
+    pub spec: NodeSpec,
+    pub ns: Netns,
+    pub runtime: Runtime,
+    pub net: NetworkConfig,
+    pub pods: Vec<Pod>,
+    pub agent: Option<Child>,
+}
+
+/// Options that do not belong to the topology.
+#[derive(Clone, Debug, Default)]
+pub struct UpOptions {
+    /// Overrides the topology's plugin dir.
+    pub plugin_dir: Option<String>,
+    /// Names namespaces `cnilab-lab-<name>-…` and keeps them after the
+    /// process exits (`cnilab lab up`).
+    pub persistent: Option<String>,
+    /// Where configs, IPAM stores and agent files go.
+    pub run_dir: PathBuf,
+}
+
+pub struct Lab {
+    pub topo: Topology,
+    pub opts: UpOptions,
+    pub plugin_dir: String,
+    pub switch: Netns,
+    pub external: Option<Netns>,
+    pub nodes: Vec<Node>,
+    pub phases: Vec<(String, Duration)>,
+}
+
+/// The directory of the running `cnilab` binary (where cargo puts
+/// `cnilab-bridge` and `cnilab-agent` too).
+pub fn own_dir() -> Option<PathBuf> {
+    std::env::current_exe()
+        .ok()?
+        .parent()
+        .map(Path::to_path_buf)
+}
+
+fn make_ns(opts: &UpOptions, role: &str) -> Result<Netns, NetnsError> {
+    match &opts.persistent {
+        Some(lab) => Netns::persistent(&format!("{}lab-{lab}-{role}", crate::netns::PREFIX)),
+        None => {
+            let label: String = role.chars().take(12).collect();
+            Netns::with_label(&label)
+        }
+    }
+}
+
+/// Runs one netlink job in `ns`, mapping errors to a message naming `what`.
+fn netlink<F, Fut, R>(ns: &Netns, what: &str, job: F) -> Result<R, LabError>
+where
+    F: FnOnce(rtnetlink::Handle) -> Fut + Send,
+    Fut: std::future::Future<Output = Result<R, rtnetlink::Error>>,
+    R: Send,
+{
+    ns.netlink(job).map_err(|e| setup(format!("{what}: {e}")))
+}
+
+/// Links `ns` to the switch: veth `port` in the switch, `eth0` in `ns`,
+/// with `address` on eth0.
+fn plug(
+    switch: &Netns,
+    bridge: u32,
+    ns: &Netns,
+    port: &str,
+    address: IpNet,
+    mtu: u32,
+) -> Result<(), LabError> {
+    let peer = ns.file();
+    netlink(
+        switch,
+        &format!("veth {port} to {}", ns.name()),
+        |h| async move {
+            h.link()
+                .add(nl::veth_message(
+                    port,
+                    "eth0",
+                    peer,
+                    Some(mtu),
+                    Some(bridge),
+                ))
+                .execute()
+                .await
+        },
+    )?;
+    netlink(ns, &format!("eth0 of {}", ns.name()), |h| async move {
+        let eth0 = nl::link_by_name(&h, "eth0")
+            .await?
+            .ok_or(rtnetlink::Error::RequestFailed)?;
+        nl::add_address(&h, eth0.index, address).await?;
+        nl::set_up(&h, eth0.index).await?;
+        if let Some(lo) = nl::link_by_name(&h, "lo").await? {
+            nl::set_up(&h, lo.index).await?;
+        }
+        Ok(())
+    })
+}
+
+fn ranges_json(cidrs: &[IpNet]) -> String {
+    let sets: Vec<String> = cidrs
+        .iter()
+        .map(|c| format!("[{{\"subnet\":\"{}\"}}]", c.trunc()))
+        .collect();
+    format!("[{}]", sets.join(","))
+}
+
+/// Fills a config template for `node`.
+pub fn render_template(
+    template: &str,
+    topo: &Topology,
+    node: &NodeSpec,
+    data_dir: &Path,
+) -> String {
+    let v4 = node.pod_cidr.iter().find(|c| c.addr().is_ipv4());
+    let v6 = node.pod_cidr.iter().find(|c| c.addr().is_ipv6());
+    let cluster: Vec<String> = topo
+        .cluster_cidr
+        .iter()
+        .map(|c| format!("\"{c}\""))
+        .collect();
+    template
+        .replace("{{node}}", &node.name)
+        .replace(
+            "{{pod_cidr}}",
+            &v4.map(|c| c.trunc().to_string()).unwrap_or_default(),
+        )
+        .replace(
+            "{{pod_cidr6}}",
+            &v6.map(|c| c.trunc().to_string()).unwrap_or_default(),
+        )
+        .replace("{{ranges}}", &ranges_json(&node.pod_cidr))
+        .replace("{{cluster_cidr}}", &format!("[{}]", cluster.join(",")))
+        .replace("{{data_dir}}", &data_dir.display().to_string())
+        .replace("{{mtu}}", &topo.mtu.to_string())
+        .replace(
+            "{{ip_masq}}",
+            if topo.masquerade == Masquerade::Plugin {
+                "true"
+            } else {
+                "false"
+            },
+        )
+}
+
+/// The nftables ruleset of `masquerade = "node"`: pod traffic that leaves
+/// the cluster CIDR is masqueraded to the node's address.
+pub fn node_nat_ruleset(node: &NodeSpec, cluster: &[IpNet]) -> String {
+    let mut rules = String::new();
+    for (v4, fam) in [(true, "ip"), (false, "ip6")] {
+        let pods: Vec<String> = node
+            .pod_cidr
+            .iter()
+            .filter(|c| c.addr().is_ipv4() == v4)
+            .map(|c| c.trunc().to_string())
+            .collect();
+        let clusters: Vec<String> = cluster
+            .iter()
+            .filter(|c| c.addr().is_ipv4() == v4)
+            .map(|c| c.trunc().to_string())
+            .collect();
+        if pods.is_empty() || clusters.is_empty() {
+            continue;
+        }
+        rules.push_str(&format!(
+            "    {fam} saddr {{ {} }} {fam} daddr != {{ {} }} masquerade\n",
+            pods.join(", "),
+            clusters.join(", ")
+        ));
+    }
+    format!(
+        "table inet cnilab_lab_nat {{\n  chain postrouting {{\n    type nat hook postrouting priority srcnat; policy accept;\n{rules}  }}\n}}\n"
+    )
+}
+
+/// Feeds a ruleset to `nft -f -` inside `ns`.
+pub fn nft(ns: &Netns, ruleset: &str) -> Result<(), LabError> {
+    let mut child = ns
+        .command("nft")
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            setup(format!(
+                "run nft in {}: {e} (is nftables installed?)",
+                ns.name()
+            ))
+        })?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(ruleset.as_bytes())
+            .map_err(|e| setup(format!("nft stdin: {e}")))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| setup(format!("nft: {e}")))?;
+    if !out.status.success() {
+        return Err(setup(format!(
+            "nft in {}: {}\n{ruleset}",
+            ns.name(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// The JSON node list the agent's file source reads.
+pub fn nodes_file(nodes: &[NodeSpec]) -> String {
+    let list: Vec<serde_json::Value> = nodes
+        .iter()
+        .map(|n| {
+            serde_json::json!({
+                "name": n.name,
+                "internalIP": n.address,
+                "podCIDRs": n.pod_cidr.iter().map(|c| c.trunc().to_string()).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    serde_json::to_string_pretty(&list).unwrap_or_else(|_| "[]".into())
+}
+
+/// Installs `podCIDR via nodeIP` for every other node.
+pub fn install_static_routes(
+    node: &Netns,
+    me: &NodeSpec,
+    all: &[NodeSpec],
+) -> Result<(), LabError> {
+    let others: Vec<(IpNet, IpAddr)> = all
+        .iter()
+        .filter(|n| n.name != me.name)
+        .flat_map(|n| {
+            n.pod_cidr
+                .iter()
+                .filter(|c| c.addr().is_ipv4())
+                .map(move |c| (c.trunc(), n.address))
+        })
+        .collect();
+    netlink(node, &format!("routes on {}", me.name), |h| async move {
+        for (dst, via) in others {
+            let msg = nl::route_message(dst, Some(via), None, None)
+                .map_err(|_| rtnetlink::Error::RequestFailed)?;
+            nl::add_route(&h, msg, true).await?;
+        }
+        Ok(())
+    })
+}
+
+impl Lab {
+    /// Builds the whole lab. On error, everything made so far is removed
+    /// (the namespaces are dropped).
+    pub fn up(topo: Topology, opts: UpOptions) -> Result<Lab, LabError> {
+        let started = Instant::now();
+        let plugin_dir = opts
+            .plugin_dir
+            .clone()
+            .or_else(|| topo.plugin.as_ref().and_then(|p| p.dir.clone()))
+            .or_else(|| own_dir().map(|d| d.display().to_string()))
+            .ok_or_else(|| setup("no plugin dir: pass --plugin-dir"))?;
+        let template = match topo.plugin.as_ref().and_then(|p| p.config.clone()) {
+            Some(path) => std::fs::read_to_string(&path)
+                .map_err(|e| setup(format!("plugin config template {}: {e}", path.display())))?,
+            None => DEFAULT_TEMPLATE.to_string(),
+        };
+        std::fs::create_dir_all(&opts.run_dir)
+            .map_err(|e| setup(format!("run dir {}: {e}", opts.run_dir.display())))?;
+
+        let switch = make_ns(&opts, "switch")?;
+        let bridge = netlink(&switch, "underlay bridge", |h| async move {
+            h.link()
+                .add(LinkBridge::new("underlay").build())
+                .execute()
+                .await?;
+            nl::link_by_name(&h, "underlay")
+                .await?
+                .map(|l| l.index)
+                .ok_or(rtnetlink::Error::RequestFailed)
+        })?;
+        let prefix = topo.underlay.prefix_len();
+        let mut lab = Lab {
+            topo: topo.clone(),
+            opts: opts.clone(),
+            plugin_dir,
+            switch,
+            external: None,
+            nodes: Vec::new(),
+            phases: Vec::new(),
+        };
+        if let Some(ext) = &topo.external {
+            let ns = make_ns(&opts, "external")?;
+            let addr = IpNet::new(ext.address, prefix).map_err(|e| setup(e.to_string()))?;
+            plug(&lab.switch, bridge, &ns, "p-external", addr, topo.mtu)?;
+            crate::lab::probe::allow_ping_sockets(ns.file())
+                .map_err(|e| setup(format!("external: {e}")))?;
+            lab.external = Some(ns);
+        }
+        for spec in &topo.nodes {
+            let node = lab.add_node_ns(spec, bridge, &template)?;
+            lab.nodes.push(node);
+        }
+        lab.install_routing()?;
+        lab.phases.push(("up".into(), started.elapsed()));
+
+        let started = Instant::now();
+        lab.attach_pods()?;
+        lab.phases.push(("attach".into(), started.elapsed()));
+        Ok(lab)
+    }
+
+    fn underlay_bridge(&self) -> Result<u32, LabError> {
+        netlink(&self.switch, "underlay bridge", |h| async move {
+            nl::link_by_name(&h, "underlay")
+                .await?
+                .map(|l| l.index)
+                .ok_or(rtnetlink::Error::RequestFailed)
+        })
+    }
+
+    fn add_node_ns(&self, spec: &NodeSpec, bridge: u32, template: &str) -> Result<Node, LabError> {
+        let topo = &self.topo;
+        let ns = make_ns(&self.opts, &spec.name)?;
+        let addr = IpNet::new(spec.address, topo.underlay.prefix_len())
+            .map_err(|e| setup(e.to_string()))?;
+        plug(
+            &self.switch,
+            bridge,
+            &ns,
+            &format!("p-{}", spec.name),
+            addr,
+            spec.mtu.unwrap_or(topo.mtu),
+        )?;
+        // A provisioned Kubernetes node forwards; scenarios turn it off.
+        let mut sysctls: Vec<(String, String)> = vec![
+            ("net/ipv4/ip_forward".into(), "1".into()),
+            ("net/ipv6/conf/all/forwarding".into(), "1".into()),
+        ];
+        sysctls.extend(spec.sysctls.iter().map(|(k, v)| (k.clone(), v.clone())));
+        for (key, value) in &sysctls {
+            plugin_netns::write_sysctl(Some(ns.file()), key, value)
+                .map_err(|e| setup(format!("sysctl {key} on {}: {e}", spec.name)))?;
+        }
+        crate::lab::probe::allow_ping_sockets(ns.file())
+            .map_err(|e| setup(format!("{}: {e}", spec.name)))?;
+        let node_dir = self.opts.run_dir.join(&spec.name);
+        std::fs::create_dir_all(&node_dir)
+            .map_err(|e| setup(format!("{}: {e}", node_dir.display())))?;
+        let conf_text = render_template(template, topo, spec, &node_dir.join("ipam"));
+        let conf_path = node_dir.join("net.conflist");
+        std::fs::write(&conf_path, &conf_text)
+            .map_err(|e| setup(format!("{}: {e}", conf_path.display())))?;
+        let net = NetworkConfig::parse(&conf_text, &conf_path)?;
+        let runtime = Runtime::new(&self.plugin_dir)
+            .in_netns(&ns)?
+            .with_cache_dir(&node_dir.join("results"));
+        Ok(Node {
+            spec: spec.clone(),
+            ns,
+            runtime,
+            net,
+            pods: Vec::new(),
+            agent: None,
+        })
+    }
+
+    fn install_routing(&mut self) -> Result<(), LabError> {
+        let specs: Vec<NodeSpec> = self.nodes.iter().map(|n| n.spec.clone()).collect();
+        if self.topo.masquerade == Masquerade::Node {
+            for node in &self.nodes {
+                nft(
+                    &node.ns,
+                    &node_nat_ruleset(&node.spec, &self.topo.cluster_cidr),
+                )?;
+            }
+        }
+        match self.topo.routing {
+            Routing::Static => {
+                for node in &self.nodes {
+                    install_static_routes(&node.ns, &node.spec, &specs)?;
+                }
+                Ok(())
+            }
+            Routing::Agent => {
+                self.write_nodes_file(&specs)?;
+                for i in 0..self.nodes.len() {
+                    self.start_agent(i)?;
+                }
+                self.wait_for_agent_routes(Duration::from_secs(15))
+            }
+        }
+    }
+
+    pub fn nodes_file_path(&self) -> PathBuf {
+        self.opts.run_dir.join("nodes.json")
+    }
+
+    /// Publishes the node list to the agents (atomically: temp + rename).
+    pub fn write_nodes_file(&self, specs: &[NodeSpec]) -> Result<(), LabError> {
+        let path = self.nodes_file_path();
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, nodes_file(specs))
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|e| setup(format!("nodes file {}: {e}", path.display())))
+    }
+
+    /// Starts the agent command inside node `i`'s namespace.
+    pub fn start_agent(&mut self, i: usize) -> Result<(), LabError> {
+        let agent = self
+            .topo
+            .agent
+            .clone()
+            .ok_or_else(|| setup("routing = \"agent\" needs an [agent] command"))?;
+        let node = &self.nodes[i];
+        let node_dir = self.opts.run_dir.join(&node.spec.name);
+        let cluster: Vec<String> = self
+            .topo
+            .cluster_cidr
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+        let fill = |word: &str| {
+            word.replace("{{node}}", &node.spec.name)
+                .replace(
+                    "{{nodes_file}}",
+                    &self.nodes_file_path().display().to_string(),
+                )
+                .replace("{{cluster_cidr}}", &cluster.join(","))
+                .replace(
+                    "{{conf_dir}}",
+                    &node_dir.join("net.d").display().to_string(),
+                )
+                .replace("{{bin_dir}}", &node_dir.join("bin").display().to_string())
+                .replace("{{run_dir}}", &node_dir.display().to_string())
+        };
+        let words: Vec<String> = agent.command.iter().map(|w| fill(w)).collect();
+        let program = resolve_program(&words[0]);
+        let log_path = node_dir.join("agent.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| setup(format!("{}: {e}", log_path.display())))?;
+        let log2 = log.try_clone().map_err(|e| setup(e.to_string()))?;
+        let child = node
+            .ns
+            .command(&program)
+            .args(&words[1..])
+            .env("NODE_NAME", &node.spec.name)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .spawn()
+            .map_err(|e| {
+                setup(format!(
+                    "start agent {} on {}: {e}",
+                    program.display(),
+                    node.spec.name
+                ))
+            })?;
+        crate::lab::register_child(child.id());
+        self.nodes[i].agent = Some(child);
+        Ok(())
+    }
+
+    /// Stops node `i`'s agent (SIGTERM, then SIGKILL).
+    pub fn stop_agent(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].agent.take() {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Waits until every node has a route to every other node's pod CIDR.
+    pub fn wait_for_agent_routes(&self, limit: Duration) -> Result<(), LabError> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let mut missing = Vec::new();
+            for node in &self.nodes {
+                let routes = node.ns.routes().map_err(|e| setup(e.to_string()))?;
+                for other in self.nodes.iter().filter(|o| o.spec.name != node.spec.name) {
+                    for cidr in other.spec.pod_cidr.iter().filter(|c| c.addr().is_ipv4()) {
+                        if !routes
+                            .iter()
+                            .any(|r| r.dst == cidr.trunc() && r.gateway == Some(other.spec.address))
+                        {
+                            missing.push(format!(
+                                "{}: {} via {}",
+                                node.spec.name, cidr, other.spec.address
+                            ));
+                        }
+                    }
+                }
+            }
+            if missing.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(setup(format!(
+                    "the agents did not install these routes within {limit:?} (logs in {}): {}",
+                    self.opts.run_dir.display(),
+                    missing.join("; ")
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Creates and ADDs the pods of every node, in parallel.
+    fn attach_pods(&mut self) -> Result<(), LabError> {
+        let per_node = self.topo.pods_per_node;
+        for i in 0..self.nodes.len() {
+            self.add_pods(i, per_node)?;
+        }
+        Ok(())
+    }
+
+    /// Adds `count` pods to node `i`.
+    pub fn add_pods(&mut self, i: usize, count: usize) -> Result<(), LabError> {
+        let opts = self.opts.clone();
+        let node = &self.nodes[i];
+        let first = node.pods.len();
+        let made: Vec<Result<Pod, LabError>> = std::thread::scope(|s| {
+            let jobs: Vec<_> = (first..first + count)
+                .map(|k| {
+                    let opts = &opts;
+                    s.spawn(move || -> Result<Pod, LabError> {
+                        let name = format!("{}-pod{k}", node.spec.name);
+                        let ns = make_ns(opts, &name)?;
+                        ns.set_lo_up()?;
+                        crate::lab::probe::allow_ping_sockets(ns.file())
+                            .map_err(|e| setup(format!("{name}: {e}")))?;
+                        let container_id = format!("cnilab-{name}");
+                        let rc = RuntimeConf::new(&container_id, Some(ns.path()), "eth0");
+                        let added = node.runtime.add(&node.net, &rc);
+                        let res = match added {
+                            Ok(res) => res,
+                            Err(e) => {
+                                // Like a runtime: a failed ADD is followed by DEL.
+                                let _ = node.runtime.del(&node.net, &rc);
+                                return Err(setup(format!(
+                                    "ADD of {name} on {}: {e}",
+                                    node.spec.name
+                                )));
+                            }
+                        };
+                        let ips = res.result.ips.iter().map(|ip| ip.address).collect();
+                        Ok(Pod {
+                            name,
+                            container_id,
+                            ns,
+                            ips,
+                        })
+                    })
+                })
+                .collect();
+            jobs.into_iter()
+                .map(|j| {
+                    j.join()
+                        .unwrap_or_else(|_| Err(setup("pod thread panicked")))
+                })
+                .collect()
+        });
+        let mut first_error = None;
+        for pod in made {
+            match pod {
+                Ok(p) => self.nodes[i].pods.push(p),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// DELs the pod and deletes its namespace.
+    pub fn remove_pod(&mut self, i: usize, k: usize) -> Result<(), LabError> {
+        let pod = self.nodes[i].pods.remove(k);
+        let node = &self.nodes[i];
+        let rc = RuntimeConf::new(&pod.container_id, Some(pod.ns.path()), "eth0");
+        node.runtime.del(&node.net, &rc)?;
+        drop(pod);
+        Ok(())
+    }
+
+    /// Adds a node to a running lab (routes of the others are updated by the
+    /// agent, or by the lab in static routing).
+    pub fn add_node(&mut self, spec: NodeSpec, pods: usize) -> Result<(), LabError> {
+        let bridge = self.underlay_bridge()?;
+        let template = match self.topo.plugin.as_ref().and_then(|p| p.config.clone()) {
+            Some(path) => std::fs::read_to_string(&path)
+                .map_err(|e| setup(format!("{}: {e}", path.display())))?,
+            None => DEFAULT_TEMPLATE.to_string(),
+        };
+        let node = self.add_node_ns(&spec, bridge, &template)?;
+        self.topo.nodes.push(spec);
+        self.nodes.push(node);
+        let i = self.nodes.len() - 1;
+        if self.topo.masquerade == Masquerade::Node {
+            nft(
+                &self.nodes[i].ns,
+                &node_nat_ruleset(&self.nodes[i].spec, &self.topo.cluster_cidr),
+            )?;
+        }
+        let specs: Vec<NodeSpec> = self.topo.nodes.clone();
+        match self.topo.routing {
+            Routing::Static => {
+                install_static_routes(&self.nodes[i].ns, &self.nodes[i].spec, &specs)?
+            }
+            Routing::Agent => {
+                self.write_nodes_file(&specs)?;
+                self.start_agent(i)?;
+            }
+        }
+        self.add_pods(i, pods)
+    }
+
+    /// Removes a node: its pods, its agent, its namespace; the agents are
+    /// told through the node list.
+    pub fn remove_node(&mut self, name: &str) -> Result<(), LabError> {
+        let i = self.node_index(name)?;
+        self.stop_agent(i);
+        while !self.nodes[i].pods.is_empty() {
+            let _ = self.remove_pod(i, 0);
+        }
+        self.nodes.remove(i);
+        self.topo.nodes.retain(|n| n.name != name);
+        if self.topo.routing == Routing::Agent {
+            let specs = self.topo.nodes.clone();
+            self.write_nodes_file(&specs)?;
+        }
+        Ok(())
+    }
+
+    pub fn node_index(&self, name: &str) -> Result<usize, LabError> {
+        self.nodes
+            .iter()
+            .position(|n| n.spec.name == name)
+            .ok_or_else(|| setup(format!("no node {name:?} in this lab")))
+    }
+
+    /// Tears everything down: agents, pods (DEL through the runtime), then
+    /// every namespace. Returns how long it took.
+    pub fn down(mut self) -> Duration {
+        let started = Instant::now();
+        for i in 0..self.nodes.len() {
+            self.stop_agent(i);
+        }
+        std::thread::scope(|s| {
+            for node in &self.nodes {
+                for pod in &node.pods {
+                    s.spawn(move || {
+                        let rc = RuntimeConf::new(&pod.container_id, Some(pod.ns.path()), "eth0");
+                        let _ = node.runtime.del(&node.net, &rc);
+                    });
+                }
+            }
+        });
+        drop(self.nodes);
+        drop(self.external);
+        drop(self.switch);
+        started.elapsed()
+    }
+}
+
+/// `name` next to the running binary if it is there, else as given (PATH).
+pub fn resolve_program(name: &str) -> PathBuf {
+    if !name.contains('/') {
+        if let Some(dir) = own_dir() {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return candidate;
+            }
+        }
+    }
+    PathBuf::from(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_template_renders_to_a_valid_config() {
+        let topo = Topology::generated(2, 1).expect("topology");
+        let text = render_template(DEFAULT_TEMPLATE, &topo, &topo.nodes[1], Path::new("/tmp/x"));
+        let net = NetworkConfig::parse(&text, Path::new("t.conflist")).expect("valid conflist");
+        assert_eq!(net.plugin_type(0), "cnilab-bridge");
+        assert!(text.contains("10.244.2.0/24"));
+        assert!(text.contains("\"ipMasq\":true") || text.contains("\"ipMasq\": true"));
+        assert!(
+            text.contains("10.244.0.0/16"),
+            "cluster CIDR excluded from masquerade"
+        );
+    }
+
+    #[test]
+    fn nat_ruleset_excludes_the_cluster() {
+        let topo = Topology::generated(1, 1).expect("topology");
+        let rules = node_nat_ruleset(&topo.nodes[0], &topo.cluster_cidr);
+        assert!(
+            rules.contains("ip saddr { 10.244.1.0/24 } ip daddr != { 10.244.0.0/16 } masquerade"),
+            "{rules}"
+        );
+    }
+
+    #[test]
+    fn nodes_file_has_the_agent_fields() {
+        let topo = Topology::generated(2, 1).expect("topology");
+        let v: serde_json::Value = serde_json::from_str(&nodes_file(&topo.nodes)).expect("json");
+        assert_eq!(v[1]["internalIP"], "10.250.0.2");
+        assert_eq!(v[1]["podCIDRs"][0], "10.244.2.0/24");
+    }
+}

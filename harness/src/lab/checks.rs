@@ -1,0 +1,323 @@
+//! The connectivity matrix: which probes to send, sending them all
+//! concurrently, and judging each reply (including the source address the
+//! peer saw, which proves masquerade or its absence).
+
+use super::build::Lab;
+use super::probe::{self, Proto, Reply};
+use futures_util::stream::{self, StreamExt};
+use std::fs::File;
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// Check groups, in report order.
+pub const GROUPS: &[&str] = &[
+    "pod-to-pod/same-node",
+    "pod-to-pod/cross-node",
+    "node-to-pod",
+    "pod-to-node",
+    "pod-to-external",
+    "mtu/df-cross-node",
+];
+
+/// Where a probe starts or ends.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Endpoint {
+    /// `node1/node1-pod0`, `node2`, `external`.
+    pub name: String,
+    /// The node it is on (pods and nodes), by index.
+    pub node: Option<usize>,
+    pub pod: Option<usize>,
+    pub ip: IpAddr,
+    pub external: bool,
+}
+
+/// What the responder must report as our source address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case", tag = "kind", content = "address")]
+pub enum ExpectSource {
+    /// No NAT: the source pod's own address.
+    Unchanged(IpAddr),
+    /// Masqueraded to the node's underlay address.
+    Masqueraded(IpAddr),
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ProbeSpec {
+    pub group: &'static str,
+    pub from: Endpoint,
+    pub to: Endpoint,
+    pub proto: Proto,
+    pub expect_source: Option<ExpectSource>,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ProbeOutcome {
+    pub spec: ProbeSpec,
+    /// `None` when the probe passed.
+    pub error: Option<String>,
+    pub seen_source: Option<IpAddr>,
+    pub rtt_ms: Option<f64>,
+}
+
+impl ProbeOutcome {
+    pub fn passed(&self) -> bool {
+        self.error.is_none()
+    }
+}
+
+fn pod_endpoint(lab: &Lab, n: usize, p: usize) -> Option<Endpoint> {
+    let node = &lab.nodes[n];
+    let pod = &node.pods[p];
+    let ip = pod.ips.iter().find(|ip| ip.addr().is_ipv4())?.addr();
+    Some(Endpoint {
+        name: format!("{}/{}", node.spec.name, pod.name),
+        node: Some(n),
+        pod: Some(p),
+        ip,
+        external: false,
+    })
+}
+
+fn node_endpoint(lab: &Lab, n: usize) -> Endpoint {
+    Endpoint {
+        name: lab.nodes[n].spec.name.clone(),
+        node: Some(n),
+        pod: None,
+        ip: lab.nodes[n].spec.address,
+        external: false,
+    }
+}
+
+/// The probe plan: every pod to a pod on its own node and to one pod on
+/// every other node (ICMP, TCP, UDP); every node to every pod; every pod to
+/// its node and the others; every pod to the external host; a DF probe at
+/// the MTU from every pod to a pod on the next node.
+pub fn plan(lab: &Lab, groups: &[String]) -> Vec<ProbeSpec> {
+    let wanted = |g: &str| groups.is_empty() || groups.iter().any(|w| g.starts_with(w.as_str()));
+    let mut out = Vec::new();
+    let mut push = |group: &'static str,
+                    from: &Endpoint,
+                    to: &Endpoint,
+                    protos: &[Proto],
+                    expect: Option<ExpectSource>| {
+        if wanted(group) {
+            for proto in protos {
+                out.push(ProbeSpec {
+                    group,
+                    from: from.clone(),
+                    to: to.clone(),
+                    proto: *proto,
+                    expect_source: if *proto == Proto::Icmp { None } else { expect },
+                });
+            }
+        }
+    };
+    let all = [Proto::Icmp, Proto::Tcp, Proto::Udp];
+    let nodes = lab.nodes.len();
+    for n in 0..nodes {
+        let count = lab.nodes[n].pods.len();
+        for p in 0..count {
+            let Some(src) = pod_endpoint(lab, n, p) else {
+                continue;
+            };
+            if count > 1 {
+                if let Some(peer) = pod_endpoint(lab, n, (p + 1) % count) {
+                    push(
+                        "pod-to-pod/same-node",
+                        &src,
+                        &peer,
+                        &all,
+                        Some(ExpectSource::Unchanged(src.ip)),
+                    );
+                }
+            }
+            for m in (0..nodes).filter(|m| *m != n) {
+                let other = lab.nodes[m].pods.len();
+                if other == 0 {
+                    continue;
+                }
+                if let Some(peer) = pod_endpoint(lab, m, p % other) {
+                    push(
+                        "pod-to-pod/cross-node",
+                        &src,
+                        &peer,
+                        &all,
+                        Some(ExpectSource::Unchanged(src.ip)),
+                    );
+                    if m == (n + 1) % nodes {
+                        push("mtu/df-cross-node", &src, &peer, &[Proto::Df], None);
+                    }
+                }
+            }
+            for m in 0..nodes {
+                let dst = node_endpoint(lab, m);
+                push("pod-to-node", &src, &dst, &[Proto::Icmp, Proto::Tcp], None);
+            }
+            if let Some(ext) = &lab.topo.external {
+                let dst = Endpoint {
+                    name: "external".into(),
+                    node: None,
+                    pod: None,
+                    ip: ext.address,
+                    external: true,
+                };
+                let node_ip = lab.nodes[n].spec.address;
+                push(
+                    "pod-to-external",
+                    &src,
+                    &dst,
+                    &[Proto::Icmp, Proto::Tcp],
+                    Some(ExpectSource::Masqueraded(node_ip)),
+                );
+            }
+        }
+    }
+    for m in 0..nodes {
+        let src = node_endpoint(lab, m);
+        for n in 0..nodes {
+            for p in 0..lab.nodes[n].pods.len() {
+                if let Some(dst) = pod_endpoint(lab, n, p) {
+                    push("node-to-pod", &src, &dst, &[Proto::Icmp, Proto::Tcp], None);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn ns_of<'a>(lab: &'a Lab, e: &Endpoint) -> Option<&'a File> {
+    if e.external {
+        return lab.external.as_ref().map(|n| n.file());
+    }
+    let node = &lab.nodes[e.node?];
+    match e.pod {
+        Some(p) => Some(node.pods.get(p)?.ns.file()),
+        None => Some(node.ns.file()),
+    }
+}
+
+/// Starts a responder in every pod, node and the external host.
+pub fn start_responders(lab: &Lab, rt: &tokio::runtime::Handle) -> Result<(), String> {
+    let mut targets: Vec<(&str, &File)> = Vec::new();
+    for node in &lab.nodes {
+        targets.push((&node.spec.name, node.ns.file()));
+        for pod in &node.pods {
+            targets.push((&pod.name, pod.ns.file()));
+        }
+    }
+    if let Some(ext) = &lab.external {
+        targets.push(("external", ext.file()));
+    }
+    for (name, ns) in targets {
+        probe::start_responders(ns, false, rt).map_err(|e| format!("responder in {name}: {e}"))?;
+    }
+    Ok(())
+}
+
+fn judge(spec: &ProbeSpec, reply: Result<Reply, String>) -> ProbeOutcome {
+    match reply {
+        Err(error) => ProbeOutcome {
+            spec: spec.clone(),
+            error: Some(error),
+            seen_source: None,
+            rtt_ms: None,
+        },
+        Ok(reply) => {
+            let error = match (spec.expect_source, reply.seen_src) {
+                (Some(ExpectSource::Unchanged(want)), Some(seen)) if seen != want => Some(format!(
+                    "peer saw source {seen}, expected the pod's own address {want} (traffic inside the cluster was NATed)"
+                )),
+                (Some(ExpectSource::Masqueraded(want)), Some(seen)) if seen != want => Some(format!(
+                    "external host saw source {seen}, expected the node address {want} (not masqueraded)"
+                )),
+                _ => None,
+            };
+            ProbeOutcome {
+                spec: spec.clone(),
+                error,
+                seen_source: reply.seen_src,
+                rtt_ms: Some(reply.rtt.as_secs_f64() * 1000.0),
+            }
+        }
+    }
+}
+
+/// Sends every probe (at most `concurrency` at once) and returns the
+/// outcomes in plan order. `progress` is called after each probe.
+pub fn run(
+    lab: &Lab,
+    specs: &[ProbeSpec],
+    rt: &tokio::runtime::Runtime,
+    concurrency: usize,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Vec<ProbeOutcome> {
+    let timeout = Duration::from_millis(lab.topo.probe_timeout_ms);
+    let total = specs.len();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    // DF probes are sized to the pods' MTU: what the plugin configured.
+    let mtu = lab.topo.mtu;
+    rt.block_on(async {
+        let jobs = specs.iter().map(|spec| {
+            let done = &done;
+            async move {
+                let reply = match ns_of(lab, &spec.from) {
+                    Some(ns) => probe::probe(ns, spec.to.ip, spec.proto, timeout, mtu).await,
+                    None => Err(format!("{} no longer exists", spec.from.name)),
+                };
+                let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                progress(n, total);
+                judge(spec, reply)
+            }
+        });
+        let mut outcomes: Vec<(usize, ProbeOutcome)> =
+            stream::iter(jobs.enumerate().map(|(i, f)| async move { (i, f.await) }))
+                .buffer_unordered(concurrency.max(1))
+                .collect()
+                .await;
+        outcomes.sort_by_key(|(i, _)| *i);
+        outcomes.into_iter().map(|(_, o)| o).collect()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(expect: Option<ExpectSource>) -> ProbeSpec {
+        let e = Endpoint {
+            name: "a".into(),
+            node: Some(0),
+            pod: Some(0),
+            ip: IpAddr::from([10, 244, 1, 2]),
+            external: false,
+        };
+        ProbeSpec {
+            group: "pod-to-pod/cross-node",
+            from: e.clone(),
+            to: e,
+            proto: Proto::Tcp,
+            expect_source: expect,
+        }
+    }
+
+    #[test]
+    fn snat_inside_the_cluster_fails_the_probe() {
+        let s = spec(Some(ExpectSource::Unchanged(IpAddr::from([10, 244, 1, 2]))));
+        let reply = Reply {
+            seen_src: Some(IpAddr::from([10, 250, 0, 1])),
+            rtt: Duration::from_millis(1),
+        };
+        let out = judge(&s, Ok(reply.clone()));
+        assert!(!out.passed());
+        assert!(out.error.as_deref().unwrap_or("").contains("NATed"));
+        let ok = judge(
+            &spec(Some(ExpectSource::Masqueraded(IpAddr::from([
+                10, 250, 0, 1,
+            ])))),
+            Ok(reply),
+        );
+        assert!(ok.passed());
+        let timeout = judge(&s, Err("timed out".into()));
+        assert!(!timeout.passed());
+    }
+}

@@ -1,0 +1,310 @@
+//! Naming the likely cause of a failed probe, with the evidence: the causes
+//! users hit in real multi-node clusters (missing or stale routes, forwarding
+//! off, FORWARD policy DROP, MTU mismatch, masquerade missing or too broad,
+//! overlapping pod CIDRs, strict rp_filter).
+
+use super::build::Lab;
+use super::checks::{ExpectSource, ProbeOutcome};
+use super::probe::Proto;
+use crate::netns::Route;
+use ipnet::IpNet;
+use std::net::IpAddr;
+
+/// One likely cause, with a stable id that scenarios assert on.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Diagnosis {
+    pub id: &'static str,
+    pub message: String,
+}
+
+/// What the diagnosis reads from a node.
+#[derive(Clone, Debug, Default)]
+pub struct NodeFacts {
+    pub name: String,
+    pub address: Option<IpAddr>,
+    pub pod_cidr: Vec<IpNet>,
+    pub routes: Vec<Route>,
+    pub ip_forward: String,
+    pub rp_filter: String,
+    pub uplink_mtu: Option<u32>,
+    pub ruleset: String,
+}
+
+/// Reads routes, sysctls, the uplink MTU and the firewall ruleset of every node.
+pub fn collect(lab: &Lab) -> Vec<NodeFacts> {
+    lab.nodes
+        .iter()
+        .map(|node| {
+            let file = node.ns.file();
+            let sysctl = |key: &str| {
+                cnilab_plugin::netns::read_sysctl(Some(file), key)
+                    .unwrap_or_else(|e| format!("unreadable: {e}"))
+            };
+            let ruleset = node
+                .ns
+                .command("nft")
+                .args(["list", "ruleset"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            let rp_all = sysctl("net/ipv4/conf/all/rp_filter");
+            let rp_eth0 = sysctl("net/ipv4/conf/eth0/rp_filter");
+            NodeFacts {
+                name: node.spec.name.clone(),
+                address: Some(node.spec.address),
+                pod_cidr: node.spec.pod_cidr.clone(),
+                routes: node.ns.routes().unwrap_or_default(),
+                ip_forward: sysctl("net/ipv4/ip_forward"),
+                // The kernel uses the larger of "all" and the interface's value.
+                rp_filter: if rp_all == "1" || rp_eth0 == "1" {
+                    "1".into()
+                } else {
+                    rp_all.max(rp_eth0)
+                },
+                uplink_mtu: node
+                    .ns
+                    .links()
+                    .ok()
+                    .and_then(|l| l.into_iter().find(|l| l.name == "eth0"))
+                    .and_then(|l| l.mtu),
+                ruleset,
+            }
+        })
+        .collect()
+}
+
+/// The route the node would use for `dst` (longest prefix, main table).
+fn lookup(routes: &[Route], dst: IpAddr) -> Option<&Route> {
+    routes
+        .iter()
+        .filter(|r| r.table == 254 && r.dst.contains(&dst))
+        .max_by_key(|r| r.dst.prefix_len())
+}
+
+fn chains_with_drop_policy(ruleset: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut table = String::new();
+    let mut chain = String::new();
+    for line in ruleset.lines() {
+        let t = line.trim();
+        if let Some(rest) = t.strip_prefix("table ") {
+            table = rest.trim_end_matches(" {").to_string();
+        } else if let Some(rest) = t.strip_prefix("chain ") {
+            chain = rest.trim_end_matches(" {").to_string();
+        } else if t.contains("hook forward") && t.contains("policy drop") {
+            out.push(format!("table {table} chain {chain}: {t}"));
+        }
+    }
+    out
+}
+
+fn masquerade_lines(ruleset: &str) -> Vec<String> {
+    ruleset
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.contains("masquerade") || l.contains("snat"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Route check: `node` must reach `dst` (a pod on `owner`) via `owner`'s address.
+fn check_route(
+    out: &mut Vec<Diagnosis>,
+    node: &NodeFacts,
+    dst: IpAddr,
+    owner: &NodeFacts,
+    direction: &str,
+) {
+    let Some(cidr) = owner.pod_cidr.iter().find(|c| c.contains(&dst)) else {
+        return;
+    };
+    match lookup(&node.routes, dst) {
+        None => out.push(Diagnosis {
+            id: "missing-route",
+            message: format!(
+                "{} has no route to {cidr} ({}'s podCIDR) for the {direction} path; expected \"{} via {}\"",
+                node.name,
+                owner.name,
+                cidr.trunc(),
+                owner.address.map(|a| a.to_string()).unwrap_or_default()
+            ),
+        }),
+        Some(r) if r.gateway.is_some() && r.gateway != owner.address => out.push(Diagnosis {
+            id: "stale-route",
+            message: format!(
+                "{} routes {} via {} but {} is {}: a stale route (podCIDR reused, or the node's address changed)",
+                node.name,
+                r.dst,
+                r.gateway.map(|g| g.to_string()).unwrap_or_default(),
+                owner.name,
+                owner.address.map(|a| a.to_string()).unwrap_or_default()
+            ),
+        }),
+        Some(_) => {}
+    }
+}
+
+fn node_of(facts: &[NodeFacts], i: Option<usize>) -> Option<&NodeFacts> {
+    facts.get(i?)
+}
+
+/// The likely causes of one failed probe.
+pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnosis> {
+    let mut out = Vec::new();
+    let spec = &o.spec;
+    let src = node_of(facts, spec.from.node);
+    let dst = node_of(facts, spec.to.node);
+    let src_is_pod = spec.from.pod.is_some();
+    let dst_is_pod = spec.to.pod.is_some();
+
+    // Overlapping pod CIDRs: two nodes claim the same addresses.
+    for (i, a) in facts.iter().enumerate() {
+        for b in facts.iter().skip(i + 1) {
+            for ca in &a.pod_cidr {
+                for cb in &b.pod_cidr {
+                    if ca.contains(&cb.network()) || cb.contains(&ca.network()) {
+                        let involved = [spec.from.ip, spec.to.ip]
+                            .iter()
+                            .any(|ip| ca.contains(ip) || cb.contains(ip));
+                        if involved {
+                            out.push(Diagnosis {
+                                id: "podcidr-overlap",
+                                message: format!("{} has podCIDR {ca} and {} has {cb}: they overlap, so one node's pods are unreachable from the other", a.name, b.name),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    if let (Some(a), Some(b)) = (src, dst) {
+        if a.name != b.name {
+            if dst_is_pod {
+                check_route(&mut out, a, spec.to.ip, b, "forward");
+            }
+            if src_is_pod {
+                check_route(&mut out, b, spec.from.ip, a, "return");
+            }
+        }
+    }
+    let mut forwarding_nodes: Vec<&NodeFacts> = Vec::new();
+    if let Some(a) = src.filter(|_| src_is_pod) {
+        if spec.to.external || dst.is_some_and(|b| b.name != a.name) {
+            forwarding_nodes.push(a);
+        }
+    }
+    if let Some(b) = dst.filter(|_| dst_is_pod) {
+        if spec.from.external || src.is_some_and(|a| a.name != b.name) {
+            forwarding_nodes.push(b);
+        }
+    }
+    for n in &forwarding_nodes {
+        if n.ip_forward != "1" {
+            out.push(Diagnosis {
+                id: "ip-forward-off",
+                message: format!(
+                    "net.ipv4.ip_forward = {} on {}: the node does not route pod traffic",
+                    n.ip_forward, n.name
+                ),
+            });
+        }
+        for chain in chains_with_drop_policy(&n.ruleset) {
+            out.push(Diagnosis {
+                id: "forward-drop",
+                message: format!("{} has a FORWARD chain with policy drop and no accept for the pod CIDRs ({chain})", n.name),
+            });
+        }
+    }
+    if let Some(b) = dst.filter(|_| dst_is_pod) {
+        if b.rp_filter == "1" && src.is_some_and(|a| a.name != b.name) {
+            out.push(Diagnosis {
+                id: "rp-filter",
+                message: format!("net.ipv4.conf.{{all,eth0}}.rp_filter = 1 (strict) on {}: asymmetric return traffic is dropped", b.name),
+            });
+        }
+    }
+    if spec.proto == Proto::Df {
+        for n in [src, dst].into_iter().flatten() {
+            if let Some(mtu) = n.uplink_mtu {
+                if mtu < lab.topo.mtu {
+                    out.push(Diagnosis {
+                        id: "mtu-mismatch",
+                        message: format!(
+                            "pods use MTU {} but {}'s uplink eth0 has MTU {mtu}: full-size packets with DF set are dropped (small pings still work)",
+                            lab.topo.mtu, n.name
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    if spec.to.external {
+        if let Some(a) = src {
+            let masq = masquerade_lines(&a.ruleset);
+            let seen_pod = matches!((spec.expect_source, o.seen_source), (Some(ExpectSource::Masqueraded(_)), Some(seen)) if seen == spec.from.ip);
+            if masq.is_empty() || seen_pod {
+                out.push(Diagnosis {
+                    id: "masquerade-missing",
+                    message: format!(
+                        "traffic from {} to the external host {} is not masqueraded on {}: {}",
+                        spec.from.ip,
+                        spec.to.ip,
+                        a.name,
+                        if masq.is_empty() {
+                            "no masquerade rule in its ruleset".to_string()
+                        } else {
+                            format!(
+                                "the external host saw the pod address; rules: {}",
+                                masq.join(" | ")
+                            )
+                        }
+                    ),
+                });
+            }
+        }
+    }
+    if let (Some(ExpectSource::Unchanged(want)), Some(seen)) = (spec.expect_source, o.seen_source) {
+        if seen != want {
+            let rules = src
+                .map(|a| masquerade_lines(&a.ruleset).join(" | "))
+                .unwrap_or_default();
+            out.push(Diagnosis {
+                id: "masquerade-too-broad",
+                message: format!("pod-to-pod traffic was SNATed: {} saw {seen} instead of {want}; masquerade must exclude the cluster CIDR (rules: {rules})", spec.to.name),
+            });
+        }
+    }
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_forward_chains_with_drop_policy() {
+        let ruleset = "table ip filter {\n\tchain FORWARD {\n\t\ttype filter hook forward priority filter; policy drop;\n\t}\n}\ntable inet x {\n\tchain f {\n\t\ttype filter hook forward priority 0; policy accept;\n\t}\n}\n";
+        let found = chains_with_drop_policy(ruleset);
+        assert_eq!(found.len(), 1);
+        assert!(found[0].contains("table ip filter chain FORWARD"));
+    }
+
+    #[test]
+    fn longest_prefix_wins() {
+        let r = |dst: &str, gw: Option<&str>| Route {
+            dst: dst.parse().expect("net"),
+            gateway: gw.map(|g| g.parse().expect("ip")),
+            oif: None,
+            table: 254,
+        };
+        let routes = vec![
+            r("10.244.0.0/16", Some("10.250.0.9")),
+            r("10.244.2.0/24", Some("10.250.0.2")),
+        ];
+        let hit = lookup(&routes, "10.244.2.7".parse().expect("ip")).expect("route");
+        assert_eq!(hit.gateway, Some("10.250.0.2".parse().expect("ip")));
+        assert!(lookup(&routes, "10.9.0.1".parse().expect("ip")).is_none());
+    }
+}

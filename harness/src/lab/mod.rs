@@ -1,0 +1,129 @@
+//! `cnilab lab`: a multi-node cluster's data plane simulated in network
+//! namespaces, with real kernel objects, the real plugin binary and real
+//! routes and firewall rules; a connectivity matrix with diagnoses; bug
+//! scenarios that can be saved as files and replayed.
+
+pub mod build;
+pub mod checks;
+pub mod commands;
+pub mod diagnose;
+pub mod probe;
+pub mod report;
+pub mod scenario;
+pub mod state;
+pub mod topology;
+
+use build::Lab;
+use report::{Failure, Report};
+use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
+use std::time::Instant;
+
+pub use build::{LabError, UpOptions};
+pub use topology::Topology;
+
+/// Processes (agents) the lab started, killed on Ctrl-C.
+static CHILDREN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+pub fn register_child(pid: u32) {
+    if let Ok(mut c) = CHILDREN.lock() {
+        c.push(pid);
+    }
+}
+
+/// On SIGINT or SIGTERM: kill the agents, remove every namespace of this
+/// process, and exit 130. Must be called before other threads start, so
+/// that they inherit the blocked signal mask and only the watcher sees it.
+pub fn cleanup_on_interrupt(extra_prefix: Option<String>) {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    if set.thread_block().is_err() {
+        return;
+    }
+    std::thread::spawn(move || {
+        let Ok(sig) = set.wait() else { return };
+        eprintln!("\ncnilab: {sig:?}: removing the lab's namespaces");
+        if let Ok(children) = CHILDREN.lock() {
+            for pid in children.iter() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(*pid as i32),
+                    Signal::SIGKILL,
+                );
+            }
+        }
+        let own = format!("{}{}-", crate::netns::PREFIX, std::process::id());
+        let _ = crate::netns::remove_prefixed(&own);
+        if let Some(p) = &extra_prefix {
+            let _ = crate::netns::remove_prefixed(p);
+        }
+        std::process::exit(130);
+    });
+}
+
+/// Runs the connectivity matrix on a standing lab and diagnoses failures.
+pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, LabError> {
+    let started = Instant::now();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| LabError::Setup(format!("tokio runtime: {e}")))?;
+    checks::start_responders(lab, rt.handle()).map_err(LabError::Setup)?;
+    let specs = checks::plan(lab, groups);
+    let tty = progress && std::io::stderr().is_terminal();
+    let show = |done: usize, total: usize| {
+        if tty && (done.is_multiple_of(25) || done == total) {
+            let mut err = std::io::stderr();
+            let _ = write!(err, "\r\x1b[2K⌛ probes {done}/{total}");
+            if done == total {
+                let _ = write!(err, "\r\x1b[2K");
+            }
+            let _ = err.flush();
+        }
+    };
+    let outcomes = checks::run(lab, &specs, &rt, 256, &show);
+    let failed: Vec<(usize, &checks::ProbeOutcome)> = outcomes
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| !o.passed())
+        .collect();
+    let failures = if failed.is_empty() {
+        Vec::new()
+    } else {
+        let facts = diagnose::collect(lab);
+        failed
+            .into_iter()
+            .map(|(index, o)| Failure {
+                index,
+                outcome: o.clone(),
+                diagnoses: diagnose::diagnose(lab, &facts, o),
+            })
+            .collect()
+    };
+    rt.shutdown_background();
+    let mut report = Report::new(lab, outcomes, failures);
+    report.add_phase("checks", started.elapsed());
+    Ok(report)
+}
+
+/// `cnilab lab run`: up, check, down.
+pub fn run(
+    topo: Topology,
+    opts: UpOptions,
+    groups: &[String],
+    progress: bool,
+) -> Result<Report, LabError> {
+    let lab = Lab::up(topo, opts)?;
+    let report = check(&lab, groups, progress);
+    let down = lab.down();
+    let mut report = report?;
+    report.add_phase("down", down);
+    Ok(report)
+}
+
+/// The default run directory of a throwaway lab.
+pub fn scratch_run_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("/run/cnilab/run-{}", std::process::id()))
+}

@@ -1,0 +1,358 @@
+//! The lab's report: a terminal summary in the spirit of `cilium
+//! connectivity test`, JSON, JUnit XML, and one self-contained HTML file
+//! (inline SVG, no external assets) to attach to bug reports.
+
+use super::build::Lab;
+use super::checks::{ProbeOutcome, GROUPS};
+use super::diagnose::Diagnosis;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GroupResult {
+    pub name: String,
+    pub probes: usize,
+    pub passed: usize,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Failure {
+    /// Position of the probe in the plan.
+    pub index: usize,
+    pub outcome: ProbeOutcome,
+    pub diagnoses: Vec<Diagnosis>,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct NodeView {
+    pub name: String,
+    pub address: String,
+    pub pod_cidr: Vec<String>,
+    pub pods: Vec<(String, Vec<String>)>,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Report {
+    pub lab: String,
+    pub plugin_dir: String,
+    pub routing: String,
+    pub nodes: Vec<NodeView>,
+    pub groups: Vec<GroupResult>,
+    pub failures: Vec<Failure>,
+    pub probes: usize,
+    pub phases_ms: Vec<(String, f64)>,
+    #[serde(skip)]
+    pub outcomes: Vec<ProbeOutcome>,
+}
+
+impl Report {
+    pub fn new(lab: &Lab, outcomes: Vec<ProbeOutcome>, failures: Vec<Failure>) -> Report {
+        let groups = GROUPS
+            .iter()
+            .map(|g| {
+                let mine: Vec<&ProbeOutcome> =
+                    outcomes.iter().filter(|o| o.spec.group == *g).collect();
+                GroupResult {
+                    name: g.to_string(),
+                    probes: mine.len(),
+                    passed: mine.iter().filter(|o| o.passed()).count(),
+                }
+            })
+            .filter(|g| g.probes > 0)
+            .collect();
+        Report {
+            lab: lab.topo.name.clone(),
+            plugin_dir: lab.plugin_dir.clone(),
+            routing: format!("{:?}", lab.topo.routing).to_lowercase(),
+            nodes: lab
+                .nodes
+                .iter()
+                .map(|n| NodeView {
+                    name: n.spec.name.clone(),
+                    address: n.spec.address.to_string(),
+                    pod_cidr: n.spec.pod_cidr.iter().map(|c| c.to_string()).collect(),
+                    pods: n
+                        .pods
+                        .iter()
+                        .map(|p| {
+                            (
+                                p.name.clone(),
+                                p.ips.iter().map(|i| i.addr().to_string()).collect(),
+                            )
+                        })
+                        .collect(),
+                })
+                .collect(),
+            groups,
+            failures,
+            probes: outcomes.len(),
+            phases_ms: lab
+                .phases
+                .iter()
+                .map(|(p, d)| (p.clone(), d.as_secs_f64() * 1000.0))
+                .collect(),
+            outcomes,
+        }
+    }
+
+    pub fn add_phase(&mut self, name: &str, d: Duration) {
+        self.phases_ms
+            .push((name.to_string(), d.as_secs_f64() * 1000.0));
+    }
+
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty() && self.probes > 0
+    }
+
+    /// Every diagnosis id found, once each.
+    pub fn diagnosis_ids(&self) -> Vec<&'static str> {
+        let mut ids: Vec<&'static str> = self
+            .failures
+            .iter()
+            .flat_map(|f| f.diagnoses.iter().map(|d| d.id))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        for g in &self.groups {
+            let mark = if g.passed == g.probes { "✅" } else { "❌" };
+            let _ = writeln!(
+                s,
+                "{mark} [{}] {}/{} probes passed",
+                g.name, g.passed, g.probes
+            );
+        }
+        let _ = writeln!(s);
+        let failed_groups = self.groups.iter().filter(|g| g.passed < g.probes).count();
+        if self.passed() {
+            let _ = writeln!(
+                s,
+                "✅ All {} checks ({} probes) passed",
+                self.groups.len(),
+                self.probes
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "❌ {failed_groups}/{} checks failed ({}/{} probes)",
+                self.groups.len(),
+                self.failures.len(),
+                self.probes
+            );
+            for f in self.failures.iter().take(40) {
+                let o = &f.outcome;
+                let _ = writeln!(
+                    s,
+                    "  [{}] {} ({}) → {} ({}) {}: {}",
+                    o.spec.group,
+                    o.spec.from.name,
+                    o.spec.from.ip,
+                    o.spec.to.name,
+                    o.spec.to.ip,
+                    o.spec.proto.as_str(),
+                    o.error.as_deref().unwrap_or("")
+                );
+                for d in &f.diagnoses {
+                    let _ = writeln!(s, "      ↳ {}: {}", d.id, d.message);
+                }
+            }
+            if self.failures.len() > 40 {
+                let _ = writeln!(
+                    s,
+                    "  … and {} more failed probes (see --format json)",
+                    self.failures.len() - 40
+                );
+            }
+            let ids = self.diagnosis_ids();
+            if !ids.is_empty() {
+                let _ = writeln!(s, "Likely causes: {}", ids.join(", "));
+            }
+        }
+        let phases: Vec<String> = self
+            .phases_ms
+            .iter()
+            .map(|(p, ms)| format!("{p} {:.0} ms", ms))
+            .collect();
+        let _ = writeln!(s, "Phases: {}", phases.join(", "));
+        s
+    }
+
+    pub fn json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    pub fn junit(&self) -> String {
+        let mut s = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+        let _ = writeln!(
+            s,
+            "<testsuites name=\"cnilab lab {}\" tests=\"{}\" failures=\"{}\">",
+            xml(&self.lab),
+            self.probes,
+            self.failures.len()
+        );
+        for g in &self.groups {
+            let _ = writeln!(
+                s,
+                "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\">",
+                xml(&g.name),
+                g.probes,
+                g.probes - g.passed
+            );
+            for (i, o) in self
+                .outcomes
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| o.spec.group == g.name)
+            {
+                let name = format!(
+                    "{} -> {} {}",
+                    o.spec.from.name,
+                    o.spec.to.name,
+                    o.spec.proto.as_str()
+                );
+                let time = o.rtt_ms.unwrap_or(0.0) / 1000.0;
+                match &o.error {
+                    None => {
+                        let _ = writeln!(
+                            s,
+                            "    <testcase name=\"{}\" time=\"{time:.4}\"/>",
+                            xml(&name)
+                        );
+                    }
+                    Some(err) => {
+                        let diag: Vec<String> = self
+                            .failures
+                            .iter()
+                            .filter(|f| f.index == i)
+                            .flat_map(|f| {
+                                f.diagnoses
+                                    .iter()
+                                    .map(|d| format!("{}: {}", d.id, d.message))
+                            })
+                            .collect();
+                        let _ = writeln!(
+                            s,
+                            "    <testcase name=\"{}\" time=\"{time:.4}\"><failure message=\"{}\">{}</failure></testcase>",
+                            xml(&name),
+                            xml(err),
+                            xml(&diag.join("\n"))
+                        );
+                    }
+                }
+            }
+            let _ = writeln!(s, "  </testsuite>");
+        }
+        s.push_str("</testsuites>\n");
+        s
+    }
+
+    /// One self-contained HTML page: topology drawing, matrix, diagnoses.
+    pub fn html(&self) -> String {
+        let mut svg = String::new();
+        let n = self.nodes.len().max(1);
+        let width = 220 * n + 40;
+        let max_pods = self.nodes.iter().map(|x| x.pods.len()).max().unwrap_or(0);
+        let height = 170 + 22 * max_pods;
+        let _ = write!(svg, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"monospace\" font-size=\"11\">");
+        let _ = write!(svg, "<rect x=\"10\" y=\"10\" width=\"{}\" height=\"26\" fill=\"#dfe8f5\" stroke=\"#345\"/><text x=\"20\" y=\"28\">underlay switch</text>", width - 20);
+        for (i, node) in self.nodes.iter().enumerate() {
+            let x = 20 + 220 * i;
+            let _ = write!(
+                svg,
+                "<line x1=\"{}\" y1=\"36\" x2=\"{}\" y2=\"60\" stroke=\"#345\"/>",
+                x + 100,
+                x + 100
+            );
+            let h = 60 + 22 * node.pods.len();
+            let _ = write!(svg, "<rect x=\"{x}\" y=\"60\" width=\"200\" height=\"{h}\" rx=\"6\" fill=\"#f4f7fb\" stroke=\"#345\"/>");
+            let _ = write!(
+                svg,
+                "<text x=\"{}\" y=\"78\" font-weight=\"bold\">{}</text>",
+                x + 8,
+                xml(&node.name)
+            );
+            let _ = write!(
+                svg,
+                "<text x=\"{}\" y=\"94\">{} · {}</text>",
+                x + 8,
+                xml(&node.address),
+                xml(&node.pod_cidr.join(","))
+            );
+            for (k, (pod, ips)) in node.pods.iter().enumerate() {
+                let failed = self.failures.iter().any(|f| {
+                    f.outcome.spec.from.name.ends_with(pod.as_str())
+                        || f.outcome.spec.to.name.ends_with(pod.as_str())
+                });
+                let fill = if failed { "#f8d7da" } else { "#d4edda" };
+                let y = 104 + 22 * k;
+                let _ = write!(svg, "<rect x=\"{}\" y=\"{y}\" width=\"184\" height=\"18\" fill=\"{fill}\" stroke=\"#789\"/><text x=\"{}\" y=\"{}\">{} {}</text>", x + 8, x + 12, y + 13, xml(pod), xml(&ips.join(",")));
+            }
+        }
+        svg.push_str("</svg>");
+
+        let mut matrix =
+            String::from("<table><tr><th>check</th><th>probes</th><th>passed</th></tr>");
+        for g in &self.groups {
+            let class = if g.passed == g.probes { "ok" } else { "bad" };
+            let _ = write!(
+                matrix,
+                "<tr class=\"{class}\"><td>{}</td><td>{}</td><td>{}</td></tr>",
+                xml(&g.name),
+                g.probes,
+                g.passed
+            );
+        }
+        matrix.push_str("</table>");
+        let mut pairs = String::from("<table><tr><th>from</th><th>to</th><th>proto</th><th>result</th><th>diagnosis</th></tr>");
+        for f in &self.failures {
+            let o = &f.outcome;
+            let diag: Vec<String> = f
+                .diagnoses
+                .iter()
+                .map(|d| format!("<b>{}</b>: {}", d.id, xml(&d.message)))
+                .collect();
+            let _ = write!(
+                pairs,
+                "<tr class=\"bad\"><td>{} ({})</td><td>{} ({})</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                xml(&o.spec.from.name),
+                o.spec.from.ip,
+                xml(&o.spec.to.name),
+                o.spec.to.ip,
+                o.spec.proto.as_str(),
+                xml(o.error.as_deref().unwrap_or("")),
+                diag.join("<br>")
+            );
+        }
+        pairs.push_str("</table>");
+        let verdict = if self.passed() {
+            format!(
+                "All {} checks ({} probes) passed",
+                self.groups.len(),
+                self.probes
+            )
+        } else {
+            format!("{} of {} probes failed", self.failures.len(), self.probes)
+        };
+        format!(
+            "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>cnilab lab {}</title><style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #999;padding:3px 8px;font-size:13px}}tr.ok{{background:#d4edda}}tr.bad{{background:#f8d7da}}</style></head><body><h1>cnilab lab: {}</h1><p>plugin {} · routing {} · <b>{}</b></p><h2>Topology</h2>{svg}<h2>Checks</h2>{matrix}<h2>Failed probes and diagnoses</h2>{}</body></html>\n",
+            xml(&self.lab),
+            xml(&self.lab),
+            xml(&self.plugin_dir),
+            xml(&self.routing),
+            xml(&verdict),
+            if self.failures.is_empty() { "<p>none</p>".to_string() } else { pairs }
+        )
+    }
+}
+
+/// Escapes text for XML and HTML.
+pub fn xml(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}

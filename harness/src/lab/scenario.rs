@@ -1,0 +1,668 @@
+//! Bug scenarios: a topology plus steps (check, inject a fault, expect a
+//! failure with a named diagnosis, heal, expect a pass), saved as TOML under
+//! `lab/scenarios/` and replayed by `cnilab scenario run`.
+
+use super::build::{install_static_routes, nft, Lab, LabError, UpOptions};
+use super::report::Report;
+use super::topology::{NodeSpec, Topology};
+use crate::netns::{delete_routes, Netns};
+use cnilab_plugin::{netns as plugin_netns, nl};
+use ipnet::IpNet;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    pub summary: String,
+    /// Where the bug was reported (projects, issues).
+    #[serde(default)]
+    pub seen_in: Vec<String>,
+    pub topology: Topology,
+    #[serde(rename = "step")]
+    pub steps: Vec<Step>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Expect {
+    Pass,
+    Fail,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "do", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Step {
+    /// Run the checks (optionally some groups) and compare.
+    Check {
+        expect: Expect,
+        #[serde(default)]
+        diagnosis: Option<String>,
+        #[serde(default)]
+        groups: Vec<String>,
+    },
+    /// Inject a fault.
+    Fault {
+        #[serde(flatten)]
+        fault: Fault,
+    },
+    /// Undo every fault injected so far, newest first.
+    Heal,
+    /// Wait (for an agent to react).
+    Sleep { ms: u64 },
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "fault", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Fault {
+    /// `node` loses its route to `peer`'s pod CIDR.
+    DeleteRoute {
+        node: String,
+        peer: String,
+    },
+    /// `node` routes `peer`'s pod CIDR via a wrong address.
+    StaleRoute {
+        node: String,
+        peer: String,
+        via: IpAddr,
+    },
+    /// `net.ipv4.ip_forward = 0` on `node`.
+    IpForwardOff {
+        node: String,
+    },
+    /// `iptables -P FORWARD DROP` on `node`, as Docker does.
+    ForwardDrop {
+        node: String,
+    },
+    /// The node's uplink gets a smaller MTU.
+    Mtu {
+        node: String,
+        mtu: u32,
+    },
+    /// Every masquerade rule on `node` is flushed.
+    FlushMasquerade {
+        node: String,
+    },
+    /// `node` masquerades all pod traffic, the cluster's own included.
+    MasqueradeTooBroad {
+        node: String,
+    },
+    /// Strict reverse-path filtering on `node`.
+    RpFilter {
+        node: String,
+    },
+    /// `node` is re-created with `from`'s pod CIDR (a reused or overlapping CIDR).
+    ReusePodCidr {
+        node: String,
+        from: String,
+    },
+    /// A new node joins.
+    AddNode {
+        name: String,
+        address: IpAddr,
+        pod_cidr: Vec<IpNet>,
+        #[serde(default = "one")]
+        pods: usize,
+    },
+    /// A node leaves.
+    RemoveNode {
+        node: String,
+    },
+    StopAgent {
+        node: String,
+    },
+    StartAgent {
+        node: String,
+    },
+}
+
+fn one() -> usize {
+    1
+}
+
+/// How to undo a fault.
+enum Undo {
+    Routes {
+        node: String,
+    },
+    Sysctl {
+        node: String,
+        key: String,
+        value: String,
+    },
+    ForwardAccept {
+        node: String,
+    },
+    Mtu {
+        node: String,
+        mtu: u32,
+    },
+    Tables {
+        node: String,
+        saved: Vec<(String, String)>,
+    },
+    DeleteTable {
+        node: String,
+        table: String,
+    },
+    Respec {
+        node: String,
+        spec: NodeSpec,
+        pods: usize,
+    },
+    RemoveNode {
+        node: String,
+    },
+    AddNode {
+        spec: NodeSpec,
+        pods: usize,
+    },
+    StartAgent {
+        node: String,
+    },
+    StopAgent {
+        node: String,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("cannot read scenario {path}: {reason}")]
+    Read { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Lab(#[from] LabError),
+    #[error("step {step} ({what}): {reason}")]
+    Step {
+        step: usize,
+        what: String,
+        reason: String,
+    },
+}
+
+impl Scenario {
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let read = |reason: String| ScenarioError::Read {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
+        let scenario: Scenario =
+            toml::from_str(&text).map_err(|e| read(e.to_string().trim().to_string()))?;
+        scenario
+            .topology
+            .validate(path)
+            .map_err(|e| read(e.to_string()))?;
+        Ok(scenario)
+    }
+}
+
+/// One step's outcome, for the log.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StepLog {
+    pub step: usize,
+    pub what: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+fn node_ns<'a>(lab: &'a Lab, node: &str) -> Result<&'a Netns, LabError> {
+    Ok(&lab.nodes[lab.node_index(node)?].ns)
+}
+
+fn cmd(ns: &Netns, program: &str, args: &[&str]) -> Result<String, LabError> {
+    let out = ns
+        .command(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| LabError::Setup(format!("{program}: {e}")))?;
+    if !out.status.success() {
+        return Err(LabError::Setup(format!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn set_uplink_mtu(ns: &Netns, mtu: u32) -> Result<(), LabError> {
+    ns.netlink(|h| async move {
+        let eth0 = nl::link_by_name(&h, "eth0")
+            .await?
+            .ok_or(rtnetlink::Error::RequestFailed)?;
+        h.link()
+            .set(
+                rtnetlink::LinkUnspec::new_with_index(eth0.index)
+                    .mtu(mtu)
+                    .build(),
+            )
+            .execute()
+            .await
+    })
+    .map_err(|e| LabError::Setup(format!("set mtu: {e}")))
+}
+
+fn spec_of(lab: &Lab, node: &str) -> Result<NodeSpec, LabError> {
+    lab.topo
+        .node(node)
+        .cloned()
+        .ok_or_else(|| LabError::Setup(format!("no node {node:?}")))
+}
+
+fn apply(lab: &mut Lab, fault: &Fault) -> Result<Undo, LabError> {
+    Ok(match fault {
+        Fault::DeleteRoute { node, peer } => {
+            let cidrs: Vec<IpNet> = spec_of(lab, peer)?
+                .pod_cidr
+                .iter()
+                .map(|c| c.trunc())
+                .collect();
+            let ns = node_ns(lab, node)?;
+            ns.netlink(|h| async move {
+                for c in cidrs {
+                    delete_routes(&h, c).await?;
+                }
+                Ok(())
+            })
+            .map_err(|e| LabError::Setup(e.to_string()))?;
+            Undo::Routes { node: node.clone() }
+        }
+        Fault::StaleRoute { node, peer, via } => {
+            let cidr = spec_of(lab, peer)?
+                .pod_cidr
+                .iter()
+                .find(|c| c.addr().is_ipv4())
+                .copied()
+                .ok_or_else(|| LabError::Setup(format!("{peer} has no IPv4 pod CIDR")))?;
+            let via = *via;
+            node_ns(lab, node)?
+                .netlink(|h| async move {
+                    let msg = nl::route_message(cidr.trunc(), Some(via), None, None)
+                        .map_err(|_| rtnetlink::Error::RequestFailed)?;
+                    nl::add_route(&h, msg, true).await
+                })
+                .map_err(|e| LabError::Setup(e.to_string()))?;
+            Undo::Routes { node: node.clone() }
+        }
+        Fault::IpForwardOff { node } => sysctl_fault(lab, node, "net/ipv4/ip_forward", "0")?,
+        Fault::RpFilter { node } => {
+            sysctl_fault(lab, node, "net/ipv4/conf/eth0/rp_filter", "1")?;
+            sysctl_fault(lab, node, "net/ipv4/conf/all/rp_filter", "1")?
+        }
+        Fault::ForwardDrop { node } => {
+            cmd(
+                node_ns(lab, node)?,
+                "iptables",
+                &["-w", "5", "-P", "FORWARD", "DROP"],
+            )?;
+            Undo::ForwardAccept { node: node.clone() }
+        }
+        Fault::Mtu { node, mtu } => {
+            let before = spec_of(lab, node)?.mtu.unwrap_or(lab.topo.mtu);
+            set_uplink_mtu(node_ns(lab, node)?, *mtu)?;
+            Undo::Mtu {
+                node: node.clone(),
+                mtu: before,
+            }
+        }
+        Fault::FlushMasquerade { node } => {
+            let ns = node_ns(lab, node)?;
+            let listing = cmd(ns, "nft", &["list", "tables"])?;
+            let mut saved = Vec::new();
+            for line in listing.lines() {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                if let [_, family, table] = words[..] {
+                    let text = cmd(ns, "nft", &["list", "table", family, table])?;
+                    if text.contains("masquerade") {
+                        for chain in chains_with_masquerade(&text) {
+                            cmd(ns, "nft", &["flush", "chain", family, table, &chain])?;
+                        }
+                        saved.push((format!("{family} {table}"), text));
+                    }
+                }
+            }
+            Undo::Tables {
+                node: node.clone(),
+                saved,
+            }
+        }
+        Fault::MasqueradeTooBroad { node } => {
+            let cluster: Vec<String> = lab
+                .topo
+                .cluster_cidr
+                .iter()
+                .filter(|c| c.addr().is_ipv4())
+                .map(|c| c.to_string())
+                .collect();
+            let rules = format!(
+                "table ip cnilab_fault_masq {{\n  chain postrouting {{\n    type nat hook postrouting priority srcnat - 10; policy accept;\n    ip saddr {{ {} }} oifname \"eth0\" masquerade\n  }}\n}}\n",
+                cluster.join(", ")
+            );
+            nft(node_ns(lab, node)?, &rules)?;
+            Undo::DeleteTable {
+                node: node.clone(),
+                table: "ip cnilab_fault_masq".into(),
+            }
+        }
+        Fault::ReusePodCidr { node, from } => {
+            let original = spec_of(lab, node)?;
+            let pods = lab.nodes[lab.node_index(node)?].pods.len();
+            let mut reused = original.clone();
+            reused.pod_cidr = spec_of(lab, from)?.pod_cidr;
+            lab.remove_node(node)?;
+            lab.add_node(reused, pods)?;
+            Undo::Respec {
+                node: node.clone(),
+                spec: original,
+                pods,
+            }
+        }
+        Fault::AddNode {
+            name,
+            address,
+            pod_cidr,
+            pods,
+        } => {
+            let spec = NodeSpec {
+                name: name.clone(),
+                address: *address,
+                pod_cidr: pod_cidr.clone(),
+                mtu: None,
+                sysctls: BTreeMap::new(),
+            };
+            let mut topo = lab.topo.clone();
+            topo.nodes.push(spec.clone());
+            topo.validate(Path::new("add-node"))
+                .map_err(|e| LabError::Setup(e.to_string()))?;
+            lab.add_node(spec, *pods)?;
+            Undo::RemoveNode { node: name.clone() }
+        }
+        Fault::RemoveNode { node } => {
+            let spec = spec_of(lab, node)?;
+            let pods = lab.nodes[lab.node_index(node)?].pods.len();
+            lab.remove_node(node)?;
+            Undo::AddNode { spec, pods }
+        }
+        Fault::StopAgent { node } => {
+            let i = lab.node_index(node)?;
+            lab.stop_agent(i);
+            Undo::StartAgent { node: node.clone() }
+        }
+        Fault::StartAgent { node } => {
+            let i = lab.node_index(node)?;
+            lab.start_agent(i)?;
+            Undo::StopAgent { node: node.clone() }
+        }
+    })
+}
+
+fn chains_with_masquerade(table_text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut chain = None;
+    for line in table_text.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("chain ") {
+            chain = Some(rest.trim_end_matches(" {").to_string());
+        } else if line.contains("masquerade") {
+            if let Some(c) = &chain {
+                if !out.contains(c) {
+                    out.push(c.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+fn sysctl_fault(lab: &Lab, node: &str, key: &str, value: &str) -> Result<Undo, LabError> {
+    let ns = node_ns(lab, node)?;
+    let before = plugin_netns::read_sysctl(Some(ns.file()), key)
+        .map_err(|e| LabError::Setup(format!("{key}: {e}")))?;
+    plugin_netns::write_sysctl(Some(ns.file()), key, value)
+        .map_err(|e| LabError::Setup(format!("{key}: {e}")))?;
+    Ok(Undo::Sysctl {
+        node: node.to_string(),
+        key: key.to_string(),
+        value: before,
+    })
+}
+
+fn undo(lab: &mut Lab, u: Undo) -> Result<(), LabError> {
+    match u {
+        Undo::Routes { node } => {
+            let specs = lab.topo.nodes.clone();
+            let me = spec_of(lab, &node)?;
+            install_static_routes(node_ns(lab, &node)?, &me, &specs)
+        }
+        Undo::Sysctl { node, key, value } => {
+            plugin_netns::write_sysctl(Some(node_ns(lab, &node)?.file()), &key, &value)
+                .map_err(|e| LabError::Setup(format!("{key}: {e}")))
+        }
+        Undo::ForwardAccept { node } => cmd(
+            node_ns(lab, &node)?,
+            "iptables",
+            &["-w", "5", "-P", "FORWARD", "ACCEPT"],
+        )
+        .map(|_| ()),
+        Undo::Mtu { node, mtu } => set_uplink_mtu(node_ns(lab, &node)?, mtu),
+        Undo::Tables { node, saved } => {
+            let ns = node_ns(lab, &node)?;
+            for (table, text) in saved {
+                let words: Vec<&str> = table.split_whitespace().collect();
+                let mut args = vec!["delete", "table"];
+                args.extend(words);
+                cmd(ns, "nft", &args)?;
+                nft(ns, &text)?;
+            }
+            Ok(())
+        }
+        Undo::DeleteTable { node, table } => {
+            let mut args = vec!["delete", "table"];
+            args.extend(table.split_whitespace());
+            cmd(node_ns(lab, &node)?, "nft", &args).map(|_| ())
+        }
+        Undo::Respec { node, spec, pods } => {
+            lab.remove_node(&node)?;
+            lab.add_node(spec, pods)
+        }
+        Undo::RemoveNode { node } => lab.remove_node(&node),
+        Undo::AddNode { spec, pods } => lab.add_node(spec, pods),
+        Undo::StartAgent { node } => {
+            let i = lab.node_index(&node)?;
+            lab.start_agent(i)
+        }
+        Undo::StopAgent { node } => {
+            let i = lab.node_index(&node)?;
+            lab.stop_agent(i);
+            Ok(())
+        }
+    }
+}
+
+/// The whole replay's verdict.
+#[derive(Debug, serde::Serialize)]
+pub struct ScenarioResult {
+    pub name: String,
+    pub passed: bool,
+    pub steps: Vec<StepLog>,
+    #[serde(skip)]
+    pub last_report: Option<Report>,
+}
+
+/// Replays a scenario in a fresh lab; the lab is always torn down.
+pub fn run(
+    scenario: &Scenario,
+    plugin_dir: Option<String>,
+    log: &mut dyn FnMut(&StepLog),
+) -> Result<ScenarioResult, ScenarioError> {
+    let opts = UpOptions {
+        plugin_dir,
+        persistent: None,
+        run_dir: super::scratch_run_dir().join(&scenario.name),
+    };
+    let mut lab = Lab::up(scenario.topology.clone(), opts)?;
+    let mut undos: Vec<Undo> = Vec::new();
+    let mut steps = Vec::new();
+    let mut last_report = None;
+    let mut error = None;
+    for (i, step) in scenario.steps.iter().enumerate() {
+        let n = i + 1;
+        let (what, outcome): (String, Result<(bool, String), LabError>) = match step {
+            Step::Check {
+                expect,
+                diagnosis,
+                groups,
+            } => {
+                let what = format!(
+                    "check, expect {}{}",
+                    if *expect == Expect::Pass {
+                        "pass"
+                    } else {
+                        "fail"
+                    },
+                    diagnosis
+                        .as_ref()
+                        .map(|d| format!(" with {d}"))
+                        .unwrap_or_default()
+                );
+                let outcome = super::check(&lab, groups, false).map(|report| {
+                    let passed = report.passed();
+                    let ids = report.diagnosis_ids();
+                    let ok = match expect {
+                        Expect::Pass => passed,
+                        Expect::Fail => {
+                            !passed
+                                && diagnosis
+                                    .as_ref()
+                                    .is_none_or(|d| ids.iter().any(|id| id == d))
+                        }
+                    };
+                    let detail = if passed {
+                        format!("all {} probes passed", report.probes)
+                    } else {
+                        format!(
+                            "{}/{} probes failed; diagnoses: {}",
+                            report.failures.len(),
+                            report.probes,
+                            ids.join(", ")
+                        )
+                    };
+                    last_report = Some(report);
+                    (ok, detail)
+                });
+                (what, outcome)
+            }
+            Step::Fault { fault } => {
+                let what = format!("fault {fault:?}");
+                let outcome = apply(&mut lab, fault).map(|u| {
+                    undos.push(u);
+                    (true, "injected".to_string())
+                });
+                (what, outcome)
+            }
+            Step::Heal => {
+                let mut result = Ok((true, format!("{} fault(s) undone", undos.len())));
+                while let Some(u) = undos.pop() {
+                    if let Err(e) = undo(&mut lab, u) {
+                        result = Err(e);
+                        break;
+                    }
+                }
+                ("heal".to_string(), result)
+            }
+            Step::Sleep { ms } => {
+                std::thread::sleep(std::time::Duration::from_millis(*ms));
+                (format!("sleep {ms} ms"), Ok((true, String::new())))
+            }
+        };
+        let entry = match outcome {
+            Ok((ok, detail)) => StepLog {
+                step: n,
+                what,
+                ok,
+                detail,
+            },
+            Err(e) => {
+                error = Some(ScenarioError::Step {
+                    step: n,
+                    what: what.clone(),
+                    reason: e.to_string(),
+                });
+                StepLog {
+                    step: n,
+                    what,
+                    ok: false,
+                    detail: e.to_string(),
+                }
+            }
+        };
+        log(&entry);
+        let stop = !entry.ok;
+        steps.push(entry);
+        if stop {
+            break;
+        }
+    }
+    lab.down();
+    if let Some(e) = error {
+        return Err(e);
+    }
+    Ok(ScenarioResult {
+        name: scenario.name.clone(),
+        passed: steps.iter().all(|s| s.ok) && steps.len() == scenario.steps.len(),
+        steps,
+        last_report,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_masquerade_chains() {
+        let text = "table inet t {\n\tset pods4 {\n\t}\n\tchain postrouting {\n\t\tip saddr @pods4 masquerade\n\t}\n\tchain other {\n\t}\n}\n";
+        assert_eq!(
+            chains_with_masquerade(text),
+            vec!["postrouting".to_string()]
+        );
+    }
+
+    #[test]
+    fn scenario_files_parse() {
+        let s: Scenario = toml::from_str(
+            r#"
+name = "x"
+summary = "y"
+[topology]
+[[topology.node]]
+name = "node1"
+address = "10.250.0.1"
+pod_cidr = ["10.244.1.0/24"]
+[[step]]
+do = "fault"
+fault = "delete-route"
+node = "node1"
+peer = "node2"
+[[step]]
+do = "check"
+expect = "fail"
+diagnosis = "missing-route"
+[[step]]
+do = "heal"
+"#,
+        )
+        .expect("parses");
+        assert_eq!(s.steps.len(), 3);
+        assert!(matches!(
+            s.steps[0],
+            Step::Fault {
+                fault: Fault::DeleteRoute { .. }
+            }
+        ));
+    }
+}

@@ -1,0 +1,214 @@
+//! Labs that stay up between commands (`cnilab lab up` / `check` /
+//! `status` / `down`): the namespaces keep their names
+//! (`cnilab-lab-<lab>-<role>`, so `ip netns exec` works on them) and the
+//! state lives in `/run/cnilab/labs/<lab>/state.json`.
+
+use super::build::{Lab, LabError, Node, Pod, UpOptions};
+use super::topology::Topology;
+use crate::netns::Netns;
+use crate::runtime::{NetworkConfig, Runtime};
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+pub const LABS_DIR: &str = "/run/cnilab/labs";
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PodState {
+    pub name: String,
+    pub container_id: String,
+    pub netns: String,
+    pub ips: Vec<IpNet>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NodeState {
+    pub name: String,
+    pub netns: String,
+    pub agent_pid: Option<u32>,
+    pub pods: Vec<PodState>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LabState {
+    pub name: String,
+    pub topology: Topology,
+    pub plugin_dir: String,
+    pub run_dir: PathBuf,
+    pub switch: String,
+    pub external: Option<String>,
+    pub nodes: Vec<NodeState>,
+}
+
+pub fn run_dir(name: &str) -> PathBuf {
+    PathBuf::from(LABS_DIR).join(name)
+}
+
+fn state_path(name: &str) -> PathBuf {
+    run_dir(name).join("state.json")
+}
+
+/// Lab names become namespace and directory names.
+pub fn check_name(name: &str) -> Result<(), LabError> {
+    let ok = !name.is_empty()
+        && name.len() <= 20
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(LabError::Setup(format!(
+            "lab name {name:?}: use 1-20 characters of [A-Za-z0-9-]"
+        )))
+    }
+}
+
+/// Keeps every namespace of `lab` and writes its state; agents keep running.
+pub fn persist(lab: Lab) -> Result<LabState, LabError> {
+    let name = lab
+        .opts
+        .persistent
+        .clone()
+        .ok_or_else(|| LabError::Setup("only a lab made with `lab up` can persist".into()))?;
+    let state = LabState {
+        name: name.clone(),
+        topology: lab.topo.clone(),
+        plugin_dir: lab.plugin_dir.clone(),
+        run_dir: lab.opts.run_dir.clone(),
+        switch: lab.switch.name().to_string(),
+        external: lab.external.as_ref().map(|e| e.name().to_string()),
+        nodes: lab
+            .nodes
+            .iter()
+            .map(|n| NodeState {
+                name: n.spec.name.clone(),
+                netns: n.ns.name().to_string(),
+                agent_pid: n.agent.as_ref().map(|c| c.id()),
+                pods: n
+                    .pods
+                    .iter()
+                    .map(|p| PodState {
+                        name: p.name.clone(),
+                        container_id: p.container_id.clone(),
+                        netns: p.ns.name().to_string(),
+                        ips: p.ips.clone(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    let text = serde_json::to_string_pretty(&state).map_err(|e| LabError::Setup(e.to_string()))?;
+    std::fs::write(state_path(&name), text)
+        .map_err(|e| LabError::Setup(format!("write lab state: {e}")))?;
+    release(lab);
+    Ok(state)
+}
+
+/// Lets go of a lab without deleting anything.
+pub fn release(lab: Lab) {
+    for node in lab.nodes {
+        for pod in node.pods {
+            pod.ns.keep();
+        }
+        node.ns.keep();
+        // Dropping a Child neither kills nor waits for it.
+        drop(node.agent);
+    }
+    if let Some(e) = lab.external {
+        e.keep();
+    }
+    lab.switch.keep();
+}
+
+pub fn load_state(name: &str) -> Result<LabState, LabError> {
+    check_name(name)?;
+    let path = state_path(name);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        LabError::Setup(format!(
+            "no lab {name:?} ({}: {e}); start one with `cnilab lab up --name {name}`",
+            path.display()
+        ))
+    })?;
+    serde_json::from_str(&text).map_err(|e| LabError::Setup(format!("{}: {e}", path.display())))
+}
+
+/// Reopens a standing lab. Call [`release`] to leave it standing, or
+/// `Lab::down` to remove it.
+pub fn adopt(name: &str) -> Result<Lab, LabError> {
+    let state = load_state(name)?;
+    let mut nodes = Vec::new();
+    for n in &state.nodes {
+        let spec = state.topology.node(&n.name).cloned().ok_or_else(|| {
+            LabError::Setup(format!(
+                "state names node {} that the topology lacks",
+                n.name
+            ))
+        })?;
+        let ns = Netns::open_existing(&n.netns)?;
+        let node_dir = state.run_dir.join(&n.name);
+        let conf = node_dir.join("net.conflist");
+        let net = NetworkConfig::load(&conf)?;
+        let runtime = Runtime::new(&state.plugin_dir)
+            .in_netns(&ns)?
+            .with_cache_dir(&node_dir.join("results"));
+        let mut pods = Vec::new();
+        for p in &n.pods {
+            pods.push(Pod {
+                name: p.name.clone(),
+                container_id: p.container_id.clone(),
+                ns: Netns::open_existing(&p.netns)?,
+                ips: p.ips.clone(),
+            });
+        }
+        nodes.push(Node {
+            spec,
+            ns,
+            runtime,
+            net,
+            pods,
+            agent: None,
+        });
+    }
+    Ok(Lab {
+        topo: state.topology.clone(),
+        opts: UpOptions {
+            plugin_dir: Some(state.plugin_dir.clone()),
+            persistent: Some(state.name.clone()),
+            run_dir: state.run_dir.clone(),
+        },
+        plugin_dir: state.plugin_dir.clone(),
+        switch: Netns::open_existing(&state.switch)?,
+        external: state
+            .external
+            .as_deref()
+            .map(Netns::open_existing)
+            .transpose()?,
+        nodes,
+        phases: Vec::new(),
+    })
+}
+
+/// Stops the agents a standing lab started (by pid, from its state).
+pub fn stop_agents(state: &LabState) {
+    for n in &state.nodes {
+        if let Some(pid) = n.agent_pid {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+}
+
+/// Every standing lab's name.
+pub fn list() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(LABS_DIR)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| e.path().join("state.json").is_file())
+                .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
