@@ -465,6 +465,11 @@ impl<'a> Lifecycle<'a> {
             Ok(a) => a,
             Err(e) => {
                 out.push(error_finding("A1", "ADD must exit 0 with a result", &e));
+                for id in [
+                    "A2", "A3", "A4", "A5", "K2", "K4", "K5", "D1", "D2", "D4", "D5", "D7",
+                ] {
+                    out.push(Finding::fail(id, "not testable: ADD failed (see A1)"));
+                }
                 // Like a runtime: DEL after a failed ADD.
                 let _ = lab.runtime.del(lab.net, &rt);
                 return Ok(out);

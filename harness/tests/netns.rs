@@ -1,0 +1,163 @@
+//! Root tests of the throwaway namespaces: naming, cleanup (also on panic),
+//! sweep of a killed run's leftovers, and the netlink readers.
+
+mod common;
+
+use cnilab_harness::netns::{self, Netns, PREFIX};
+use common::*;
+use rstest::rstest;
+use std::path::Path;
+use std::process::Command;
+
+fn listed(name: &str) -> bool {
+    let out = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.split_whitespace().next() == Some(name))
+}
+
+#[test]
+fn a_namespace_is_named_mounted_and_removed_on_drop() {
+    require_root();
+    let ns = Netns::with_label("naming").expect("create");
+    let name = ns.name().to_string();
+    assert!(
+        name.starts_with(&format!("{PREFIX}{}-", std::process::id())),
+        "{name}"
+    );
+    assert!(name.ends_with("-naming"));
+    assert!(ns.path().exists());
+    assert!(listed(&name), "`ip netns list` must show {name}");
+    let path = ns.path().to_path_buf();
+    drop(ns);
+    assert!(!path.exists(), "{} must be gone after drop", path.display());
+    assert!(!listed(&name));
+}
+
+#[test]
+fn a_namespace_is_removed_when_its_owner_panics() {
+    require_root();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let joined = std::thread::spawn(move || {
+        let ns = Netns::with_label("panics").expect("create");
+        tx.send(ns.path().to_path_buf()).expect("send path");
+        panic!("deliberate panic while the namespace is alive");
+    })
+    .join();
+    assert!(joined.is_err(), "the thread must have panicked");
+    let path = rx.recv().expect("path");
+    assert!(
+        !path.exists(),
+        "{} must be removed while unwinding",
+        path.display()
+    );
+}
+
+#[test]
+fn bad_labels_are_refused() {
+    require_root();
+    assert!(Netns::with_label("../x").is_err());
+    assert!(Netns::with_label("way-too-long-label").is_err());
+    assert!(Netns::with_label("").is_err());
+}
+
+#[test]
+fn sweep_removes_namespaces_of_dead_processes_only() {
+    require_root();
+    let mut child = Command::new("true").spawn().expect("spawn true");
+    let dead = child.id();
+    child.wait().expect("wait");
+    let leftover = format!("{PREFIX}{dead}-0-sweeptest");
+    let status = Command::new("ip")
+        .args(["netns", "add", &leftover])
+        .status()
+        .expect("ip netns add");
+    assert!(status.success());
+    let alive = Netns::with_label("alive").expect("create");
+
+    let removed = netns::sweep(PREFIX).expect("sweep");
+    assert!(removed.contains(&leftover), "{removed:?}");
+    assert!(!Path::new(netns::NETNS_DIR).join(&leftover).exists());
+    assert!(
+        alive.path().exists(),
+        "a namespace of a live process must survive"
+    );
+    assert!(!removed.iter().any(|n| n == alive.name()));
+}
+
+#[rstest]
+fn readers_see_links_addresses_and_routes(host: Netns) {
+    let run = |args: &[&str]| {
+        let status = host.command("ip").args(args).status().expect("ip");
+        assert!(status.success(), "ip {args:?}");
+    };
+    run(&["link", "add", "t-br", "type", "bridge"]);
+    run(&[
+        "link", "add", "t-veth", "type", "veth", "peer", "name", "t-peer",
+    ]);
+    run(&[
+        "link", "set", "t-veth", "master", "t-br", "mtu", "1400", "up",
+    ]);
+    run(&["link", "set", "t-br", "up"]);
+    run(&["addr", "add", "10.200.0.1/24", "dev", "t-br"]);
+    run(&["route", "add", "10.201.0.0/16", "via", "10.200.0.2"]);
+
+    let state = host.snapshot().expect("snapshot");
+    let br = state.link("t-br").expect("bridge listed");
+    assert_eq!(br.kind.as_deref(), Some("bridge"));
+    let veth = state.link("t-veth").expect("veth listed");
+    assert_eq!(veth.kind.as_deref(), Some("veth"));
+    assert_eq!(veth.mtu, Some(1400));
+    assert!(veth.up);
+    assert_eq!(veth.master, Some(br.index));
+    assert_eq!(veth.mac.as_deref().map(str::len), Some(17));
+    assert!(state
+        .addresses_of(br.index)
+        .contains(&"10.200.0.1/24".parse().expect("net")));
+    assert!(state
+        .routes
+        .iter()
+        .any(|r| r.dst.to_string() == "10.201.0.0/16"
+            && r.gateway == Some("10.200.0.2".parse().expect("ip"))));
+    // Nothing of this is in the real host namespace.
+    let out = Command::new("ip")
+        .args(["-o", "link"])
+        .output()
+        .expect("ip link");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("t-br"));
+}
+
+#[rstest]
+fn run_and_command_execute_inside(host: Netns) {
+    let inside = host
+        .run(|| std::fs::read_link("/proc/thread-self/ns/net").map(|p| p.display().to_string()))
+        .expect("run")
+        .expect("readlink");
+    let outside = std::fs::read_link("/proc/self/ns/net")
+        .expect("readlink")
+        .display()
+        .to_string();
+    assert_ne!(
+        inside, outside,
+        "the closure must run in the other namespace"
+    );
+    let out = host
+        .command("ip")
+        .args(["-o", "link"])
+        .output()
+        .expect("ip");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.lines().count(),
+        1,
+        "a fresh namespace has only lo: {text}"
+    );
+    assert!(host
+        .links()
+        .expect("links")
+        .iter()
+        .any(|l| l.name == "lo" && l.up));
+}

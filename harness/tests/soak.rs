@@ -1,0 +1,240 @@
+//! Root tests of `cnilab soak`: a short soak of cnilab-bridge finds nothing;
+//! planted leaks are reclaimed by GC and reported without it; a plugin that
+//! leaks on purpose is caught, with a replay that reproduces the leak. Each
+//! soak is a few seconds long.
+
+use cnilab_harness::soak::{self, Budget, FindingKind, SoakOptions, SoakReport};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+fn require_root() {
+    if let Err(e) = cnilab_harness::netns::require_root() {
+        panic!("this test needs root: {e}");
+    }
+}
+
+/// `cnilab-bridge`, built next to `cnilab` by `cargo test --workspace`.
+fn bridge_dir() -> PathBuf {
+    let cnilab = PathBuf::from(env!("CARGO_BIN_EXE_cnilab"));
+    let dir = cnilab.parent().expect("target dir").to_path_buf();
+    assert!(
+        dir.join("cnilab-bridge").is_file(),
+        "{} is missing: build it with `cargo build --workspace` (cargo test --workspace builds it too)",
+        dir.join("cnilab-bridge").display()
+    );
+    dir
+}
+
+fn bridge_config(dir: &Path) -> PathBuf {
+    let path = dir.join("soak-test.conf");
+    std::fs::write(
+        &path,
+        r#"{"cniVersion":"1.1.0","name":"soak-test","type":"cnilab-bridge","bridge":"soakt0",
+            "isDefaultGateway":true,"ipam":{"ranges":[[{"subnet":"10.77.0.0/24"}]]}}"#,
+    )
+    .expect("write config");
+    path
+}
+
+fn options(plugin_dir: &Path, config: &Path, cycles: u64) -> SoakOptions {
+    let mut o = SoakOptions::new(&plugin_dir.to_string_lossy(), config);
+    o.budget = Budget::Cycles(cycles);
+    o.parallel = 4;
+    o.pods = 2;
+    o.seed = 20261121;
+    o
+}
+
+fn explain(r: &SoakReport) -> String {
+    r.table()
+}
+
+fn no_namespaces_of_this_process_left() {
+    let prefix = format!("cnilab-{}-", std::process::id());
+    let left: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default();
+    // Other tests of this binary may be running; only soak namespaces count.
+    let soak: Vec<&String> = left.iter().filter(|n| n.contains("soak")).collect();
+    assert!(soak.is_empty(), "namespaces left: {soak:?}");
+}
+
+#[test]
+fn short_soak_of_cnilab_bridge_finds_no_leak() {
+    require_root();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut o = options(&bridge_dir(), &bridge_config(tmp.path()), 60);
+    o.kill_rate = 0.25;
+    o.gc_every = 20;
+    let r = soak::run(&o).expect("soak runs");
+    assert!(r.passed(), "{}", explain(&r));
+    assert_eq!(r.steps, 60);
+    assert!(r.kills_landed > 0, "no ADD was killed:\n{}", explain(&r));
+    assert!(r.gc_supported && r.gc_runs >= 3, "{}", explain(&r));
+    for op in [
+        "ADD",
+        "CHECK",
+        "DEL",
+        "DEL (netns gone)",
+        "DEL (no CNI_NETNS)",
+        "GC",
+    ] {
+        assert!(
+            r.operations.iter().any(|s| s.op == op && s.count > 0),
+            "no {op} was run:\n{}",
+            explain(&r)
+        );
+    }
+    assert!(r.failures.is_empty(), "{}", explain(&r));
+    no_namespaces_of_this_process_left();
+}
+
+#[test]
+fn gc_reclaims_planted_leaks() {
+    require_root();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut o = options(&bridge_dir(), &bridge_config(tmp.path()), 24);
+    o.inject_leaks = 3;
+    o.gc_every = 12;
+    let r = soak::run(&o).expect("soak runs");
+    let injected = r.injected.clone().expect("leaks were planted");
+    assert_eq!((injected.records, injected.links), (3, 2));
+    assert_eq!(
+        (injected.records_reclaimed, injected.links_reclaimed),
+        (3, 2),
+        "{}",
+        explain(&r)
+    );
+    assert!(r.passed(), "{}", explain(&r));
+}
+
+#[test]
+fn planted_leaks_without_gc_fail_the_run_from_the_cli() {
+    require_root();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = bridge_config(tmp.path());
+    let out = assert_cmd::Command::new(env!("CARGO_BIN_EXE_cnilab"))
+        .args(["soak", "--plugin-dir"])
+        .arg(bridge_dir())
+        .arg("--config")
+        .arg(&config)
+        .args([
+            "--cycles",
+            "6",
+            "--parallel",
+            "2",
+            "--pods",
+            "1",
+            "--seed",
+            "5",
+            "--gc-every",
+            "0",
+            "--inject-leaks",
+            "2",
+            "--format",
+            "json",
+        ])
+        .output()
+        .expect("cnilab runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stdout={stdout} stderr={}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON report");
+    let kinds: Vec<&str> = report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter_map(|f| f["kind"].as_str())
+        .collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "leaked_address").count(),
+        2,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "leaked_link").count(),
+        2,
+        "{kinds:?}"
+    );
+    assert_eq!(report["injected"]["records_reclaimed"], 0);
+}
+
+/// The reference bridge with a host-local that never releases on DEL.
+fn leaky_plugin_dir(dir: &Path) -> PathBuf {
+    assert!(
+        Path::new("/usr/lib/cni/bridge").is_file()
+            && Path::new("/usr/lib/cni/host-local").is_file(),
+        "the reference plugins are missing: apt-get install containernetworking-plugins"
+    );
+    let bin = dir.join("leaky");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    // Fixed scripts: the only input they look at is CNI_COMMAND, compared
+    // as a string, never evaluated.
+    let scripts = [
+        ("bridge", "#!/bin/sh\nexec /usr/lib/cni/bridge\n"),
+        (
+            "host-local",
+            "#!/bin/sh\nif [ \"$CNI_COMMAND\" = DEL ]; then exit 0; fi\nexec /usr/lib/cni/host-local\n",
+        ),
+    ];
+    for (name, text) in scripts {
+        let path = bin.join(name);
+        std::fs::write(&path, text).expect("write script");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let conf = dir.join("leaky.conf");
+    std::fs::write(
+        &conf,
+        r#"{"cniVersion":"1.0.0","name":"leaky","type":"bridge","bridge":"leaky0",
+            "isDefaultGateway":true,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.78.0.0/24"}]]}}"#,
+    )
+    .expect("write config");
+    bin
+}
+
+#[test]
+fn a_plugin_that_leaks_is_caught_and_the_replay_reproduces_it() {
+    require_root();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let bin = leaky_plugin_dir(tmp.path());
+    let mut o = options(&bin, &tmp.path().join("leaky.conf"), 8);
+    o.kill_rate = 0.0;
+    let r = soak::run(&o).expect("soak runs");
+    assert!(!r.passed());
+    assert!(!r.gc_supported, "config 1.0.0: no GC");
+    // Every pod leaks its address: 3 warm-ups, 2 residents, 8 steps.
+    assert_eq!(r.count(FindingKind::LeakedAddress), 13, "{}", explain(&r));
+    let step_finding = r
+        .findings
+        .iter()
+        .find(|f| f.steps == [5])
+        .expect("a finding names step 5");
+    assert!(
+        step_finding.replay[0].contains("--seed 20261121")
+            && step_finding.replay[0].ends_with("--replay 5")
+    );
+    assert!(step_finding.log.iter().any(|op| op.op.starts_with("DEL")));
+    assert_eq!(step_finding.plans[0].step, 5);
+
+    let mut replay = o.clone();
+    replay.replay = Some(5);
+    replay.pods = 0;
+    let again = soak::run(&replay).expect("replay runs");
+    assert_eq!(again.steps, 1);
+    let replayed = again
+        .findings
+        .iter()
+        .find(|f| f.steps == [5])
+        .expect("the replay shows step 5's leak again");
+    assert_eq!(replayed.kind, FindingKind::LeakedAddress);
+    assert_eq!(replayed.plans, step_finding.plans, "same plan on replay");
+}
