@@ -40,6 +40,8 @@ pub enum AgentError {
     Kubeconfig(String),
     #[error("invalid configuration: {0}")]
     Config(String),
+    #[error("{0}")]
+    NodeSource(String),
 }
 
 impl AgentError {

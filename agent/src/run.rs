@@ -102,13 +102,27 @@ pub async fn run(args: RunArgs) -> Result<()> {
     };
 
     // First pass: refuse to start on a node that cannot work.
+    // --once must not hang on an unreachable API server; the daemon waits
+    // (the watcher retries with backoff and logs each failure).
+    let first_list_timeout = if args.once {
+        Duration::from_secs(60)
+    } else {
+        Duration::MAX
+    };
     let first = tokio::select! {
         changed = rx.wait_for(Option::is_some) => changed
-            .map_err(|_| AgentError::Config("node source ended".into()))?
+            .map_err(|_| AgentError::NodeSource("node source ended".into()))?
             .clone()
             .unwrap_or_default(),
         _ = terminate.recv() => { source_task.abort(); return Ok(()); }
         _ = interrupt.recv() => { source_task.abort(); return Ok(()); }
+        _ = tokio::time::sleep(first_list_timeout) => {
+            source_task.abort();
+            return Err(AgentError::NodeSource(format!(
+                "no node list within {}s (is the API server reachable?)",
+                first_list_timeout.as_secs()
+            )));
+        }
     };
     rx.mark_unchanged();
     reconciler.own_node(&first)?;
@@ -135,7 +149,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         let force_rules = tokio::select! {
             changed = rx.changed() => {
                 if changed.is_err() {
-                    return Err(AgentError::Config("node source ended".into()));
+                    return Err(AgentError::NodeSource("node source ended".into()));
                 }
                 false
             }

@@ -87,3 +87,15 @@ pub async fn watch(client: Client, mut publish: impl FnMut(Snapshot), metrics: A
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Building an HTTPS client needs exactly one rustls crypto provider
+    /// (kube's `ring` feature); without it this panics at startup.
+    #[tokio::test]
+    async fn an_https_client_can_be_built() {
+        let url = "https://127.0.0.1:6443".parse().expect("url");
+        let client = kube::Client::try_from(kube::Config::new(url));
+        assert!(client.is_ok());
+    }
+}
