@@ -1,7 +1,9 @@
 //! Counters for `/metrics` (Prometheus text format) and the `/healthz`
 //! readiness answer, served by a deliberately tiny HTTP/1.1 responder.
 
+use crate::error::{AgentError, Result};
 use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -102,6 +104,26 @@ impl Metrics {
         }
         out
     }
+}
+
+/// Binds the metrics address. `[::]` (both families, what the DaemonSet
+/// uses so kubelet's probe reaches it on IPv4, IPv6 and dual-stack nodes)
+/// falls back to `0.0.0.0` on a node without IPv6.
+pub async fn listen(addr: SocketAddr) -> Result<TcpListener> {
+    let bound = match TcpListener::bind(addr).await {
+        Err(e) if addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED) => {
+            let v4 = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), addr.port());
+            tracing::warn!(error = %e, fallback = %v4, "cannot listen on [::]; IPv6 disabled?");
+            TcpListener::bind(v4).await
+        }
+        other => other,
+    };
+    let listener =
+        bound.map_err(|e| AgentError::io(format!("listen on --metrics-addr {addr}"), e))?;
+    if let Ok(local) = listener.local_addr() {
+        tracing::info!(addr = %local, "serving /healthz and /metrics");
+    }
+    Ok(listener)
 }
 
 /// Serves `/healthz` and `/metrics` until the task is dropped.

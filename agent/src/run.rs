@@ -70,12 +70,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         signal(SignalKind::interrupt()).map_err(|e| AgentError::io("install SIGINT handler", e))?;
 
     if !args.no_metrics && !args.once {
-        let listener = tokio::net::TcpListener::bind(args.metrics_addr)
-            .await
-            .map_err(|e| {
-                AgentError::io(format!("listen on --metrics-addr {}", args.metrics_addr), e)
-            })?;
-        tracing::info!(addr = %args.metrics_addr, "serving /healthz and /metrics");
+        let listener = metrics::listen(args.metrics_addr).await?;
         tokio::spawn(metrics::serve(listener, metrics.clone()));
     }
 

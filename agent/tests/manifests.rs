@@ -238,7 +238,7 @@ fn agent_is_ready_on_healthz_at_its_metrics_port_and_knows_its_node() {
     };
     let args = agent.args.clone().unwrap_or_default();
     assert!(
-        args.contains(&format!("--metrics-addr=0.0.0.0:{port}")),
+        args.contains(&format!("--metrics-addr=[::]:{port}")),
         "{args:?}"
     );
     let env = agent.env.clone().unwrap_or_default();
