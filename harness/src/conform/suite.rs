@@ -263,18 +263,6 @@ impl<'a> Suite<'a> {
         let mut warn = None;
         if exec.success() {
             problems.push("expected a non-zero exit with a CNI error, saw exit 0".to_string());
-            // Undo whatever it did, like a runtime would.
-            let del_env: Vec<(String, String)> = env
-                .iter()
-                .map(|(k, v)| {
-                    if k == "CNI_COMMAND" {
-                        (k.clone(), "DEL".to_string())
-                    } else {
-                        (k.clone(), v.clone())
-                    }
-                })
-                .collect();
-            let _ = self.runtime.exec_raw(&plugin, &del_env, stdin);
         } else if exec.timed_out {
             problems.push("timed out".to_string());
         } else {
@@ -329,6 +317,22 @@ impl<'a> Suite<'a> {
             if !files_before.contains(f) {
                 problems.push(format!("store changed: new file {f}"));
             }
+        }
+        if exec.success() {
+            // Undo whatever it did, like a runtime would (after the
+            // comparison, so the cleanup is not blamed on the plugin).
+            let del_env: Vec<(String, String)> = env
+                .iter()
+                .map(|(k, v)| {
+                    let v = if k == "CNI_COMMAND" {
+                        "DEL"
+                    } else {
+                        v.as_str()
+                    };
+                    (k.clone(), v.to_string())
+                })
+                .collect();
+            let _ = self.runtime.exec_raw(&plugin, &del_env, stdin);
         }
         let f = if !problems.is_empty() {
             Finding::fail(

@@ -18,7 +18,7 @@
 //!     runtime.del(&net, &rt).expect("DEL");
 //! }
 //! ```
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 pub use cnilab_harness::netns::Netns;
 pub use cnilab_harness::runtime::{NetworkConfig, Runtime, RuntimeConf};
