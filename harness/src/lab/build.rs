@@ -363,6 +363,10 @@ impl Lab {
     fn add_node_ns(&self, spec: &NodeSpec, bridge: u32, template: &str) -> Result<Node, LabError> {
         let topo = &self.topo;
         let ns = make_ns(&self.opts, &spec.name)?;
+        // Announce the node's MAC when its uplink comes up (gratuitous ARP),
+        // as a re-created node must: neighbours may still cache the old one.
+        plugin_netns::write_sysctl(Some(ns.file()), "net/ipv4/conf/default/arp_notify", "1")
+            .map_err(|e| setup(format!("arp_notify on {}: {e}", spec.name)))?;
         let addr = IpNet::new(spec.address, topo.underlay.prefix_len())
             .map_err(|e| setup(e.to_string()))?;
         plug(
@@ -484,9 +488,24 @@ impl Lab {
             .open(&log_path)
             .map_err(|e| setup(format!("{}: {e}", log_path.display())))?;
         let log2 = log.try_clone().map_err(|e| setup(e.to_string()))?;
-        let child = node
-            .ns
-            .command(&program)
+        let mut command = node.ns.command(&program);
+        // The lab blocks SIGINT/SIGTERM for its Ctrl-C watcher; the agent must
+        // get them (a blocked mask survives exec).
+        // SAFETY: only sigprocmask(2), which is async-signal-safe.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            command.pre_exec(|| {
+                let mut set = nix::sys::signal::SigSet::empty();
+                set.add(nix::sys::signal::Signal::SIGINT);
+                set.add(nix::sys::signal::Signal::SIGTERM);
+                set.thread_unblock().map_err(std::io::Error::from)
+            });
+        }
+        if self.opts.persistent.is_some() {
+            // A standing lab's agents must survive the terminal's Ctrl-C.
+            std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        }
+        let child = command
             .args(&words[1..])
             .env("NODE_NAME", &node.spec.name)
             .stdin(Stdio::null())
@@ -677,6 +696,12 @@ impl Lab {
         while !self.nodes[i].pods.is_empty() {
             let _ = self.remove_pod(i, 0);
         }
+        // Namespace teardown is asynchronous in the kernel: remove the switch
+        // port now, so a node of the same name can be plugged in at once.
+        let port = format!("p-{name}");
+        netlink(&self.switch, &format!("remove {port}"), |h| async move {
+            nl::delete_link_by_name(&h, &port).await.map(|_| ())
+        })?;
         self.nodes.remove(i);
         self.topo.nodes.retain(|n| n.name != name);
         if self.topo.routing == Routing::Agent {

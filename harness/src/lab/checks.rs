@@ -198,18 +198,19 @@ fn ns_of<'a>(lab: &'a Lab, e: &Endpoint) -> Option<&'a File> {
 
 /// Starts a responder in every pod, node and the external host.
 pub fn start_responders(lab: &Lab, rt: &tokio::runtime::Handle) -> Result<(), String> {
-    let mut targets: Vec<(&str, &File)> = Vec::new();
+    let mut targets: Vec<(String, &File)> = Vec::new();
     for node in &lab.nodes {
-        targets.push((&node.spec.name, node.ns.file()));
+        targets.push((node.spec.name.clone(), node.ns.file()));
         for pod in &node.pods {
-            targets.push((&pod.name, pod.ns.file()));
+            targets.push((format!("{}/{}", node.spec.name, pod.name), pod.ns.file()));
         }
     }
     if let Some(ext) = &lab.external {
-        targets.push(("external", ext.file()));
+        targets.push(("external".into(), ext.file()));
     }
     for (name, ns) in targets {
-        probe::start_responders(ns, false, rt).map_err(|e| format!("responder in {name}: {e}"))?;
+        probe::start_responders(ns, false, rt, &name)
+            .map_err(|e| format!("responder in {name}: {e}"))?;
     }
     Ok(())
 }
@@ -223,7 +224,14 @@ fn judge(spec: &ProbeSpec, reply: Result<Reply, String>) -> ProbeOutcome {
             rtt_ms: None,
         },
         Ok(reply) => {
+            let wrong_peer = reply.responder.as_ref().filter(|r| **r != spec.to.name);
             let error = match (spec.expect_source, reply.seen_src) {
+                _ if wrong_peer.is_some() => Some(format!(
+                    "answered by {}, not by {}: the address {} leads to the wrong endpoint",
+                    wrong_peer.map(String::as_str).unwrap_or_default(),
+                    spec.to.name,
+                    spec.to.ip
+                )),
                 (Some(ExpectSource::Unchanged(want)), Some(seen)) if seen != want => Some(format!(
                     "peer saw source {seen}, expected the pod's own address {want} (traffic inside the cluster was NATed)"
                 )),
@@ -305,6 +313,7 @@ mod tests {
         let s = spec(Some(ExpectSource::Unchanged(IpAddr::from([10, 244, 1, 2]))));
         let reply = Reply {
             seen_src: Some(IpAddr::from([10, 250, 0, 1])),
+            responder: Some("a".into()),
             rtt: Duration::from_millis(1),
         };
         let out = judge(&s, Ok(reply.clone()));
@@ -319,5 +328,16 @@ mod tests {
         assert!(ok.passed());
         let timeout = judge(&s, Err("timed out".into()));
         assert!(!timeout.passed());
+        let impostor = Reply {
+            seen_src: Some(IpAddr::from([10, 244, 1, 2])),
+            responder: Some("b".into()),
+            rtt: Duration::from_millis(1),
+        };
+        let wrong = judge(&s, Ok(impostor));
+        assert!(wrong
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("answered by b"));
     }
 }

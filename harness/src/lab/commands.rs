@@ -85,7 +85,10 @@ fn write(path: &Path, text: &str) -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()).into())
 }
 
-fn header(topo: &Topology, plugin_dir: &str) {
+fn header(topo: &Topology, plugin_dir: Option<&str>) {
+    let plugin_dir = plugin_dir
+        .or(topo.plugin.as_ref().and_then(|p| p.dir.as_deref()))
+        .unwrap_or("(bundled cnilab-bridge)");
     let pods: usize = topo.nodes.len() * topo.pods_per_node;
     eprintln!(
         "🔭 cnilab lab {}: {} nodes, {pods} pods, plugin dir {plugin_dir}, routing {:?}, masquerade {:?}",
@@ -115,7 +118,7 @@ pub fn run(
     let topo = topology(args)?;
     default_plugin_check(&plugin_dir, &topo)?;
     super::cleanup_on_interrupt(None);
-    header(&topo, plugin_dir.as_deref().unwrap_or("(bundled)"));
+    header(&topo, plugin_dir.as_deref());
     let opts = UpOptions {
         plugin_dir,
         persistent: None,
@@ -142,7 +145,7 @@ pub fn up(args: &TopologyArgs, plugin_dir: Option<String>, name: &str) -> CliRes
     default_plugin_check(&plugin_dir, &topo)?;
     let prefix = format!("{}lab-{name}-", netns::PREFIX);
     super::cleanup_on_interrupt(Some(prefix));
-    header(&topo, plugin_dir.as_deref().unwrap_or("(bundled)"));
+    header(&topo, plugin_dir.as_deref());
     let opts = UpOptions {
         plugin_dir,
         persistent: Some(name.to_string()),

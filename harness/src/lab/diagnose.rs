@@ -178,6 +178,29 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
         }
     }
 
+    // The same address on two pods (overlapping ranges, or a broken IPAM).
+    let holders: Vec<String> = lab
+        .nodes
+        .iter()
+        .flat_map(|n| {
+            n.pods
+                .iter()
+                .filter(|p| p.ips.iter().any(|ip| ip.addr() == spec.to.ip))
+                .map(move |p| format!("{}/{}", n.spec.name, p.name))
+        })
+        .collect();
+    if holders.len() > 1 {
+        out.push(Diagnosis {
+            id: "duplicate-address",
+            message: format!(
+                "{} is assigned to {} pods: {}",
+                spec.to.ip,
+                holders.len(),
+                holders.join(", ")
+            ),
+        });
+    }
+
     if let (Some(a), Some(b)) = (src, dst) {
         if a.name != b.name {
             if dst_is_pod {

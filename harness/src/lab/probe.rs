@@ -45,6 +45,9 @@ impl Proto {
 pub struct Reply {
     /// The source address the responder saw (TCP/UDP), `None` for ICMP.
     pub seen_src: Option<IpAddr>,
+    /// Who answered (TCP/UDP): catches traffic that reached the wrong
+    /// endpoint, as with duplicate addresses.
+    pub responder: Option<String>,
     pub rtt: Duration,
 }
 
@@ -68,7 +71,12 @@ pub fn allow_ping_sockets(ns: &File) -> io::Result<()> {
 
 /// Starts TCP and UDP responders inside `ns` on the lab runtime. They run
 /// until the runtime shuts down.
-pub fn start_responders(ns: &File, v6: bool, rt: &tokio::runtime::Handle) -> io::Result<()> {
+pub fn start_responders(
+    ns: &File,
+    v6: bool,
+    rt: &tokio::runtime::Handle,
+    name: &str,
+) -> io::Result<()> {
     let addr = SocketAddr::new(unspecified(v6), PORT);
     let (tcp, udp) = in_ns(ns, || {
         let tcp = if v6 {
@@ -85,14 +93,17 @@ pub fn start_responders(ns: &File, v6: bool, rt: &tokio::runtime::Handle) -> io:
     let _entered = rt.enter();
     let listener = tcp.listen(1024)?;
     let udp = tokio::net::UdpSocket::from_std(udp)?;
+    let tcp_name = name.to_string();
+    let udp_name = name.to_string();
     rt.spawn(async move {
         loop {
             let Ok((mut stream, peer)) = listener.accept().await else {
                 continue;
             };
+            let name = tcp_name.clone();
             tokio::spawn(async move {
                 let _ = stream
-                    .write_all(format!("SRC {}\n", canonical(peer.ip())).as_bytes())
+                    .write_all(format!("SRC {} NAME {name}\n", canonical(peer.ip())).as_bytes())
                     .await;
                 let _ = stream.shutdown().await;
             });
@@ -103,7 +114,10 @@ pub fn start_responders(ns: &File, v6: bool, rt: &tokio::runtime::Handle) -> io:
         loop {
             if let Ok((_, peer)) = udp.recv_from(&mut buf).await {
                 let _ = udp
-                    .send_to(format!("SRC {}\n", canonical(peer.ip())).as_bytes(), peer)
+                    .send_to(
+                        format!("SRC {} NAME {udp_name}\n", canonical(peer.ip())).as_bytes(),
+                        peer,
+                    )
                     .await;
             }
         }
@@ -118,14 +132,12 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-fn parse_src(buf: &[u8]) -> Option<IpAddr> {
-    std::str::from_utf8(buf)
-        .ok()?
-        .trim()
-        .strip_prefix("SRC ")?
-        .trim()
-        .parse()
-        .ok()
+/// Parses `SRC <ip> NAME <responder>`.
+fn parse_reply(buf: &[u8]) -> Option<(IpAddr, String)> {
+    let text = std::str::from_utf8(buf).ok()?.trim();
+    let rest = text.strip_prefix("SRC ")?;
+    let (ip, name) = rest.split_once(" NAME ")?;
+    Some((ip.trim().parse().ok()?, name.trim().to_string()))
 }
 
 /// Sends one probe from namespace `ns` to `dst`. `size` is the DF payload
@@ -147,8 +159,9 @@ pub async fn probe(
         }
     };
     match tokio::time::timeout(timeout, work).await {
-        Ok(Ok(seen_src)) => Ok(Reply {
-            seen_src,
+        Ok(Ok(answer)) => Ok(Reply {
+            seen_src: answer.as_ref().map(|(ip, _)| *ip),
+            responder: answer.map(|(_, name)| name),
             rtt: started.elapsed(),
         }),
         Ok(Err(e)) => Err(e),
@@ -156,7 +169,9 @@ pub async fn probe(
     }
 }
 
-async fn tcp_probe(ns: &File, dst: IpAddr) -> Result<Option<IpAddr>, String> {
+type Answer = Option<(IpAddr, String)>;
+
+async fn tcp_probe(ns: &File, dst: IpAddr) -> Result<Answer, String> {
     let sock = in_ns(ns, || {
         if dst.is_ipv6() {
             tokio::net::TcpSocket::new_v6()
@@ -174,7 +189,7 @@ async fn tcp_probe(ns: &File, dst: IpAddr) -> Result<Option<IpAddr>, String> {
         .read_to_end(&mut buf)
         .await
         .map_err(|e| format!("read: {e}"))?;
-    parse_src(&buf)
+    parse_reply(&buf)
         .map(Some)
         .ok_or_else(|| format!("unexpected reply {:?}", String::from_utf8_lossy(&buf)))
 }
@@ -207,7 +222,7 @@ fn set_dont_fragment(sock: &std::net::UdpSocket, v6: bool) -> io::Result<()> {
     }
 }
 
-async fn udp_probe(ns: &File, dst: IpAddr, df_mtu: Option<u32>) -> Result<Option<IpAddr>, String> {
+async fn udp_probe(ns: &File, dst: IpAddr, df_mtu: Option<u32>) -> Result<Answer, String> {
     let v6 = dst.is_ipv6();
     let sock = in_ns(ns, || {
         let s = std::net::UdpSocket::bind(SocketAddr::new(unspecified(v6), 0))?;
@@ -233,7 +248,7 @@ async fn udp_probe(ns: &File, dst: IpAddr, df_mtu: Option<u32>) -> Result<Option
             .map_err(|e| format!("send: {e}"))?;
         match tokio::time::timeout(Duration::from_millis(300), sock.recv_from(&mut buf)).await {
             Ok(Ok((n, _))) => {
-                return parse_src(&buf[..n]).map(Some).ok_or_else(|| {
+                return parse_reply(&buf[..n]).map(Some).ok_or_else(|| {
                     format!("unexpected reply {:?}", String::from_utf8_lossy(&buf[..n]))
                 })
             }
@@ -258,7 +273,7 @@ fn icmp_socket(v6: bool) -> io::Result<OwnedFd> {
     .map_err(io::Error::from)
 }
 
-async fn icmp_probe(ns: &File, dst: IpAddr) -> Result<Option<IpAddr>, String> {
+async fn icmp_probe(ns: &File, dst: IpAddr) -> Result<Answer, String> {
     let v6 = dst.is_ipv6();
     let fd = in_ns(ns, || icmp_socket(v6)).map_err(|e| {
         format!("ICMP socket: {e} (is net.ipv4.ping_group_range open in the source namespace?)")
@@ -308,14 +323,15 @@ mod tests {
     #[test]
     fn parses_responder_replies() {
         assert_eq!(
-            parse_src(b"SRC 10.0.0.1\n"),
-            Some(IpAddr::from([10, 0, 0, 1]))
+            parse_reply(b"SRC 10.0.0.1 NAME node1/p\n"),
+            Some((IpAddr::from([10, 0, 0, 1]), "node1/p".to_string()))
         );
         assert_eq!(
-            parse_src(b"SRC fd00::1\n"),
+            parse_reply(b"SRC fd00::1 NAME x\n").map(|r| r.0),
             Some("fd00::1".parse().expect("ip"))
         );
-        assert_eq!(parse_src(b"garbage"), None);
+        assert_eq!(parse_reply(b"SRC 10.0.0.1\n"), None);
+        assert_eq!(parse_reply(b"garbage"), None);
         assert_eq!(
             canonical("::ffff:10.0.0.1".parse().expect("ip")),
             IpAddr::from([10, 0, 0, 1])

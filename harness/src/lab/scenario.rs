@@ -35,7 +35,7 @@ pub enum Expect {
 }
 
 #[derive(Clone, Debug, Deserialize)]
-#[serde(tag = "do", rename_all = "kebab-case", deny_unknown_fields)]
+#[serde(tag = "do", rename_all = "kebab-case")]
 pub enum Step {
     /// Run the checks (optionally some groups) and compare.
     Check {
@@ -190,8 +190,11 @@ impl Scenario {
             reason,
         };
         let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
-        let scenario: Scenario =
+        let mut scenario: Scenario =
             toml::from_str(&text).map_err(|e| read(e.to_string().trim().to_string()))?;
+        scenario
+            .topology
+            .resolve_paths(path.parent().unwrap_or(Path::new(".")));
         scenario
             .topology
             .validate(path)

@@ -27,7 +27,8 @@ pub enum Masquerade {
     Plugin,
     /// The lab, one nftables rule per node, like a node agent or a cloud NAT.
     Node,
-    /// Nobody (pod → external is then expected to fail).
+    /// Neither the plugin nor the lab: an agent does it (or nobody, and
+    /// pod → external fails with a diagnosis).
     None,
 }
 
@@ -193,7 +194,21 @@ impl Topology {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::parse(&text, path)
+        let mut topo = Self::parse(&text, path)?;
+        topo.resolve_paths(path.parent().unwrap_or(Path::new(".")));
+        Ok(topo)
+    }
+
+    /// Makes a relative plugin config template path relative to `base`
+    /// (the directory of the file that named it), not to the working directory.
+    pub fn resolve_paths(&mut self, base: &Path) {
+        if let Some(plugin) = &mut self.plugin {
+            if let Some(config) = &plugin.config {
+                if config.is_relative() {
+                    plugin.config = Some(base.join(config));
+                }
+            }
+        }
     }
 
     pub fn parse(text: &str, path: &Path) -> Result<Topology, TopologyError> {
