@@ -10,5 +10,6 @@ pub mod lifecycle;
 pub mod netns;
 pub mod runtime;
 pub mod soak;
+pub mod testing;
 pub mod util;
 pub mod verdict;

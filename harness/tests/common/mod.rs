@@ -1,23 +1,5 @@
-//! rstest fixtures for root tests: a throwaway host namespace, a pod
-//! namespace, and a runtime that drives plugins from a directory inside the
-//! host namespace.
-//!
-//! ```ignore
-//! use rstest::rstest;
-//! mod common;
-//! use common::*;
-//!
-//! #[rstest]
-//! fn bridge_adds_eth0(host: Netns, pod: Netns) {
-//!     let runtime = runtime_in(&host, REFERENCE_DIR);
-//!     let store = tempfile::tempdir().unwrap();
-//!     let net = reference_network(store.path());
-//!     let rt = RuntimeConf::new("c1", Some(pod.path()), "eth0");
-//!     let added = runtime.add(&net, &rt).expect("ADD");
-//!     assert!(pod.links().unwrap().iter().any(|l| l.name == "eth0"));
-//!     runtime.del(&net, &rt).expect("DEL");
-//! }
-//! ```
+//! rstest fixtures for root tests, built on `cnilab_harness::testing`
+//! (see its docs for using them in another crate).
 #![allow(dead_code, unused_imports)]
 
 pub use cnilab_harness::netns::Netns;
@@ -28,12 +10,7 @@ use std::path::{Path, PathBuf};
 /// Debian's reference plugins (`apt-get install containernetworking-plugins`).
 pub const REFERENCE_DIR: &str = "/usr/lib/cni";
 
-/// Fails (never skips) when the tests cannot do their job.
-pub fn require_root() {
-    if let Err(e) = cnilab_harness::netns::require_root() {
-        panic!("this test creates network namespaces and must run as root: {e}");
-    }
-}
+pub use cnilab_harness::testing::require_root;
 
 /// Fails with a clear message when the reference plugins are missing.
 pub fn require_reference() {
@@ -50,24 +27,18 @@ pub fn require_reference() {
 /// A throwaway namespace standing for the node; `lo` is up.
 #[fixture]
 pub fn host() -> Netns {
-    require_root();
-    let ns = Netns::with_label("t-host").expect("create host netns");
-    ns.set_lo_up().expect("lo up");
-    ns
+    cnilab_harness::testing::host_netns()
 }
 
 /// A throwaway namespace standing for a pod.
 #[fixture]
 pub fn pod() -> Netns {
-    require_root();
-    Netns::with_label("t-pod").expect("create pod netns")
+    cnilab_harness::testing::pod_netns()
 }
 
 /// A runtime whose plugins run inside `host`, found on `cni_path`.
 pub fn runtime_in(host: &Netns, cni_path: &str) -> Runtime {
-    Runtime::new(cni_path)
-        .in_netns(host)
-        .expect("runtime in host netns")
+    cnilab_harness::testing::runtime(host, cni_path)
 }
 
 pub fn examples_dir() -> PathBuf {
