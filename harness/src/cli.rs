@@ -70,6 +70,29 @@ pub fn bench(opts: &BenchOptions, json: bool) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `cnilab soak`: exit 0 iff no leak and no duplicate address.
+pub fn soak(opts: &crate::soak::SoakOptions, format: Format, log: Option<&Path>) -> CliResult {
+    netns::require_root()?;
+    eprintln!(
+        "cnilab soak: seed {} (replay with --seed {})",
+        opts.seed, opts.seed
+    );
+    let report = crate::soak::run(opts)?;
+    match format {
+        Format::Table => print!("{}", report.table()),
+        Format::Json => println!("{}", report.json()),
+    }
+    if let Some(path) = log {
+        std::fs::write(path, report.log_jsonl())
+            .map_err(|e| format!("cannot write the operations log to {}: {e}", path.display()))?;
+    }
+    Ok(if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
 pub fn sweep() -> CliResult {
     netns::require_root()?;
     let removed = netns::sweep(netns::PREFIX)?;

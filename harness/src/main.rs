@@ -91,6 +91,56 @@ enum Cmd {
         #[command(subcommand)]
         command: ScenarioCmd,
     },
+    /// Churn a plugin (parallel ADD/CHECK/DEL/GC, killed ADDs, DELs after the
+    /// netns is gone or without CNI_NETNS) and account for what it leaks
+    /// (exit 0 iff no leak and no duplicate address).
+    Soak {
+        /// Directory (or colon-separated list, like CNI_PATH) with the plugin binaries.
+        #[arg(long)]
+        plugin_dir: String,
+        /// Network config (.conf or .conflist). Its ipam.dataDir is replaced by a scratch directory.
+        #[arg(long)]
+        config: PathBuf,
+        /// Resident pods, alive for the whole run (they must survive churn and GC).
+        #[arg(long, default_value_t = 4)]
+        pods: usize,
+        /// Steps running at once.
+        #[arg(long, default_value_t = 8)]
+        parallel: usize,
+        /// Run for this many seconds.
+        #[arg(long, conflicts_with = "cycles")]
+        duration: Option<u64>,
+        /// Run this many steps (pod lifecycles); the default is 200.
+        #[arg(long)]
+        cycles: Option<u64>,
+        /// Probability that a step's ADD is SIGKILLed at a random moment.
+        #[arg(long, default_value_t = 0.1)]
+        kill_rate: f64,
+        /// PRNG seed (printed when chosen at random): same seed, same plan.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// A GC with the live attachments every N steps (when the plugin supports GC); 0: never.
+        #[arg(long, default_value_t = 100)]
+        gc_every: u64,
+        /// Plant N leaked store records and a stray veth that GC must reclaim (self-test).
+        #[arg(long, default_value_t = 0)]
+        inject_leaks: usize,
+        /// Run only this step of the seeded plan (replay a finding).
+        #[arg(long)]
+        replay: Option<u64>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = cnilab_harness::cli::Format::Table)]
+        format: cnilab_harness::cli::Format,
+        /// Write every operation to this file (JSON lines).
+        #[arg(long)]
+        log: Option<PathBuf>,
+        /// Container interface name.
+        #[arg(long, default_value = "eth0")]
+        ifname: String,
+        /// Per-call timeout in seconds.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+    },
     /// Remove namespaces left behind by killed cnilab runs.
     Sweep,
 }
@@ -292,6 +342,39 @@ fn main() -> ExitCode {
                 cnilab_harness::lab::commands::scenario_run(&paths, plugin_dir, junit.as_deref())
             }),
         },
+        Cmd::Soak {
+            plugin_dir,
+            config,
+            pods,
+            parallel,
+            duration,
+            cycles,
+            kill_rate,
+            seed,
+            gc_every,
+            inject_leaks,
+            replay,
+            format,
+            log,
+            ifname,
+            timeout,
+        } => {
+            let mut opts = cnilab_harness::soak::SoakOptions::new(&plugin_dir, &config);
+            opts.pods = pods;
+            opts.parallel = parallel;
+            opts.budget = match duration {
+                Some(s) => cnilab_harness::soak::Budget::Duration(Duration::from_secs(s)),
+                None => cnilab_harness::soak::Budget::Cycles(cycles.unwrap_or(200)),
+            };
+            opts.kill_rate = kill_rate;
+            opts.seed = seed.unwrap_or(opts.seed);
+            opts.gc_every = gc_every;
+            opts.inject_leaks = inject_leaks;
+            opts.replay = replay;
+            opts.ifname = ifname;
+            opts.timeout = Duration::from_secs(timeout);
+            cnilab_harness::cli::soak(&opts, format, log.as_deref())
+        }
         Cmd::Sweep => cnilab_harness::cli::sweep(),
     };
     match outcome {

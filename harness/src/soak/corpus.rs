@@ -163,7 +163,9 @@ pub fn load_case(path: &Path) -> Result<Case, CorpusError> {
     let file: CaseFile = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
     if let StdinSpec::File(name) = &file.stdin {
         if name.contains('/') || name.starts_with('.') {
-            return Err(bad(format!("stdin file {name:?} must be a plain file name")));
+            return Err(bad(format!(
+                "stdin file {name:?} must be a plain file name"
+            )));
         }
     }
     let name = path
@@ -435,17 +437,20 @@ fn differences(label: &str, before: &NetState, after: &NetState) -> Vec<String> 
 
 /// Runs one case and lists every problem: a zero exit, no JSON error on
 /// stdout, another code than expected, a panic, a signal or a timeout, and
-/// any change in the host namespace, the pod namespace or the watched tree.
+/// any change in the host namespace (links, addresses, routes, firewall
+/// rules), the pod namespace or the watched tree.
 pub fn run_case(case: &Case, lab: &Lab<'_>, expect: Expect) -> Result<CaseRun, CorpusError> {
     let env = environment(case, lab);
     let (input, shown) = feed(case, lab)?;
     let host_before = lab.host.snapshot()?;
     let pod_before = lab.pod.snapshot()?;
     let tree_before = tree(lab.watched);
+    let rules_before = crate::host_state::firewall_rules(lab.host);
     let raw = spawn(lab, &env, input)?;
     let host_after = lab.host.snapshot()?;
     let pod_after = lab.pod.snapshot()?;
     let tree_after = tree(lab.watched);
+    let rules_after = crate::host_state::firewall_rules(lab.host);
 
     let mut problems = Vec::new();
     let error: Option<ErrorBody> = serde_json::from_slice(raw.stdout.trim_ascii()).ok();
@@ -492,6 +497,14 @@ pub fn run_case(case: &Case, lab: &Lab<'_>, expect: Expect) -> Result<CaseRun, C
     }
     problems.extend(differences("host netns", &host_before, &host_after));
     problems.extend(differences("pod netns", &pod_before, &pod_after));
+    if let (Some(before), Some(after)) = (&rules_before, &rules_after) {
+        for rule in crate::host_state::new_lines(before, after) {
+            problems.push(format!("host firewall: new rule {rule}"));
+        }
+        for rule in crate::host_state::new_lines(after, before) {
+            problems.push(format!("host firewall: removed rule {rule}"));
+        }
+    }
     let paths: BTreeSet<&PathBuf> = tree_before.keys().chain(tree_after.keys()).collect();
     for p in paths {
         match (tree_before.get(p), tree_after.get(p)) {
@@ -558,6 +571,8 @@ fn spawn(lab: &Lab<'_>, env: &[(String, String)], input: Feed) -> Result<Raw, Co
     })
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
+    // A relative path from the input then lands in the watched tree.
+    .current_dir(lab.watched)
     .process_group(0);
     cnilab_plugin::netns::command_in(lab.host.file(), &mut cmd);
     // SAFETY: close(2) and execve(2) are async-signal-safe; the pointers
@@ -652,7 +667,10 @@ mod tests {
     #[test]
     fn merge_patch_follows_rfc_7396() {
         let mut v = json!({"a": 1, "b": {"c": 2, "d": 3}, "e": [1]});
-        merge_patch(&mut v, &json!({"a": null, "b": {"c": 9}, "e": {"x": 1}, "f": "new"}));
+        merge_patch(
+            &mut v,
+            &json!({"a": null, "b": {"c": 9}, "e": {"x": 1}, "f": "new"}),
+        );
         assert_eq!(v, json!({"b": {"c": 9, "d": 3}, "e": {"x": 1}, "f": "new"}));
         let mut s = json!({"a": 1});
         merge_patch(&mut s, &json!("text"));
@@ -679,11 +697,17 @@ mod tests {
     fn unknown_fields_in_a_case_are_refused() {
         let dir = crate::util::ScratchDir::new("corpus-test").expect("scratch");
         let path = dir.path().join("x.json");
-        std::fs::write(&path, r#"{"description":"d","stdin":{"text":""},"code":6,"cdoe":1}"#)
-            .expect("write");
+        std::fs::write(
+            &path,
+            r#"{"description":"d","stdin":{"text":""},"code":6,"cdoe":1}"#,
+        )
+        .expect("write");
         assert!(load_case(&path).is_err());
-        std::fs::write(&path, r#"{"description":"d","stdin":{"file":"../etc/passwd"},"code":6}"#)
-            .expect("write");
+        std::fs::write(
+            &path,
+            r#"{"description":"d","stdin":{"file":"../etc/passwd"},"code":6}"#,
+        )
+        .expect("write");
         assert!(load_case(&path).is_err());
     }
 }

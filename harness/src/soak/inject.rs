@@ -76,9 +76,9 @@ pub(super) fn plant(
 ) -> Result<Planted, SoakError> {
     let mut planted = Planted::default();
     let fail = |m: String| SoakError::Inject(m);
-    let dir = store_dir
-        .filter(|d| d.is_dir())
-        .ok_or_else(|| fail("the plugin keeps no host-local-layout store to plant records in".into()))?;
+    let dir = store_dir.filter(|d| d.is_dir()).ok_or_else(|| {
+        fail("the plugin keeps no host-local-layout store to plant records in".into())
+    })?;
     let ips = leak_addresses(net, dir, opts.inject_leaks);
     if ips.len() < opts.inject_leaks {
         return Err(fail(format!(
@@ -134,13 +134,17 @@ mod tests {
     fn leak_addresses_come_from_the_end_of_the_first_range() {
         let dir = crate::util::ScratchDir::new("inject-test").expect("scratch");
         std::fs::write(dir.path().join("10.7.0.254"), "x\r\neth0").expect("write");
-        let n = net(r#"{"cniVersion":"1.1.0","name":"n","type":"b","ipam":{"ranges":[[{"subnet":"10.7.0.0/24"}]]}}"#);
+        let n = net(
+            r#"{"cniVersion":"1.1.0","name":"n","type":"b","ipam":{"ranges":[[{"subnet":"10.7.0.0/24"}]]}}"#,
+        );
         let got: Vec<String> = leak_addresses(&n, dir.path(), 2)
             .iter()
             .map(|i| i.to_string())
             .collect();
         assert_eq!(got, ["10.7.0.253", "10.7.0.252"]);
-        let n = net(r#"{"cniVersion":"1.1.0","name":"n","type":"b","ipam":{"subnet":"10.8.0.0/16","rangeEnd":"10.8.1.9"}}"#);
+        let n = net(
+            r#"{"cniVersion":"1.1.0","name":"n","type":"b","ipam":{"subnet":"10.8.0.0/16","rangeEnd":"10.8.1.9"}}"#,
+        );
         assert_eq!(leak_addresses(&n, dir.path(), 1)[0].to_string(), "10.8.1.9");
         let n = net(r#"{"cniVersion":"1.1.0","name":"n","type":"b"}"#);
         assert!(leak_addresses(&n, dir.path(), 1).is_empty());

@@ -141,7 +141,8 @@ impl SoakOptions {
         if !(0.0..=1.0).contains(&self.kill_rate) {
             return bad("--kill-rate must be between 0 and 1");
         }
-        if matches!(self.budget, Budget::Cycles(0)) || self.budget == Budget::Duration(Duration::ZERO)
+        if matches!(self.budget, Budget::Cycles(0))
+            || self.budget == Budget::Duration(Duration::ZERO)
         {
             return bad("--cycles / --duration must be more than 0");
         }
@@ -218,7 +219,10 @@ struct Soak<'a> {
     runtime: &'a Runtime,
     net: &'a NetworkConfig,
     started: Instant,
-    kill_window: Duration,
+    /// A typical ADD's duration under the current load (an exponentially
+    /// weighted mean of successful ADDs, in µs): kills land uniformly in
+    /// it. Starts from the warm-up's median.
+    kill_window_us: AtomicU64,
     check_supported: bool,
     gc_supported: bool,
     /// Container operations hold it shared, GC exclusively: GC never runs
@@ -262,18 +266,28 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         match runtime.version(&name, &net.version.to_string()) {
             Ok((info, _)) => plugin_versions.push((name, info.supported_versions)),
             Err(e) => {
-                notes.push(format!("VERSION of {name} failed ({e}): GC is not attempted"));
+                notes.push(format!(
+                    "VERSION of {name} failed ({e}): GC is not attempted"
+                ));
                 plugin_versions.push((name, Vec::new()));
             }
         }
     }
-    let every_plugin_lists = |v: &str| plugin_versions.iter().all(|(_, l)| l.iter().any(|s| s == v));
+    let every_plugin_lists = |v: &str| {
+        plugin_versions
+            .iter()
+            .all(|(_, l)| l.iter().any(|s| s == v))
+    };
     let check_supported = net.version >= Version::V0_4_0 && !net.disable_check;
     if !check_supported {
         notes.push(format!(
             "CHECK is not run: config version {}{}",
             net.version,
-            if net.disable_check { ", disableCheck" } else { "" }
+            if net.disable_check {
+                ", disableCheck"
+            } else {
+                ""
+            }
         ));
     }
     let gc_supported = opts.gc_every > 0
@@ -306,7 +320,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         runtime: &runtime,
         net: &net,
         started: Instant::now(),
-        kill_window: Duration::ZERO,
+        kill_window_us: AtomicU64::new(0),
         check_supported,
         gc_supported,
         gate: RwLock::new(()),
@@ -329,7 +343,15 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         let t = Instant::now();
         let added = runtime.add(&net, &conf);
         let took = t.elapsed();
-        soak.record(Actor::Warmup(i), "ADD", &id, t, outcome_of(&added, false), ips_of(&added), call_of(&added));
+        soak.record(
+            Actor::Warmup(i),
+            "ADD",
+            &id,
+            t,
+            outcome_of(&added, false),
+            ips_of(&added),
+            call_of(&added),
+        );
         if let Err(e) = added {
             let _ = runtime.del(&net, &conf);
             return Err(SoakError::Warmup {
@@ -341,7 +363,15 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         warm.push(took);
         let t = Instant::now();
         let deleted = runtime.del(&net, &conf);
-        soak.record(Actor::Warmup(i), "DEL", &id, t, outcome_of(&deleted, false), Vec::new(), call_of(&deleted));
+        soak.record(
+            Actor::Warmup(i),
+            "DEL",
+            &id,
+            t,
+            outcome_of(&deleted, false),
+            Vec::new(),
+            call_of(&deleted),
+        );
         if let Err(e) = deleted {
             return Err(SoakError::Warmup {
                 op: "DEL",
@@ -351,12 +381,8 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         }
     }
     warm.sort();
-    // The median warm ADD: kills land uniformly inside a typical ADD.
-    soak.kill_window = warm
-        .get(warm.len() / 2)
-        .copied()
-        .unwrap_or_default()
-        .max(Duration::from_millis(1));
+    let warm_median = warm.get(warm.len() / 2).copied().unwrap_or_default();
+    soak.kill_window_us = AtomicU64::new(warm_median.as_micros().max(1000) as u64);
     let baseline_links = host.links()?;
     let baseline_rules = host_state::firewall_rules(&host);
     let store_dir = net.ipam_store_dir();
@@ -371,7 +397,8 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                 let Some(ns) = residents.get(i) else { break };
-                let conf = RuntimeConf::new(&resident_container_id(i), Some(ns.path()), &opts.ifname);
+                let conf =
+                    RuntimeConf::new(&resident_container_id(i), Some(ns.path()), &opts.ifname);
                 if !soak.add(Actor::Resident(i), &conf, None) {
                     soak.del_with_retries(Actor::Resident(i), &conf, "DEL");
                 }
@@ -419,11 +446,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
     for pod in &live {
         soak.del_with_retries(Actor::Cleanup, &pod.conf, "DEL");
     }
-    let undeleted: Vec<RuntimeConf> = soak
-        .undeleted
-        .lock()
-        .map(|u| u.clone())
-        .unwrap_or_default();
+    let undeleted: Vec<RuntimeConf> = soak.undeleted.lock().map(|u| u.clone()).unwrap_or_default();
     for mut conf in undeleted {
         conf.netns = None;
         soak.del_with_retries(Actor::Cleanup, &conf, "DEL (no CNI_NETNS)");
@@ -482,15 +505,15 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         }
     }
     let mut store_readable = false;
+    let mut leftover_ips: BTreeSet<IpAddr> = BTreeSet::new();
     if let Some(dir) = &store_dir {
         if dir.is_dir() {
             store_readable = true;
             let last_owner = soak.last_owner_by_ip();
             let records = host_state::reservations(dir).map_err(SoakError::Scratch)?;
             for r in records {
-                let planted = injected
-                    .as_ref()
-                    .is_some_and(|i| i.records.contains(&r.ip));
+                leftover_ips.insert(r.ip);
+                let planted = injected.as_ref().is_some_and(|i| i.records.contains(&r.ip));
                 let mut owners = Vec::new();
                 if !r.container_id.is_empty() {
                     owners.push(r.container_id.clone());
@@ -537,6 +560,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
             "{without_netns} pod namespace(s) still had the pod interface after a DEL without CNI_NETNS (allowed: the plugin cannot reach it, the runtime deletes the namespace next)"
         ));
     }
+    let kill_window = soak.kill_window();
     let log = soak.log.into_inner().unwrap_or_default();
     for f in &mut findings {
         f.attach(&log, opts);
@@ -545,11 +569,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         let kept_records = i
             .records
             .iter()
-            .filter(|ip| {
-                findings
-                    .iter()
-                    .any(|f| f.kind == FindingKind::LeakedAddress && f.detail.starts_with(&format!("{ip} ")))
-            })
+            .filter(|ip| leftover_ips.contains(ip))
             .count();
         let kept_links = i
             .links
@@ -569,7 +589,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         plugin_versions,
         steps: soak.steps_done.load(Ordering::Relaxed),
         churn_time,
-        kill_window: soak.kill_window,
+        kill_window,
         kills_landed: soak.kills_landed.load(Ordering::Relaxed),
         kills_missed: soak.kills_missed.load(Ordering::Relaxed),
         gc_runs: soak.gc_runs.load(Ordering::Relaxed),
@@ -669,6 +689,20 @@ impl Soak<'_> {
         }
     }
 
+    fn kill_window(&self) -> Duration {
+        Duration::from_micros(self.kill_window_us.load(Ordering::Relaxed))
+    }
+
+    /// Folds a successful ADD's duration into the kill window (weight 1/8).
+    fn observe_add(&self, took: Duration) {
+        let sample = took.as_micros() as u64;
+        let _ = self
+            .kill_window_us
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
+                Some(w - w / 8 + sample / 8)
+            });
+    }
+
     fn finding(&self, kind: FindingKind, detail: String, container_ids: Vec<String>) {
         if let Ok(mut f) = self.findings.lock() {
             f.push(Finding::new(kind, detail, container_ids));
@@ -682,7 +716,7 @@ impl Soak<'_> {
         let t = Instant::now();
         let (result, op) = match kill_at {
             Some(f) => {
-                let after = self.kill_window.mul_f64(f);
+                let after = self.kill_window().mul_f64(f);
                 (
                     self.runtime.add_killed_after(self.net, conf, after),
                     format!("ADD (kill at {:.1} ms)", after.as_secs_f64() * 1000.0),
@@ -704,6 +738,9 @@ impl Soak<'_> {
         let ok = result.is_ok();
         if ok {
             self.register(conf, &ips);
+            if kill_at.is_none() {
+                self.observe_add(t.elapsed());
+            }
         }
         self.record(who, &op, &conf.container_id, t, outcome, ips, call);
         ok
@@ -748,7 +785,11 @@ impl Soak<'_> {
         if let Ok(mut live) = self.live.lock() {
             if let Some(pod) = live.pods.remove(container_id) {
                 for ip in pod.ips {
-                    if live.by_ip.get(&ip.addr()).is_some_and(|o| o == container_id) {
+                    if live
+                        .by_ip
+                        .get(&ip.addr())
+                        .is_some_and(|o| o == container_id)
+                    {
                         live.by_ip.remove(&ip.addr());
                     }
                 }
@@ -948,7 +989,14 @@ impl Soak<'_> {
 
     /// After a DEL with the namespace still there: nothing of the plugin
     /// may be left in it (with CNI_NETNS set).
-    fn inspect_pod_after_del(&self, who: Actor, id: &str, pod: &Netns, del: DelVariant, deleted: bool) {
+    fn inspect_pod_after_del(
+        &self,
+        who: Actor,
+        id: &str,
+        pod: &Netns,
+        del: DelVariant,
+        deleted: bool,
+    ) {
         let t = Instant::now();
         let links = match pod.links() {
             Ok(l) => l,

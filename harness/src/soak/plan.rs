@@ -119,7 +119,11 @@ mod tests {
     #[test]
     fn every_variant_occurs_and_gc_is_periodic() {
         let plans: Vec<CyclePlan> = (0..400).map(|s| CyclePlan::new(&knobs(0.1), s)).collect();
-        for v in [DelVariant::Normal, DelVariant::NetnsGone, DelVariant::NoNetns] {
+        for v in [
+            DelVariant::Normal,
+            DelVariant::NetnsGone,
+            DelVariant::NoNetns,
+        ] {
             assert!(plans.iter().any(|p| p.del == v), "{v:?} never drawn");
         }
         assert!(plans.iter().any(|p| p.repeat_dels == 2));
@@ -136,6 +140,9 @@ mod tests {
     fn other_knobs_do_not_shift_the_del_plan() {
         let a = CyclePlan::new(&knobs(0.0), 5);
         let b = CyclePlan::new(&knobs(0.9), 5);
-        assert_eq!((a.checks, a.del, a.repeat_dels), (b.checks, b.del, b.repeat_dels));
+        assert_eq!(
+            (a.checks, a.del, a.repeat_dels),
+            (b.checks, b.del, b.repeat_dels)
+        );
     }
 }

@@ -20,14 +20,24 @@ pub enum OpOutcome {
     /// SIGKILLed on purpose (a planned kill that landed).
     Killed,
     /// The plugin answered with a CNI error.
-    Error { code: u32, msg: String },
+    Error {
+        code: u32,
+        msg: String,
+    },
     /// Non-zero exit or a signal without a CNI error body on stdout.
-    Crashed { status: String, stderr: String },
+    Crashed {
+        status: String,
+        stderr: String,
+    },
     Timeout,
     /// The plugin broke the protocol (e.g. exit 0 with a non-result).
-    Defect { reason: String },
+    Defect {
+        reason: String,
+    },
     /// The harness could not do its part (namespace, cache, config).
-    Harness { msg: String },
+    Harness {
+        msg: String,
+    },
 }
 
 impl OpOutcome {
@@ -216,7 +226,11 @@ impl Finding {
             kill_rate: opts.kill_rate,
             gc_every: opts.gc_every,
         };
-        let steps: BTreeSet<u64> = self.container_ids.iter().filter_map(|c| step_of(c)).collect();
+        let steps: BTreeSet<u64> = self
+            .container_ids
+            .iter()
+            .filter_map(|c| step_of(c))
+            .collect();
         self.steps = steps.iter().copied().collect();
         self.replay = steps.iter().map(|s| opts.replay_command(*s)).collect();
         self.plans = steps.iter().map(|s| CyclePlan::new(&knobs, *s)).collect();
@@ -430,7 +444,11 @@ impl SoakReport {
 
     pub fn table(&self) -> String {
         let mut s = String::new();
-        let plugins: Vec<&str> = self.plugin_versions.iter().map(|(n, _)| n.as_str()).collect();
+        let plugins: Vec<&str> = self
+            .plugin_versions
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
         let _ = writeln!(
             s,
             "cnilab soak: {} ({}), network {} at config version {}",
@@ -454,7 +472,7 @@ impl SoakReport {
         );
         let _ = writeln!(
             s,
-            "kill rate {} within {:.1} ms of an ADD: {} kills landed, {} came after the ADD had finished · GC: {}",
+            "kill rate {} within a typical ADD (at the end {:.1} ms): {} kills landed, {} came after the ADD had finished · GC: {}",
             self.kill_rate,
             self.kill_window_ms,
             self.kills_landed,
@@ -522,7 +540,12 @@ impl SoakReport {
                 if f.replay.is_empty() {
                     let _ = writeln!(
                         s,
-                        "  not attributable to a step; rerun the whole run with --log FILE for every operation"
+                        "  {}; rerun the whole run (see rerun above), with --log FILE for every operation",
+                        if f.log.is_empty() {
+                            "not attributable to a pod"
+                        } else {
+                            "a warm-up or resident pod, not a churn step"
+                        }
                     );
                 }
                 for p in &f.plans {
@@ -585,9 +608,18 @@ mod tests {
 
     #[test]
     fn operations_are_grouped_for_latency() {
-        assert_eq!(rec("ADD (kill at 3.0 ms)", OpOutcome::Killed, 1.0).group(), "ADD (killed)");
-        assert_eq!(rec("ADD (kill at 3.0 ms)", OpOutcome::Ok, 1.0).group(), "ADD (kill missed)");
-        assert_eq!(rec("DEL (netns gone) (retry 2)", OpOutcome::Ok, 1.0).group(), "DEL (netns gone)");
+        assert_eq!(
+            rec("ADD (kill at 3.0 ms)", OpOutcome::Killed, 1.0).group(),
+            "ADD (killed)"
+        );
+        assert_eq!(
+            rec("ADD (kill at 3.0 ms)", OpOutcome::Ok, 1.0).group(),
+            "ADD (kill missed)"
+        );
+        assert_eq!(
+            rec("DEL (netns gone) (retry 2)", OpOutcome::Ok, 1.0).group(),
+            "DEL (netns gone)"
+        );
         assert_eq!(rec("GC (keeping 7)", OpOutcome::Ok, 1.0).group(), "GC");
     }
 

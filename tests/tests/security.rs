@@ -1,0 +1,308 @@
+//! The checks behind SECURITY.md that are not already somewhere else:
+//! store permissions, the store lock surviving a
+//! SIGKILLed holder, no shell anywhere in cnilab's code, and masquerade
+//! batches that carry no input strings. (Path traversal and hostile input
+//! are `corpus.rs`; RBAC and the DaemonSet are `agent/tests/manifests.rs`.)
+
+use cnilab_harness::netns::Netns;
+use cnilab_plugin::ipam::{Store, LOCK_TIMEOUT};
+use cnilab_plugin::spec::{code, CniResult, ErrorBody};
+use cnilab_tests::{invoke, require_root, store_records, workspace_bin, Call};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const NET: &str = "sectest";
+
+fn config(data_dir: &Path) -> Value {
+    json!({
+        "cniVersion": "1.1.0",
+        "name": NET,
+        "type": "cnilab-bridge",
+        "bridge": "sectest0",
+        "isDefaultGateway": true,
+        "ipMasq": true,
+        "ipam": {"ranges": [[{"subnet": "10.67.0.0/24"}], [{"subnet": "fd00:67::/64"}]], "dataDir": data_dir},
+    })
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+#[test]
+fn store_files_are_0600_and_directories_0700() {
+    require_root();
+    let plugin = workspace_bin("cnilab-bridge");
+    let host = Netns::with_label("host").expect("host netns");
+    let pod = Netns::with_label("pod").expect("pod netns");
+    let tmp = tempfile::tempdir().expect("tmp");
+    // Directories the plugin has to create itself, several levels deep.
+    let data_dir = tmp.path().join("var").join("lib").join("ipam");
+    let conf = config(&data_dir);
+    // With the usual umask 022, a file or directory created with default
+    // permissions would show up as 0644 / 0755.
+    let out = invoke(
+        &host,
+        &plugin,
+        &Call {
+            command: "ADD",
+            container_id: "perm-test",
+            netns: Some(pod.path()),
+            ifname: "eth0",
+        },
+        &conf,
+    );
+    assert!(
+        out.status.success(),
+        "ADD: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let mut dirs = vec![
+        tmp.path().join("var"),
+        tmp.path().join("var/lib"),
+        data_dir.clone(),
+    ];
+    let mut files = Vec::new();
+    let store = data_dir.join(NET);
+    dirs.push(store.clone());
+    for entry in std::fs::read_dir(&store).expect("store") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            dirs.push(path);
+        } else {
+            files.push(path);
+        }
+    }
+    assert_eq!(store_records(&store).len(), 2, "one record per family");
+    assert!(files.iter().any(|f| f.ends_with("lock")));
+    assert!(files
+        .iter()
+        .any(|f| f.to_string_lossy().contains("last_reserved_ip")));
+    for d in &dirs {
+        assert_eq!(mode(d), 0o700, "{}", d.display());
+    }
+    for f in &files {
+        assert_eq!(mode(f), 0o600, "{}", f.display());
+    }
+    let del = invoke(
+        &host,
+        &plugin,
+        &Call {
+            command: "DEL",
+            container_id: "perm-test",
+            netns: Some(pod.path()),
+            ifname: "eth0",
+        },
+        &conf,
+    );
+    assert!(del.status.success());
+}
+
+/// Not a test of its own: when `CNILAB_HOLD_STORE` is set, this process
+/// takes the store lock with the plugin's own code, says so, and sleeps
+/// until it is killed (see the next test).
+#[test]
+fn lock_holder_helper() {
+    let Some(dir) = std::env::var_os("CNILAB_HOLD_STORE") else {
+        return;
+    };
+    let _store = Store::open_locked(Path::new(&dir), Duration::from_secs(5)).expect("lock");
+    println!("store-locked");
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+fn spawn_lock_holder(store: &Path) -> std::process::Child {
+    let exe = std::env::current_exe().expect("test executable");
+    let mut child = Command::new(exe)
+        .args([
+            "--exact",
+            "lock_holder_helper",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("CNILAB_HOLD_STORE", store)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("holder starts");
+    let stdout = child.stdout.take().expect("holder stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let locked = lines.any(|l| l.map(|l| l.contains("store-locked")).unwrap_or(false));
+    assert!(locked, "the holder never took the lock");
+    // Keep draining its output so it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    child
+}
+
+fn add_in_background(
+    host: &Netns,
+    plugin: &Path,
+    pod: &Path,
+    id: &'static str,
+    conf: &Value,
+) -> mpsc::Receiver<(Output, Duration)> {
+    let (tx, rx) = mpsc::channel();
+    let mut cmd = host.command(plugin);
+    cmd.env_clear()
+        .env("CNI_COMMAND", "ADD")
+        .env("CNI_CONTAINERID", id)
+        .env("CNI_NETNS", pod)
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", plugin.parent().unwrap_or(Path::new("/")))
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    let body = conf.to_string();
+    std::thread::spawn(move || {
+        let t = Instant::now();
+        let out = assert_cmd::Command::from_std(cmd)
+            .write_stdin(body)
+            .output()
+            .expect("plugin runs");
+        let _ = tx.send((out, t.elapsed()));
+    });
+    rx
+}
+
+#[test]
+fn a_held_lock_times_out_with_code_11_and_a_killed_holder_releases_it() {
+    require_root();
+    let plugin = workspace_bin("cnilab-bridge");
+    let host = Netns::with_label("host").expect("host netns");
+    let pod_a = Netns::with_label("pod").expect("pod netns");
+    let pod_b = Netns::with_label("pod").expect("pod netns");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data_dir: PathBuf = tmp.path().join("ipam");
+    let conf = config(&data_dir);
+    let store = data_dir.join(NET);
+    std::fs::create_dir_all(&store).expect("store dir");
+    let mut holder = spawn_lock_holder(&store);
+
+    // While a live process holds the lock: no deadlock, code 11 after the
+    // lock timeout, and nothing reserved.
+    let a = add_in_background(&host, &plugin, pod_a.path(), "lock-a", &conf);
+    let (out, took) = a
+        .recv_timeout(LOCK_TIMEOUT + Duration::from_secs(20))
+        .expect("ADD answers while the lock is held");
+    let err: ErrorBody = serde_json::from_slice(&out.stdout).expect("error body");
+    assert_eq!(err.code, code::TRY_AGAIN_LATER, "{}", err.msg);
+    assert!(
+        took >= LOCK_TIMEOUT - Duration::from_millis(500),
+        "gave up after {took:?}"
+    );
+    assert!(store_records(&store).is_empty());
+
+    // A second ADD waits; SIGKILL the holder; the kernel drops its flock
+    // and the ADD goes through long before its own timeout.
+    let b = add_in_background(&host, &plugin, pod_b.path(), "lock-b", &conf);
+    assert!(
+        b.recv_timeout(Duration::from_secs(2)).is_err(),
+        "ADD went through although the lock is held"
+    );
+    let killed_at = Instant::now();
+    holder.kill().expect("SIGKILL the holder");
+    let status = holder.wait().expect("reap the holder");
+    assert!(status.code().is_none(), "the holder died of a signal");
+    let (out, _) = b
+        .recv_timeout(LOCK_TIMEOUT)
+        .expect("ADD finishes after the holder died");
+    assert!(
+        out.status.success(),
+        "ADD after the kill: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        killed_at.elapsed() < LOCK_TIMEOUT / 2,
+        "took {:?}",
+        killed_at.elapsed()
+    );
+    let res: CniResult = serde_json::from_slice(&out.stdout).expect("result");
+    assert_eq!(res.ips.len(), 2);
+    assert_eq!(store_records(&store).len(), 2);
+    let del = invoke(
+        &host,
+        &plugin,
+        &Call {
+            command: "DEL",
+            container_id: "lock-b",
+            netns: Some(pod_b.path()),
+            ifname: "eth0",
+        },
+        &conf,
+    );
+    assert!(del.status.success());
+    assert!(store_records(&store).is_empty());
+}
+
+fn rust_sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_cnilab_code_runs_a_shell() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for crate_dir in ["plugin/src", "agent/src", "harness/src"] {
+        rust_sources(&root.join(crate_dir), &mut files);
+    }
+    assert!(files.len() > 20, "found only {} sources", files.len());
+    const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "busybox"];
+    let mut offences = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("read source");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for (i, _) in code.match_indices("Command::new(") {
+                let arg = code[i + "Command::new(".len()..]
+                    .trim_start()
+                    .trim_start_matches('"');
+                let program: String = arg
+                    .chars()
+                    .take_while(|c| !matches!(c, '"' | ')' | ','))
+                    .collect();
+                let base = program.rsplit('/').next().unwrap_or("");
+                if SHELLS.contains(&base) {
+                    offences.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+                }
+            }
+            if code.contains("\"-c\"") && !code.contains("ping") {
+                offences.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(offences.is_empty(), "shell invocations: {offences:#?}");
+}
+
+#[test]
+fn masquerade_batches_carry_no_input_strings() {
+    let hostile = "evil\"; flush ruleset; add table x #";
+    let ips = [
+        "10.1.0.5".parse().expect("ip"),
+        "fd00::5".parse().expect("ip"),
+    ];
+    let subnets = ["10.1.0.0/24".parse().expect("net")];
+    for batch in [
+        cnilab_plugin::masq::add_batch(hostile, &subnets, &ips),
+        cnilab_plugin::masq::del_batch(hostile, &ips),
+    ] {
+        for piece in ["evil", "ruleset", "add table x", "#", "\""] {
+            assert!(!batch.contains(piece), "{piece:?} in {batch}");
+        }
+        assert!(batch.contains(&cnilab_plugin::masq::table_name(hostile)));
+    }
+}
