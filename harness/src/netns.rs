@@ -34,6 +34,17 @@ pub const NETNS_DIR: &str = "/run/netns";
 pub const PREFIX: &str = "cnilab-";
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
+/// Set once the process is shutting down (Ctrl-C): no new namespace may
+/// appear after the final sweep.
+/// Creations hold it shared; [`stop_creating`] takes it exclusively.
+static STOPPED: std::sync::RwLock<bool> = std::sync::RwLock::new(false);
+
+/// Waits for creations under way, then refuses every later one in this
+/// process.
+pub fn stop_creating() {
+    let mut stopped = STOPPED.write().unwrap_or_else(|e| e.into_inner());
+    *stopped = true;
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetnsError {
@@ -142,6 +153,13 @@ impl Netns {
 
     fn create_named(name: String) -> Result<Netns, NetnsError> {
         require_root()?;
+        let stopped = STOPPED.read().unwrap_or_else(|e| e.into_inner());
+        if *stopped {
+            return Err(NetnsError::Create {
+                name,
+                reason: "the process is shutting down".into(),
+            });
+        }
         prepare_netns_dir()?;
         let path = Path::new(NETNS_DIR).join(&name);
         let fail = |reason: String| NetnsError::Create {

@@ -53,6 +53,7 @@ pub fn cleanup_on_interrupt(extra_prefix: Option<String>) {
                 );
             }
         }
+        crate::netns::stop_creating();
         let own = format!("{}{}-", crate::netns::PREFIX, std::process::id());
         let _ = crate::netns::remove_prefixed(&own);
         if let Some(p) = &extra_prefix {

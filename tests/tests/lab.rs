@@ -1,0 +1,292 @@
+//! Root tests of `cnilab lab` and `cnilab scenario`, through the real CLI:
+//! labs pass, every shipped scenario fails with its diagnosis and passes
+//! after the heal, and nothing is left behind (after a run, a failed run
+//! and Ctrl-C).
+
+use cnilab_tests::{require_root, workspace_bin};
+use rstest::rstest;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn cnilab(args: &[&str]) -> Output {
+    require_root();
+    Command::new(workspace_bin("cnilab"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("cnilab runs")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Namespaces of process `pid` that still exist.
+fn leftovers_of(pid: u32) -> Vec<String> {
+    let prefix = format!("cnilab-{pid}-");
+    std::fs::read_dir("/run/netns")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn host_links() -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["-o", "link", "show"])
+        .output()
+        .expect("ip link");
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|n| n.split('@').next().unwrap_or(n).to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn default_two_node_lab_passes_and_leaves_nothing() {
+    let links_before = host_links();
+    let mut child = {
+        require_root();
+        Command::new(workspace_bin("cnilab"))
+            .args(["lab", "run", "--format", "json"])
+            .current_dir(repo())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cnilab runs")
+    };
+    let pid = child.id();
+    let status = child.wait().expect("wait");
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().expect("stdout"), &mut stdout)
+        .expect("read");
+    assert!(status.success(), "lab run failed: {stdout}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON report");
+    assert_eq!(report["nodes"].as_array().map(Vec::len), Some(2));
+    assert!(report["failures"].as_array().is_some_and(Vec::is_empty));
+    let groups = report["groups"].as_array().expect("groups");
+    assert_eq!(groups.len(), 6, "every check group ran: {groups:?}");
+    for g in groups {
+        assert_eq!(g["probes"], g["passed"], "{g}");
+        assert!(g["probes"].as_u64().unwrap_or(0) > 0);
+    }
+    assert!(
+        leftovers_of(pid).is_empty(),
+        "namespaces left: {:?}",
+        leftovers_of(pid)
+    );
+    assert_eq!(host_links(), links_before, "the host's links are untouched");
+}
+
+#[test]
+fn reports_are_written_in_every_format() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let junit = dir.path().join("lab.xml");
+    let html = dir.path().join("lab.html");
+    let out = cnilab(&[
+        "lab",
+        "run",
+        "--nodes",
+        "2",
+        "--pods-per-node",
+        "2",
+        "--junit",
+        junit.to_str().expect("utf8"),
+        "--report",
+        html.to_str().expect("utf8"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("All 6 checks"), "{}", text(&out));
+    let xml = std::fs::read_to_string(&junit).expect("junit");
+    assert!(
+        xml.contains("<testsuite name=\"pod-to-pod/cross-node\"") && xml.contains("failures=\"0\"")
+    );
+    let page = std::fs::read_to_string(&html).expect("html");
+    assert!(page.contains("<svg") && page.contains("node1") && page.contains("All 6 checks"));
+    assert!(
+        !page.contains("http://") || page.contains("http://www.w3.org/2000/svg"),
+        "no external assets"
+    );
+}
+
+#[test]
+fn reference_plugins_pass_a_two_node_lab() {
+    let out = cnilab(&["lab", "run", "--topology", "lab/topologies/reference.toml"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("/usr/lib/cni"));
+}
+
+#[test]
+fn agent_routed_lab_passes() {
+    let out = cnilab(&["lab", "run", "--topology", "lab/topologies/agent.toml"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("routing Agent"));
+}
+
+#[test]
+fn failed_run_reports_and_cleans_up() {
+    // No plugin binaries in that directory: the first ADD fails.
+    let empty = tempfile::tempdir().expect("tmp");
+    let links_before = host_links();
+    let child = {
+        require_root();
+        Command::new(workspace_bin("cnilab"))
+            .args([
+                "lab",
+                "run",
+                "--plugin-dir",
+                empty.path().to_str().expect("utf8"),
+            ])
+            .current_dir(repo())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("runs")
+    };
+    let pid = child.id();
+    let out = child.wait_with_output().expect("wait");
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("cnilab-bridge"),
+        "names the missing plugin: {}",
+        text(&out)
+    );
+    assert!(
+        leftovers_of(pid).is_empty(),
+        "namespaces left: {:?}",
+        leftovers_of(pid)
+    );
+    assert_eq!(host_links(), links_before);
+}
+
+#[test]
+fn ctrl_c_removes_the_lab() {
+    require_root();
+    let mut child = Command::new(workspace_bin("cnilab"))
+        .args(["lab", "run", "--nodes", "3", "--pods-per-node", "30"])
+        .current_dir(repo())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("runs");
+    let pid = child.id();
+    // Interrupt while the lab is being built.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while leftovers_of(pid).len() < 8 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(!leftovers_of(pid).is_empty(), "the lab started");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(130), "exits 130 after Ctrl-C");
+    assert!(
+        leftovers_of(pid).is_empty(),
+        "namespaces left: {:?}",
+        leftovers_of(pid)
+    );
+}
+
+#[test]
+fn standing_lab_up_check_status_down() {
+    let name = format!("t{}", std::process::id());
+    let up = cnilab(&["lab", "up", "--name", &name, "--pods-per-node", "1"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let ns = format!("cnilab-lab-{name}-node1");
+    assert!(
+        Path::new("/run/netns").join(&ns).exists(),
+        "named namespace for ip netns exec"
+    );
+    let check = cnilab(&["lab", "check", "--name", &name]);
+    let status = cnilab(&["lab", "status", "--name", &name]);
+    let down = cnilab(&["lab", "down", "--name", &name]);
+    assert!(check.status.success(), "{}", text(&check));
+    assert!(text(&status).contains("node1") && !text(&status).contains("MISSING"));
+    assert!(down.status.success(), "{}", text(&down));
+    assert!(
+        !Path::new("/run/netns").join(&ns).exists(),
+        "down removes it"
+    );
+    let again = cnilab(&["lab", "check", "--name", &name]);
+    assert!(
+        !again.status.success() && text(&again).contains("lab up"),
+        "{}",
+        text(&again)
+    );
+}
+
+#[test]
+fn bad_topology_is_refused_with_the_line() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("bad.toml");
+    std::fs::write(&file, "name = \"x\"\n[[node]]\nname = \"a\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\nmtu = \"big\"\n").expect("write");
+    let out = cnilab(&["lab", "run", "--topology", file.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(2));
+    let msg = text(&out);
+    assert!(msg.contains("bad.toml") && msg.contains("line 6"), "{msg}");
+}
+
+#[rstest]
+#[case("missing-route")]
+#[case("stale-route")]
+#[case("ip-forward-off")]
+#[case("forward-policy-drop")]
+#[case("mtu-mismatch")]
+#[case("masquerade-missing")]
+#[case("masquerade-too-broad")]
+#[case("podcidr-overlap")]
+#[case("agent-node-joins-late")]
+#[case("agent-missed-node")]
+fn shipped_scenario_behaves_as_written(#[case] name: &str) {
+    let file = format!("lab/scenarios/{name}.toml");
+    let out = cnilab(&["scenario", "run", &file]);
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains(&format!("PASS scenario {name}")), "{log}");
+    // Each scenario must have failed with its diagnosis before the heal,
+    // unless it is one that expects the cluster to cope.
+    if !name.starts_with("agent-node") {
+        assert!(log.contains("expect fail"), "{log}");
+    }
+}
+
+#[test]
+fn every_shipped_scenario_is_tested() {
+    let mut shipped: Vec<String> = std::fs::read_dir(repo().join("lab/scenarios"))
+        .expect("scenarios")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".toml"))
+                .map(str::to_string)
+        })
+        .collect();
+    shipped.sort();
+    let source = include_str!("lab.rs");
+    for name in &shipped {
+        assert!(
+            source.contains(&format!("#[case(\"{name}\")]")),
+            "scenario {name} has no test case"
+        );
+    }
+    assert!(shipped.len() >= 8);
+}
