@@ -96,14 +96,23 @@ pub fn soak(opts: &crate::soak::SoakOptions, format: Format, log: Option<&Path>)
 pub fn sweep() -> CliResult {
     netns::require_root()?;
     let removed = netns::sweep(netns::PREFIX)?;
-    if removed.is_empty() {
+    let scratch = crate::util::sweep_scratch().map_err(|e| {
+        format!(
+            "cannot sweep scratch directories in {}: {e}",
+            std::env::temp_dir().display()
+        )
+    })?;
+    if removed.is_empty() && scratch.is_empty() {
         println!(
-            "nothing to sweep: no {}* namespace of a dead process",
+            "nothing to sweep: no {}* namespace or scratch directory of a dead process",
             netns::PREFIX
         );
     }
     for name in removed {
         println!("removed netns {name}");
+    }
+    for path in scratch {
+        println!("removed scratch directory {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -34,6 +34,33 @@ impl Drop for ScratchDir {
     }
 }
 
+/// Removes scratch directories (`<tmp>/cnilab-<label>-<pid>-<n>`) of
+/// processes that are gone. Returns the paths removed.
+pub fn sweep_scratch() -> std::io::Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    for entry in std::fs::read_dir(std::env::temp_dir())?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("cnilab-") else {
+            continue;
+        };
+        let mut parts = rest.rsplit('-');
+        let (Some(n), Some(pid)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !numeric(n) || !numeric(pid) || parts.next().is_none() {
+            continue;
+        }
+        if Path::new(&format!("/proc/{pid}")).exists() || !entry.path().is_dir() {
+            continue;
+        }
+        std::fs::remove_dir_all(entry.path())?;
+        removed.push(entry.path());
+    }
+    removed.sort();
+    Ok(removed)
+}
+
 /// Median and 95th percentile of a set of durations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Percentiles {
@@ -88,6 +115,20 @@ mod tests {
         assert_eq!(p.p95, Duration::from_millis(19));
         assert_eq!(p.max, Duration::from_millis(20));
         assert_eq!(Percentiles::of(&[]).count, 0);
+    }
+
+    #[test]
+    fn sweep_scratch_removes_dirs_of_dead_processes_only() {
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let dead = child.id();
+        child.wait().expect("wait");
+        let stale = std::env::temp_dir().join(format!("cnilab-sweep-test-{dead}-0"));
+        std::fs::create_dir_all(stale.join("ipam")).expect("mkdir");
+        let live = ScratchDir::new("sweep-live").expect("scratch");
+        let removed = sweep_scratch().expect("sweep");
+        assert!(removed.contains(&stale), "{removed:?}");
+        assert!(!stale.exists());
+        assert!(live.path().exists());
     }
 
     #[test]
