@@ -88,15 +88,12 @@ fn set_env(env: &mut Vec<(String, String)>, key: &str, value: Option<&str>) {
     }
 }
 
-fn no_1_1(id: &'static str) -> Finding {
-    Finding::skip(id, "the plugin's VERSION does not list 1.1.0")
+fn no_1_1(s: &Suite<'_>, id: &'static str) -> Finding {
+    Finding::skip(id, s.why_not("1.1.0"))
 }
 
-fn no_check(id: &'static str) -> Finding {
-    Finding::skip(
-        id,
-        "the plugin's VERSION lists no version >= 0.4.0 (no CHECK)",
-    )
+fn no_check(s: &Suite<'_>, id: &'static str) -> Finding {
+    Finding::skip(id, s.why_not("0.4.0 or later (CHECK)"))
 }
 
 // ---------------------------------------------------------------- lifecycle
@@ -112,6 +109,15 @@ fn lifecycles(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
     let mut versions: Vec<Version> = s.versions.clone();
     if versions.is_empty() {
         versions.push(s.net.version);
+    }
+    if !s.limits.is_empty() {
+        out.push(Finding::pass(
+            "V3",
+            format!(
+                "only versions every plugin lists were exercised ({})",
+                s.limits.join("; ")
+            ),
+        ));
     }
     let mut status_seen_add = false;
     for v in versions {
@@ -173,11 +179,11 @@ fn lifecycles(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
         }
     }
     if !status_seen_add {
-        out.push(no_1_1("S4"));
+        out.push(no_1_1(s, "S4"));
     }
     if !s.versions.iter().any(|v| *v >= Version::V0_4_0) {
         for id in ["K2", "K4", "K5"] {
-            out.push(no_check(id));
+            out.push(no_check(s, id));
         }
     }
     Ok(out)
@@ -836,7 +842,7 @@ fn delegation(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
                 }
                 spy.fail("CHECK", false);
             } else {
-                out.push(no_check("K6"));
+                out.push(no_check(s, "K6"));
             }
         }
         Err(e) => {
@@ -875,7 +881,7 @@ fn delegation(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
     // S3, G3, G4 need 1.1.0.
     if !s.supports(Version::V1_1_0) {
         for id in ["S3", "G3", "G4"] {
-            out.push(no_1_1(id));
+            out.push(no_1_1(s, id));
         }
         return Ok(out);
     }
@@ -1218,7 +1224,7 @@ fn del_variants(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
 fn check_rules(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
     let mut out = Vec::new();
     let Some(v) = s.best_version_at_least(Version::V0_4_0) else {
-        return Ok(vec![no_check("K1"), no_check("K3")]);
+        return Ok(vec![no_check(s, "K1"), no_check(s, "K3")]);
     };
     let pod = s.pod()?;
     // K1: CHECK with a 0.3.1 config.
@@ -1270,7 +1276,7 @@ fn check_rules(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
 
 fn status(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
     if !s.supports(Version::V1_1_0) {
-        return Ok(vec![no_1_1("S1"), no_1_1("S2")]);
+        return Ok(vec![no_1_1(s, "S1"), no_1_1(s, "S2")]);
     }
     let mut out = Vec::new();
     let old = s.net.with_version(Version::V1_0_0);
@@ -1342,7 +1348,7 @@ fn status(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
 
 fn gc(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
     if !s.supports(Version::V1_1_0) {
-        return Ok(vec![no_1_1("G1"), no_1_1("G2"), no_1_1("G5")]);
+        return Ok(vec![no_1_1(s, "G1"), no_1_1(s, "G2"), no_1_1(s, "G5")]);
     }
     let mut out = Vec::new();
     let old = s.net.with_version(Version::V1_0_0);
@@ -1378,6 +1384,10 @@ fn gc(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
     };
     if let Err(e) = s.runtime.add(&net, &confs[0]) {
         out.push(error_finding("G2", "setup ADD must succeed", &e));
+        out.push(Finding::fail(
+            "G1",
+            "not testable: setup ADD failed (see G2)",
+        ));
         let _ = s.runtime.del(&net, &confs[0]);
         return Ok(out);
     }

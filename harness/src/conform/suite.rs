@@ -24,6 +24,9 @@ pub(crate) struct Suite<'a> {
     /// Parsed `supportedVersions` of the first plugin (empty when VERSION failed).
     pub versions: Vec<Version>,
     pub version_strings: Vec<String>,
+    /// Why `versions` is narrower than the first plugin's own list (a
+    /// chained or delegated IPAM plugin that supports fewer versions).
+    pub limits: Vec<String>,
     /// V1/V2 findings, made while discovering the versions.
     pub version_findings: Vec<Finding>,
     counter: AtomicU32,
@@ -58,10 +61,12 @@ impl<'a> Suite<'a> {
             data_dir: data_dir.to_path_buf(),
             versions: Vec::new(),
             version_strings: Vec::new(),
+            limits: Vec::new(),
             version_findings: Vec::new(),
             counter: AtomicU32::new(0),
         };
         suite.discover_versions();
+        suite.narrow_to_helpers();
         Ok(suite)
     }
 
@@ -153,6 +158,67 @@ impl<'a> Suite<'a> {
                     .version_findings
                     .push(Finding::fail("V2", format!("VERSION could not run: {e}"))),
             }
+        }
+    }
+
+    /// Narrows `versions` to what every other plugin the network runs
+    /// (chained plugins, delegated IPAM) also lists in its VERSION: the
+    /// lifecycle cannot pass at a version one of them refuses.
+    fn narrow_to_helpers(&mut self) {
+        let mut helpers: Vec<String> = Vec::new();
+        for (i, p) in self.net.plugins.iter().enumerate() {
+            if i > 0 {
+                helpers.push(self.net.plugin_type(i).to_string());
+            }
+            if let Some(t) = p
+                .get("ipam")
+                .and_then(|i| i.get("type"))
+                .and_then(Value::as_str)
+            {
+                helpers.push(t.to_string());
+            }
+        }
+        helpers.dedup();
+        let env = vec![("CNI_COMMAND".to_string(), "VERSION".to_string())];
+        for helper in helpers {
+            let Ok(path) = self.runtime.find_plugin(&helper) else {
+                continue;
+            };
+            let body =
+                serde_json::json!({ "cniVersion": self.net.version.to_string() }).to_string();
+            let Ok(exec) = self.runtime.exec_raw(&path, &env, body.as_bytes()) else {
+                continue;
+            };
+            let Ok(info) =
+                serde_json::from_str::<cnilab_plugin::spec::VersionInfo>(exec.stdout.trim())
+            else {
+                continue;
+            };
+            let theirs: Vec<Version> = info
+                .supported_versions
+                .iter()
+                .filter_map(|v| Version::parse(v))
+                .collect();
+            let before = self.versions.len();
+            self.versions.retain(|v| theirs.contains(v));
+            if self.versions.len() != before {
+                self.limits.push(format!(
+                    "{helper} lists only {}",
+                    info.supported_versions.join(", ")
+                ));
+            }
+        }
+    }
+
+    /// Why a 1.1.0-only check is skipped.
+    pub fn why_not(&self, version: &str) -> String {
+        if self.limits.is_empty() {
+            format!("the plugin's VERSION does not list {version}")
+        } else {
+            format!(
+                "not every plugin of the network supports {version}: {}",
+                self.limits.join("; ")
+            )
         }
     }
 
