@@ -38,7 +38,7 @@ fn nft_available() -> bool {
 
 /// Which firewall tool is used here.
 pub fn backend() -> &'static str {
-    if nft_available() {
+    if use_nft() {
         "nft"
     } else {
         "iptables"
@@ -151,67 +151,120 @@ fn iptables(v4: bool, args: &[&str]) -> std::io::Result<bool> {
         .success())
 }
 
-fn iptables_rule(network: &str, ip: IpAddr, subnets: &[IpNet]) -> Vec<String> {
-    let v4 = ip.is_ipv4();
-    let dst: Vec<String> = subnets
-        .iter()
-        .filter(|n| n.addr().is_ipv4() == v4)
-        .map(|n| n.trunc().to_string())
-        .collect();
-    let mut rule = vec!["POSTROUTING".to_string(), "-s".into(), ip.to_string()];
-    if let Some(d) = dst.first() {
-        rule.extend(["!".into(), "-d".into(), d.clone()]);
+/// The iptables chain of a network (same hash as the nft table).
+pub fn chain_name(network: &str) -> String {
+    format!("CNILAB-{:08X}", fnv1a(network.as_bytes()) as u32)
+}
+
+/// The `iptables-restore --noflush` input that (re)defines the network's
+/// chain — RETURN for the pod range and the excluded destinations,
+/// MASQUERADE for the rest — and jumps to it from POSTROUTING for `ips`.
+/// Declaring the chain in the header flushes it, so the load is atomic and
+/// its rules never pile up.
+pub fn iptables_restore_input(
+    network: &str,
+    subnets: &[IpNet],
+    ips: &[IpAddr],
+    v4: bool,
+) -> String {
+    let chain = chain_name(network);
+    let mut s = format!("*nat\n:{chain} - [0:0]\n");
+    for net in subnets.iter().filter(|n| n.addr().is_ipv4() == v4) {
+        s.push_str(&format!("-A {chain} -d {} -j RETURN\n", net.trunc()));
     }
-    rule.extend([
-        "-m".into(),
-        "comment".into(),
-        "--comment".into(),
-        table_name(network),
-        "-j".into(),
-        "MASQUERADE".into(),
-    ]);
-    rule
+    let multicast = if v4 { "224.0.0.0/4" } else { "ff00::/8" };
+    s.push_str(&format!(
+        "-A {chain} -d {multicast} -j RETURN\n-A {chain} -j MASQUERADE\n"
+    ));
+    for ip in ips.iter().filter(|ip| ip.is_ipv4() == v4) {
+        let host = if v4 { 32 } else { 128 };
+        s.push_str(&format!(
+            "-A POSTROUTING -s {ip}/{host} -m comment --comment {chain} -j {chain}\n"
+        ));
+    }
+    s.push_str("COMMIT\n");
+    s
+}
+
+fn iptables_restore(v4: bool, input: &str) -> Result<()> {
+    let bin = if v4 {
+        "iptables-restore"
+    } else {
+        "ip6tables-restore"
+    };
+    let mut child = Command::new(bin)
+        .args(["-w", "5", "--noflush"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| CniError::kernel(format!("run {bin}"), e))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(input.as_bytes())
+            .map_err(|e| CniError::kernel(format!("write {bin} input"), e))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| CniError::kernel(format!("wait for {bin}"), e))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(CniError::kernel(
+            format!("{bin} masquerade rules failed"),
+            String::from_utf8_lossy(&out.stderr).trim(),
+        )
+        .with_details(input.to_string()))
+    }
+}
+
+/// Which firewall backend to use: nft, unless it is missing or
+/// `CNILAB_FIREWALL=iptables` asks for iptables.
+fn use_nft() -> bool {
+    match std::env::var("CNILAB_FIREWALL").as_deref() {
+        Ok("iptables") => false,
+        Ok("nft") => true,
+        _ => nft_available(),
+    }
 }
 
 /// Starts masquerading for `ips`.
 pub fn add(network: &str, subnets: &[IpNet], ips: &[IpAddr]) -> Result<()> {
-    if nft_available() {
+    if use_nft() {
         return run_nft(&add_batch(network, subnets, ips));
     }
-    for ip in ips {
-        let rule = iptables_rule(network, *ip, subnets);
-        let args: Vec<&str> = rule.iter().map(String::as_str).collect();
-        let mut check = vec!["-C"];
-        check.extend(&args);
-        let exists =
-            iptables(ip.is_ipv4(), &check).map_err(|e| CniError::kernel("run iptables", e))?;
-        if !exists {
-            let mut append = vec!["-A"];
-            append.extend(&args);
-            if !iptables(ip.is_ipv4(), &append).map_err(|e| CniError::kernel("run iptables", e))? {
-                return Err(CniError::kernel(
-                    format!("masquerade rule for {ip}"),
-                    "iptables -A failed",
-                ));
-            }
+    for v4 in [true, false] {
+        if ips.iter().any(|ip| ip.is_ipv4() == v4) {
+            iptables_restore(v4, &iptables_restore_input(network, subnets, ips, v4))?;
         }
     }
     Ok(())
 }
 
 /// Stops masquerading for `ips`; absent rules are not an error.
-pub fn del(network: &str, subnets: &[IpNet], ips: &[IpAddr]) -> Result<()> {
+pub fn del(network: &str, _subnets: &[IpNet], ips: &[IpAddr]) -> Result<()> {
     if ips.is_empty() {
         return Ok(());
     }
-    if nft_available() {
+    if use_nft() {
         return run_nft(&del_batch(network, ips));
     }
+    let chain = chain_name(network);
     for ip in ips {
-        let rule = iptables_rule(network, *ip, subnets);
-        let mut args = vec!["-D"];
-        args.extend(rule.iter().map(String::as_str));
-        // Repeat: an interrupted ADD may have appended twice.
+        let host = format!("{ip}/{}", if ip.is_ipv4() { 32 } else { 128 });
+        let args = [
+            "-D",
+            "POSTROUTING",
+            "-s",
+            &host,
+            "-m",
+            "comment",
+            "--comment",
+            &chain,
+            "-j",
+            &chain,
+        ];
+        // Repeat: a re-run ADD may have added the jump twice.
         while iptables(ip.is_ipv4(), &args).map_err(|e| CniError::kernel("run iptables", e))? {}
     }
     Ok(())
@@ -219,7 +272,7 @@ pub fn del(network: &str, subnets: &[IpNet], ips: &[IpAddr]) -> Result<()> {
 
 /// The pod addresses currently in the network's masquerade sets (nft only).
 pub fn listed(network: &str) -> Result<Vec<IpAddr>> {
-    if !nft_available() {
+    if !use_nft() {
         return Ok(Vec::new());
     }
     let table = table_name(network);
@@ -266,6 +319,15 @@ mod tests {
         assert!(add.contains("ip saddr @pods4 ip daddr != { 10.1.0.0/24 }"));
         assert!(add.contains("ip6 saddr @pods6 ip6 daddr != { fd00:1::/64 }"));
         assert!(add.contains("add element inet") && add.contains("{ 10.1.0.5 }"));
+        let restore = iptables_restore_input("n", &subnets, &ips, true);
+        let chain = chain_name("n");
+        assert!(restore.starts_with(&format!("*nat\n:{chain} - [0:0]\n")));
+        assert!(restore.contains(&format!("-A {chain} -d 10.1.0.0/24 -j RETURN")));
+        assert!(restore.contains(&format!(
+            "-A POSTROUTING -s 10.1.0.5/32 -m comment --comment {chain} -j {chain}"
+        )));
+        assert!(!restore.contains("fd00"), "v4 input has no v6 address");
+        assert!(restore.ends_with("COMMIT\n"));
         let del = del_batch("n", &ips[..1]);
         assert!(del.contains("delete element inet"));
         assert!(

@@ -592,3 +592,76 @@ fn bad_input_gets_its_code_and_changes_nothing(
     assert!(!lab.store().exists(), "the store was not created");
     assert!(!Path::new("/etc/cnilab-should-not-exist").exists());
 }
+
+#[test]
+fn iptables_fallback_masquerades_and_cleans_up() {
+    let lab = Lab::new();
+    let pod = Netns::with_label("ipt").expect("pod");
+    let mut conf = config("v4", lab.data.path());
+    conf["ipMasqExclude"] = json!(["10.0.0.0/8"]);
+    let run = |command: &str| {
+        let mut cmd = lab.host.command(&lab.plugin);
+        cmd.env_clear()
+            .env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", "ipt")
+            .env("CNI_NETNS", pod.path())
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", "/nonexistent")
+            .env("CNILAB_FIREWALL", "iptables")
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        assert_cmd::Command::from_std(cmd)
+            .write_stdin(conf.to_string())
+            .output()
+            .expect("runs")
+    };
+    let nat = || {
+        let out = lab
+            .host
+            .command("iptables")
+            .args(["-w", "5", "-t", "nat", "-S"])
+            .output()
+            .expect("iptables -S");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let res = result_of(&run("ADD"));
+    let ip = res.ips[0].address.addr();
+    let rules = nat();
+    let chain = cnilab_plugin::masq::chain_name(NET);
+    assert!(
+        rules.contains(&format!("-A {chain} -d 10.88.0.0/24 -j RETURN")),
+        "{rules}"
+    );
+    assert!(
+        rules.contains(&format!("-A {chain} -d 10.0.0.0/8 -j RETURN")),
+        "{rules}"
+    );
+    assert!(
+        rules.contains(&format!("-A {chain} -j MASQUERADE")),
+        "{rules}"
+    );
+    assert!(
+        rules.contains(&format!("-A POSTROUTING -s {ip}/32")),
+        "{rules}"
+    );
+    let nft_tables = lab
+        .host
+        .command("nft")
+        .args(["list", "tables"])
+        .output()
+        .expect("nft");
+    assert!(
+        !String::from_utf8_lossy(&nft_tables.stdout).contains("cnilab_"),
+        "no nft table when iptables is chosen"
+    );
+    let out = run("DEL");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        !nat().contains(&format!("-s {ip}/32")),
+        "jump removed: {}",
+        nat()
+    );
+}
