@@ -48,7 +48,7 @@ pub fn stop_creating() {
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetnsError {
-    #[error("network namespaces need root (CAP_SYS_ADMIN); run as root, e.g. `sudo -E cargo test` or in the CI container")]
+    #[error("creating network namespaces needs root (CAP_SYS_ADMIN): run cnilab, or the tests, as root (for example with sudo)")]
     NotRoot,
     #[error("cannot prepare {NETNS_DIR} as a shared mount point: {0}")]
     Prepare(String),

@@ -165,3 +165,27 @@ fn sweep_runs_and_reports() {
     assert!(out.status.success());
     assert!(!out.stdout.is_empty());
 }
+
+#[test]
+fn refuses_clearly_when_not_root() {
+    require_root();
+    let setpriv = std::path::Path::new("/usr/bin/setpriv");
+    assert!(
+        setpriv.is_file(),
+        "this test needs setpriv (util-linux) to drop root"
+    );
+    let bin = assert_cmd::cargo::cargo_bin("cnilab");
+    let out = std::process::Command::new(setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args(["conform", "--plugin-dir", REFERENCE_DIR, "--config"])
+        .arg(examples_dir().join("reference-bridge.conflist"))
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("needs root") && err.contains("run cnilab"),
+        "{err}"
+    );
+}
