@@ -5,8 +5,10 @@
 use crate::netns::{Netns, NetnsError};
 use crate::runtime::{NetworkConfig, Runtime, RuntimeConf, RuntimeError};
 use crate::util::{fmt_ms, Percentiles, ScratchDir};
-use rtnetlink::LinkVeth;
+use rtnetlink::packet_route::link::{InfoData, InfoKind, InfoVeth};
+use rtnetlink::{LinkMessageBuilder, LinkUnspec, LinkVeth};
 use std::fmt;
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -61,7 +63,10 @@ pub struct PluginBench {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Baseline {
     pub veth_create: Percentiles,
+    /// Both ends in one namespace.
     pub veth_delete: Percentiles,
+    /// Peer in a pod namespace, deleted there (what a plugin's DEL does).
+    pub pod_veth_delete: Percentiles,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -212,13 +217,17 @@ where
     Ok(samples.into_inner().unwrap_or_default())
 }
 
-/// Creates and deletes `count` veth pairs through one netlink connection
-/// in a throwaway namespace.
+/// Creates and deletes `count` veth pairs through netlink, twice: both
+/// ends in one namespace, and (what a plugin's DEL does) with the peer in a
+/// pod namespace, deleted from the pod side.
 fn bare_veth_baseline(count: usize) -> Result<Baseline, BenchError> {
-    let ns = Netns::with_label("bench-base")?;
-    let (create, delete) = ns.netlink(move |h| async move {
+    let host = Netns::with_label("bench-base")?;
+    let pod = Netns::with_label("bench-bpod")?;
+    let pod_file = pod.file();
+    let (create, delete, pod_delete) = host.netlink(move |h| async move {
         let mut create = Vec::new();
         let mut delete = Vec::new();
+        let mut pod_delete = Vec::new();
         for i in 0..count {
             let name = format!("cnb{i}");
             let t = Instant::now();
@@ -227,21 +236,45 @@ fn bare_veth_baseline(count: usize) -> Result<Baseline, BenchError> {
                 .execute()
                 .await?;
             create.push(t.elapsed());
-            let mut links = h.link().get().match_name(name.clone()).execute();
-            let index = match futures_util::TryStreamExt::try_next(&mut links).await? {
-                Some(msg) => msg.header.index,
-                None => continue,
+            let Some(index) = link_index(&h, &name).await? else {
+                continue;
             };
             let t = Instant::now();
             h.link().del(index).execute().await?;
             delete.push(t.elapsed());
         }
-        Ok((create, delete))
+        let pod_handle = cnilab_plugin::netns::connect(Some(pod_file))
+            .map_err(|e| rtnetlink::Error::NamespaceError(e.to_string()))?;
+        for i in 0..count {
+            let peer = LinkUnspec::new_with_name("eth0")
+                .setns_by_fd(pod_file.as_raw_fd())
+                .build();
+            let msg = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
+                .name(format!("cnp{i}"))
+                .set_info_data(InfoData::Veth(InfoVeth::Peer(peer)))
+                .build();
+            h.link().add(msg).execute().await?;
+            let Some(index) = link_index(&pod_handle, "eth0").await? else {
+                continue;
+            };
+            let t = Instant::now();
+            pod_handle.link().del(index).execute().await?;
+            pod_delete.push(t.elapsed());
+        }
+        Ok((create, delete, pod_delete))
     })?;
     Ok(Baseline {
         veth_create: Percentiles::of(&create),
         veth_delete: Percentiles::of(&delete),
+        pod_veth_delete: Percentiles::of(&pod_delete),
     })
+}
+
+async fn link_index(h: &rtnetlink::Handle, name: &str) -> Result<Option<u32>, rtnetlink::Error> {
+    let mut links = h.link().get().match_name(name.to_string()).execute();
+    Ok(futures_util::TryStreamExt::try_next(&mut links)
+        .await?
+        .map(|m| m.header.index))
 }
 
 fn ratio(reference: Duration, ours: Duration) -> String {
@@ -301,20 +334,34 @@ impl fmt::Display for BenchReport {
         writeln!(f)?;
         writeln!(
             f,
-            "baseline (netlink, one connection, same kind of namespace): veth create median {} p95 {}; veth delete median {} p95 {}",
-            fmt_ms(self.baseline.veth_create.median),
-            fmt_ms(self.baseline.veth_create.p95),
-            fmt_ms(self.baseline.veth_delete.median),
-            fmt_ms(self.baseline.veth_delete.p95)
+            "baseline, bare netlink in throwaway namespaces (like `ip link add/del`):"
         )?;
-        let over = |b: &PluginBench| {
-            let d = b.del_sequential.median.as_secs_f64()
-                - self.baseline.veth_delete.median.as_secs_f64();
+        let b = &self.baseline;
+        writeln!(
+            f,
+            "  veth create              median {:>9}  p95 {:>9}",
+            fmt_ms(b.veth_create.median),
+            fmt_ms(b.veth_create.p95)
+        )?;
+        writeln!(
+            f,
+            "  veth delete, one netns   median {:>9}  p95 {:>9}",
+            fmt_ms(b.veth_delete.median),
+            fmt_ms(b.veth_delete.p95)
+        )?;
+        writeln!(
+            f,
+            "  veth delete in pod netns median {:>9}  p95 {:>9}   (peer in the host netns: what DEL does)",
+            fmt_ms(b.pod_veth_delete.median),
+            fmt_ms(b.pod_veth_delete.p95)
+        )?;
+        let over = |p: &PluginBench| {
+            let d = p.del_sequential.median.as_secs_f64() - b.pod_veth_delete.median.as_secs_f64();
             format!("{:+.1} ms", d * 1000.0)
         };
         write!(
             f,
-            "DEL sequential median minus bare veth delete: A {}",
+            "DEL sequential median minus bare pod veth delete: A {}",
             over(&self.ours)
         )?;
         if let Some(v) = &self.versus {

@@ -152,7 +152,7 @@ fn bench_prints_both_plugins_and_the_baseline() {
         "ADD parallel (2)",
         "DEL parallel (2)",
         "B/A median",
-        "veth delete median",
+        "veth delete in pod netns",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
     }
