@@ -116,6 +116,9 @@ enum Cmd {
         /// Probability that a step's ADD is SIGKILLed at a random moment.
         #[arg(long, default_value_t = 0.1)]
         kill_rate: f64,
+        /// Probability that the runtime then loses the killed pod (never sends its DEL; only GC can reclaim).
+        #[arg(long, default_value_t = 0.0)]
+        lose_rate: f64,
         /// PRNG seed (printed when chosen at random): same seed, same plan.
         #[arg(long)]
         seed: Option<u64>,
@@ -350,6 +353,7 @@ fn main() -> ExitCode {
             duration,
             cycles,
             kill_rate,
+            lose_rate,
             seed,
             gc_every,
             inject_leaks,
@@ -367,6 +371,7 @@ fn main() -> ExitCode {
                 None => cnilab_harness::soak::Budget::Cycles(cycles.unwrap_or(200)),
             };
             opts.kill_rate = kill_rate;
+            opts.lose_rate = lose_rate;
             opts.seed = seed.unwrap_or(opts.seed);
             opts.gc_every = gc_every;
             opts.inject_leaks = inject_leaks;

@@ -79,6 +79,10 @@ pub struct SoakOptions {
     pub budget: Budget,
     /// Probability that a step's ADD is SIGKILLed.
     pub kill_rate: f64,
+    /// Probability that the runtime then loses the pod (no DEL ever comes,
+    /// as when the runtime itself dies with the ADD): only GC can clean up.
+    /// With it, a last GC runs before the final cleanup.
+    pub lose_rate: f64,
     pub seed: u64,
     /// A GC (when supported) every this many steps; 0 disables GC.
     pub gc_every: u64,
@@ -103,6 +107,7 @@ impl SoakOptions {
             parallel: 8,
             budget: Budget::Cycles(200),
             kill_rate: 0.1,
+            lose_rate: 0.0,
             seed: rng::seed_from_clock(),
             gc_every: 100,
             inject_leaks: 0,
@@ -112,10 +117,11 @@ impl SoakOptions {
         }
     }
 
-    fn knobs(&self) -> PlanKnobs {
+    pub(crate) fn knobs(&self) -> PlanKnobs {
         PlanKnobs {
             seed: self.seed,
             kill_rate: self.kill_rate,
+            lose_rate: self.lose_rate,
             gc_every: self.gc_every,
         }
     }
@@ -123,11 +129,12 @@ impl SoakOptions {
     /// The command line that replays `step` of this run.
     pub fn replay_command(&self, step: u64) -> String {
         format!(
-            "cnilab soak --plugin-dir {} --config {} --seed {} --kill-rate {} --gc-every {} --pods {} --replay {step}",
+            "cnilab soak --plugin-dir {} --config {} --seed {} --kill-rate {} --lose-rate {} --gc-every {} --pods {} --replay {step}",
             self.plugin_dir,
             self.config.display(),
             self.seed,
             self.kill_rate,
+            self.lose_rate,
             self.gc_every,
             self.pods
         )
@@ -138,8 +145,8 @@ impl SoakOptions {
         if self.parallel == 0 {
             return bad("--parallel must be at least 1");
         }
-        if !(0.0..=1.0).contains(&self.kill_rate) {
-            return bad("--kill-rate must be between 0 and 1");
+        if !(0.0..=1.0).contains(&self.kill_rate) || !(0.0..=1.0).contains(&self.lose_rate) {
+            return bad("--kill-rate and --lose-rate must be between 0 and 1");
         }
         if matches!(self.budget, Budget::Cycles(0))
             || self.budget == Budget::Duration(Duration::ZERO)
@@ -219,6 +226,8 @@ struct Soak<'a> {
     runtime: &'a Runtime,
     net: &'a NetworkConfig,
     started: Instant,
+    /// The same moment on the wall clock (file times are compared to it).
+    started_wall: std::time::SystemTime,
     /// A typical ADD's duration under the current load (an exponentially
     /// weighted mean of successful ADDs, in µs): kills land uniformly in
     /// it. Starts from the warm-up's median.
@@ -238,6 +247,8 @@ struct Soak<'a> {
     /// (allowed: the runtime deletes the namespace next).
     left_without_netns: AtomicU64,
     kills_landed: AtomicU64,
+    /// Pods the runtime lost after a killed ADD (never DELeted).
+    lost: Mutex<BTreeSet<String>>,
     kills_missed: AtomicU64,
     gc_runs: AtomicU64,
     next_step: AtomicU64,
@@ -320,6 +331,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         runtime: &runtime,
         net: &net,
         started: Instant::now(),
+        started_wall: std::time::SystemTime::now(),
         kill_window_us: AtomicU64::new(0),
         check_supported,
         gc_supported,
@@ -330,6 +342,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         undeleted: Mutex::new(Vec::new()),
         left_without_netns: AtomicU64::new(0),
         kills_landed: AtomicU64::new(0),
+        lost: Mutex::new(BTreeSet::new()),
         kills_missed: AtomicU64::new(0),
         gc_runs: AtomicU64::new(0),
         next_step: AtomicU64::new(0),
@@ -436,6 +449,12 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
     });
     let churn_time = churn_started.elapsed();
 
+    // A runtime that loses pods relies on GC: one last GC with the live
+    // pods, before their cleanup, reclaims what the lost ones left.
+    if opts.lose_rate > 0.0 && gc_supported {
+        soak.gc(Actor::Cleanup);
+    }
+
     // Final cleanup, as a runtime tearing everything down: DEL every live
     // pod, retry the DELs that failed, then the namespaces go.
     let live: Vec<LivePod> = soak
@@ -509,36 +528,50 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
     if let Some(dir) = &store_dir {
         if dir.is_dir() {
             store_readable = true;
-            let last_owner = soak.last_owner_by_ip();
             let records = host_state::reservations(dir).map_err(SoakError::Scratch)?;
             for r in records {
                 leftover_ips.insert(r.ip);
                 let planted = injected.as_ref().is_some_and(|i| i.records.contains(&r.ip));
+                let lost_pod = soak
+                    .lost
+                    .lock()
+                    .map(|l| l.contains(&r.container_id))
+                    .unwrap_or(false);
                 let mut owners = Vec::new();
+                let why = if planted {
+                    " — planted on purpose, GC did not reclaim it".to_string()
+                } else if lost_pod {
+                    " — the runtime lost this pod after its ADD was killed: only GC could reclaim it"
+                        .to_string()
+                } else if r.container_id.is_empty() {
+                    // Its writer died between creating the file and filling
+                    // it: the ADDs killed while the file was made are the
+                    // suspects (a DEL matches records by owner, so it never
+                    // releases this one, and GC skips what it cannot parse).
+                    let suspects = soak.killed_adds_around(&dir.join(r.ip.to_string()));
+                    owners.extend(suspects.iter().cloned());
+                    format!(
+                        " — an empty record, left by an ADD killed between creating and writing it ({})",
+                        if suspects.is_empty() {
+                            "no killed ADD ran when the file was made".to_string()
+                        } else {
+                            format!("made during the killed ADD of {}", suspects.join(", "))
+                        }
+                    )
+                } else {
+                    String::new()
+                };
                 if !r.container_id.is_empty() {
-                    owners.push(r.container_id.clone());
-                }
-                let via_result = last_owner.get(&r.ip).filter(|o| **o != r.container_id);
-                if let Some(o) = via_result {
-                    owners.push(o.clone());
+                    owners.insert(0, r.container_id.clone());
                 }
                 findings.push(Finding::new(
                     FindingKind::LeakedAddress,
                     format!(
-                        "{} is still reserved in {} for container {:?} ifname {:?}{}{}",
+                        "{} is still reserved in {} for container {:?} ifname {:?}{why}",
                         r.ip,
                         dir.display(),
                         r.container_id,
                         r.ifname,
-                        match via_result {
-                            Some(o) => format!("; the last ADD result with this address was {o}'s"),
-                            None => String::new(),
-                        },
-                        if planted {
-                            " — planted on purpose, GC did not reclaim it"
-                        } else {
-                            ""
-                        }
                     ),
                     owners,
                 ));
@@ -561,6 +594,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         ));
     }
     let kill_window = soak.kill_window();
+    let lost_pods = soak.lost.lock().map(|l| l.len()).unwrap_or(0) as u64;
     let log = soak.log.into_inner().unwrap_or_default();
     for f in &mut findings {
         f.attach(&log, opts);
@@ -592,6 +626,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         kill_window,
         kills_landed: soak.kills_landed.load(Ordering::Relaxed),
         kills_missed: soak.kills_missed.load(Ordering::Relaxed),
+        lost_pods,
         gc_runs: soak.gc_runs.load(Ordering::Relaxed),
         gc_supported,
         findings,
@@ -738,9 +773,8 @@ impl Soak<'_> {
         let ok = result.is_ok();
         if ok {
             self.register(conf, &ips);
-            if kill_at.is_none() {
-                self.observe_add(t.elapsed());
-            }
+            // Also an ADD whose kill came too late: a full ADD's duration.
+            self.observe_add(t.elapsed());
         }
         self.record(who, &op, &conf.container_id, t, outcome, ips, call);
         ok
@@ -922,6 +956,23 @@ impl Soak<'_> {
         let pod_path = pod.path().to_path_buf();
         let mut conf = RuntimeConf::new(&id, Some(&pod_path), &self.opts.ifname);
         let attached = self.add(who, &conf, plan.kill_at);
+        if plan.lost && !attached && self.last_add_was_killed(&id) {
+            // The runtime died with the ADD and forgot the pod: its sandbox
+            // goes away, no DEL is ever sent.
+            let t = Instant::now();
+            if let Ok(mut l) = self.lost.lock() {
+                l.insert(id.clone());
+            }
+            let outcome = match pod.delete() {
+                Ok(()) => OpOutcome::Ok,
+                Err(e) => OpOutcome::Harness { msg: e.to_string() },
+            };
+            self.record(who, "pod lost (no DEL)", &id, t, outcome, Vec::new(), None);
+            if plan.gc && self.gc_supported {
+                self.gc(who);
+            }
+            return;
+        }
         if plan.gc && self.gc_supported {
             self.gc(who);
         }
@@ -931,23 +982,28 @@ impl Soak<'_> {
                 self.check(who, &conf, "CHECK");
             }
         }
-        self.begin_teardown(&id);
         let mut pod = Some(pod);
-        match plan.del {
-            DelVariant::Normal => {}
-            DelVariant::NoNetns => conf.netns = None,
-            DelVariant::NetnsGone => {
-                if let Some(p) = pod.take() {
-                    if let Err(e) = p.delete() {
-                        self.record(
-                            who,
-                            "delete pod netns",
-                            &id,
-                            Instant::now(),
-                            OpOutcome::Harness { msg: e.to_string() },
-                            Vec::new(),
-                            None,
-                        );
+        {
+            // Under the shared gate: a GC (exclusive) never sees a pod it
+            // is about to CHECK lose its namespace halfway.
+            let _shared = self.gate.read().unwrap_or_else(|e| e.into_inner());
+            self.begin_teardown(&id);
+            match plan.del {
+                DelVariant::Normal => {}
+                DelVariant::NoNetns => conf.netns = None,
+                DelVariant::NetnsGone => {
+                    if let Some(p) = pod.take() {
+                        if let Err(e) = p.delete() {
+                            self.record(
+                                who,
+                                "delete pod netns",
+                                &id,
+                                Instant::now(),
+                                OpOutcome::Harness { msg: e.to_string() },
+                                Vec::new(),
+                                None,
+                            );
+                        }
                     }
                 }
             }
@@ -1038,16 +1094,38 @@ impl Soak<'_> {
         }
     }
 
-    /// For each address, the container whose ADD result reported it last.
-    fn last_owner_by_ip(&self) -> HashMap<IpAddr, String> {
-        let mut out = HashMap::new();
-        if let Ok(log) = self.log.lock() {
-            for rec in log.iter().filter(|r| r.outcome == OpOutcome::Ok) {
-                for ip in &rec.ips {
-                    out.insert(ip.addr(), rec.container_id.clone());
-                }
-            }
-        }
+    /// Whether the last ADD of `container_id` was killed as planned.
+    fn last_add_was_killed(&self, container_id: &str) -> bool {
+        self.log.lock().is_ok_and(|log| {
+            log.iter()
+                .rev()
+                .find(|r| r.container_id == container_id && r.op.starts_with("ADD"))
+                .is_some_and(|r| r.outcome == OpOutcome::Killed)
+        })
+    }
+
+    /// Containers whose killed ADD was running when `path` was last
+    /// modified (with 5 ms of slack on both sides).
+    fn killed_adds_around(&self, path: &Path) -> Vec<String> {
+        let Some(at_ms) = std::fs::metadata(path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(self.started_wall).ok())
+            .map(|d| d.as_secs_f64() * 1000.0)
+        else {
+            return Vec::new();
+        };
+        let Ok(log) = self.log.lock() else {
+            return Vec::new();
+        };
+        let mut out: Vec<String> = log
+            .iter()
+            .filter(|r| r.outcome == OpOutcome::Killed)
+            .filter(|r| r.at_ms - 5.0 <= at_ms && at_ms <= r.at_ms + r.duration_ms + 5.0)
+            .map(|r| r.container_id.clone())
+            .collect();
+        out.sort();
+        out.dedup();
         out
     }
 }

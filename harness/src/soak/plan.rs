@@ -37,6 +37,9 @@ impl fmt::Display for DelVariant {
 pub struct PlanKnobs {
     pub seed: u64,
     pub kill_rate: f64,
+    /// Probability that the runtime loses a pod whose ADD was killed (it
+    /// never sends the DEL; only GC can reclaim what the ADD left).
+    pub lose_rate: f64,
     /// A GC runs on steps `k * gc_every + gc_every / 2`; 0 disables GC.
     pub gc_every: u64,
 }
@@ -54,6 +57,8 @@ pub struct CyclePlan {
     pub repeat_dels: u8,
     /// Run a GC (with every live attachment) right after this step's ADD.
     pub gc: bool,
+    /// If the ADD is killed, the runtime forgets the pod: no DEL ever.
+    pub lost: bool,
 }
 
 impl CyclePlan {
@@ -75,6 +80,7 @@ impl CyclePlan {
             _ => 2,
         };
         let gc = knobs.gc_every > 0 && step % knobs.gc_every == knobs.gc_every / 2;
+        let lost = kill && r.chance(knobs.lose_rate);
         CyclePlan {
             step,
             kill_at: kill.then_some(kill_fraction),
@@ -82,6 +88,7 @@ impl CyclePlan {
             del,
             repeat_dels,
             gc,
+            lost,
         }
     }
 }
@@ -94,6 +101,7 @@ mod tests {
         PlanKnobs {
             seed: 99,
             kill_rate,
+            lose_rate: 0.5,
             gc_every: 50,
         }
     }
@@ -134,6 +142,19 @@ mod tests {
             ..knobs(0.1)
         };
         assert!((0..400).all(|s| !CyclePlan::new(&none, s).gc));
+    }
+
+    #[test]
+    fn only_killed_adds_are_lost() {
+        let plans: Vec<CyclePlan> = (0..2000).map(|s| CyclePlan::new(&knobs(0.2), s)).collect();
+        assert!(plans.iter().all(|p| !p.lost || p.kill_at.is_some()));
+        let lost = plans.iter().filter(|p| p.lost).count();
+        assert!((120..280).contains(&lost), "{lost}");
+        let keep = PlanKnobs {
+            lose_rate: 0.0,
+            ..knobs(0.2)
+        };
+        assert!((0..2000).all(|s| !CyclePlan::new(&keep, s).lost));
     }
 
     #[test]

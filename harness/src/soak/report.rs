@@ -2,7 +2,7 @@
 //! replay command, the step's plan and its log), failed operations by code,
 //! latency per operation, and the table / JSON renderings.
 
-use super::plan::{CyclePlan, PlanKnobs};
+use super::plan::CyclePlan;
 use super::{step_of, Budget, SoakOptions};
 use crate::runtime::{NetworkConfig, RuntimeError};
 use crate::util::{fmt_ms, Percentiles};
@@ -221,11 +221,7 @@ impl Finding {
 
     /// Adds the steps, replay commands, plans and operations of the pods.
     pub(super) fn attach(&mut self, log: &[OpRecord], opts: &SoakOptions) {
-        let knobs = PlanKnobs {
-            seed: opts.seed,
-            kill_rate: opts.kill_rate,
-            gc_every: opts.gc_every,
-        };
+        let knobs = opts.knobs();
         let steps: BTreeSet<u64> = self
             .container_ids
             .iter()
@@ -297,6 +293,9 @@ pub struct SoakReport {
     pub kill_window_ms: f64,
     pub kills_landed: u64,
     pub kills_missed: u64,
+    pub lose_rate: f64,
+    /// Pods the runtime lost after a killed ADD (never DELeted).
+    pub lost_pods: u64,
     pub gc_supported: bool,
     pub gc_runs: u64,
     /// The command that repeats the whole run.
@@ -322,6 +321,7 @@ pub(super) struct Inputs<'a> {
     pub kill_window: Duration,
     pub kills_landed: u64,
     pub kills_missed: u64,
+    pub lost_pods: u64,
     pub gc_runs: u64,
     pub gc_supported: bool,
     pub findings: Vec<Finding>,
@@ -396,14 +396,17 @@ impl SoakReport {
             kill_window_ms: i.kill_window.as_secs_f64() * 1000.0,
             kills_landed: i.kills_landed,
             kills_missed: i.kills_missed,
+            lose_rate: opts.lose_rate,
+            lost_pods: i.lost_pods,
             gc_supported: i.gc_supported,
             gc_runs: i.gc_runs,
             rerun: format!(
-                "cnilab soak --plugin-dir {} --config {} --seed {} --kill-rate {} --gc-every {} --pods {} --parallel {} {budget}",
+                "cnilab soak --plugin-dir {} --config {} --seed {} --kill-rate {} --lose-rate {} --gc-every {} --pods {} --parallel {} {budget}",
                 opts.plugin_dir,
                 opts.config.display(),
                 opts.seed,
                 opts.kill_rate,
+                opts.lose_rate,
                 opts.gc_every,
                 opts.pods,
                 opts.parallel
@@ -483,6 +486,13 @@ impl SoakReport {
                 "not called".into()
             }
         );
+        if self.lose_rate > 0.0 {
+            let _ = writeln!(
+                s,
+                "lose rate {}: the runtime lost {} pods after their ADD was killed (no DEL; only GC reclaims)",
+                self.lose_rate, self.lost_pods
+            );
+        }
         let _ = writeln!(s, "rerun: {}", self.rerun);
         let _ = writeln!(s);
         let _ = writeln!(
@@ -553,9 +563,12 @@ impl SoakReport {
                         s,
                         "  plan of step {}: {}, {} CHECK(s), {}, {} repeated DEL(s){}",
                         p.step,
-                        match p.kill_at {
-                            Some(f) => format!("ADD killed at {:.2} of the window", f),
-                            None => "ADD not killed".into(),
+                        match (p.kill_at, p.lost) {
+                            (Some(f), true) => format!(
+                                "ADD killed at {f:.2} of the window and the pod lost (no DEL)"
+                            ),
+                            (Some(f), false) => format!("ADD killed at {f:.2} of the window"),
+                            (None, _) => "ADD not killed".into(),
                         },
                         p.checks,
                         p.del,
