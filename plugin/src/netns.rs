@@ -41,7 +41,15 @@ where
 /// A netlink route connection bound to one namespace. The connection task
 /// runs on the current tokio runtime; the socket was made inside `ns`.
 pub fn connect(ns: Option<&File>) -> io::Result<rtnetlink::Handle> {
-    let runtime = tokio::runtime::Handle::current();
+    connect_on(&tokio::runtime::Handle::current(), ns)
+}
+
+/// [`connect`] for a given runtime, so it can be called from a thread that
+/// is not in a runtime context (to open connections in parallel).
+pub fn connect_on(
+    runtime: &tokio::runtime::Handle,
+    ns: Option<&File>,
+) -> io::Result<rtnetlink::Handle> {
     let make = || {
         let _entered = runtime.enter();
         rtnetlink::new_connection()

@@ -317,10 +317,13 @@ pub async fn delete_link(handle: &Handle, index: u32) -> Result<(), Error> {
     }
 }
 
-/// Deletes a link by name; absent is not an error. Returns whether it existed.
+/// Deletes a link by name in one request (RTM_DELLINK with IFLA_IFNAME);
+/// absent is not an error. Returns whether it existed.
 pub async fn delete_link_by_name(handle: &Handle, name: &str) -> Result<bool, Error> {
-    match link_by_name(handle, name).await? {
-        Some(link) => delete_link(handle, link.index).await.map(|()| true),
-        None => Ok(false),
+    let msg = rtnetlink::LinkUnspec::new_with_name(name).build();
+    match handle.link().del_with_message(msg).execute().await {
+        Ok(()) => Ok(true),
+        Err(e) if is_not_found(&e) => Ok(false),
+        Err(e) => Err(e),
     }
 }

@@ -29,8 +29,11 @@ pub fn run(env: &CniEnv, plan: &Plan) -> Result<CniResult> {
     // thread while netlink builds the bridge and the veth pair. A delegated
     // IPAM plugin runs only once the links exist.
     let builtin = matches!(plan.ipam, IpamPlan::Builtin(_));
-    let (links, alloc) = std::thread::scope(|s| {
+    let rt_handle = rt.handle().clone();
+    let (links, alloc, cont) = std::thread::scope(|s| {
         let early = builtin.then(|| s.spawn(|| addresses::allocate(env, plan)));
+        // The pod-side connection is opened meanwhile too.
+        let cont = s.spawn(|| netns::connect_on(&rt_handle, Some(&ns)));
         let links = rt.block_on(create_links(env, plan, &ns, &host, &host_veth));
         let alloc = match early {
             Some(job) => job
@@ -39,8 +42,16 @@ pub fn run(env: &CniEnv, plan: &Plan) -> Result<CniResult> {
             None if links.is_ok() => addresses::allocate(env, plan),
             None => Ok(Allocation::default()),
         };
-        (links, alloc)
+        let cont = cont
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("netlink thread panicked")))
+            .map_err(|e| CniError::kernel(format!("netlink in {}", env.netns), e));
+        (links, alloc, cont)
     });
+    let (links, cont) = match cont {
+        Ok(c) => (links, Some(c)),
+        Err(e) => (links.and(Err(e)), None),
+    };
     let (bridge, links_made) = match (links, alloc) {
         (Ok(links), Ok(alloc)) => (links, alloc),
         (Err(e), alloc) => {
@@ -55,8 +66,15 @@ pub fn run(env: &CniEnv, plan: &Plan) -> Result<CniResult> {
         }
     };
     let alloc = links_made;
+    let Some(cont) = cont else {
+        // Unreachable: a failed connection turned `links` into an error above.
+        return Err(CniError::kernel(
+            format!("netlink in {}", env.netns),
+            "no connection",
+        ));
+    };
     match rt.block_on(configure(
-        env, plan, &ns, &host, &host_veth, &bridge, &alloc,
+        env, plan, &ns, &host, &cont, &host_veth, &bridge, &alloc,
     )) {
         Ok(mut result) => {
             if let Some(prev) = prev {
@@ -118,29 +136,36 @@ async fn create_links(
     Ok(bridge)
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn configure(
     env: &CniEnv,
     plan: &Plan,
     ns: &File,
     host: &Handle,
+    cont: &Handle,
     host_veth: &str,
     bridge: &Link,
     alloc: &Allocation,
 ) -> Result<CniResult> {
-    if plan.is_gateway {
-        for ip in &alloc.ips {
-            if let Some(gw) = ip.gateway {
-                let net = IpNet::new(gw, ip.address.prefix_len())
-                    .map_err(|e| CniError::config(format!("gateway {gw}: {e}")))?;
-                add_address(host, bridge.index, net, &plan.bridge).await?;
+    // The gateway addresses (host socket) and the pod's interface (pod
+    // socket) are configured at the same time.
+    let gateways = async {
+        if plan.is_gateway {
+            for ip in &alloc.ips {
+                if let Some(gw) = ip.gateway {
+                    let net = IpNet::new(gw, ip.address.prefix_len())
+                        .map_err(|e| CniError::config(format!("gateway {gw}: {e}")))?;
+                    add_address(host, bridge.index, net, &plan.bridge).await?;
+                }
             }
         }
-    }
-    let cont = netns::connect(Some(ns))
-        .map_err(|e| CniError::kernel(format!("netlink in {}", env.netns), e))?;
-    let pod_link = configure_pod(env, ns, &cont, alloc).await?;
+        Ok::<(), CniError>(())
+    };
+    let (gateways, pod_link) =
+        futures_util::future::join(gateways, configure_pod(env, ns, cont, alloc)).await;
+    gateways?;
+    let pod_link = pod_link?;
     let routes = pod_routes(plan, alloc);
-    let cont = &cont;
     let mut pending = Vec::new();
     for route in &routes {
         let msg = nl::route_message(route.dst, route.gw, Some(pod_link.index), None)

@@ -13,25 +13,41 @@ use std::net::IpAddr;
 use std::path::Path;
 
 pub fn run(env: &CniEnv, plan: &Plan) -> Result<()> {
-    let mut errors = Vec::new();
     let host_veth = host_veth_name(&env.container_id, &env.ifname);
     let rt = runtime()?;
-    rt.block_on(async {
-        match netns::connect(None) {
-            Ok(host) => match nl::delete_link_by_name(&host, &host_veth).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    // No host veth by our name: remove a leftover container
-                    // side if the namespace still exists.
-                    if let Err(e) = delete_in_container(env).await {
-                        errors.push(e);
+    // The kernel takes most of DEL's time tearing the veth down; the store
+    // and the firewall are released on another thread meanwhile.
+    let (mut errors, address_errors) = std::thread::scope(|s| {
+        let addresses = s.spawn(|| release_addresses(env, plan));
+        let mut errors = Vec::new();
+        rt.block_on(async {
+            match netns::connect(None) {
+                Ok(host) => match nl::delete_link_by_name(&host, &host_veth).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        // No host veth by our name: remove a leftover container
+                        // side if the namespace still exists.
+                        if let Err(e) = delete_in_container(env).await {
+                            errors.push(e);
+                        }
                     }
-                }
-                Err(e) => errors.push(CniError::kernel(format!("delete {host_veth}"), e)),
-            },
-            Err(e) => errors.push(CniError::kernel("netlink in host namespace", e)),
-        }
+                    Err(e) => errors.push(CniError::kernel(format!("delete {host_veth}"), e)),
+                },
+                Err(e) => errors.push(CniError::kernel("netlink in host namespace", e)),
+            }
+        });
+        let address_errors = addresses
+            .join()
+            .unwrap_or_else(|_| vec![CniError::io("address release thread panicked")]);
+        (errors, address_errors)
     });
+    errors.extend(address_errors);
+    join(errors)
+}
+
+/// Releases the attachment's addresses and their masquerade entries.
+fn release_addresses(env: &CniEnv, plan: &Plan) -> Vec<CniError> {
+    let mut errors = Vec::new();
     let mut ips: Vec<IpAddr> = match addresses::release(env, plan) {
         Ok(freed) => freed,
         Err(e) => {
@@ -50,7 +66,7 @@ pub fn run(env: &CniEnv, plan: &Plan) -> Result<()> {
             errors.push(e);
         }
     }
-    join(errors)
+    errors
 }
 
 async fn delete_in_container(env: &CniEnv) -> Result<()> {
