@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod cli;
 pub mod conform;
+pub mod e2e;
 pub mod host_state;
 pub mod lab;
 pub mod lifecycle;

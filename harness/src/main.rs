@@ -146,6 +146,11 @@ enum Cmd {
     },
     /// Remove namespaces left behind by killed cnilab runs.
     Sweep,
+    /// Real clusters: kind and minikube step by step, and the in-cluster check.
+    E2e {
+        #[command(subcommand)]
+        command: cnilab_harness::e2e::args::E2eCmd,
+    },
 }
 
 #[derive(clap::Args)]
@@ -381,6 +386,7 @@ fn main() -> ExitCode {
             cnilab_harness::cli::soak(&opts, format, log.as_deref())
         }
         Cmd::Sweep => cnilab_harness::cli::sweep(),
+        Cmd::E2e { command } => cnilab_harness::e2e::args::dispatch(command).map_err(Into::into),
     };
     match outcome {
         Ok(code) => code,

@@ -47,19 +47,7 @@ pub struct Report {
 
 impl Report {
     pub fn new(lab: &Lab, outcomes: Vec<ProbeOutcome>, failures: Vec<Failure>) -> Report {
-        let groups = GROUPS
-            .iter()
-            .map(|g| {
-                let mine: Vec<&ProbeOutcome> =
-                    outcomes.iter().filter(|o| o.spec.group == *g).collect();
-                GroupResult {
-                    name: g.to_string(),
-                    probes: mine.len(),
-                    passed: mine.iter().filter(|o| o.passed()).count(),
-                }
-            })
-            .filter(|g| g.probes > 0)
-            .collect();
+        let groups = group_results(GROUPS, &outcomes);
         Report {
             lab: lab.topo.name.clone(),
             plugin_dir: lab.plugin_dir.clone(),
@@ -91,6 +79,30 @@ impl Report {
                 .iter()
                 .map(|(p, d)| (p.clone(), d.as_secs_f64() * 1000.0))
                 .collect(),
+            outcomes,
+        }
+    }
+
+    /// A report of probes that did not run in a namespace lab (the
+    /// in-cluster check of `cnilab e2e`): its own nodes, groups and subject.
+    pub fn from_parts(
+        title: &str,
+        subject: &str,
+        routing: &str,
+        nodes: Vec<NodeView>,
+        groups: &[&str],
+        outcomes: Vec<ProbeOutcome>,
+        failures: Vec<Failure>,
+    ) -> Report {
+        Report {
+            lab: title.to_string(),
+            plugin_dir: subject.to_string(),
+            routing: routing.to_string(),
+            nodes,
+            groups: group_results(groups, &outcomes),
+            failures,
+            probes: outcomes.len(),
+            phases_ms: Vec::new(),
             outcomes,
         }
     }
@@ -347,6 +359,22 @@ impl Report {
             if self.failures.is_empty() { "<p>none</p>".to_string() } else { pairs }
         )
     }
+}
+
+/// Probes and passes per group, in `groups` order, without empty groups.
+fn group_results(groups: &[&str], outcomes: &[ProbeOutcome]) -> Vec<GroupResult> {
+    groups
+        .iter()
+        .map(|g| {
+            let mine: Vec<&ProbeOutcome> = outcomes.iter().filter(|o| o.spec.group == *g).collect();
+            GroupResult {
+                name: g.to_string(),
+                probes: mine.len(),
+                passed: mine.iter().filter(|o| o.passed()).count(),
+            }
+        })
+        .filter(|g| g.probes > 0)
+        .collect()
 }
 
 /// Escapes text for XML and HTML.

@@ -1,0 +1,666 @@
+//! The probes, as commands run in a pod through the API's exec, and how each
+//! answer is judged. The pods run agnhost's `netexec`: `/hostname` proves
+//! which pod answered, `/clientip` which source address it saw (pod to pod
+//! must not be NATed), `/dial?protocol=udp` makes the source pod's own netexec
+//! send a UDP request and report the peer's answer.
+
+use super::nodes::{ClusterNode, NodeFinding};
+use super::objects::{HTTP_PORT, UDP_PORT};
+use crate::lab::checks::{Endpoint, ExpectSource, ProbeOutcome, ProbeSpec};
+use crate::lab::diagnose::Diagnosis;
+use crate::lab::probe::Proto;
+use std::net::IpAddr;
+
+/// Check groups, in report order.
+pub const GROUPS: &[&str] = &[
+    "pod-to-pod/same-node",
+    "pod-to-pod/cross-node",
+    "node-to-pod",
+    "pod-to-node",
+    "pod-to-service",
+    "pod-to-service/dns",
+    "hairpin",
+    "mtu/df-cross-node",
+];
+
+/// A probe pod as the check found it running.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ProbePod {
+    pub name: String,
+    pub node: usize,
+    pub host: bool,
+    pub ips: Vec<IpAddr>,
+    /// eth0's MTU, read in the pod before probing.
+    pub mtu: Option<u32>,
+}
+
+impl ProbePod {
+    fn ip(&self, v6: bool) -> Option<IpAddr> {
+        self.ips.iter().copied().find(|ip| ip.is_ipv6() == v6)
+    }
+}
+
+/// Everything the plan is built from.
+#[derive(Clone, Debug, Default)]
+pub struct Cluster {
+    pub namespace: String,
+    pub nodes: Vec<ClusterNode>,
+    /// Regular pods (two per node), then nothing else.
+    pub pods: Vec<ProbePod>,
+    /// hostNetwork pods, one per node.
+    pub hosts: Vec<ProbePod>,
+    /// ClusterIPs of the echo service.
+    pub echo_ips: Vec<IpAddr>,
+    /// ClusterIPs of each node's self service, by node index.
+    pub self_ips: Vec<Vec<IpAddr>>,
+}
+
+/// What a correct answer looks like.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// Exit status 0 is enough (ping, or a node answering).
+    Success,
+    /// `/hostname` then `/clientip`: this pod answered and saw that source.
+    PeerAndSource { peer: String, source: IpAddr },
+    /// `/hostname` must be one of these pods.
+    OneOf(Vec<String>),
+    /// The UDP dial must have been answered by this pod.
+    UdpPeer(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct Probe {
+    pub spec: ProbeSpec,
+    /// The pod the command runs in.
+    pub exec_pod: String,
+    pub command: Vec<String>,
+    pub expect: Expect,
+}
+
+fn url(ip: IpAddr, port: u16, path: &str) -> String {
+    match ip {
+        IpAddr::V4(a) => format!("http://{a}:{port}{path}"),
+        IpAddr::V6(a) => format!("http://[{a}]:{port}{path}"),
+    }
+}
+
+fn curl(urls: Vec<String>) -> Vec<String> {
+    let mut c: Vec<String> = ["curl", "-sS", "-g", "--max-time", "5", "-w", "\\n"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    c.extend(urls);
+    c
+}
+
+pub fn ping(ip: IpAddr) -> Vec<String> {
+    ["ping", "-c", "1", "-W", "2"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([ip.to_string()])
+        .collect()
+}
+
+/// A ping that fills the pod MTU. No `-M do`: agnhost's ping is busybox's,
+/// which lacks it; Linux sets DF anyway on a packet that fits the route MTU
+/// (`ip_no_pmtu_disc=0`, the default), and IPv6 never fragments in transit.
+pub fn df_ping(ip: IpAddr, mtu: u32) -> Vec<String> {
+    let headers = if ip.is_ipv6() { 48 } else { 28 };
+    let size = mtu.saturating_sub(headers).to_string();
+    ["ping", "-c", "1", "-W", "2", "-s"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([size, ip.to_string()])
+        .collect()
+}
+
+pub fn udp_dial(ip: IpAddr) -> Vec<String> {
+    vec![
+        "curl".into(),
+        "-sS".into(),
+        "--max-time".into(),
+        "8".into(),
+        format!(
+            "http://127.0.0.1:{HTTP_PORT}/dial?request=hostname&protocol=udp&host={ip}&port={UDP_PORT}&tries=1"
+        ),
+    ]
+}
+
+/// The command that reads eth0's MTU in a pod before probing.
+pub fn mtu_command() -> Vec<String> {
+    vec!["cat".into(), "/sys/class/net/eth0/mtu".into()]
+}
+
+fn pod_endpoint(c: &Cluster, i: usize, v6: bool) -> Option<Endpoint> {
+    let p = c.pods.get(i)?;
+    let node = c.nodes.get(p.node)?;
+    Some(Endpoint {
+        name: format!("{}/{}", node.name, p.name),
+        node: Some(p.node),
+        pod: Some(i),
+        ip: p.ip(v6)?,
+        external: false,
+    })
+}
+
+fn node_endpoint(c: &Cluster, n: usize, v6: bool) -> Option<Endpoint> {
+    let node = c.nodes.get(n)?;
+    Some(Endpoint {
+        name: node.name.clone(),
+        node: Some(n),
+        pod: None,
+        ip: node.internal_ip(v6)?,
+        external: false,
+    })
+}
+
+/// Adds one probe: group, exec pod, from, to, protocol, command, expectation.
+type AddProbe<'a> =
+    dyn FnMut(&'static str, &str, &Endpoint, &Endpoint, Proto, Vec<String>, Expect) + 'a;
+
+/// The probe plan for the families asked for.
+pub fn plan(c: &Cluster, v4: bool, v6: bool) -> Vec<Probe> {
+    let mut out = Vec::new();
+    let families: Vec<bool> = [(v4, false), (v6, true)]
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, f)| *f)
+        .collect();
+    let pod_names: Vec<String> = c.pods.iter().map(|p| p.name.clone()).collect();
+    for (fi, &v6) in families.iter().enumerate() {
+        let mut add = |group: &'static str,
+                       exec_pod: &str,
+                       from: &Endpoint,
+                       to: &Endpoint,
+                       proto: Proto,
+                       command: Vec<String>,
+                       expect: Expect| {
+            let expect_source = match &expect {
+                Expect::PeerAndSource { source, .. } => Some(ExpectSource::Unchanged(*source)),
+                _ => None,
+            };
+            out.push(Probe {
+                spec: ProbeSpec {
+                    group,
+                    from: from.clone(),
+                    to: to.clone(),
+                    proto,
+                    expect_source,
+                },
+                exec_pod: exec_pod.to_string(),
+                command,
+                expect,
+            });
+        };
+        for (i, src_pod) in c.pods.iter().enumerate() {
+            let Some(src) = pod_endpoint(c, i, v6) else {
+                continue;
+            };
+            let to_pod = |add: &mut AddProbe<'_>, group: &'static str, j: usize| {
+                let Some(dst) = pod_endpoint(c, j, v6) else {
+                    return;
+                };
+                let peer = c.pods[j].name.clone();
+                add(
+                    group,
+                    &src_pod.name,
+                    &src,
+                    &dst,
+                    Proto::Icmp,
+                    ping(dst.ip),
+                    Expect::Success,
+                );
+                add(
+                    group,
+                    &src_pod.name,
+                    &src,
+                    &dst,
+                    Proto::Tcp,
+                    curl(vec![
+                        url(dst.ip, HTTP_PORT, "/hostname"),
+                        url(dst.ip, HTTP_PORT, "/clientip"),
+                    ]),
+                    Expect::PeerAndSource {
+                        peer: peer.clone(),
+                        source: src.ip,
+                    },
+                );
+                add(
+                    group,
+                    &src_pod.name,
+                    &src,
+                    &dst,
+                    Proto::Udp,
+                    udp_dial(dst.ip),
+                    Expect::UdpPeer(peer),
+                );
+            };
+            // The next pod on the same node.
+            let same: Vec<usize> = (0..c.pods.len())
+                .filter(|j| c.pods[*j].node == src_pod.node)
+                .collect();
+            if let Some(pos) = same.iter().position(|j| *j == i) {
+                if same.len() > 1 {
+                    to_pod(
+                        &mut add,
+                        "pod-to-pod/same-node",
+                        same[(pos + 1) % same.len()],
+                    );
+                }
+            }
+            // On every other node, the pod with the same position.
+            let nodes = c.nodes.len();
+            for m in (0..nodes).filter(|m| *m != src_pod.node) {
+                let theirs: Vec<usize> =
+                    (0..c.pods.len()).filter(|j| c.pods[*j].node == m).collect();
+                if theirs.is_empty() {
+                    continue;
+                }
+                let k = same.iter().position(|j| *j == i).unwrap_or(0) % theirs.len();
+                let j = theirs[k];
+                to_pod(&mut add, "pod-to-pod/cross-node", j);
+                if m == (src_pod.node + 1) % nodes {
+                    if let (Some(dst), Some(mtu)) = (pod_endpoint(c, j, v6), src_pod.mtu) {
+                        add(
+                            "mtu/df-cross-node",
+                            &src_pod.name,
+                            &src,
+                            &dst,
+                            Proto::Df,
+                            df_ping(dst.ip, mtu),
+                            Expect::Success,
+                        );
+                    }
+                }
+            }
+            for m in 0..nodes {
+                if let Some(dst) = node_endpoint(c, m, v6) {
+                    add(
+                        "pod-to-node",
+                        &src_pod.name,
+                        &src,
+                        &dst,
+                        Proto::Icmp,
+                        ping(dst.ip),
+                        Expect::Success,
+                    );
+                    add(
+                        "pod-to-node",
+                        &src_pod.name,
+                        &src,
+                        &dst,
+                        Proto::Tcp,
+                        curl(vec![url(dst.ip, HTTP_PORT, "/hostname")]),
+                        Expect::Success,
+                    );
+                }
+            }
+            if let Some(ip) = c.echo_ips.iter().copied().find(|ip| ip.is_ipv6() == v6) {
+                let dst = Endpoint {
+                    name: format!("service/{}", super::objects::ECHO_SERVICE),
+                    node: None,
+                    pod: None,
+                    ip,
+                    external: false,
+                };
+                add(
+                    "pod-to-service",
+                    &src_pod.name,
+                    &src,
+                    &dst,
+                    Proto::Tcp,
+                    curl(vec![url(ip, 80, "/hostname")]),
+                    Expect::OneOf(pod_names.clone()),
+                );
+                if fi == 0 {
+                    let dns = format!("{}.{}.svc", super::objects::ECHO_SERVICE, c.namespace);
+                    let dst = Endpoint {
+                        name: dns.clone(),
+                        ..dst
+                    };
+                    add(
+                        "pod-to-service/dns",
+                        &src_pod.name,
+                        &src,
+                        &dst,
+                        Proto::Tcp,
+                        curl(vec![format!("http://{dns}/hostname")]),
+                        Expect::OneOf(pod_names.clone()),
+                    );
+                }
+            }
+            // Hairpin: the first pod of each node through its own service.
+            if same.first() == Some(&i) {
+                let own = c
+                    .self_ips
+                    .get(src_pod.node)
+                    .and_then(|ips| ips.iter().copied().find(|ip| ip.is_ipv6() == v6));
+                if let Some(ip) = own {
+                    let dst = Endpoint {
+                        name: format!(
+                            "service/{}",
+                            super::objects::self_service_name(src_pod.node)
+                        ),
+                        node: Some(src_pod.node),
+                        pod: Some(i),
+                        ip,
+                        external: false,
+                    };
+                    add(
+                        "hairpin",
+                        &src_pod.name,
+                        &src,
+                        &dst,
+                        Proto::Tcp,
+                        curl(vec![url(ip, 80, "/hostname")]),
+                        Expect::OneOf(vec![src_pod.name.clone()]),
+                    );
+                }
+            }
+        }
+        for host in &c.hosts {
+            let Some(src) = node_endpoint(c, host.node, v6) else {
+                continue;
+            };
+            for j in 0..c.pods.len() {
+                let Some(dst) = pod_endpoint(c, j, v6) else {
+                    continue;
+                };
+                add(
+                    "node-to-pod",
+                    &host.name,
+                    &src,
+                    &dst,
+                    Proto::Icmp,
+                    ping(dst.ip),
+                    Expect::Success,
+                );
+                add(
+                    "node-to-pod",
+                    &host.name,
+                    &src,
+                    &dst,
+                    Proto::Tcp,
+                    curl(vec![url(dst.ip, HTTP_PORT, "/hostname")]),
+                    Expect::OneOf(vec![c.pods[j].name.clone()]),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// What an exec returned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecOutput {
+    pub success: bool,
+    pub stdout: String,
+    pub stderr: String,
+    /// The API's reason when the command failed (exit code, not found...).
+    pub message: String,
+}
+
+fn parse_client_ip(text: &str) -> Option<IpAddr> {
+    let t = text.trim();
+    let host = match t.rsplit_once(':') {
+        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) && !port.is_empty() => h,
+        _ => t,
+    };
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .ok()
+}
+
+/// Judges one exec against what the probe expects.
+pub fn judge(probe: &Probe, result: Result<ExecOutput, String>) -> ProbeOutcome {
+    let mut outcome = ProbeOutcome {
+        spec: probe.spec.clone(),
+        error: None,
+        seen_source: None,
+        rtt_ms: None,
+    };
+    let out = match result {
+        Err(e) => {
+            outcome.error = Some(format!("exec in {} failed: {e}", probe.exec_pod));
+            return outcome;
+        }
+        Ok(out) => out,
+    };
+    if !out.success {
+        let detail = [out.stderr.trim(), out.stdout.trim(), out.message.trim()]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
+        outcome.error = Some(if detail.is_empty() {
+            format!(
+                "{} failed",
+                probe.command.first().map(String::as_str).unwrap_or("probe")
+            )
+        } else {
+            last_line(&detail)
+        });
+        return outcome;
+    }
+    let mut lines = out.stdout.lines().map(str::trim).filter(|l| !l.is_empty());
+    outcome.error = match &probe.expect {
+        Expect::Success => None,
+        Expect::PeerAndSource { peer, source } => {
+            let who = lines.next().unwrap_or_default();
+            let seen = lines.next().and_then(parse_client_ip);
+            outcome.seen_source = seen;
+            if who != peer {
+                Some(format!(
+                    "answered by {who:?}, not by {peer}: the address {} leads to the wrong endpoint",
+                    probe.spec.to.ip
+                ))
+            } else {
+                match seen {
+                    Some(s) if s != *source => Some(format!(
+                        "peer saw source {s}, expected the pod's own address {source} (traffic inside the cluster was NATed)"
+                    )),
+                    Some(_) => None,
+                    None => Some("no /clientip answer to compare the source address with".into()),
+                }
+            }
+        }
+        Expect::OneOf(names) => {
+            let who = lines.next().unwrap_or_default();
+            if names.iter().any(|n| n == who) {
+                None
+            } else {
+                Some(format!(
+                    "answered by {who:?}, expected {}",
+                    if names.len() == 1 {
+                        names[0].clone()
+                    } else {
+                        "one of the probe pods".into()
+                    }
+                ))
+            }
+        }
+        Expect::UdpPeer(peer) => {
+            let parsed: Option<serde_json::Value> = serde_json::from_str(out.stdout.trim()).ok();
+            let responses: Vec<String> = parsed
+                .as_ref()
+                .and_then(|v| v["responses"].as_array())
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r.as_str().map(str::to_string))
+                .collect();
+            if responses.iter().any(|r| r == peer) {
+                None
+            } else {
+                let errors = parsed
+                    .as_ref()
+                    .and_then(|v| v["errors"].as_array().cloned())
+                    .unwrap_or_default();
+                Some(if responses.is_empty() {
+                    format!(
+                        "no UDP answer from {peer}{}",
+                        if errors.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {}", serde_json::Value::Array(errors))
+                        }
+                    )
+                } else {
+                    format!("UDP answered by {responses:?}, not by {peer}")
+                })
+            }
+        }
+    };
+    outcome
+}
+
+fn last_line(text: &str) -> String {
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or(text);
+    line.chars().take(300).collect()
+}
+
+/// The likely causes of a failed probe, from the other probes' results and
+/// the node findings.
+pub fn diagnose(
+    c: &Cluster,
+    outcomes: &[ProbeOutcome],
+    findings: &[NodeFinding],
+    o: &ProbeOutcome,
+) -> Vec<Diagnosis> {
+    let mut out = Vec::new();
+    let node_name = |n: Option<usize>| n.and_then(|n| c.nodes.get(n)).map(|n| n.name.clone());
+    let touched: Vec<String> = [node_name(o.spec.from.node), node_name(o.spec.to.node)]
+        .into_iter()
+        .flatten()
+        .collect();
+    for f in findings {
+        if f.nodes.iter().any(|n| touched.contains(n)) && !out.contains(&f.diagnosis) {
+            out.push(f.diagnosis.clone());
+        }
+    }
+    let passed = |group: &str, from: &str, to: Option<&str>, proto: Option<Proto>| {
+        outcomes.iter().any(|x| {
+            x.passed()
+                && x.spec.group == group
+                && x.spec.from.name == from
+                && to.is_none_or(|t| x.spec.to.name == t)
+                && proto.is_none_or(|p| x.spec.proto == p)
+        })
+    };
+    let from = o.spec.from.name.as_str();
+    let to = o.spec.to.name.as_str();
+    if o.spec.expect_source.is_some()
+        && o.seen_source.is_some()
+        && o.error.as_deref().is_some_and(|e| e.contains("NATed"))
+    {
+        out.push(Diagnosis {
+            id: "masquerade-too-broad",
+            message: format!(
+                "{to} saw {} instead of {}: pod-to-pod traffic is masqueraded; the MASQUERADE rule must exclude the cluster CIDR (the agent's CNILAB_CLUSTER_CIDR)",
+                o.seen_source.map(|s| s.to_string()).unwrap_or_default(),
+                o.spec.from.ip
+            ),
+        });
+        return out;
+    }
+    match o.spec.group {
+        "pod-to-pod/cross-node" if passed("pod-to-pod/same-node", from, None, None) => {
+            let dst_node = o.spec.to.node.and_then(|n| c.nodes.get(n));
+            let via = dst_node
+                .map(|n| {
+                    format!(
+                        "`{} via {}`",
+                        n.pod_cidr(o.spec.to.ip.is_ipv6())
+                            .map(|c| c.to_string())
+                            .unwrap_or_else(|| "<no podCIDR>".into()),
+                        n.internal_ip(o.spec.to.ip.is_ipv6())
+                            .map(|i| i.to_string())
+                            .unwrap_or_else(|| "<no InternalIP>".into())
+                    )
+                })
+                .unwrap_or_default();
+            out.push(Diagnosis {
+                id: "missing-route",
+                message: format!(
+                    "{from} reaches pods on its own node but not {to}: check the route {via} on {}, net.ipv4.ip_forward and the FORWARD policy there (`cnilab e2e <provider> dump` saves routes4.txt, sysctls.txt and nft.txt per node)",
+                    touched.first().cloned().unwrap_or_default()
+                ),
+            });
+        }
+        "mtu/df-cross-node"
+            if passed("pod-to-pod/cross-node", from, Some(to), Some(Proto::Icmp)) =>
+        {
+            out.push(Diagnosis {
+                id: "mtu-mismatch",
+                message: format!(
+                    "small pings from {from} reach {to} but a full-MTU packet with DF set does not: the pod MTU is larger than the path between the nodes allows (lower the plugin's mtu, or fix the node uplinks)"
+                ),
+            });
+        }
+        "pod-to-service" if passed("pod-to-pod/cross-node", from, None, Some(Proto::Tcp)) => {
+            out.push(Diagnosis {
+                id: "service-proxy",
+                message: format!(
+                    "{from} reaches pods directly but not the ClusterIP {}: kube-proxy's rules are not applied to pod traffic (bridge-nf-call-iptables off, or kube-proxy not running on {})",
+                    o.spec.to.ip,
+                    touched.first().cloned().unwrap_or_default()
+                ),
+            });
+        }
+        "pod-to-service/dns" if passed("pod-to-service", from, None, None) => {
+            out.push(Diagnosis {
+                id: "dns",
+                message: format!(
+                    "{from} reaches the service by ClusterIP but not by the name {to}: CoreDNS is unreachable or not Ready from this pod"
+                ),
+            });
+        }
+        "hairpin" if passed("pod-to-service", from, None, None) => {
+            out.push(Diagnosis {
+                id: "hairpin",
+                message: format!(
+                    "{from} reaches the echo service but not itself through {to}: the bridge port needs hairpin_mode (or the plugin's hairpinMode option)"
+                ),
+            });
+        }
+        _ => {}
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_ip_forms() {
+        assert_eq!(
+            parse_client_ip("10.244.1.5:43210"),
+            "10.244.1.5".parse().ok()
+        );
+        assert_eq!(
+            parse_client_ip("[fd00:10:244:1::5]:43210\n"),
+            "fd00:10:244:1::5".parse().ok()
+        );
+        assert_eq!(parse_client_ip("nonsense"), None);
+    }
+
+    #[test]
+    fn df_sizes() {
+        assert_eq!(
+            df_ping(
+                "10.0.0.1".parse().unwrap_or(IpAddr::from([0, 0, 0, 0])),
+                1500
+            )[6],
+            "1472"
+        );
+        assert_eq!(
+            df_ping("fd00::1".parse().unwrap_or(IpAddr::from([0u16; 8])), 1500)[6],
+            "1452"
+        );
+    }
+}

@@ -1,0 +1,180 @@
+//! `cnilab e2e`: cnilab on real Kubernetes. kind and minikube clusters
+//! driven step by step (create, load, deploy, wait, check, dump, delete) from
+//! plans that `--dry-run` prints, and an in-cluster connectivity check that
+//! works against any cluster (lab/e2e-plan.md is the contract).
+
+pub mod args;
+pub mod check;
+pub mod options;
+pub mod plan;
+pub mod runner;
+pub mod steps;
+
+use options::{E2eOptions, Step};
+use plan::Plan;
+use runner::Runner;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum E2eError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot run `{command}`: {source}")]
+    Spawn {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{command}` failed (exit status {}){}", status.map(|s| s.to_string()).unwrap_or_else(|| "none: killed".into()), if stderr.is_empty() { String::new() } else { format!(":\n{stderr}") })]
+    Failed {
+        command: String,
+        status: Option<i32>,
+        stderr: String,
+    },
+    #[error("`{command}` did not finish within {}s{}", after.as_secs(), if stderr.is_empty() { String::new() } else { format!(":\n{stderr}") })]
+    Timeout {
+        command: String,
+        after: Duration,
+        stderr: String,
+    },
+    #[error("{hint}: {cause}")]
+    Hint { hint: String, cause: Box<E2eError> },
+    #[error("gate `{what}` failed: {cause}")]
+    Gate { what: String, cause: Box<E2eError> },
+    #[error("Kubernetes API: {0}")]
+    Kube(String),
+    #[error("building an API object: {0}")]
+    Object(#[source] serde_json::Error),
+    #[error("the in-cluster check found failures")]
+    CheckFailed,
+}
+
+/// The plan of a step, reading the manifests when the step needs them.
+fn plan_for(opts: &E2eOptions, step: Step) -> Result<Plan, E2eError> {
+    let manifests = match step {
+        Step::Deploy | Step::Wait => steps::read_manifests(&opts.manifests)?,
+        // dump must work even with broken manifests: it falls back to the defaults.
+        Step::Dump => steps::read_manifests(&opts.manifests).unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    steps::step_plan(opts, step, &manifests)
+}
+
+fn execute(opts: &E2eOptions, step: Step) -> Result<(), E2eError> {
+    let plan = plan_for(opts, step)?;
+    if opts.dry_run {
+        print!("{}", plan.dry_run());
+        return Ok(());
+    }
+    eprintln!(
+        "== cnilab e2e {} {}",
+        opts.provider.as_str(),
+        step_name(step)
+    );
+    if step == Step::Dump {
+        let dir = opts.dump_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| E2eError::Io {
+            what: format!("cannot create {}", dir.display()),
+            source: e,
+        })?;
+        let mut runner = Runner::best_effort(dir.join("errors.txt"));
+        runner.run(&plan)?;
+        eprintln!(
+            "cnilab e2e: diagnostics in {} ({} commands failed, see errors.txt)",
+            dir.display(),
+            runner.recorded
+        );
+        return Ok(());
+    }
+    Runner::strict().run(&plan)
+}
+
+fn step_name(step: Step) -> &'static str {
+    match step {
+        Step::All => "all",
+        Step::Create => "create",
+        Step::Load => "load",
+        Step::Deploy => "deploy",
+        Step::Wait => "wait",
+        Step::Check => "check",
+        Step::Dump => "dump",
+        Step::Delete => "delete",
+    }
+}
+
+/// The whole dry run of `all`: every step, the dump shown as conditional.
+pub fn dry_run_all(opts: &E2eOptions) -> Result<String, E2eError> {
+    let mut out = String::new();
+    for step in steps::SEQUENCE {
+        out.push_str(&plan_for(opts, step)?.dry_run());
+    }
+    out.push_str("# if a step above failed:\n");
+    out.push_str(&plan_for(opts, Step::Dump)?.dry_run());
+    if !opts.keep {
+        out.push_str(&plan_for(opts, Step::Delete)?.dry_run());
+    }
+    Ok(out)
+}
+
+/// `cnilab e2e kind|minikube [STEP]`: exit 0 iff every step passed.
+pub fn command(opts: &E2eOptions, step: Step) -> Result<ExitCode, E2eError> {
+    opts.validate()?;
+    if step != Step::All {
+        return match execute(opts, step) {
+            Ok(()) => Ok(ExitCode::SUCCESS),
+            Err(E2eError::CheckFailed) => Ok(ExitCode::FAILURE),
+            Err(e) => Err(e),
+        };
+    }
+    if opts.dry_run {
+        print!("{}", dry_run_all(opts)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut failed = None;
+    for step in steps::SEQUENCE {
+        if let Err(e) = execute(opts, step) {
+            eprintln!("cnilab e2e: {} failed: {e}", step_name(step));
+            failed = Some(step);
+            break;
+        }
+    }
+    if failed.is_some() {
+        if let Err(e) = execute(opts, Step::Dump) {
+            eprintln!("cnilab e2e: dump failed: {e}");
+        }
+    }
+    if opts.keep {
+        eprintln!(
+            "cnilab e2e: keeping the cluster (--keep); kubeconfig {}",
+            opts.kubeconfig().display()
+        );
+    } else if let Err(e) = execute(opts, Step::Delete) {
+        eprintln!("cnilab e2e: delete failed: {e}");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(match failed {
+        None => ExitCode::SUCCESS,
+        Some(_) => ExitCode::FAILURE,
+    })
+}
+
+/// `cnilab e2e check`: exit 0 iff every probe passed.
+pub fn check_command(opts: &check::CheckOptions, dry_run: bool) -> Result<ExitCode, E2eError> {
+    if dry_run {
+        println!("# {}", opts.command_line());
+        print!("{}", check::dry_run(opts));
+        return Ok(ExitCode::SUCCESS);
+    }
+    Ok(if check::run_blocking(opts)? {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

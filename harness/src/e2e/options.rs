@@ -1,0 +1,350 @@
+//! What a `cnilab e2e` run is about: provider, cluster name, versions, IP
+//! family, and the paths derived from them (lab/e2e-plan.md, "Commands and
+//! flags").
+
+use super::E2eError;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Provider {
+    Kind,
+    Minikube,
+}
+
+impl Provider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Kind => "kind",
+            Provider::Minikube => "minikube",
+        }
+    }
+}
+
+/// One step of a run; `All` is the whole sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Step {
+    All,
+    Create,
+    Load,
+    Deploy,
+    Wait,
+    Check,
+    Dump,
+    Delete,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IpFamily {
+    #[default]
+    Ipv4,
+    Ipv6,
+    Dual,
+}
+
+impl IpFamily {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpFamily::Ipv4 => "ipv4",
+            IpFamily::Ipv6 => "ipv6",
+            IpFamily::Dual => "dual",
+        }
+    }
+
+    /// The cluster's pod network (also the agent's CNILAB_CLUSTER_CIDR).
+    pub fn pod_subnet(self) -> &'static str {
+        match self {
+            IpFamily::Ipv4 => "10.244.0.0/16",
+            IpFamily::Ipv6 => "fd00:10:244::/56",
+            IpFamily::Dual => "10.244.0.0/16,fd00:10:244::/56",
+        }
+    }
+
+    pub fn service_subnet(self) -> &'static str {
+        match self {
+            IpFamily::Ipv4 => "10.96.0.0/16",
+            IpFamily::Ipv6 => "fd00:10:96::/112",
+            IpFamily::Dual => "10.96.0.0/16,fd00:10:96::/112",
+        }
+    }
+
+    /// Whether probes run over IPv4 and IPv6, in that order.
+    pub fn families(self) -> (bool, bool) {
+        match self {
+            IpFamily::Ipv4 => (true, false),
+            IpFamily::Ipv6 => (false, true),
+            IpFamily::Dual => (true, true),
+        }
+    }
+}
+
+/// The node images kind v0.33.0 lists in its release notes, by digest.
+pub const KIND_NODE_IMAGES: &[(&str, &str)] = &[
+    (
+        "v1.37.0",
+        "kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5",
+    ),
+    (
+        "v1.36.4",
+        "kindest/node:v1.36.4@sha256:099e049362a1526b2db71494e1947aae99bd16290d7c895f2b7ea312e3cbfaed",
+    ),
+    (
+        "v1.35.8",
+        "kindest/node:v1.35.8@sha256:07b2536e30b803ed61d1677a79df6115f798ce64c80f9e22f6ed45afd09323c0",
+    ),
+    (
+        "v1.34.11",
+        "kindest/node:v1.34.11@sha256:44e222ee2132dab25ff87301682f89eb82c7880ea3a1bf543bfe9708fd08d67d",
+    ),
+];
+
+pub const DEFAULT_IMAGE: &str = "localhost/cnilab:e2e";
+pub const DEFAULT_PROBE_IMAGE: &str = "registry.k8s.io/e2e-test-images/agnhost:2.53";
+/// The tag `lab/manifests/*.yaml` use for the cnilab image.
+pub const IMAGE_PLACEHOLDER: &str = "ghcr.io/cnilab/cnilab:dev";
+
+/// Everything a step needs; every step accepts every option.
+#[derive(Clone, Debug)]
+pub struct E2eOptions {
+    pub provider: Provider,
+    pub name: String,
+    /// Workers besides the control plane (kind default 2, minikube 1).
+    pub workers: Option<usize>,
+    pub k8s_version: Option<String>,
+    pub ip_family: IpFamily,
+    pub node_image: Option<String>,
+    /// Tag of the cnilab image under test.
+    pub image: String,
+    pub image_archive: Option<PathBuf>,
+    pub manifests: PathBuf,
+    /// Each gate of `wait`.
+    pub timeout: Duration,
+    pub out: Option<PathBuf>,
+    pub keep: bool,
+    pub dry_run: bool,
+    /// Image of the check's pods.
+    pub probe_image: String,
+    pub junit: Option<PathBuf>,
+    pub report: Option<PathBuf>,
+}
+
+impl E2eOptions {
+    pub fn new(provider: Provider, name: &str) -> E2eOptions {
+        E2eOptions {
+            provider,
+            name: name.to_string(),
+            workers: None,
+            k8s_version: None,
+            ip_family: IpFamily::Ipv4,
+            node_image: None,
+            image: DEFAULT_IMAGE.to_string(),
+            image_archive: None,
+            manifests: PathBuf::from("lab/manifests"),
+            timeout: Duration::from_secs(180),
+            out: None,
+            keep: false,
+            dry_run: false,
+            probe_image: DEFAULT_PROBE_IMAGE.to_string(),
+            junit: None,
+            report: None,
+        }
+    }
+
+    /// Rejects what would make a wrong plan before anything runs.
+    pub fn validate(&self) -> Result<(), E2eError> {
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= 40
+            && self
+                .name
+                .starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !name_ok {
+            return Err(E2eError::Invalid(format!(
+                "--name {:?}: use 1-40 lowercase letters, digits and '-' (it names the cluster, its nodes and target/cnilab-e2e/<name>)",
+                self.name
+            )));
+        }
+        if self.workers() > 20 {
+            return Err(E2eError::Invalid(format!(
+                "--workers {}: at most 20",
+                self.workers()
+            )));
+        }
+        if self.provider == Provider::Minikube && self.ip_family != IpFamily::Ipv4 {
+            return Err(E2eError::Invalid(format!(
+                "--ip-family {}: the minikube path is IPv4 only (use kind for ipv6 and dual)",
+                self.ip_family.as_str()
+            )));
+        }
+        if self.provider == Provider::Kind {
+            self.kind_node_image()?;
+        }
+        Ok(())
+    }
+
+    pub fn workers(&self) -> usize {
+        self.workers.unwrap_or(match self.provider {
+            Provider::Kind => 2,
+            Provider::Minikube => 1,
+        })
+    }
+
+    /// `v1.37.0`, whether or not the user wrote the `v`.
+    pub fn k8s_version(&self) -> String {
+        let v = self.k8s_version.clone().unwrap_or_else(|| {
+            match self.provider {
+                Provider::Kind => "v1.37.0",
+                Provider::Minikube => "v1.34.0",
+            }
+            .to_string()
+        });
+        if v.starts_with('v') {
+            v
+        } else {
+            format!("v{v}")
+        }
+    }
+
+    pub fn kind_node_image(&self) -> Result<String, E2eError> {
+        if let Some(image) = &self.node_image {
+            return Ok(image.clone());
+        }
+        let version = self.k8s_version();
+        KIND_NODE_IMAGES
+            .iter()
+            .find(|(v, _)| *v == version)
+            .map(|(_, image)| image.to_string())
+            .ok_or_else(|| {
+                let known: Vec<&str> = KIND_NODE_IMAGES.iter().map(|(v, _)| *v).collect();
+                E2eError::Invalid(format!(
+                    "--k8s-version {version}: kind v0.33.0 has node images for {} only; pass --node-image kindest/node:{version}@sha256:<digest> from the release notes of your kind",
+                    known.join(", ")
+                ))
+            })
+    }
+
+    /// `target/cnilab-e2e/<name>`.
+    pub fn work_dir(&self) -> PathBuf {
+        PathBuf::from("target/cnilab-e2e").join(&self.name)
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.work_dir().join("kubeconfig")
+    }
+
+    /// `target/cnilab-reports/e2e-<provider>-<name>`.
+    pub fn reports_dir(&self) -> PathBuf {
+        PathBuf::from("target/cnilab-reports").join(format!(
+            "e2e-{}-{}",
+            self.provider.as_str(),
+            self.name
+        ))
+    }
+
+    pub fn dump_dir(&self) -> PathBuf {
+        self.out
+            .clone()
+            .unwrap_or_else(|| self.work_dir().join("diag"))
+    }
+
+    /// The archive `load` reads: the given one, or the one it builds.
+    pub fn archive(&self) -> PathBuf {
+        self.image_archive
+            .clone()
+            .unwrap_or_else(|| self.work_dir().join("cnilab-image.tar"))
+    }
+
+    /// Node names the provider will give, in creation order.
+    pub fn predicted_nodes(&self) -> Vec<String> {
+        let total = self.workers() + 1;
+        match self.provider {
+            Provider::Kind => (0..total)
+                .map(|i| match i {
+                    0 => format!("{}-control-plane", self.name),
+                    1 => format!("{}-worker", self.name),
+                    n => format!("{}-worker{n}", self.name),
+                })
+                .collect(),
+            Provider::Minikube => (0..total)
+                .map(|i| match i {
+                    0 => self.name.clone(),
+                    n => format!("{}-m{:02}", self.name, n + 1),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `180s`, `3m`, `1h`, `90` (seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (number, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a duration like 180s, 3m or 1h"))?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n.saturating_mul(60),
+        "h" => n.saturating_mul(3600),
+        _ => return Err(format!("{text:?}: the unit must be s, m or h")),
+    };
+    if secs == 0 {
+        return Err(format!("{text:?}: must be more than zero"));
+    }
+    Ok(Duration::from_secs(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("180s"), Ok(Duration::from_secs(180)));
+        assert_eq!(parse_duration("3m"), Ok(Duration::from_secs(180)));
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("5d").is_err());
+        assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn predicted_names() {
+        let kind = E2eOptions::new(Provider::Kind, "c");
+        assert_eq!(
+            kind.predicted_nodes(),
+            ["c-control-plane", "c-worker", "c-worker2"]
+        );
+        let mut mk = E2eOptions::new(Provider::Minikube, "m");
+        assert_eq!(mk.predicted_nodes(), ["m", "m-m02"]);
+        mk.workers = Some(2);
+        assert_eq!(mk.predicted_nodes(), ["m", "m-m02", "m-m03"]);
+    }
+
+    #[test]
+    fn validation() {
+        let mut o = E2eOptions::new(Provider::Kind, "../etc");
+        assert!(o.validate().is_err());
+        o.name = "ok-1".into();
+        assert!(o.validate().is_ok());
+        o.k8s_version = Some("1.30.0".into());
+        let err = o
+            .validate()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("--node-image"), "{err}");
+        o.node_image = Some("kindest/node:v1.30.0".into());
+        assert!(o.validate().is_ok());
+        let mut mk = E2eOptions::new(Provider::Minikube, "m");
+        mk.ip_family = IpFamily::Dual;
+        assert!(mk.validate().is_err());
+    }
+}
