@@ -92,6 +92,31 @@ impl Lab {
         assert!(out.stdout.is_empty(), "DEL prints nothing on success");
     }
 
+    fn host_veths(&self) -> Vec<String> {
+        self.host
+            .links()
+            .expect("host links")
+            .into_iter()
+            .filter(|l| l.kind.as_deref() == Some("veth"))
+            .map(|l| l.name)
+            .collect()
+    }
+
+    /// A command without an attachment (STATUS, GC).
+    fn call_network(&self, command: &str, conf: &Value) -> std::process::Output {
+        invoke(
+            &self.host,
+            &self.plugin,
+            &Call {
+                command,
+                container_id: "",
+                netns: None,
+                ifname: "",
+            },
+            conf,
+        )
+    }
+
     fn host_has_link(&self, name: &str) -> bool {
         self.host
             .links()
@@ -255,14 +280,7 @@ fn del_is_idempotent_in_every_case() {
         store_records(&lab.store()).is_empty(),
         "released after netns deletion"
     );
-    let leftovers: Vec<String> = lab
-        .host
-        .links()
-        .expect("links")
-        .into_iter()
-        .filter(|l| l.kind.as_deref() == Some("veth"))
-        .map(|l| l.name)
-        .collect();
+    let leftovers = lab.host_veths();
     assert!(leftovers.is_empty(), "no host veth left: {leftovers:?}");
 }
 
@@ -387,14 +405,7 @@ fn hundred_parallel_adds_get_unique_addresses_and_dels_leave_nothing() {
         }
     });
     assert!(store_records(&lab.store()).is_empty(), "no record left");
-    let veths: Vec<String> = lab
-        .host
-        .links()
-        .expect("links")
-        .into_iter()
-        .filter(|l| l.kind.as_deref() == Some("veth"))
-        .map(|l| l.name)
-        .collect();
+    let veths = lab.host_veths();
     assert!(veths.is_empty(), "no veth left: {veths:?}");
 }
 
@@ -410,17 +421,7 @@ fn gc_removes_what_is_not_listed() {
         .collect();
     let mut gc = conf.clone();
     gc["cni.dev/valid-attachments"] = json!([{"containerID": "gc0", "ifname": "eth0"}]);
-    let out = invoke(
-        &lab.host,
-        &lab.plugin,
-        &Call {
-            command: "GC",
-            container_id: "",
-            netns: None,
-            ifname: "",
-        },
-        &gc,
-    );
+    let out = lab.call_network("GC", &gc);
     assert!(
         out.status.success(),
         "GC: {}",
@@ -440,17 +441,7 @@ fn gc_removes_what_is_not_listed() {
     // The older key name works as well.
     let mut gc_old = conf.clone();
     gc_old["cni.dev/attachments"] = json!([]);
-    let out = invoke(
-        &lab.host,
-        &lab.plugin,
-        &Call {
-            command: "GC",
-            container_id: "",
-            netns: None,
-            ifname: "",
-        },
-        &gc_old,
-    );
+    let out = lab.call_network("GC", &gc_old);
     assert!(out.status.success());
     assert!(store_records(&lab.store()).is_empty());
 }
@@ -458,22 +449,9 @@ fn gc_removes_what_is_not_listed() {
 #[test]
 fn status_reports_exhaustion_and_unwritable_store() {
     let lab = Lab::new();
-    let status = |conf: &Value| {
-        invoke(
-            &lab.host,
-            &lab.plugin,
-            &Call {
-                command: "STATUS",
-                container_id: "",
-                netns: None,
-                ifname: "",
-            },
-            conf,
-        )
-    };
     let mut conf = config("v4", lab.data.path());
     conf["ipam"]["ranges"] = json!([[{"subnet": "10.89.0.0/30"}]]);
-    let out = status(&conf);
+    let out = lab.call_network("STATUS", &conf);
     assert!(
         out.status.success() && out.stdout.is_empty(),
         "ready: {}",
@@ -481,7 +459,7 @@ fn status_reports_exhaustion_and_unwritable_store() {
     );
     let pod = Netns::new().expect("pod");
     lab.add("only", &pod, &conf);
-    let err = error_of(&status(&conf));
+    let err = error_of(&lab.call_network("STATUS", &conf));
     assert_eq!(err.code, code::NOT_AVAILABLE);
     assert!(
         err.msg.contains("10.89.0.0/30"),
@@ -496,7 +474,7 @@ fn status_reports_exhaustion_and_unwritable_store() {
 
     let file = tempfile::NamedTempFile::new().expect("file");
     conf["ipam"]["dataDir"] = json!(file.path());
-    let err = error_of(&status(&conf));
+    let err = error_of(&lab.call_network("STATUS", &conf));
     assert_eq!(err.code, code::NOT_AVAILABLE);
 }
 
