@@ -343,3 +343,38 @@ fn pods_lost_after_killed_adds_leak_without_gc_and_not_with_it() {
         assert!(f.plans.iter().all(|p| p.lost), "{}", f.detail);
     }
 }
+
+/// The defect `unexplained` excuses, made deterministic: an empty record in
+/// the store (what an ADD killed between creating and writing it leaves) is
+/// released neither by DEL nor by GC. When the plugin is fixed this test
+/// fails: then remove it and the filter in `unexplained`.
+#[test]
+fn known_defect_an_empty_record_is_never_released() {
+    use cnilab_harness::netns::Netns;
+    use cnilab_harness::runtime::{GcKey, NetworkConfig, Runtime, RuntimeConf};
+    require_root();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut net = NetworkConfig::load(&bridge_config(tmp.path())).expect("config");
+    let data = tmp.path().join("ipam");
+    net.set_ipam_data_dir(&data);
+    let host = Netns::with_label("host").expect("host netns");
+    let pod = Netns::with_label("pod").expect("pod netns");
+    let runtime = Runtime::new(&bridge_dir().to_string_lossy())
+        .in_netns(&host)
+        .expect("runtime");
+    let conf = RuntimeConf::new("empty-record", Some(pod.path()), "eth0");
+    runtime.add(&net, &conf).expect("ADD");
+    let store = net.ipam_store_dir().expect("store dir");
+    let empty = store.join("10.77.0.200");
+    std::fs::write(&empty, "").expect("plant an empty record");
+    runtime.del(&net, &conf).expect("DEL");
+    runtime.gc(&net, &[], GcKey::Both).expect("GC");
+    assert!(
+        empty.exists(),
+        "fixed: GC (or DEL) now releases empty records; remove this test and the filter in unexplained()"
+    );
+    eprintln!(
+        "KNOWN DEFECT (cnilab-bridge): {} survives DEL and GC with an empty list",
+        empty.display()
+    );
+}
