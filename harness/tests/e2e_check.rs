@@ -78,6 +78,8 @@ struct ApiState {
     services: Vec<Value>,
     /// Decoded `command` parameters of exec requests, with the pod.
     execs: Vec<(String, Vec<String>)>,
+    /// Pods that stay ContainerCreating, with a sandbox warning event.
+    stuck: Vec<String>,
 }
 
 fn respond(status: u16, body: Value) -> Response<Body> {
@@ -167,8 +169,22 @@ async fn fake_api_server(mut handle: Handle, nodes: Vec<Value>, state: Arc<Mutex
                     .iter()
                     .map(|p| {
                         let mut p = p.clone();
-                        let ip = pod_ip(p["metadata"]["name"].as_str().unwrap_or_default())
-                            .unwrap_or_default();
+                        let name = p["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string();
+                        if st.stuck.contains(&name) {
+                            p["status"] = json!({
+                                "phase": "Pending",
+                                "containerStatuses": [{
+                                    "name": "probe", "image": "agnhost", "imageID": "",
+                                    "ready": false, "restartCount": 0,
+                                    "state": { "waiting": { "reason": "ContainerCreating" } }
+                                }]
+                            });
+                            return p;
+                        }
+                        let ip = pod_ip(&name).unwrap_or_default();
                         p["status"] = json!({
                             "phase": "Running",
                             "conditions": [{ "type": "Ready", "status": "True" }],
@@ -180,6 +196,19 @@ async fn fake_api_server(mut handle: Handle, nodes: Vec<Value>, state: Arc<Mutex
                 respond(
                     200,
                     json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items }),
+                )
+            }
+            ("GET", p) if p == format!("/api/v1/namespaces/{NS}/events") => {
+                let items: Vec<Value> = st.stuck.iter().map(|pod| json!({
+                    "apiVersion": "v1", "kind": "Event",
+                    "metadata": { "name": format!("{pod}.1"), "namespace": NS },
+                    "involvedObject": { "kind": "Pod", "name": pod, "namespace": NS },
+                    "type": "Warning", "reason": "FailedCreatePodSandBox", "count": 3,
+                    "message": "Failed to create pod sandbox: plugin type=\"cnilab-bridge\" failed (add): no podCIDR for this node"
+                })).collect();
+                respond(
+                    200,
+                    json!({ "apiVersion": "v1", "kind": "EventList", "metadata": {}, "items": items }),
                 )
             }
             ("POST", p) if p == format!("/api/v1/namespaces/{NS}/services") => {
@@ -539,9 +568,11 @@ async fn creates_pinned_pods_services_and_execs_through_the_api() {
         "UDP through netexec's dial"
     );
 
-    // The mock refuses exec, so every probe fails, with the API's reason.
+    // The pods are Ready, but the mock refuses exec, so every probe fails,
+    // with the API's reason.
     assert!(!report.passed());
-    assert_eq!(report.failures.len(), report.probes);
+    assert_eq!(group(&report, "pods-ready").passed, 9);
+    assert_eq!(report.failures.len(), report.probes - 9);
     assert!(
         report.failures[0]
             .outcome
@@ -562,6 +593,7 @@ async fn healthy_cluster_passes_every_group() {
     assert_eq!(
         names,
         [
+            "pods-ready",
             "pod-to-pod/same-node",
             "pod-to-pod/cross-node",
             "node-to-pod",
@@ -588,7 +620,7 @@ async fn healthy_cluster_passes_every_group() {
     );
     // Table, JSON and JUnit like the lab's.
     assert!(
-        report.table().contains("All 8 checks"),
+        report.table().contains("All 9 checks"),
         "{}",
         report.table()
     );
@@ -753,4 +785,47 @@ fn dry_run_lists_objects_for_the_predicted_nodes() {
     assert!(text.contains("\"nodeName\": \"n-worker\""));
     assert!(text.contains("example.org/agnhost:test"));
     assert!(text.contains("\"hostNetwork\": true"));
+}
+
+#[tokio::test]
+async fn a_pod_that_never_starts_is_reported_with_its_sandbox_error() {
+    let (client, state, _server) = start(healthy_nodes());
+    state.lock().expect("state").stuck = vec!["pod-n2-1".to_string()];
+    let exec = scripted(|_: &str, _: &str| true);
+    let mut opts = options();
+    opts.timeout = Duration::from_secs(3);
+    let report = tokio::time::timeout(Duration::from_secs(60), check::run(client, &exec, &opts))
+        .await
+        .expect("the check finishes")
+        .expect("the check runs");
+    assert!(!report.passed());
+    let ready = group(&report, "pods-ready");
+    assert_eq!((ready.probes, ready.passed), (9, 8));
+    assert_eq!(report.failures.len(), 1, "{}", report.table());
+    let f = &report.failures[0];
+    assert_eq!(f.outcome.spec.to.name, "kind-worker2/pod-n2-1");
+    let err = f.outcome.error.as_deref().unwrap_or_default();
+    assert!(
+        err.contains("ContainerCreating") && err.contains("FailedCreatePodSandBox"),
+        "{err}"
+    );
+    assert_eq!(
+        f.diagnoses.iter().map(|d| d.id).collect::<Vec<_>>(),
+        ["cni-add-failed"]
+    );
+    // Its probes are not run; the other pods' are.
+    let calls = exec.calls.lock().expect("calls");
+    assert!(!calls.iter().any(|(p, _)| p == "pod-n2-1"));
+    assert!(!calls
+        .iter()
+        .any(|(_, c)| c.iter().any(|a| a.contains("10.244.2.11"))));
+    assert_eq!(
+        group(&report, "pod-to-pod/same-node").probes,
+        12,
+        "pod-n2-0 has no same-node peer left"
+    );
+    assert!(
+        state.lock().expect("state").namespaces.is_empty(),
+        "namespace deleted"
+    );
 }

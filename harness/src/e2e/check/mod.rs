@@ -14,7 +14,7 @@ use super::E2eError;
 use crate::lab::report::{Failure, NodeView, Report};
 use futures_util::future::BoxFuture;
 use futures_util::stream::{self, StreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, Service};
 use kube::api::{Api, AttachParams, DeleteParams, ListParams, PostParams};
 use nodes::{ClusterNode, NodeFinding};
 use probes::{Cluster, ExecOutput, ProbePod};
@@ -191,7 +191,7 @@ pub fn dry_run(opts: &CheckOptions) -> String {
     let per_node = objects::PODS_PER_NODE;
     let _ = writeln!(
         out,
-        "# probes ({}): pod-to-pod/same-node and cross-node (icmp, tcp, udp), node-to-pod (icmp, tcp) from {}, pod-to-node (icmp, tcp), pod-to-service and {}.{ns}.svc (tcp), hairpin through self-n<i> (tcp), mtu/df-cross-node (a ping filling the pod MTU)",
+        "# probes ({}): pods-ready, pod-to-pod/same-node and cross-node (icmp, tcp, udp), node-to-pod (icmp, tcp) from {}, pod-to-node (icmp, tcp), pod-to-service and {}.{ns}.svc (tcp), hairpin through self-n<i> (tcp), mtu/df-cross-node (a ping filling the pod MTU)",
         match (v4, v6) {
             (true, true) => "IPv4 and IPv6",
             (false, true) => "IPv6",
@@ -417,7 +417,7 @@ async fn probe_cluster(
         services.push(cluster_ips(&created));
     }
     let setup = started.elapsed();
-    let running = wait_for_pods(&pods_api, opts, names.len()).await?;
+    let (running, not_ready) = wait_for_pods(client, opts, &names).await?;
     let ready = started.elapsed();
 
     let mut cluster = Cluster {
@@ -468,6 +468,7 @@ async fn probe_cluster(
     }
 
     let (v4, v6) = opts.ip_family.families();
+    let mut outcomes = probes::readiness(&cluster, &not_ready, v6 && !v4);
     let plan = probes::plan(&cluster, v4, v6);
     let total = plan.len();
     eprintln!(
@@ -475,7 +476,7 @@ async fn probe_cluster(
         cluster.pods.len() + cluster.hosts.len()
     );
     let done = std::sync::atomic::AtomicUsize::new(0);
-    let outcomes: Vec<crate::lab::checks::ProbeOutcome> = stream::iter(plan.iter())
+    let probed: Vec<crate::lab::checks::ProbeOutcome> = stream::iter(plan.iter())
         .map(|probe| async {
             let t = Instant::now();
             let result = exec
@@ -494,6 +495,7 @@ async fn probe_cluster(
         .buffered(opts.concurrency.max(1))
         .collect()
         .await;
+    outcomes.extend(probed);
     let failures: Vec<Failure> = outcomes
         .iter()
         .enumerate()
@@ -584,12 +586,24 @@ fn pod_state(pod: &Pod) -> String {
     })
 }
 
+/// A probe pod that never became Ready, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotReady {
+    pub name: String,
+    pub node: usize,
+    pub state: String,
+}
+
+/// Waits until every probe pod is Ready or the timeout; then returns the
+/// Ready ones and, for the others, their state and latest warning event
+/// (a sandbox error there is usually the CNI plugin's ADD failing).
 async fn wait_for_pods(
-    api: &Api<Pod>,
+    client: &kube::Client,
     opts: &CheckOptions,
-    node_count: usize,
-) -> Result<Vec<ProbePod>, E2eError> {
-    let expected = node_count * (objects::PODS_PER_NODE + 1);
+    names: &[String],
+) -> Result<(Vec<ProbePod>, Vec<NotReady>), E2eError> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &opts.namespace);
+    let expected = names.len() * (objects::PODS_PER_NODE + 1);
     let selector = format!("{}={}", objects::MANAGED_BY.0, objects::MANAGED_BY.1);
     let start = Instant::now();
     let mut next_progress = Duration::from_secs(10);
@@ -598,34 +612,45 @@ async fn wait_for_pods(
             .list(&ListParams::default().labels(&selector))
             .await
             .map_err(kube_err("cannot list the probe pods"))?;
-        let ready: Vec<&Pod> = list.items.iter().filter(|p| pod_ready(p)).collect();
-        if ready.len() >= expected {
-            return Ok(list.items.iter().filter_map(probe_pod).collect());
-        }
+        let ready: Vec<ProbePod> = list
+            .items
+            .iter()
+            .filter(|p| pod_ready(p))
+            .filter_map(probe_pod)
+            .collect();
         let elapsed = start.elapsed();
-        if elapsed >= opts.timeout {
-            let stuck: Vec<String> = list
-                .items
-                .iter()
-                .filter(|p| !pod_ready(p))
-                .map(|p| {
-                    format!(
-                        "{} on {}: {}",
-                        p.metadata.name.clone().unwrap_or_default(),
-                        p.spec
-                            .as_ref()
-                            .and_then(|s| s.node_name.clone())
-                            .unwrap_or_default(),
-                        pod_state(p)
-                    )
-                })
-                .collect();
-            return Err(E2eError::Kube(format!(
-                "{} of {expected} probe pods Ready after {}s; not ready: {} (ContainerCreating with a sandbox error points at the CNI plugin on that node)",
-                ready.len(),
-                opts.timeout.as_secs(),
-                stuck.join("; ")
-            )));
+        if ready.len() >= expected || elapsed >= opts.timeout {
+            let mut not_ready = Vec::new();
+            for (i, _) in names.iter().enumerate() {
+                let mine = (0..objects::PODS_PER_NODE)
+                    .map(|k| objects::pod_name(i, k))
+                    .chain([objects::host_pod_name(i)]);
+                for name in mine {
+                    if ready.iter().any(|p| p.name == name) {
+                        continue;
+                    }
+                    let state = list
+                        .items
+                        .iter()
+                        .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+                        .map(pod_state)
+                        .unwrap_or_else(|| "missing".into());
+                    not_ready.push(NotReady {
+                        name,
+                        node: i,
+                        state,
+                    });
+                }
+            }
+            if !not_ready.is_empty() {
+                add_warnings(client, opts, &mut not_ready).await;
+                eprintln!(
+                    "cnilab e2e: {} of {expected} probe pods not Ready after {}s",
+                    not_ready.len(),
+                    elapsed.as_secs()
+                );
+            }
+            return Ok((ready, not_ready));
         }
         if elapsed >= next_progress {
             eprintln!(
@@ -637,6 +662,30 @@ async fn wait_for_pods(
             next_progress += Duration::from_secs(10);
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// Appends each pod's latest Warning event (FailedCreatePodSandBox...).
+async fn add_warnings(client: &kube::Client, opts: &CheckOptions, pods: &mut [NotReady]) {
+    let api: Api<Event> = Api::namespaced(client.clone(), &opts.namespace);
+    let Ok(events) = api.list(&ListParams::default()).await else {
+        return;
+    };
+    for pod in pods.iter_mut() {
+        let latest = events
+            .items
+            .iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(pod.name.as_str()))
+            .filter(|e| e.type_.as_deref() == Some("Warning"))
+            .max_by_key(|e| e.count.unwrap_or(0));
+        if let Some(e) = latest {
+            pod.state = format!(
+                "{} ({}: {})",
+                pod.state,
+                e.reason.clone().unwrap_or_default(),
+                e.message.clone().unwrap_or_default().trim()
+            );
+        }
     }
 }
 

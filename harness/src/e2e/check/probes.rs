@@ -6,13 +6,15 @@
 
 use super::nodes::{ClusterNode, NodeFinding};
 use super::objects::{HTTP_PORT, UDP_PORT};
+use super::NotReady;
 use crate::lab::checks::{Endpoint, ExpectSource, ProbeOutcome, ProbeSpec};
 use crate::lab::diagnose::Diagnosis;
 use crate::lab::probe::Proto;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Check groups, in report order.
 pub const GROUPS: &[&str] = &[
+    "pods-ready",
     "pod-to-pod/same-node",
     "pod-to-pod/cross-node",
     "node-to-pod",
@@ -390,6 +392,60 @@ pub fn plan(c: &Cluster, v4: bool, v6: bool) -> Vec<Probe> {
     out
 }
 
+/// One outcome per probe pod: Ready, or why not (the `pods-ready` group).
+/// The probes of a pod that is not Ready are not run.
+pub fn readiness(c: &Cluster, not_ready: &[NotReady], v6: bool) -> Vec<ProbeOutcome> {
+    let unspecified = if v6 {
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    };
+    let node_name = |n: usize| c.nodes.get(n).map(|x| x.name.clone()).unwrap_or_default();
+    let node_ep = |n: usize| Endpoint {
+        name: node_name(n),
+        node: Some(n),
+        pod: None,
+        ip: c
+            .nodes
+            .get(n)
+            .and_then(|x| x.internal_ip(v6))
+            .unwrap_or(unspecified),
+        external: false,
+    };
+    let mut rows: Vec<(usize, String, Option<IpAddr>, Option<String>)> = c
+        .pods
+        .iter()
+        .chain(c.hosts.iter())
+        .map(|p| (p.node, p.name.clone(), p.ip(v6), None))
+        .chain(
+            not_ready
+                .iter()
+                .map(|p| (p.node, p.name.clone(), None, Some(p.state.clone()))),
+        )
+        .collect();
+    rows.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    rows.into_iter()
+        .map(|(node, name, ip, state)| ProbeOutcome {
+            spec: ProbeSpec {
+                group: "pods-ready",
+                from: node_ep(node),
+                to: Endpoint {
+                    name: format!("{}/{name}", node_name(node)),
+                    node: Some(node),
+                    pod: None,
+                    ip: ip.unwrap_or(unspecified),
+                    external: false,
+                },
+                proto: Proto::Tcp,
+                expect_source: None,
+            },
+            error: state.map(|s| format!("not Ready: {s}")),
+            seen_source: None,
+            rtt_ms: None,
+        })
+        .collect()
+}
+
 /// What an exec returned.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ExecOutput {
@@ -568,6 +624,28 @@ pub fn diagnose(
         return out;
     }
     match o.spec.group {
+        "pods-ready" => {
+            let err = o.error.as_deref().unwrap_or_default();
+            let node = touched.first().cloned().unwrap_or_default();
+            if err.contains("ImagePull") || err.contains("ErrImage") {
+                out.push(Diagnosis {
+                    id: "image-pull",
+                    message: format!(
+                        "{node} cannot pull the probe image: give a reachable one with --image (it must provide agnhost's netexec, curl and ping)"
+                    ),
+                });
+            } else if err.contains("ContainerCreating")
+                || err.contains("Sandbox")
+                || err.contains("network")
+            {
+                out.push(Diagnosis {
+                    id: "cni-add-failed",
+                    message: format!(
+                        "the pod sandbox on {node} was not set up: the CNI ADD failed or no CNI config is installed there (check the agent pod on {node}, /etc/cni/net.d and /opt/cni/bin; `cnilab e2e <provider> dump` saves them)"
+                    ),
+                });
+            }
+        }
         "pod-to-pod/cross-node" if passed("pod-to-pod/same-node", from, None, None) => {
             let dst_node = o.spec.to.node.and_then(|n| c.nodes.get(n));
             let via = dst_node
