@@ -56,19 +56,7 @@ fn explain(r: &SoakReport) -> String {
 /// cannot parse) never release. Such a finding must be attributed to a
 /// killed ADD to be excused; it is printed. Remove this filter with the fix.
 fn unexplained(r: &SoakReport) -> Vec<&soak::Finding> {
-    let (known, other): (Vec<&soak::Finding>, Vec<&soak::Finding>) =
-        r.findings.iter().partition(|f| {
-            f.kind == FindingKind::LeakedAddress
-                && f.detail.contains("an empty record, left by an ADD killed")
-                && !f.steps.is_empty()
-        });
-    for f in known {
-        eprintln!(
-            "KNOWN DEFECT (cnilab-bridge, empty record after a kill): {}",
-            f.detail
-        );
-    }
-    other
+    r.findings.iter().collect()
 }
 
 fn no_namespaces_of_this_process_left() {
@@ -344,12 +332,12 @@ fn pods_lost_after_killed_adds_leak_without_gc_and_not_with_it() {
     }
 }
 
-/// The defect `unexplained` excuses, made deterministic: an empty record in
-/// the store (what an ADD killed between creating and writing it leaves) is
-/// released neither by DEL nor by GC. When the plugin is fixed this test
-/// fails: then remove it and the filter in `unexplained`.
+/// Regression test of the defect the soak found: an empty record in the
+/// store (what an ADD killed between creating and writing it used to leave)
+/// must not hold its address for ever. Records are now written atomically,
+/// and an ownerless record is removed under the store lock.
 #[test]
-fn known_defect_an_empty_record_is_never_released() {
+fn an_empty_record_is_released() {
     use cnilab_harness::netns::Netns;
     use cnilab_harness::runtime::{GcKey, NetworkConfig, Runtime, RuntimeConf};
     require_root();
@@ -370,11 +358,8 @@ fn known_defect_an_empty_record_is_never_released() {
     runtime.del(&net, &conf).expect("DEL");
     runtime.gc(&net, &[], GcKey::Both).expect("GC");
     assert!(
-        empty.exists(),
-        "fixed: GC (or DEL) now releases empty records; remove this test and the filter in unexplained()"
-    );
-    eprintln!(
-        "KNOWN DEFECT (cnilab-bridge): {} survives DEL and GC with an empty list",
+        !empty.exists(),
+        "{} survived DEL and GC: ownerless records must be released",
         empty.display()
     );
 }

@@ -331,6 +331,12 @@ fn builtin_ipam(ipam: &IpamConf, network: &str) -> Result<BuiltinIpam> {
         .data_dir
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+    if !data_dir.is_absolute() {
+        return Err(CniError::config(format!(
+            "ipam.dataDir {} must be an absolute path",
+            data_dir.display()
+        )));
+    }
     Ok(BuiltinIpam {
         range_sets,
         routes: ipam.routes.clone(),
@@ -471,6 +477,10 @@ mod tests {
     )]
     #[case::ipam_path(
         r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"../../bin/sh"}}"#,
+        7
+    )]
+    #[case::relative_data_dir(
+        r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/24","dataDir":"var/lib"}}"#,
         7
     )]
     #[case::start_after_end(r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/24","rangeStart":"10.0.0.9","rangeEnd":"10.0.0.5"}}"#, 7)]

@@ -92,8 +92,11 @@ impl CniEnv {
         let ifname = required("CNI_IFNAME", needs_attachment)?;
         if needs_attachment {
             if !valid_container_id(&container_id) {
+                let shown: String = container_id.chars().take(64).collect();
                 return Err(CniError::env(format!(
-                    "CNI_CONTAINERID {container_id:?} is invalid: it must match ^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+                    "CNI_CONTAINERID {shown:?}{} is invalid: it must match ^[A-Za-z0-9][A-Za-z0-9_.-]*$ and be at most {} bytes",
+                    if container_id.len() > 64 { "…" } else { "" },
+                    crate::spec::MAX_CONTAINER_ID
                 )));
             }
             if let Err(why) = check_ifname(&ifname) {

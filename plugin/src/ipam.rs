@@ -120,13 +120,18 @@ impl Store {
             .collect())
     }
 
-    /// Every record in the store.
+    /// Every record in the store. Records without an owner (left by a
+    /// writer that died, possibly an older plugin version) are removed: the
+    /// lock is held, so no live writer can be in the middle of one.
     pub fn records(&self) -> Result<Vec<Record>> {
         let mut out = Vec::new();
         for ip in self.reserved_ips()? {
             let path = self.dir.join(ip.to_string());
             match fs::read_to_string(&path) {
-                Ok(content) => out.extend(parse_record(ip, &content)),
+                Ok(content) => match parse_record(ip, &content) {
+                    Some(record) => out.push(record),
+                    None => remove(&path)?,
+                },
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
                 Err(e) => return Err(CniError::io(format!("read {}: {e}", path.display()))),
             }
@@ -164,19 +169,10 @@ impl Store {
                 continue;
             }
             let path = self.dir.join(ip.to_string());
-            let created = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path);
-            let mut file = match created {
-                Ok(f) => f,
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(CniError::io(format!("reserve {}: {e}", path.display()))),
-            };
-            if let Err(e) = file.write_all(format!("{container_id}\r\n{ifname}").as_bytes()) {
-                let _ = fs::remove_file(&path);
-                return Err(CniError::io(format!("write {}: {e}", path.display())));
+            match self.create_record(&path, container_id, ifname) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => return Err(e),
             }
             write_atomic(&last_path, ip.to_string().as_bytes())?;
             return Ok((ip, range.clone()));
@@ -192,6 +188,33 @@ impl Store {
                 described.join(", ")
             ),
         ))
+    }
+
+    /// Creates the record `path` with its owner, atomically: the content is
+    /// written to a temporary file first and hard-linked into place, which
+    /// fails if the address is taken. A writer killed half-way leaves at
+    /// most a temporary file, never an empty record. Returns false when the
+    /// address was taken.
+    fn create_record(&self, path: &Path, container_id: &str, ifname: &str) -> Result<bool> {
+        let tmp = self.dir.join(format!(".record.{}", std::process::id()));
+        let written = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(format!("{container_id}\r\n{ifname}").as_bytes()));
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(CniError::io(format!("write {}: {e}", tmp.display())));
+        }
+        let linked = fs::hard_link(&tmp, path);
+        let _ = fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(CniError::io(format!("reserve {}: {e}", path.display()))),
+        }
     }
 
     /// Releases one address if it belongs to (container, ifname).
@@ -392,6 +415,26 @@ mod tests {
         assert_eq!(s.release("a", "eth0").expect("release twice").len(), 0);
         assert_eq!(s.records().expect("records").len(), 1);
         assert_eq!(s.usage(&set).expect("usage"), (1, 253));
+    }
+
+    #[test]
+    fn records_without_owner_are_removed_and_no_temp_file_stays() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let set = set_of(r#"{"subnet":"10.9.0.0/24"}"#);
+        let s = store(tmp.path());
+        fs::write(tmp.path().join("10.9.0.7"), "").expect("plant an empty record");
+        s.reserve(0, &set, "a", "eth0").expect("reserve");
+        assert_eq!(s.records().expect("records").len(), 1);
+        assert!(
+            !tmp.path().join("10.9.0.7").exists(),
+            "ownerless record removed"
+        );
+        let leftovers: Vec<_> = fs::read_dir(tmp.path())
+            .expect("dir")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".record"))
+            .collect();
+        assert!(leftovers.is_empty(), "no temporary record file stays");
     }
 
     #[test]

@@ -19,6 +19,27 @@ pub fn open(path: impl AsRef<Path>) -> io::Result<File> {
         .map_err(|e| io::Error::new(e.kind(), format!("open netns {}: {e}", path.display())))
 }
 
+/// Opens `path` and makes sure it is a network namespace (not a regular
+/// file, a directory or another kind of namespace), before anything is done
+/// with it.
+pub fn open_network_namespace(path: impl AsRef<Path>) -> io::Result<File> {
+    let path = path.as_ref();
+    let file = open(path)?;
+    // NS_GET_NSTYPE: _IO(0xb7, 0x3). It answers only for namespace files.
+    const NS_GET_NSTYPE: nix::libc::c_ulong = 0xb703;
+    // SAFETY: an ioctl without an argument on a descriptor we own.
+    let kind =
+        unsafe { nix::libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&file), NS_GET_NSTYPE as _) };
+    if kind == nix::libc::CLONE_NEWNET {
+        Ok(file)
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a network namespace", path.display()),
+        ))
+    }
+}
+
 /// Runs `f` on a fresh OS thread that first entered the network namespace
 /// `ns`. The thread ends with `f`, so the namespace switch never leaks into a
 /// thread that anything else uses.

@@ -292,8 +292,16 @@ pub struct Attachment {
     pub ifname: String,
 }
 
-/// Container IDs per SPEC.md: `^[A-Za-z0-9][A-Za-z0-9_.-]*$`.
+/// The longest container ID accepted: IDs end up in file names (records,
+/// libcni's `<network>-<id>-<ifname>` cache), which hold 255 bytes.
+pub const MAX_CONTAINER_ID: usize = 200;
+
+/// Container IDs per SPEC.md: `^[A-Za-z0-9][A-Za-z0-9_.-]*$`, at most
+/// [`MAX_CONTAINER_ID`] bytes.
 pub fn valid_container_id(id: &str) -> bool {
+    if id.len() > MAX_CONTAINER_ID {
+        return false;
+    }
     let mut bytes = id.bytes();
     matches!(bytes.next(), Some(b) if b.is_ascii_alphanumeric())
         && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))

@@ -527,9 +527,12 @@ fn config(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
 fn interface_state(pod: &Netns, ifname: &str) -> Option<(Option<String>, Vec<String>)> {
     let state = pod.snapshot().ok()?;
     let link = state.link(ifname)?;
+    // IPv6 link-local addresses come from the kernel itself, some time after
+    // the link is up; they are not the plugin's doing.
     let mut addrs: Vec<String> = state
         .addresses_of(link.index)
         .iter()
+        .filter(|a| !matches!(a.addr(), std::net::IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80))
         .map(ToString::to_string)
         .collect();
     addrs.sort();

@@ -18,7 +18,7 @@ use std::net::IpAddr;
 
 pub fn run(env: &CniEnv, plan: &Plan) -> Result<CniResult> {
     let prev = prev_result(plan)?;
-    let ns = netns::open(&env.netns)
+    let ns = netns::open_network_namespace(&env.netns)
         .map_err(|e| CniError::env(format!("CNI_NETNS {}: {e}", env.netns)))?;
     let rt = runtime()?;
     let _entered = rt.enter();

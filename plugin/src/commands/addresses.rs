@@ -85,9 +85,12 @@ pub fn release(env: &CniEnv, plan: &Plan) -> Result<Vec<IpAddr>> {
 pub fn release_allocation(env: &CniEnv, plan: &Plan, alloc: &Allocation) {
     match &plan.ipam {
         IpamPlan::None => {}
-        IpamPlan::Delegate { .. } => {
+        // A delegated plugin releases by (container, ifname): call it only if
+        // this ADD did allocate, or an existing attachment's address goes too.
+        IpamPlan::Delegate { .. } if !alloc.ips.is_empty() => {
             let _ = release(env, plan);
         }
+        IpamPlan::Delegate { .. } => {}
         IpamPlan::Builtin(ipam) => {
             if let Ok(store) = Store::open_locked(&ipam.store_dir, LOCK_TIMEOUT) {
                 for ip in &alloc.ips {

@@ -28,7 +28,8 @@ pub fn run(env: &CniEnv, plan: &Plan) -> Result<()> {
             ))
         })?;
     let expected = &prev.interfaces[idx];
-    let ns = netns::open(&env.netns).map_err(|e| mismatch(format!("netns {}: {e}", env.netns)))?;
+    let ns = netns::open_network_namespace(&env.netns)
+        .map_err(|e| mismatch(format!("netns {}: {e}", env.netns)))?;
     let host_veth = host_veth_name(&env.container_id, &env.ifname);
     let rt = runtime()?;
     rt.block_on(async {

@@ -47,6 +47,27 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(|e| CniError::io(format!("start tokio runtime: {e}")))
 }
 
+/// The entry point for a process: `vars` is the whole environment block in
+/// order. A `CNI_*` variable given twice is ambiguous (libraries disagree on
+/// which one wins) and refused with code 4.
+pub fn run_with_vars(vars: &[(String, String)], stdin: &[u8]) -> Outcome {
+    let mut seen: Vec<&str> = Vec::new();
+    for (key, _) in vars.iter().filter(|(k, _)| k.starts_with("CNI_")) {
+        if seen.contains(&key.as_str()) {
+            let version = config::sniff_version(stdin)
+                .filter(|v| spec::is_supported(v))
+                .unwrap_or_else(|| spec::CURRENT_VERSION.to_string());
+            let e = CniError::env(format!(
+                "{key} is set more than once in the environment; set it once"
+            ));
+            return failure(&version, e, "env".into(), Instant::now());
+        }
+        seen.push(key);
+    }
+    let get = |key: &str| vars.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+    run(&get, stdin)
+}
+
 /// The plugin's entry point with its environment and stdin as parameters,
 /// so that unit tests can drive it without a process.
 pub fn run(get: &dyn Fn(&str) -> Option<String>, stdin: &[u8]) -> Outcome {
@@ -216,6 +237,25 @@ mod tests {
         assert_eq!(body.code, want, "{}", out.stdout);
         assert!(body.cni_version.is_some());
         assert!(!body.msg.is_empty());
+    }
+
+    #[test]
+    fn a_doubled_cni_variable_is_refused() {
+        let vars: Vec<(String, String)> = [
+            ("CNI_COMMAND", "VERSION"),
+            ("PATH", "/bin"),
+            ("CNI_COMMAND", "DEL"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let out = run_with_vars(&vars, b"");
+        assert_ne!(out.exit_code, 0);
+        let body: spec::ErrorBody = serde_json::from_str(&out.stdout).expect("error body");
+        assert_eq!(body.code, 4);
+        assert!(body.msg.contains("CNI_COMMAND"));
+        let once = run_with_vars(&vars[..2], b"");
+        assert_eq!(once.exit_code, 0, "{}", once.stdout);
     }
 
     #[test]
