@@ -49,16 +49,6 @@ fn explain(r: &SoakReport) -> String {
     r.table()
 }
 
-/// Findings other than one known cnilab-bridge defect, reported to the
-/// plugin's owner and not fixed yet: an ADD SIGKILLed between creating an
-/// address record (O_EXCL) and writing its owner into it leaves an empty
-/// record, which DEL (it matches records by owner) and GC (it skips what it
-/// cannot parse) never release. Such a finding must be attributed to a
-/// killed ADD to be excused; it is printed. Remove this filter with the fix.
-fn unexplained(r: &SoakReport) -> Vec<&soak::Finding> {
-    r.findings.iter().collect()
-}
-
 fn no_namespaces_of_this_process_left() {
     let prefix = format!("cnilab-{}-", std::process::id());
     let left: Vec<String> = std::fs::read_dir("/run/netns")
@@ -82,7 +72,7 @@ fn short_soak_of_cnilab_bridge_finds_no_leak() {
     o.kill_rate = 0.25;
     o.gc_every = 20;
     let r = soak::run(&o).expect("soak runs");
-    assert!(unexplained(&r).is_empty(), "{}", explain(&r));
+    assert!(r.passed(), "{}", explain(&r));
     assert_eq!(r.steps, 60);
     assert!(r.kills_landed > 0, "no ADD was killed:\n{}", explain(&r));
     assert!(r.gc_supported && r.gc_runs >= 3, "{}", explain(&r));
@@ -120,7 +110,7 @@ fn gc_reclaims_planted_leaks() {
         "{}",
         explain(&r)
     );
-    assert!(unexplained(&r).is_empty(), "{}", explain(&r));
+    assert!(r.passed(), "{}", explain(&r));
 }
 
 #[test]
@@ -289,7 +279,7 @@ fn pods_lost_after_killed_adds_leak_without_gc_and_not_with_it() {
     o.gc_every = 10;
     let r = soak::run(&o).expect("soak runs");
     assert!(r.lost_pods > 0, "{}", explain(&r));
-    assert!(unexplained(&r).is_empty(), "{}", explain(&r));
+    assert!(r.passed(), "{}", explain(&r));
 
     // The reference host-local has no GC: a killed ADD that got as far as
     // reserving an address leaks it. The reference bridge, made to linger
