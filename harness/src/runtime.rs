@@ -582,11 +582,12 @@ impl Runtime {
             .stderr(Stdio::piped())
             // Own process group, so that a timeout kills helpers (IPAM) too.
             .process_group(0);
-        if let Some(host) = &self.host {
-            cnilab_plugin::netns::command_in(host, &mut cmd);
-        }
         let started = Instant::now();
-        let mut child = cmd.spawn().map_err(|e| spawn_err(e.to_string()))?;
+        let spawned = match &self.host {
+            Some(host) => cnilab_plugin::netns::spawn_in(host, &mut cmd),
+            None => cmd.spawn(),
+        };
+        let mut child = spawned.map_err(|e| spawn_err(e.to_string()))?;
         let pid = child.id();
         let mut out_pipe = child.stdout.take();
         let mut err_pipe = child.stderr.take();
