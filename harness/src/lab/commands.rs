@@ -345,6 +345,7 @@ pub fn scenario_run(
         );
         write(path, &xml)?;
     }
+    let _ = std::fs::remove_dir_all(super::scratch_run_dir());
     println!("{} passed, {failed} failed", files.len() - failed);
     Ok(if failed == 0 {
         ExitCode::SUCCESS

@@ -59,6 +59,7 @@ pub fn cleanup_on_interrupt(extra_prefix: Option<String>) {
         if let Some(p) = &extra_prefix {
             let _ = crate::netns::remove_prefixed(p);
         }
+        let _ = std::fs::remove_dir_all(scratch_run_dir());
         std::process::exit(130);
     });
 }

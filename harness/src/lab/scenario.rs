@@ -610,7 +610,9 @@ pub fn run(
             break;
         }
     }
+    let run_dir = lab.opts.run_dir.clone();
     lab.down();
+    let _ = std::fs::remove_dir_all(&run_dir);
     if let Some(e) = error {
         return Err(e);
     }
