@@ -9,7 +9,12 @@ fn main() {
     let limit = (cnilab_plugin::commands::MAX_STDIN + 1) as u64;
     let _ = std::io::stdin().take(limit).read_to_end(&mut stdin);
     let vars: Vec<(String, String)> = std::env::vars_os()
-        .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
         .collect();
     let outcome = cnilab_plugin::commands::run_with_vars(&vars, &stdin);
     let mut out = std::io::stdout().lock();
