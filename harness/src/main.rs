@@ -68,6 +68,9 @@ enum Cmd {
         /// Per-call timeout in seconds.
         #[arg(long, default_value_t = 30)]
         timeout: u64,
+        /// Hostile-input corpus whose generic cases make check X1 (default: tests/corpus when present).
+        #[arg(long)]
+        corpus: Option<PathBuf>,
     },
     /// Run one pod's full lifecycle (ADD, verify, CHECK, tamper, DEL, cleanup, DEL variants).
     Lifecycle {
@@ -305,6 +308,7 @@ fn main() -> ExitCode {
             format,
             junit,
             timeout,
+            corpus,
         } => cnilab_harness::cli::conform(
             &cnilab_harness::conform::ConformOptions {
                 plugin_dir,
@@ -312,6 +316,10 @@ fn main() -> ExitCode {
                 ifname,
                 only,
                 timeout: Duration::from_secs(timeout),
+                corpus: corpus.or_else(|| {
+                    let default = PathBuf::from("tests/corpus");
+                    default.is_dir().then_some(default)
+                }),
             },
             format,
             junit.as_deref(),

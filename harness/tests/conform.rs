@@ -19,6 +19,7 @@ fn run(plugin_dir: &str, config: &Path, only: Option<&[&str]>) -> ConformReport 
         ifname: "eth0".into(),
         only: only.map(|ids| ids.iter().map(|s| s.to_string()).collect()),
         timeout: Duration::from_secs(60),
+        corpus: Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus")),
     };
     conform::run(&opts, &mut |_| {}).expect("the suite runs")
 }
@@ -140,6 +141,7 @@ fn cnilab_bridge_passes() {
 #[case::decode_error_code("wrong-error-code", &["C1"])]
 #[case::reported_mac("wrong-mac", &["A5"])]
 #[case::version_output("version-garbage", &["V1"])]
+#[case::plain_text_errors("text-errors", &["X1"])]
 fn broken_plugins_fail_the_rule_they_break(#[case] plugin: &str, #[case] ids: &[&str]) {
     require_reference();
     let tmp = tempfile::tempdir().expect("tmp");

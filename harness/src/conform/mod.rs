@@ -6,6 +6,7 @@
 //! nothing of the real host is touched and the store can be inspected.
 
 mod checks;
+mod corpus;
 pub mod report;
 mod suite;
 
@@ -85,6 +86,7 @@ pub const CATALOG: &[(&str, &str)] = &[
     ("G3", "GC forwarded to IPAM"),
     ("G4", "GC continues on partial failure, reports it"),
     ("G5", "GC below 1.1.0 -> code 1"),
+    ("X1", "generic hostile-input corpus refused cleanly"),
 ];
 
 /// What to run.
@@ -97,6 +99,8 @@ pub struct ConformOptions {
     /// Only these IDs (case-insensitive); `None` runs everything.
     pub only: Option<Vec<String>>,
     pub timeout: Duration,
+    /// The hostile-input corpus (`tests/corpus`); its generic cases are X1.
+    pub corpus: Option<PathBuf>,
 }
 
 /// A progress event, for the live progress line.
@@ -168,7 +172,8 @@ pub fn run(
         .collect();
     let mut findings: Vec<Finding> = suite.version_findings.clone();
     let mut group_times = Vec::new();
-    let total = groups.len();
+    let with_corpus = wanted("X1");
+    let total = groups.len() + usize::from(with_corpus);
     for (n, group) in groups.iter().enumerate() {
         progress(Progress {
             done: n,
@@ -193,6 +198,24 @@ pub fn run(
             done: n + 1,
             total,
             group: group.name,
+            elapsed: Some(t.elapsed()),
+        });
+    }
+    if with_corpus {
+        let name = "hostile-input corpus";
+        progress(Progress {
+            done: groups.len(),
+            total,
+            group: name,
+            elapsed: None,
+        });
+        let t = Instant::now();
+        findings.extend(corpus::run(&suite, opts.corpus.as_deref()));
+        group_times.push((name.to_string(), t.elapsed()));
+        progress(Progress {
+            done: total,
+            total,
+            group: name,
             elapsed: Some(t.elapsed()),
         });
     }

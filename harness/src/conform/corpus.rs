@@ -1,0 +1,120 @@
+//! X1: the plugin-agnostic part of the hostile-input corpus
+//! (`tests/corpus`, cases marked `generic`): every input must get a JSON
+//! error with one of the case's acceptable codes, a non-zero exit, no crash,
+//! and leave the host namespace and the store unchanged.
+
+use super::suite::Suite;
+use crate::netns::Netns;
+use crate::soak::corpus::{self, Expect, Lab};
+use crate::verdict::Finding;
+use serde_json::Value;
+use std::path::Path;
+use std::time::Duration;
+
+pub(crate) fn run(s: &Suite<'_>, dir: Option<&Path>) -> Vec<Finding> {
+    let Some(dir) = dir else {
+        return vec![Finding::skip(
+            "X1",
+            "no corpus: pass --corpus DIR (the repository's tests/corpus)",
+        )];
+    };
+    let cases = match corpus::load_dir(dir) {
+        Ok(cases) => cases.into_iter().filter(|c| c.generic).collect::<Vec<_>>(),
+        Err(e) => return vec![Finding::fail("X1", format!("cannot load the corpus: {e}"))],
+    };
+    if cases.is_empty() {
+        return vec![Finding::skip(
+            "X1",
+            format!("no generic case in {}", dir.display()),
+        )];
+    }
+    // The cases run with their own working directory: absolute paths only.
+    let plugin = match s.runtime.find_plugin(s.net.plugin_type(0)) {
+        Ok(p) => std::fs::canonicalize(&p).unwrap_or(p),
+        Err(e) => return vec![Finding::fail("X1", e.to_string())],
+    };
+    let cni_path: Vec<String> = s
+        .plugin_dir
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| {
+            std::fs::canonicalize(d)
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| d.to_string())
+        })
+        .collect();
+    let pod = match Netns::with_label("corpus") {
+        Ok(p) => p,
+        Err(e) => return vec![Finding::fail("X1", format!("harness: {e}"))],
+    };
+    let a_file = s.scratch.join("corpus-regular-file");
+    if let Err(e) = std::fs::write(&a_file, b"not a namespace") {
+        return vec![Finding::fail("X1", format!("harness: {e}"))];
+    }
+    let base = Value::Object(s.net.plugin_stdin(0, None, None));
+    let lab = Lab {
+        host: s.host,
+        pod: &pod,
+        plugin: &plugin,
+        cni_path: cni_path.join(":"),
+        base: &base,
+        data_dir: &s.data_dir,
+        a_file: &a_file,
+        watched: &s.scratch,
+        timeout: Duration::from_secs(20),
+    };
+    // A crash (a signal the plugin raised itself) or an error that is not
+    // the spec's JSON object on stdout breaks the spec: FAIL. Other
+    // mishandling (another code, an accepted input, a hang on endless stdin)
+    // concerns inputs the spec does not pin down: WARN, as the reference
+    // plugins show several of them.
+    let mut broken = Vec::new();
+    let mut mishandled = Vec::new();
+    for case in &cases {
+        match corpus::run_case(case, &lab, Expect::Generic) {
+            Ok(run) if run.passed() => {}
+            Ok(run) => {
+                let crashed = run.signal.is_some() && !run.timed_out;
+                let not_json =
+                    run.exit_code.is_some_and(|c| c != 0) && run.error.is_none() && !run.timed_out;
+                let line = format!("{}: {}", case.name, run.problems.join("; "));
+                if crashed || not_json {
+                    broken.push(line);
+                } else {
+                    mishandled.push(line);
+                }
+            }
+            Err(e) => broken.push(format!("{}: harness: {e}", case.name)),
+        }
+    }
+    let total = cases.len();
+    if !broken.is_empty() {
+        let mut all = broken.clone();
+        all.extend(mishandled.iter().cloned());
+        return vec![Finding::fail(
+            "X1",
+            format!(
+                "{} of {total} generic hostile inputs crashed the plugin or got a non-JSON error: {}",
+                broken.len(),
+                all.join(" | ")
+            ),
+        )];
+    }
+    if !mishandled.is_empty() {
+        return vec![Finding::warn(
+            "X1",
+            format!(
+                "{} of {total} generic hostile inputs got another code, were accepted, or hung: {}",
+                mishandled.len(),
+                mishandled.join(" | ")
+            ),
+        )];
+    }
+    vec![Finding::pass(
+        "X1",
+        format!(
+            "{total} generic hostile inputs from {}: each refused with an accepted code, JSON error, nothing changed",
+            dir.display()
+        ),
+    )]
+}
