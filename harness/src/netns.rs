@@ -366,9 +366,9 @@ fn remove_mount(path: &Path) -> Result<(), String> {
     }
 }
 
-/// Removes every namespace whose name starts with `prefix`, whoever made
-/// it (a lab's own namespaces on Ctrl-C, or a persistent lab on `lab down`).
-pub fn remove_prefixed(prefix: &str) -> Result<Vec<String>, NetnsError> {
+/// Removes every named namespace for which `doomed(name)` holds; returns
+/// the names removed, sorted.
+fn remove_where(doomed: impl Fn(&str) -> bool) -> Result<Vec<String>, NetnsError> {
     let mut removed = Vec::new();
     let entries = match std::fs::read_dir(NETNS_DIR) {
         Ok(e) => e,
@@ -377,36 +377,7 @@ pub fn remove_prefixed(prefix: &str) -> Result<Vec<String>, NetnsError> {
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if !prefix.is_empty() && name.starts_with(prefix) {
-            remove_mount(&entry.path()).map_err(|reason| NetnsError::Delete {
-                name: name.clone(),
-                reason,
-            })?;
-            removed.push(name);
-        }
-    }
-    removed.sort();
-    Ok(removed)
-}
-
-/// Removes namespaces named `<prefix><pid>-…` whose pid is no longer
-/// running. Returns the names it removed. `prefix` is normally [`PREFIX`].
-pub fn sweep(prefix: &str) -> Result<Vec<String>, NetnsError> {
-    let mut removed = Vec::new();
-    let entries = match std::fs::read_dir(NETNS_DIR) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(removed),
-        Err(e) => return Err(NetnsError::Prepare(format!("read {NETNS_DIR}: {e}"))),
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix(prefix) else {
-            continue;
-        };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        if Path::new(&format!("/proc/{pid}")).exists() {
+        if !doomed(&name) {
             continue;
         }
         remove_mount(&entry.path()).map_err(|reason| NetnsError::Delete {
@@ -417,6 +388,24 @@ pub fn sweep(prefix: &str) -> Result<Vec<String>, NetnsError> {
     }
     removed.sort();
     Ok(removed)
+}
+
+/// Removes every namespace whose name starts with `prefix`, whoever made
+/// it (a lab's own namespaces on Ctrl-C, or a persistent lab on `lab down`).
+pub fn remove_prefixed(prefix: &str) -> Result<Vec<String>, NetnsError> {
+    remove_where(|name| !prefix.is_empty() && name.starts_with(prefix))
+}
+
+/// Removes namespaces named `<prefix><pid>-…` whose pid is no longer
+/// running. Returns the names it removed. `prefix` is normally [`PREFIX`].
+pub fn sweep(prefix: &str) -> Result<Vec<String>, NetnsError> {
+    remove_where(|name| {
+        let pid = name
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+    })
 }
 
 /// A network interface as netlink reports it.
