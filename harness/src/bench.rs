@@ -113,11 +113,7 @@ fn bench_plugin(
         .map_err(Box::new)?
         .with_timeout(opts.timeout);
     // Resolve the plugins first, so a wrong --plugin-dir fails fast.
-    for index in 0..net.plugins.len() {
-        runtime
-            .find_plugin(net.plugin_type(index))
-            .map_err(Box::new)?;
-    }
+    runtime.find_plugins(&net).map_err(Box::new)?;
     let label = format!("{} ({plugin_dir})", net.plugin_type(0));
     let pods: Vec<Netns> = (0..opts.pods)
         .map(|_| Netns::with_label("bench-pod"))

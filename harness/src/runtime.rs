@@ -527,6 +527,14 @@ impl Runtime {
         self.timings.lock().map(|t| t.clone()).unwrap_or_default()
     }
 
+    /// Finds every plugin of `net` on the CNI_PATH, so that a wrong plugin
+    /// directory fails before any work.
+    pub fn find_plugins(&self, net: &NetworkConfig) -> Result<Vec<PathBuf>, RuntimeError> {
+        (0..net.plugins.len())
+            .map(|index| self.find_plugin(net.plugin_type(index)))
+            .collect()
+    }
+
     /// Finds plugin `name` on the CNI_PATH.
     pub fn find_plugin(&self, name: &str) -> Result<PathBuf, RuntimeError> {
         let not_found = || RuntimeError::PluginNotFound {
@@ -587,71 +595,30 @@ impl Runtime {
             Some(host) => cnilab_plugin::netns::spawn_in(host, &mut cmd),
             None => cmd.spawn(),
         };
-        let mut child = spawned.map_err(|e| spawn_err(e.to_string()))?;
-        let pid = child.id();
-        let mut out_pipe = child.stdout.take();
-        let mut err_pipe = child.stderr.take();
-        let mut in_pipe = child.stdin.take();
+        let child = spawned.map_err(|e| spawn_err(e.to_string()))?;
         let stdin_text = String::from_utf8_lossy(stdin).into_owned();
-        let stdin_bytes = stdin.to_vec();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let exec = std::thread::scope(|scope| {
-            scope.spawn(move || {
-                if let Some(mut pipe) = in_pipe.take() {
-                    // A plugin may exit without reading stdin: EPIPE is fine.
-                    let _ = pipe.write_all(&stdin_bytes);
-                }
-            });
-            let stderr_reader = scope.spawn(move || {
-                let mut buf = Vec::new();
-                if let Some(pipe) = err_pipe.as_mut() {
-                    let _ = pipe.read_to_end(&mut buf);
-                }
-                buf
-            });
-            let stdout_reader = scope.spawn(move || {
-                let mut buf = Vec::new();
-                if let Some(pipe) = out_pipe.as_mut() {
-                    let _ = pipe.read_to_end(&mut buf);
-                }
-                let status = child.wait();
-                let _ = tx.send(());
-                (buf, status)
-            });
-            let deliberate = kill_after.filter(|k| *k < self.timeout);
-            let timed_out = match rx.recv_timeout(deliberate.unwrap_or(self.timeout)) {
-                Ok(()) => false,
-                Err(_) => {
-                    // Kill the whole group: the plugin and anything it started.
-                    if let Ok(pgid) = i32::try_from(pid) {
-                        let _ = nix::sys::signal::killpg(
-                            nix::unistd::Pid::from_raw(pgid),
-                            nix::sys::signal::Signal::SIGKILL,
-                        );
-                    }
-                    deliberate.is_none()
-                }
-            };
-            let (stdout, status) = stdout_reader
-                .join()
-                .map_err(|_| spawn_err("stdout reader panicked".into()))?;
-            let duration = started.elapsed();
-            let stderr = stderr_reader
-                .join()
-                .map_err(|_| spawn_err("stderr reader panicked".into()))?;
-            let status = status.map_err(|e| spawn_err(format!("wait: {e}")))?;
-            Ok::<_, RuntimeError>(Execution {
-                plugin: plugin.to_path_buf(),
-                env: env.to_vec(),
-                stdin: stdin_text,
-                stdout: String::from_utf8_lossy(&stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&stderr).into_owned(),
-                exit_code: status.code(),
-                signal: status.signal(),
-                timed_out,
-                duration,
-            })
-        })?;
+        let deliberate = kill_after.filter(|k| *k < self.timeout);
+        let out = collect_child(
+            child,
+            started,
+            deliberate.unwrap_or(self.timeout),
+            |mut pipe| {
+                // A plugin may exit without reading stdin: EPIPE is fine.
+                let _ = pipe.write_all(stdin);
+            },
+        )
+        .map_err(|e| spawn_err(e.to_string()))?;
+        let exec = Execution {
+            plugin: plugin.to_path_buf(),
+            env: env.to_vec(),
+            stdin: stdin_text,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            exit_code: out.status.code(),
+            signal: out.status.signal(),
+            timed_out: out.killed && deliberate.is_none(),
+            duration: out.duration,
+        };
         self.record(&exec);
         Ok(exec)
     }
@@ -1069,6 +1036,77 @@ impl Drop for ContainerGuard<'_> {
         busy.remove(&self.id);
         self.runtime.idle.notify_all();
     }
+}
+
+/// What a child process produced, once it exited or was killed.
+pub struct Collected {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub status: std::process::ExitStatus,
+    /// The process group was SIGKILLed because `limit` passed.
+    pub killed: bool,
+    /// From `started` to the end of stdout.
+    pub duration: Duration,
+}
+
+/// Feeds the child's stdin with `feed` on a thread of its own, reads stdout
+/// and stderr to the end, and SIGKILLs the child's process group (the child
+/// must lead one) if it has not exited `limit` after it started.
+pub fn collect_child(
+    mut child: std::process::Child,
+    started: Instant,
+    limit: Duration,
+    feed: impl FnOnce(std::process::ChildStdin) + Send,
+) -> std::io::Result<Collected> {
+    let pid = child.id();
+    let stdin = child.stdin.take();
+    let mut out_pipe = child.stdout.take();
+    let mut err_pipe = child.stderr.take();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            if let Some(pipe) = stdin {
+                feed(pipe);
+            }
+        });
+        let stderr_reader = scope.spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(pipe) = err_pipe.as_mut() {
+                let _ = pipe.read_to_end(&mut buf);
+            }
+            buf
+        });
+        let stdout_reader = scope.spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(pipe) = out_pipe.as_mut() {
+                let _ = pipe.read_to_end(&mut buf);
+            }
+            let status = child.wait();
+            let _ = tx.send(());
+            (buf, status)
+        });
+        let killed = rx.recv_timeout(limit).is_err();
+        if killed {
+            // Kill the whole group: the plugin and anything it started.
+            if let Ok(pgid) = i32::try_from(pid) {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pgid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        let panicked = |what: &str| std::io::Error::other(format!("{what} reader panicked"));
+        let (stdout, status) = stdout_reader.join().map_err(|_| panicked("stdout"))?;
+        let duration = started.elapsed();
+        let stderr = stderr_reader.join().map_err(|_| panicked("stderr"))?;
+        Ok(Collected {
+            stdout,
+            stderr,
+            status: status.map_err(|e| std::io::Error::new(e.kind(), format!("wait: {e}")))?,
+            killed,
+            duration,
+        })
+    })
 }
 
 #[cfg(test)]

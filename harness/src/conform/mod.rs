@@ -158,11 +158,7 @@ pub fn run(
         .in_netns(&host)
         .map_err(Box::new)?
         .with_timeout(opts.timeout);
-    for index in 0..net.plugins.len() {
-        runtime
-            .find_plugin(net.plugin_type(index))
-            .map_err(Box::new)?;
-    }
+    runtime.find_plugins(&net).map_err(Box::new)?;
     let started = Instant::now();
     let suite = suite::Suite::new(&runtime, &host, &net, opts, scratch.path(), &data_dir)?;
 

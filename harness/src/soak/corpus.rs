@@ -47,7 +47,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CString;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -592,70 +592,31 @@ fn spawn(lab: &Lab<'_>, env: &[(String, String)], input: Feed) -> Result<Raw, Co
         });
     }
     let started = Instant::now();
-    let mut child = cmd.spawn().map_err(|e| fail(e.to_string()))?;
+    let child = cmd.spawn().map_err(|e| fail(e.to_string()))?;
     drop((argv, envv, envp, program));
-    let pid = child.id();
-    let stdin = child.stdin.take();
-    let mut out_pipe = child.stdout.take();
-    let mut err_pipe = child.stderr.take();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::scope(|scope| {
-        scope.spawn(move || {
-            let Some(mut pipe) = stdin else { return };
-            match input {
-                Feed::Bytes(bytes) => {
-                    let _ = pipe.write_all(&bytes);
-                }
-                Feed::Endless => {
-                    // A config whose string never closes; ends when the
-                    // plugin closes its end (EPIPE).
-                    let _ = pipe.write_all(br#"{"cniVersion":"1.1.0","name":"endless","pad":""#);
-                    let chunk = [b'x'; 64 * 1024];
-                    while pipe.write_all(&chunk).is_ok() {}
-                }
-                Feed::Closed | Feed::Empty => {}
+    let out = crate::runtime::collect_child(child, started, lab.timeout, move |mut pipe| {
+        match input {
+            Feed::Bytes(bytes) => {
+                let _ = pipe.write_all(&bytes);
             }
-        });
-        let stderr_reader = scope.spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(p) = err_pipe.as_mut() {
-                let _ = p.read_to_end(&mut buf);
+            Feed::Endless => {
+                // A config whose string never closes; ends when the
+                // plugin closes its end (EPIPE).
+                let _ = pipe.write_all(br#"{"cniVersion":"1.1.0","name":"endless","pad":""#);
+                let chunk = [b'x'; 64 * 1024];
+                while pipe.write_all(&chunk).is_ok() {}
             }
-            buf
-        });
-        let stdout_reader = scope.spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(p) = out_pipe.as_mut() {
-                let _ = p.read_to_end(&mut buf);
-            }
-            let status = child.wait();
-            let _ = tx.send(());
-            (buf, status)
-        });
-        let timed_out = rx.recv_timeout(lab.timeout).is_err();
-        if timed_out {
-            if let Ok(pgid) = i32::try_from(pid) {
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(pgid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
+            Feed::Closed | Feed::Empty => {}
         }
-        let (stdout, status) = stdout_reader
-            .join()
-            .map_err(|_| fail("stdout reader panicked".into()))?;
-        let stderr = stderr_reader
-            .join()
-            .map_err(|_| fail("stderr reader panicked".into()))?;
-        let status = status.map_err(|e| fail(format!("wait: {e}")))?;
-        Ok(Raw {
-            stdout,
-            stderr,
-            exit_code: status.code(),
-            signal: status.signal(),
-            timed_out,
-            duration: started.elapsed(),
-        })
+    })
+    .map_err(|e| fail(e.to_string()))?;
+    Ok(Raw {
+        stdout: out.stdout,
+        stderr: out.stderr,
+        exit_code: out.status.code(),
+        signal: out.status.signal(),
+        timed_out: out.killed,
+        duration: out.duration,
     })
 }
 
