@@ -145,6 +145,26 @@ impl Netns {
         })
     }
 
+    /// The network namespace this process started in (its main thread's,
+    /// which never changes namespace): the machine's own network, opened for
+    /// reading only (tests check that nothing touched it). Dropping or
+    /// deleting the value leaves the namespace alone.
+    pub fn machine() -> Result<Netns, NetnsError> {
+        let path = PathBuf::from("/proc/self/ns/net");
+        let name = "the machine's own network".to_string();
+        let file =
+            plugin_netns::open_network_namespace(&path).map_err(|source| NetnsError::Enter {
+                name: name.clone(),
+                source,
+            })?;
+        Ok(Netns {
+            name,
+            path,
+            file,
+            deleted: true,
+        })
+    }
+
     /// Leaves the namespace in place when this value is dropped.
     pub fn keep(mut self) -> String {
         self.deleted = true;
@@ -311,7 +331,10 @@ impl Netns {
 
     /// Deletes the namespace now (the plugin then sees a stale `CNI_NETNS`).
     pub fn delete(mut self) -> Result<(), NetnsError> {
-        self.deleted = true;
+        // Already deleted, or never ours to delete (`machine`).
+        if std::mem::replace(&mut self.deleted, true) {
+            return Ok(());
+        }
         remove_mount(&self.path).map_err(|reason| NetnsError::Delete {
             name: self.name.clone(),
             reason,

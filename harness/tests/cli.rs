@@ -11,6 +11,7 @@ fn cnilab() -> Command {
 
 #[test]
 fn conform_exit_code_json_and_junit() {
+    let _host = host_untouched();
     require_root();
     require_reference();
     let tmp = tempfile::tempdir().expect("tmp");
@@ -43,6 +44,7 @@ fn conform_exit_code_json_and_junit() {
 
 #[test]
 fn conform_fails_with_exit_1_on_a_broken_plugin() {
+    let _host = host_untouched();
     require_root();
     require_reference();
     let tmp = tempfile::tempdir().expect("tmp");
@@ -120,15 +122,13 @@ fn user_errors_say_what_to_fix() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown check ID(s) in --only: Z9"));
 }
 
-#[test]
-fn bench_prints_both_plugins_and_the_baseline() {
-    require_root();
-    require_reference();
-    let config = examples_dir().join("reference-bridge.conflist");
-    let out = cnilab()
-        .args(["bench", "--plugin-dir", REFERENCE_DIR, "--config"])
-        .arg(&config)
-        .args([
+fn bench_args(config: &std::path::Path) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = ["bench", "--plugin-dir", REFERENCE_DIR, "--config"]
+        .map(Into::into)
+        .to_vec();
+    args.push(config.into());
+    args.extend(
+        [
             "--pods",
             "4",
             "--parallel",
@@ -136,25 +136,142 @@ fn bench_prints_both_plugins_and_the_baseline() {
             "--vs-plugin-dir",
             REFERENCE_DIR,
             "--vs-config",
-        ])
-        .arg(&config)
-        .output()
-        .expect("runs");
+        ]
+        .map(Into::into),
+    );
+    args.push(config.into());
+    args
+}
+
+/// The numbers of one table line: every `<x> ms` and every `<r>x` ratio.
+fn figures(line: &str) -> (Vec<f64>, Vec<f64>) {
+    let tokens: Vec<&str> = line.split_whitespace().collect();
+    let mut ms = Vec::new();
+    let mut ratios = Vec::new();
+    for (i, t) in tokens.iter().enumerate() {
+        if tokens.get(i + 1) == Some(&"ms") {
+            if let Ok(v) = t.trim_start_matches('+').parse::<f64>() {
+                ms.push(v);
+            }
+        } else if let Some(r) = t.strip_suffix('x').and_then(|r| r.parse::<f64>().ok()) {
+            ratios.push(r);
+        }
+    }
+    (ms, ratios)
+}
+
+/// `shown` is `b / a` rounded to 2 decimals, where `a` and `b` were shown
+/// rounded to 0.1 ms.
+fn ratio_agrees(shown: f64, a: f64, b: f64) -> bool {
+    let (lo, hi) = ((b - 0.05) / (a + 0.05), (b + 0.05) / (a - 0.05).max(1e-9));
+    shown >= lo - 0.005 && shown <= hi + 0.005
+}
+
+#[test]
+fn ratio_check_accepts_rounding_and_refuses_wrong_arithmetic() {
+    assert!(ratio_agrees(2.0, 1.0, 2.0));
+    assert!(ratio_agrees(1.05, 2.0, 2.1));
+    assert!(!ratio_agrees(0.5, 1.0, 2.0), "A/B instead of B/A");
+    assert!(!ratio_agrees(1.2, 1.0, 1.0));
+    let (ms, r) = figures(
+        "ADD parallel (2)      12.3 ms    15.0 ms    13.1 ms    20.0 ms          1.07x       1.33x",
+    );
+    assert_eq!((ms, r), (vec![12.3, 15.0, 13.1, 20.0], vec![1.07, 1.33]));
+}
+
+#[test]
+fn bench_prints_both_plugins_and_the_baseline() {
+    let _host = host_untouched();
+    require_root();
+    require_reference();
+    let config = examples_dir().join("reference-bridge.conflist");
+    let out = cnilab().args(bench_args(&config)).output().expect("runs");
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    for needle in [
+    // Each phase: A median, A p95, B median, B p95, then B/A of both.
+    let mut del_sequential_median = (0.0, 0.0);
+    for phase in [
         "ADD sequential",
         "DEL sequential",
         "ADD parallel (2)",
         "DEL parallel (2)",
-        "B/A median",
-        "veth delete in pod netns",
     ] {
-        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(phase))
+            .unwrap_or_else(|| panic!("missing {phase:?} in:\n{text}"));
+        let (ms, ratios) = figures(&line[phase.len()..]);
+        let ([a_med, a_p95, b_med, b_p95], [r_med, r_p95]) = (ms[..], ratios[..]) else {
+            panic!("{phase}: expected 4 latencies and 2 ratios in {line:?}");
+        };
+        assert!(
+            [a_med, a_p95, b_med, b_p95].iter().all(|v| *v > 0.0),
+            "{line}"
+        );
+        assert!(a_med <= a_p95 && b_med <= b_p95, "median above p95: {line}");
+        assert!(ratio_agrees(r_med, a_med, b_med), "B/A median: {line}");
+        assert!(ratio_agrees(r_p95, a_p95, b_p95), "B/A p95: {line}");
+        if phase == "DEL sequential" {
+            del_sequential_median = (a_med, b_med);
+        }
+    }
+    let baseline = |label: &str| -> (f64, f64) {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(label))
+            .unwrap_or_else(|| panic!("missing baseline {label:?} in:\n{text}"));
+        let (ms, _) = figures(line);
+        assert!(ms.len() >= 2, "{line}");
+        assert!(ms[0] > 0.0 && ms[0] <= ms[1], "{line}");
+        (ms[0], ms[1])
+    };
+    baseline("veth create");
+    baseline("veth delete, one netns");
+    let (pod_delete, _) = baseline("veth delete in pod netns");
+    // "DEL sequential median minus bare pod veth delete: A +x ms, B +y ms"
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("DEL sequential median minus"))
+        .unwrap_or_else(|| panic!("missing the DEL overhead line in:\n{text}"));
+    let (over, _) = figures(line.split(':').nth(1).unwrap_or(""));
+    assert_eq!(over.len(), 2, "{line}");
+    for (shown, del) in over
+        .iter()
+        .zip([del_sequential_median.0, del_sequential_median.1])
+    {
+        assert!(
+            (shown - (del - pod_delete)).abs() <= 0.16,
+            "{shown} != {del} - {pod_delete}: {line}"
+        );
+    }
+
+    // The JSON form carries the raw figures: every phase measured every pod.
+    let out = cnilab()
+        .args(bench_args(&config))
+        .arg("--json")
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    for side in ["ours", "versus"] {
+        for phase in [
+            "add_sequential",
+            "del_sequential",
+            "add_parallel",
+            "del_parallel",
+        ] {
+            let p = &report[side][phase];
+            assert_eq!(p["count"], 4, "{side}.{phase}: {p}");
+            let f = |k: &str| p[k].as_f64().unwrap_or(-1.0);
+            assert!(
+                f("median") > 0.0 && f("median") <= f("p95") && f("p95") <= f("max"),
+                "{side}.{phase}: {p}"
+            );
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 mod common;
 
 use cnilab_harness::netns::{self, Netns, PREFIX};
+use cnilab_harness::testing;
 use common::*;
 use rstest::rstest;
 use std::path::Path;
@@ -21,6 +22,7 @@ fn listed(name: &str) -> bool {
 
 #[test]
 fn a_namespace_is_named_mounted_and_removed_on_drop() {
+    let _host = host_untouched();
     require_root();
     let ns = Netns::with_label("naming").expect("create");
     let name = ns.name().to_string();
@@ -39,6 +41,7 @@ fn a_namespace_is_named_mounted_and_removed_on_drop() {
 
 #[test]
 fn a_namespace_is_removed_when_its_owner_panics() {
+    let _host = host_untouched();
     require_root();
     let (tx, rx) = std::sync::mpsc::channel();
     let joined = std::thread::spawn(move || {
@@ -66,6 +69,7 @@ fn bad_labels_are_refused() {
 
 #[test]
 fn sweep_removes_namespaces_of_dead_processes_only() {
+    let _host = host_untouched();
     require_root();
     let mut child = Command::new("true").spawn().expect("spawn true");
     let dead = child.id();
@@ -90,6 +94,7 @@ fn sweep_removes_namespaces_of_dead_processes_only() {
 
 #[rstest]
 fn readers_see_links_addresses_and_routes(host: Netns) {
+    let _host = host_untouched();
     let run = |args: &[&str]| {
         let status = host.command("ip").args(args).status().expect("ip");
         assert!(status.success(), "ip {args:?}");
@@ -132,6 +137,7 @@ fn readers_see_links_addresses_and_routes(host: Netns) {
 
 #[rstest]
 fn run_and_command_execute_inside(host: Netns) {
+    let _host = host_untouched();
     let inside = host
         .run(|| std::fs::read_link("/proc/thread-self/ns/net").map(|p| p.display().to_string()))
         .expect("run")
@@ -160,4 +166,54 @@ fn run_and_command_execute_inside(host: Netns) {
         .expect("links")
         .iter()
         .any(|l| l.name == "lo" && l.up));
+}
+
+/// The snapshot behind `host_untouched` sees each kind of change, shown on
+/// a throwaway namespace (the machine's own is never touched).
+#[rstest]
+fn the_host_snapshot_sees_routes_rules_links_and_sysctls(host: Netns) {
+    let before = testing::network_of(&host);
+    assert!(testing::network_of(&host).changes_since(&before).is_empty());
+    let run = |program: &str, args: &[&str]| {
+        let out = host.command(program).args(args).output().expect("runs");
+        assert!(out.status.success(), "{program} {args:?}: {out:?}");
+    };
+    run(
+        "ip",
+        &[
+            "link", "add", "t-dummy", "type", "veth", "peer", "name", "t-dummy1",
+        ],
+    );
+    run("ip", &["link", "set", "t-dummy", "up"]);
+    run("ip", &["addr", "add", "10.211.0.1/24", "dev", "t-dummy"]);
+    run(
+        "ip",
+        &["route", "add", "10.212.0.0/16", "via", "10.211.0.2"],
+    );
+    run(
+        "ip",
+        &["-6", "route", "add", "fd00:212::/64", "dev", "t-dummy"],
+    );
+    run("nft", &["add", "table", "inet", "t_snap"]);
+    run("iptables", &["-P", "FORWARD", "DROP"]);
+    run("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
+    let changes = testing::network_of(&host).changes_since(&before).join("\n");
+    for needle in [
+        "new link t-dummy",
+        "new address 10.211.0.1/24",
+        "new route 10.212.0.0/16 via 10.211.0.2",
+        "new route fd00:212::/64",
+        "now: nft: table inet t_snap",
+        "now: iptables-save: :FORWARD DROP",
+        "now: sysctl net/ipv4/ip_forward = 1",
+        "was: sysctl net/ipv4/ip_forward = 0",
+    ] {
+        assert!(
+            changes.contains(needle),
+            "{needle:?} missing in:\n{changes}"
+        );
+    }
+    run("ip", &["link", "del", "t-dummy"]);
+    let gone = testing::network_of(&host).changes_since(&before).join("\n");
+    assert!(!gone.contains("t-dummy"), "{gone}");
 }

@@ -61,6 +61,7 @@ fn recorded(record: &Path, command: &str) -> Vec<(Value, String)> {
 
 #[rstest]
 fn chains_prev_result_and_caches_the_final_result(host: Netns, pod: Netns) {
+    let _host = host_untouched();
     require_reference();
     assert!(
         std::process::Command::new("python3")
@@ -156,6 +157,7 @@ fn chains_prev_result_and_caches_the_final_result(host: Netns, pod: Netns) {
 
 #[rstest]
 fn honours_disable_check(host: Netns) {
+    let _host = host_untouched();
     let net = NetworkConfig::parse(
         r#"{"cniVersion":"1.0.0","name":"n","disableCheck":"true","plugins":[{"type":"bridge"}]}"#,
         Path::new("x"),
@@ -179,6 +181,7 @@ fn single(name: &str) -> NetworkConfig {
 
 #[test]
 fn plugin_failures_are_typed_not_panics() {
+    let _host = host_untouched();
     let dir = tempfile::tempdir().expect("tmp");
     script(
         dir.path(),
@@ -238,6 +241,7 @@ fn plugin_failures_are_typed_not_panics() {
 
 #[test]
 fn exec_raw_sends_exactly_the_given_environment() {
+    let _host = host_untouched();
     let dir = tempfile::tempdir().expect("tmp");
     script(dir.path(), "envdump", "env\n");
     let runtime = Runtime::new(&dir.path().display().to_string());

@@ -3,6 +3,7 @@
 //! inside a throwaway "host" namespace.
 
 use cnilab_harness::netns::Netns;
+pub use cnilab_harness::testing::host_untouched;
 use cnilab_plugin::spec::{CniResult, ErrorBody};
 use serde_json::Value;
 use std::path::{Path, PathBuf};

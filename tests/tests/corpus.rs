@@ -10,7 +10,7 @@
 
 use cnilab_harness::netns::Netns;
 use cnilab_harness::soak::corpus::{self, CaseRun, Expect, Lab};
-use cnilab_tests::{invoke, require_root, workspace_bin, Call};
+use cnilab_tests::{host_untouched, invoke, require_root, workspace_bin, Call};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;
@@ -33,6 +33,7 @@ fn first<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
 
 #[test]
 fn every_corpus_input_is_refused_with_its_code_and_changes_nothing() {
+    let _host = host_untouched();
     require_root();
     let plugin = workspace_bin("cnilab-bridge");
     let cases = corpus::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus"))

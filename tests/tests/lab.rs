@@ -3,7 +3,8 @@
 //! after the heal, and nothing is left behind (after a run, a failed run
 //! and Ctrl-C).
 
-use cnilab_tests::{require_root, workspace_bin};
+use cnilab_harness::lab::checks::GROUPS;
+use cnilab_tests::{host_untouched, require_root, workspace_bin};
 use rstest::rstest;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -43,23 +44,81 @@ fn leftovers_of(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn host_links() -> Vec<String> {
-    let out = Command::new("ip")
-        .args(["-o", "link", "show"])
-        .output()
-        .expect("ip link");
-    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split(": ").nth(1))
-        .map(|n| n.split('@').next().unwrap_or(n).to_string())
+/// One `<testsuite>` of a JUnit report, as its attributes claim and as its
+/// `<testcase>` children show.
+#[derive(Debug)]
+struct Suite {
+    name: String,
+    tests: usize,
+    failures: usize,
+    cases: usize,
+    failed_cases: usize,
+}
+
+/// Parses a lab JUnit report: a `<testsuites>` root whose `tests` and
+/// `failures` agree with its suites, each suite's counts with its cases.
+fn junit_suites(xml: &str) -> Vec<Suite> {
+    let doc = roxmltree::Document::parse(xml).unwrap_or_else(|e| panic!("JUnit XML: {e}\n{xml}"));
+    let root = doc.root_element();
+    assert_eq!(root.tag_name().name(), "testsuites", "{xml}");
+    let count = |node: roxmltree::Node<'_, '_>, attr: &str| -> usize {
+        node.attribute(attr)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("<{}> without a numeric {attr}", node.tag_name().name()))
+    };
+    let suites: Vec<Suite> = root
+        .children()
+        .filter(|n| n.has_tag_name("testsuite"))
+        .map(|suite| {
+            let cases: Vec<_> = suite
+                .children()
+                .filter(|n| n.has_tag_name("testcase"))
+                .collect();
+            Suite {
+                name: suite.attribute("name").unwrap_or_default().to_string(),
+                tests: count(suite, "tests"),
+                failures: count(suite, "failures"),
+                cases: cases.len(),
+                failed_cases: cases
+                    .iter()
+                    .filter(|c| c.children().any(|n| n.has_tag_name("failure")))
+                    .count(),
+            }
+        })
         .collect();
-    names.sort();
-    names
+    assert_eq!(
+        count(root, "tests"),
+        suites.iter().map(|s| s.cases).sum::<usize>(),
+        "{xml}"
+    );
+    assert_eq!(
+        count(root, "failures"),
+        suites.iter().map(|s| s.failed_cases).sum::<usize>(),
+        "{xml}"
+    );
+    suites
+}
+
+#[test]
+fn junit_parsing_sees_a_failure_in_any_suite() {
+    let xml = r#"<?xml version="1.0" encoding="UTF-8"?>
+<testsuites name="x" tests="2" failures="1">
+  <testsuite name="a" tests="1" failures="0">
+    <testcase name="p1" time="0.1"/>
+  </testsuite>
+  <testsuite name="b" tests="1" failures="1">
+    <testcase name="p2" time="0.0"><failure message="timeout">diag</failure></testcase>
+  </testsuite>
+</testsuites>"#;
+    let suites = junit_suites(xml);
+    assert_eq!(suites.len(), 2);
+    assert_eq!((suites[0].failures, suites[0].failed_cases), (0, 0));
+    assert_eq!((suites[1].failures, suites[1].failed_cases), (1, 1));
 }
 
 #[test]
 fn default_two_node_lab_passes_and_leaves_nothing() {
-    let links_before = host_links();
+    let _host = host_untouched();
     let mut child = {
         require_root();
         Command::new(workspace_bin("cnilab"))
@@ -80,7 +139,8 @@ fn default_two_node_lab_passes_and_leaves_nothing() {
     assert_eq!(report["nodes"].as_array().map(Vec::len), Some(2));
     assert!(report["failures"].as_array().is_some_and(Vec::is_empty));
     let groups = report["groups"].as_array().expect("groups");
-    assert_eq!(groups.len(), 6, "every check group ran: {groups:?}");
+    let names: Vec<&str> = groups.iter().filter_map(|g| g["name"].as_str()).collect();
+    assert_eq!(names, GROUPS, "every check group ran: {groups:?}");
     for g in groups {
         assert_eq!(g["probes"], g["passed"], "{g}");
         assert!(g["probes"].as_u64().unwrap_or(0) > 0);
@@ -90,11 +150,11 @@ fn default_two_node_lab_passes_and_leaves_nothing() {
         "namespaces left: {:?}",
         leftovers_of(pid)
     );
-    assert_eq!(host_links(), links_before, "the host's links are untouched");
 }
 
 #[test]
 fn reports_are_written_in_every_format() {
+    let _host = host_untouched();
     let dir = tempfile::tempdir().expect("tmp");
     let junit = dir.path().join("lab.xml");
     let html = dir.path().join("lab.html");
@@ -113,9 +173,14 @@ fn reports_are_written_in_every_format() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("All 6 checks"), "{}", text(&out));
     let xml = std::fs::read_to_string(&junit).expect("junit");
-    assert!(
-        xml.contains("<testsuite name=\"pod-to-pod/cross-node\"") && xml.contains("failures=\"0\"")
-    );
+    let suites = junit_suites(&xml);
+    let names: Vec<&str> = suites.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, GROUPS, "one testsuite per check group, in order");
+    for suite in &suites {
+        assert!(suite.cases > 0, "{suite:?}");
+        assert_eq!(suite.tests, suite.cases, "{suite:?}");
+        assert_eq!((suite.failures, suite.failed_cases), (0, 0), "{suite:?}");
+    }
     let page = std::fs::read_to_string(&html).expect("html");
     assert!(page.contains("<svg") && page.contains("node1") && page.contains("All 6 checks"));
     assert!(
@@ -126,6 +191,7 @@ fn reports_are_written_in_every_format() {
 
 #[test]
 fn reference_plugins_pass_a_two_node_lab() {
+    let _host = host_untouched();
     let out = cnilab(&["lab", "run", "--topology", "lab/topologies/reference.toml"]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("/usr/lib/cni"));
@@ -133,6 +199,7 @@ fn reference_plugins_pass_a_two_node_lab() {
 
 #[test]
 fn agent_routed_lab_passes() {
+    let _host = host_untouched();
     let out = cnilab(&["lab", "run", "--topology", "lab/topologies/agent.toml"]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("routing Agent"));
@@ -140,9 +207,9 @@ fn agent_routed_lab_passes() {
 
 #[test]
 fn failed_run_reports_and_cleans_up() {
+    let _host = host_untouched();
     // No plugin binaries in that directory: the first ADD fails.
     let empty = tempfile::tempdir().expect("tmp");
-    let links_before = host_links();
     let child = {
         require_root();
         Command::new(workspace_bin("cnilab"))
@@ -171,11 +238,11 @@ fn failed_run_reports_and_cleans_up() {
         "namespaces left: {:?}",
         leftovers_of(pid)
     );
-    assert_eq!(host_links(), links_before);
 }
 
 #[test]
 fn ctrl_c_removes_the_lab() {
+    let _host = host_untouched();
     require_root();
     let mut child = Command::new(workspace_bin("cnilab"))
         .args(["lab", "run", "--nodes", "3", "--pods-per-node", "30"])
@@ -207,6 +274,7 @@ fn ctrl_c_removes_the_lab() {
 
 #[test]
 fn standing_lab_up_check_status_down() {
+    let _host = host_untouched();
     let name = format!("t{}", std::process::id());
     let up = cnilab(&["lab", "up", "--name", &name, "--pods-per-node", "1"]);
     assert!(up.status.success(), "{}", text(&up));
@@ -235,6 +303,7 @@ fn standing_lab_up_check_status_down() {
 
 #[test]
 fn bad_topology_is_refused_with_the_line() {
+    let _host = host_untouched();
     let dir = tempfile::tempdir().expect("tmp");
     let file = dir.path().join("bad.toml");
     std::fs::write(&file, "name = \"x\"\n[[node]]\nname = \"a\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\nmtu = \"big\"\n").expect("write");
@@ -256,6 +325,7 @@ fn bad_topology_is_refused_with_the_line() {
 #[case("agent-node-joins-late")]
 #[case("agent-missed-node")]
 fn shipped_scenario_behaves_as_written(#[case] name: &str) {
+    let _host = host_untouched();
     let file = format!("lab/scenarios/{name}.toml");
     let out = cnilab(&["scenario", "run", &file]);
     let log = text(&out);

@@ -6,7 +6,8 @@ use cnilab_harness::netns::Netns;
 use cnilab_plugin::commands::host_veth_name;
 use cnilab_plugin::spec::{code, CniResult};
 use cnilab_tests::{
-    error_of, invoke, require_root, result_of, store_records, with_prev, workspace_bin, Call,
+    error_of, host_untouched, invoke, require_root, result_of, store_records, with_prev,
+    workspace_bin, Call,
 };
 use rstest::rstest;
 use serde_json::{json, Value};
@@ -139,6 +140,7 @@ fn ping(from: &Netns, to: std::net::IpAddr) -> bool {
 #[case::ipv6("v6", 1)]
 #[case::dual_stack("dual", 2)]
 fn add_check_del_del(#[case] family: &str, #[case] n_ips: usize) {
+    let _host = host_untouched();
     let lab = Lab::new();
     let pod = Netns::with_label("pod").expect("pod netns");
     let conf = config(family, lab.data.path());
@@ -226,6 +228,7 @@ fn add_check_del_del(#[case] family: &str, #[case] n_ips: usize) {
 #[case::ipv4("v4")]
 #[case::ipv6("v6")]
 fn two_pods_ping_through_the_bridge(#[case] family: &str) {
+    let _host = host_untouched();
     let lab = Lab::new();
     let conf = config(family, lab.data.path());
     let a = Netns::with_label("a").expect("pod a");
@@ -249,6 +252,7 @@ fn two_pods_ping_through_the_bridge(#[case] family: &str) {
 
 #[test]
 fn del_is_idempotent_in_every_case() {
+    let _host = host_untouched();
     let lab = Lab::new();
     let conf = config("dual", lab.data.path());
 
@@ -286,6 +290,7 @@ fn del_is_idempotent_in_every_case() {
 
 #[test]
 fn add_of_an_existing_interface_fails_and_keeps_it() {
+    let _host = host_untouched();
     let lab = Lab::new();
     let conf = config("v4", lab.data.path());
     let pod = Netns::with_label("dup").expect("pod");
@@ -317,6 +322,7 @@ fn add_of_an_existing_interface_fails_and_keeps_it() {
 
 #[test]
 fn failed_add_rolls_back_everything() {
+    let _host = host_untouched();
     let lab = Lab::new();
     let pod = Netns::with_label("rollback").expect("pod");
     let mut conf = config("v4", lab.data.path());
@@ -367,6 +373,7 @@ fn failed_add_rolls_back_everything() {
 
 #[test]
 fn hundred_parallel_adds_get_unique_addresses_and_dels_leave_nothing() {
+    let _host = host_untouched();
     let lab = Lab::new();
     let conf = config("dual", lab.data.path());
     let pods: Vec<Netns> = (0..100).map(|_| Netns::new().expect("pod")).collect();
@@ -411,6 +418,7 @@ fn hundred_parallel_adds_get_unique_addresses_and_dels_leave_nothing() {
 
 #[test]
 fn gc_removes_what_is_not_listed() {
+    let _host = host_untouched();
     let lab = Lab::new();
     let conf = config("v4", lab.data.path());
     let pods: Vec<Netns> = (0..3).map(|_| Netns::new().expect("pod")).collect();
@@ -448,6 +456,7 @@ fn gc_removes_what_is_not_listed() {
 
 #[test]
 fn status_reports_exhaustion_and_unwritable_store() {
+    let _host = host_untouched();
     let lab = Lab::new();
     let mut conf = config("v4", lab.data.path());
     conf["ipam"]["ranges"] = json!([[{"subnet": "10.89.0.0/30"}]]);
@@ -520,6 +529,7 @@ fn bad_input_gets_its_code_and_changes_nothing(
     #[case] stdin: &str,
     #[case] want: u32,
 ) {
+    let _host = host_untouched();
     let lab = Lab::new();
     let pod = Netns::new().expect("pod");
     let good = config("v4", lab.data.path());
@@ -573,6 +583,7 @@ fn bad_input_gets_its_code_and_changes_nothing(
 
 #[test]
 fn iptables_fallback_masquerades_and_cleans_up() {
+    let _host = host_untouched();
     let lab = Lab::new();
     let pod = Netns::with_label("ipt").expect("pod");
     let mut conf = config("v4", lab.data.path());

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// Debian's reference plugins (`apt-get install containernetworking-plugins`).
 pub const REFERENCE_DIR: &str = "/usr/lib/cni";
 
-pub use cnilab_harness::testing::require_root;
+pub use cnilab_harness::testing::{host_untouched, require_root};
 
 /// Fails with a clear message when the reference plugins are missing.
 pub fn require_reference() {
