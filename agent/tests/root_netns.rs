@@ -79,6 +79,7 @@ fn once(args: &[String]) -> (bool, String) {
 
 #[test]
 fn root_once_programs_routes_rules_conflist_and_a_restart_changes_nothing() {
+    let _host = cnilab_harness::testing::host_untouched();
     require_root();
     let ns = node_a();
     // A route somebody else made, to a CIDR no node has: must survive.
@@ -181,6 +182,7 @@ fn root_once_programs_routes_rules_conflist_and_a_restart_changes_nothing() {
 
 #[test]
 fn root_refuses_to_start_without_a_pod_cidr() {
+    let _host = cnilab_harness::testing::host_untouched();
     require_root();
     let ns = node_a();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -224,8 +226,15 @@ fn http_get(port: u16, path: &str) -> String {
     out
 }
 
+/// The value of an unlabelled metric in a Prometheus text answer.
+fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 #[test]
 fn root_running_agent_follows_the_nodes_file_and_leaves_routes_on_sigterm() {
+    let _host = cnilab_harness::testing::host_untouched();
     require_root();
     let ns = node_a();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -251,7 +260,7 @@ fn root_running_agent_follows_the_nodes_file_and_leaves_routes_on_sigterm() {
             .expect("start agent"),
         log,
     };
-    let timeout = Duration::from_secs(10);
+    let timeout = Duration::from_secs(30);
     wait_until(timeout, "routes to b and c", || ns.own_routes().len() == 3);
     wait_until(timeout, "/healthz 200", || {
         http_get(port, "/healthz").starts_with("HTTP/1.1 200")
@@ -284,10 +293,26 @@ fn root_running_agent_follows_the_nodes_file_and_leaves_routes_on_sigterm() {
             && routes.contains(&"10.244.2.0/24 via 192.168.77.22 proto 199".to_string())
     });
 
-    // A half-written or broken file keeps the last good list.
+    // A half-written or broken file keeps the last good list. The source
+    // error counter proves the agent has read the broken file (a sleep could
+    // not tell "kept the list" from "has not looked yet").
+    let source_errors = || {
+        metric(
+            &http_get(port, "/metrics"),
+            "cnilab_agent_source_errors_total",
+        )
+    };
+    let errors_before = source_errors().expect("source error counter");
     std::fs::write(&nodes, b"[{\"name\": ").expect("write broken file");
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until(timeout, "the broken nodes file reported", || {
+        source_errors().is_some_and(|n| n > errors_before)
+    });
     assert_eq!(ns.own_routes().len(), 3, "{}", agent.log_text());
+    assert!(
+        agent.log_text().contains("keeping the last good node list"),
+        "{}",
+        agent.log_text()
+    );
 
     // SIGTERM: clean exit, routes and rules stay for the running pods.
     let status = agent.terminate();
@@ -339,6 +364,7 @@ fn masquerade_packets(node: &TestNetns) -> u64 {
 
 #[test]
 fn root_two_nodes_route_pod_traffic_and_masquerade_only_egress() {
+    let _host = cnilab_harness::testing::host_untouched();
     require_root();
     // node a ── node b on 192.168.77.0/24; a pod behind each node; an
     // "internet" host behind node a that has no route to the pod network.

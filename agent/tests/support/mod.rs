@@ -1,7 +1,9 @@
 //! Test-only helpers for the root tests: a throwaway network namespace and
 //! a child-process guard, both cleaned up on drop (also when a test panics).
-//! (A `Netns` type also lives in harness/src/netns.rs; the agent cannot
-//! depend on the harness, so this small copy is kept test-only.)
+//! (A `Netns` type also lives in harness/src/netns.rs; the agent itself
+//! does not depend on the harness, so this small copy is kept test-only.
+//! The harness is only a dev-dependency, for its check that the machine's
+//! own network is untouched.)
 
 #![allow(dead_code)]
 
