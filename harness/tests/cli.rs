@@ -149,7 +149,7 @@ fn figures(line: &str) -> (Vec<f64>, Vec<f64>) {
     let mut ms = Vec::new();
     let mut ratios = Vec::new();
     for (i, t) in tokens.iter().enumerate() {
-        if tokens.get(i + 1) == Some(&"ms") {
+        if tokens.get(i + 1).map(|u| u.trim_end_matches(',')) == Some("ms") {
             if let Ok(v) = t.trim_start_matches('+').parse::<f64>() {
                 ms.push(v);
             }
@@ -177,6 +177,8 @@ fn ratio_check_accepts_rounding_and_refuses_wrong_arithmetic() {
         "ADD parallel (2)      12.3 ms    15.0 ms    13.1 ms    20.0 ms          1.07x       1.33x",
     );
     assert_eq!((ms, r), (vec![12.3, 15.0, 13.1, 20.0], vec![1.07, 1.33]));
+    let (ms, _) = figures(" A +17.7 ms, B -0.4 ms");
+    assert_eq!(ms, vec![17.7, -0.4]);
 }
 
 #[test]
@@ -205,7 +207,7 @@ fn bench_prints_both_plugins_and_the_baseline() {
             .find(|l| l.starts_with(phase))
             .unwrap_or_else(|| panic!("missing {phase:?} in:\n{text}"));
         let (ms, ratios) = figures(&line[phase.len()..]);
-        let ([a_med, a_p95, b_med, b_p95], [r_med, r_p95]) = (ms[..], ratios[..]) else {
+        let (&[a_med, a_p95, b_med, b_p95], &[r_med, r_p95]) = (&ms[..], &ratios[..]) else {
             panic!("{phase}: expected 4 latencies and 2 ratios in {line:?}");
         };
         assert!(
