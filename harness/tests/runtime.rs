@@ -199,7 +199,11 @@ fn plugin_failures_are_typed_not_panics() {
         "cat >/dev/null; echo oops >&2; exit 3\n",
     );
     script(dir.path(), "hang", "exec sleep 60\n");
-    let runtime = Runtime::new(&dir.path().display().to_string())
+    // The answering plugins get the default timeout, so a loaded machine
+    // cannot turn their answer into a timeout; only the one that never
+    // answers runs under a short one (any length gives the same outcome).
+    let runtime = Runtime::new(&dir.path().display().to_string());
+    let impatient = Runtime::new(&dir.path().display().to_string())
         .with_timeout(std::time::Duration::from_secs(1));
     let rt = RuntimeConf::new("c", Some(Path::new("/run/netns/none")), "eth0");
 
@@ -224,7 +228,7 @@ fn plugin_failures_are_typed_not_panics() {
         }
         other => panic!("expected Crashed, got {other:?}"),
     }
-    match runtime.add(&single("hang"), &rt) {
+    match impatient.add(&single("hang"), &rt) {
         Err(RuntimeError::Timeout(exec)) => {
             assert!(exec.timed_out);
             assert_eq!(exec.signal, Some(9), "the plugin is killed");

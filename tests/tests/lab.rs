@@ -252,17 +252,37 @@ fn ctrl_c_removes_the_lab() {
         .spawn()
         .expect("runs");
     let pid = child.id();
-    // Interrupt while the lab is being built.
+    let signal = |sig| {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig)
+            .unwrap_or_else(|e| panic!("{sig:?}: {e}"))
+    };
+    // Interrupt while the lab is being built. The run is frozen (SIGSTOP)
+    // before it is looked at, so the interrupt lands where the test saw it:
+    // namespaces made and the run not finished (a finished run could not
+    // tell its own cleanup from the interrupt's).
     let deadline = Instant::now() + Duration::from_secs(20);
     while leftovers_of(pid).len() < 8 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
+    signal(nix::sys::signal::Signal::SIGSTOP);
+    // SIGSTOP takes effect asynchronously: wait for the stopped state.
+    let stopped = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|st| st.rsplit(") ").next().map(|r| r.starts_with('T')))
+            .unwrap_or(false)
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !stopped() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        child.try_wait().expect("try_wait").is_none(),
+        "the lab finished before it could be interrupted"
+    );
     assert!(!leftovers_of(pid).is_empty(), "the lab started");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .expect("SIGINT");
+    signal(nix::sys::signal::Signal::SIGINT);
+    signal(nix::sys::signal::Signal::SIGCONT);
     let status = child.wait().expect("wait");
     assert_eq!(status.code(), Some(130), "exits 130 after Ctrl-C");
     assert!(
