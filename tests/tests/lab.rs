@@ -380,3 +380,57 @@ fn every_shipped_scenario_is_tested() {
     }
     assert!(shipped.len() >= 8);
 }
+
+/// The scenario JUnit report names each scenario and marks exactly the one
+/// that did not behave as written (here: a copy of `missing-route` whose
+/// fault step is gone, so its "expect fail" check passes).
+#[test]
+fn scenario_junit_marks_the_scenario_that_misbehaved() {
+    let _host = host_untouched();
+    let dir = tempfile::tempdir().expect("tmp");
+    let shipped =
+        std::fs::read_to_string(repo().join("lab/scenarios/missing-route.toml")).expect("read");
+    let (head, rest) = shipped
+        .split_once("[[step]]\ndo = \"fault\"")
+        .expect("missing-route has a fault step");
+    let after_fault = rest
+        .split_once("[[step]]")
+        .expect("steps after the fault")
+        .1;
+    let no_fault = format!("{head}[[step]]{after_fault}")
+        .replace("name = \"missing-route\"", "name = \"no-fault\"");
+    let broken = dir.path().join("no-fault.toml");
+    std::fs::write(&broken, no_fault).expect("write");
+    let junit = dir.path().join("scenarios.xml");
+    let out = cnilab(&[
+        "scenario",
+        "run",
+        "lab/scenarios/missing-route.toml",
+        broken.to_str().expect("utf8"),
+        "--junit",
+        junit.to_str().expect("utf8"),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let xml = std::fs::read_to_string(&junit).expect("junit");
+    let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("{e}\n{xml}"));
+    let root = doc.root_element();
+    assert_eq!(root.tag_name().name(), "testsuite", "{xml}");
+    assert_eq!(
+        (root.attribute("tests"), root.attribute("failures")),
+        (Some("2"), Some("1")),
+        "{xml}"
+    );
+    let cases: Vec<(&str, bool)> = root
+        .children()
+        .filter(|n| n.has_tag_name("testcase"))
+        .map(|c| {
+            let failed = c.children().any(|n| n.has_tag_name("failure"));
+            (c.attribute("name").unwrap_or_default(), failed)
+        })
+        .collect();
+    assert_eq!(
+        cases,
+        vec![("missing-route", false), ("no-fault", true)],
+        "{xml}"
+    );
+}
