@@ -40,6 +40,7 @@ fn topology(args: &TopologyArgs) -> Result<Topology, Box<dyn std::error::Error>>
     };
     if let (Some(p), Some(_)) = (args.pods_per_node, &args.topology) {
         topo.pods_per_node = p;
+        topo.validate(Path::new("--pods-per-node"))?;
     }
     Ok(topo)
 }
