@@ -368,7 +368,7 @@ fn remove_mount(path: &Path) -> Result<(), String> {
 
 /// Removes every named namespace for which `doomed(name)` holds; returns
 /// the names removed, sorted.
-fn remove_where(doomed: impl Fn(&str) -> bool) -> Result<Vec<String>, NetnsError> {
+pub fn remove_matching(doomed: impl Fn(&str) -> bool) -> Result<Vec<String>, NetnsError> {
     let mut removed = Vec::new();
     let entries = match std::fs::read_dir(NETNS_DIR) {
         Ok(e) => e,
@@ -393,13 +393,13 @@ fn remove_where(doomed: impl Fn(&str) -> bool) -> Result<Vec<String>, NetnsError
 /// Removes every namespace whose name starts with `prefix`, whoever made
 /// it (a lab's own namespaces on Ctrl-C, or a persistent lab on `lab down`).
 pub fn remove_prefixed(prefix: &str) -> Result<Vec<String>, NetnsError> {
-    remove_where(|name| !prefix.is_empty() && name.starts_with(prefix))
+    remove_matching(|name| !prefix.is_empty() && name.starts_with(prefix))
 }
 
 /// Removes namespaces named `<prefix><pid>-…` whose pid is no longer
 /// running. Returns the names it removed. `prefix` is normally [`PREFIX`].
 pub fn sweep(prefix: &str) -> Result<Vec<String>, NetnsError> {
-    remove_where(|name| {
+    remove_matching(|name| {
         let pid = name
             .strip_prefix(prefix)
             .and_then(|rest| rest.split('-').next())

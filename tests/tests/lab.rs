@@ -244,6 +244,248 @@ fn bad_topology_is_refused_with_the_line() {
     assert!(msg.contains("bad.toml") && msg.contains("line 6"), "{msg}");
 }
 
+/// `lab down` on a lab that has no state of its own in the way.
+struct LabGuard(String);
+
+impl Drop for LabGuard {
+    fn drop(&mut self) {
+        let _ = Command::new(workspace_bin("cnilab"))
+            .args(["lab", "down", "--name", &self.0])
+            .current_dir(repo())
+            .output();
+    }
+}
+
+fn netns_exists(name: &str) -> bool {
+    Path::new("/run/netns").join(name).exists()
+}
+
+#[test]
+fn lab_down_removes_only_the_named_lab() {
+    let short = format!("d{}", std::process::id());
+    let long = format!("{short}-y");
+    let up_long = cnilab(&[
+        "lab",
+        "up",
+        "--name",
+        &long,
+        "--nodes",
+        "1",
+        "--pods-per-node",
+        "1",
+    ]);
+    let _long_guard = LabGuard(long.clone());
+    assert!(up_long.status.success(), "{}", text(&up_long));
+    let up_short = cnilab(&[
+        "lab",
+        "up",
+        "--name",
+        &short,
+        "--nodes",
+        "1",
+        "--pods-per-node",
+        "1",
+    ]);
+    let _short_guard = LabGuard(short.clone());
+    assert!(up_short.status.success(), "{}", text(&up_short));
+    let long_ns = [
+        format!("cnilab-lab-{long}-switch"),
+        format!("cnilab-lab-{long}-external"),
+        format!("cnilab-lab-{long}-node1"),
+        format!("cnilab-lab-{long}-node1-pod0"),
+    ];
+    for ns in &long_ns {
+        assert!(netns_exists(ns), "{ns} is up");
+    }
+    let down = cnilab(&["lab", "down", "--name", &short]);
+    assert!(down.status.success(), "{}", text(&down));
+    assert!(
+        !netns_exists(&format!("cnilab-lab-{short}-node1")),
+        "{short} is down"
+    );
+    for ns in &long_ns {
+        assert!(
+            netns_exists(ns),
+            "{ns} of lab {long} survives `lab down --name {short}`: {}",
+            text(&down)
+        );
+    }
+    let status = cnilab(&["lab", "status", "--name", &long]);
+    assert!(
+        status.status.success() && !text(&status).contains("MISSING"),
+        "{}",
+        text(&status)
+    );
+    let down = cnilab(&["lab", "down", "--name", &long]);
+    assert!(down.status.success(), "{}", text(&down));
+    for ns in &long_ns {
+        assert!(!netns_exists(ns), "{ns} removed");
+    }
+}
+
+/// Processes whose command line mentions `needle` (zombies have none).
+fn processes_mentioning(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+                .filter(|pid| {
+                    std::fs::read(format!("/proc/{pid}/cmdline"))
+                        .map(|c| String::from_utf8_lossy(&c).contains(needle))
+                        .unwrap_or(false)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `lab run` with agents, SIGKILLed once an agent runs: `cnilab sweep`
+/// leaves no run directory, no agent and no namespace of it, and does not
+/// touch a process whose pid sits in a stale pidfile with another start
+/// time. Every assertion holds wherever the kill lands.
+#[test]
+fn sweep_after_a_sigkilled_agent_lab() {
+    require_root();
+    let mut child = Command::new(workspace_bin("cnilab"))
+        .args(["lab", "run", "--topology", "lab/topologies/agent.toml"])
+        .current_dir(repo())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("runs");
+    let pid = child.id();
+    let run = PathBuf::from(format!("/run/cnilab/run-{pid}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !run.join("node2/agent.pid").exists() && Instant::now() < deadline {
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "lab run ended before its agents started"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL");
+    child.wait().expect("reap");
+
+    // A decoy: a dead run whose pidfile names a live process that is not ours.
+    let mut decoy = Command::new("sleep").arg("60").spawn().expect("sleep");
+    let mut gone = Command::new("true").spawn().expect("true");
+    let dead = gone.id();
+    gone.wait().expect("reap");
+    let fake = PathBuf::from(format!("/run/cnilab/run-{dead}"));
+    std::fs::create_dir_all(fake.join("node1")).expect("fake run dir");
+    let start = cnilab_harness::lab::pidfile::start_time(decoy.id()).expect("running");
+    std::fs::write(
+        fake.join("node1/agent.pid"),
+        format!("{} {}\n", decoy.id(), start + 1),
+    )
+    .expect("stale pidfile");
+
+    let sweep = cnilab(&["sweep"]);
+    let decoy_alive = decoy.try_wait().expect("try_wait").is_none();
+    let _ = decoy.kill();
+    let _ = decoy.wait();
+    let _ = std::fs::remove_dir_all(&fake);
+    assert!(sweep.status.success(), "{}", text(&sweep));
+    assert!(
+        decoy_alive,
+        "a process that is not ours was killed: {}",
+        text(&sweep)
+    );
+    assert!(
+        !run.exists(),
+        "run dir {} left: {}",
+        run.display(),
+        text(&sweep)
+    );
+    assert!(
+        !fake.exists() || !decoy_alive,
+        "the decoy's dead run dir is removed too"
+    );
+    assert!(
+        leftovers_of(pid).is_empty(),
+        "namespaces left: {:?}",
+        leftovers_of(pid)
+    );
+    let needle = format!("/run/cnilab/run-{pid}/");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !processes_mentioning(&needle).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        processes_mentioning(&needle).is_empty(),
+        "agents of the killed lab still run: {:?}",
+        processes_mentioning(&needle)
+    );
+}
+
+/// Hostile topology values: exit 2, the error names field and line, and
+/// nothing is created (no namespace, no run directory).
+#[rstest]
+#[case::probe_timeout_zero("probe_timeout_ms = 0\n", &[], "probe_timeout_ms", "line 1")]
+#[case::pods_per_node_zero("pods_per_node = 0\n", &[], "pods_per_node", "line 1")]
+#[case::pods_per_node_flag("", &["--pods-per-node", "0"], "pods_per_node", "--pods-per-node")]
+#[case::mtu_576_ipv6("mtu = 576\n", &[], "mtu", "line 1")]
+fn hostile_topology_exits_2_and_creates_nothing(
+    #[case] head: &str,
+    #[case] flags: &[&str],
+    #[case] field: &str,
+    #[case] place: &str,
+) {
+    require_root();
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("hostile.toml");
+    let v6 = if head.starts_with("mtu") {
+        ", \"fd00:244:1::/64\""
+    } else {
+        ""
+    };
+    std::fs::write(
+        &file,
+        format!("{head}[[node]]\nname = \"node1\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"{v6}]\n"),
+    )
+    .expect("write");
+    let child = Command::new(workspace_bin("cnilab"))
+        .args(["lab", "run", "--topology", file.to_str().expect("utf8")])
+        .args(flags)
+        .current_dir(repo())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("wait");
+    let msg = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{msg}");
+    assert!(msg.contains(field) && msg.contains(place), "{msg}");
+    assert!(leftovers_of(pid).is_empty(), "nothing created");
+    assert!(
+        !Path::new(&format!("/run/cnilab/run-{pid}")).exists(),
+        "no run dir"
+    );
+}
+
+#[test]
+fn scenario_with_an_unknown_group_exits_2() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("bad.toml");
+    std::fs::write(
+        &file,
+        "name = \"bad\"\nsummary = \"x\"\n[topology]\n[[topology.node]]\nname = \"node1\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n[[step]]\ndo = \"check\"\nexpect = \"pass\"\ngroups = [\"pod-to-moon\"]\n",
+    )
+    .expect("write");
+    let out = cnilab(&["scenario", "run", file.to_str().expect("utf8")]);
+    let msg = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{msg}");
+    assert!(
+        msg.contains("groups") && msg.contains("line 11") && msg.contains("pod-to-moon"),
+        "{msg}"
+    );
+}
+
 #[rstest]
 #[case("missing-route")]
 #[case("stale-route")]

@@ -32,6 +32,11 @@ fn setup(msg: impl Into<String>) -> LabError {
     LabError::Setup(msg.into())
 }
 
+/// In a node's run dir: the agent's pid and start time.
+pub const AGENT_PIDFILE: &str = "agent.pid";
+/// In a lab's run dir: the pid and start time of the process that made it.
+pub const OWNER_PIDFILE: &str = "owner.pid";
+
 /// A pod: a namespace attached to its node's network.
 pub struct Pod {
     pub name: String,
@@ -308,6 +313,12 @@ impl Lab {
         };
         std::fs::create_dir_all(&opts.run_dir)
             .map_err(|e| setup(format!("run dir {}: {e}", opts.run_dir.display())))?;
+        // Who made this run dir: `cnilab sweep` removes it once that process is gone.
+        if let Some(me) = super::pidfile::Identity::current() {
+            let path = opts.run_dir.join(OWNER_PIDFILE);
+            super::pidfile::write(&path, me)
+                .map_err(|e| setup(format!("{}: {e}", path.display())))?;
+        }
 
         let switch = make_ns(&opts, "switch")?;
         let bridge = netlink(&switch, "underlay bridge", |h| async move {
@@ -491,14 +502,30 @@ impl Lab {
         let mut command = node.ns.command(&program);
         // The lab blocks SIGINT/SIGTERM for its Ctrl-C watcher; the agent must
         // get them (a blocked mask survives exec).
-        // SAFETY: only sigprocmask(2), which is async-signal-safe.
+        // A throwaway lab's agents die with the lab process, however it dies
+        // (SIGKILL included): the kernel sends them SIGKILL. A standing lab's
+        // agents outlive `lab up` and are found again through their pidfiles.
+        let die_with_parent = self.opts.persistent.is_none();
+        let parent = std::process::id() as nix::libc::pid_t;
+        // SAFETY: only sigprocmask(2), prctl(2) and getppid(2), which are
+        // async-signal-safe; nothing is allocated.
         unsafe {
             use std::os::unix::process::CommandExt;
-            command.pre_exec(|| {
+            command.pre_exec(move || {
                 let mut set = nix::sys::signal::SigSet::empty();
                 set.add(nix::sys::signal::Signal::SIGINT);
                 set.add(nix::sys::signal::Signal::SIGTERM);
-                set.thread_unblock().map_err(std::io::Error::from)
+                set.thread_unblock().map_err(std::io::Error::from)?;
+                if die_with_parent {
+                    if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    // The parent died before prctl: nobody will send the signal.
+                    if nix::libc::getppid() != parent {
+                        return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH));
+                    }
+                }
+                Ok(())
             });
         }
         if self.opts.persistent.is_some() {
@@ -520,6 +547,13 @@ impl Lab {
                 ))
             })?;
         crate::lab::register_child(child.id());
+        // The pidfile lets `cnilab sweep` and `lab down` prove the process
+        // is this agent before they signal it.
+        if let Some(id) = super::pidfile::Identity::of(child.id()) {
+            let path = node_dir.join(AGENT_PIDFILE);
+            super::pidfile::write(&path, id)
+                .map_err(|e| setup(format!("{}: {e}", path.display())))?;
+        }
         self.nodes[i].agent = Some(child);
         Ok(())
     }

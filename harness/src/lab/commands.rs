@@ -144,8 +144,11 @@ pub fn up(args: &TopologyArgs, plugin_dir: Option<String>, name: &str) -> CliRes
     }
     let topo = topology(args)?;
     default_plugin_check(&plugin_dir, &topo)?;
-    let prefix = format!("{}lab-{name}-", netns::PREFIX);
-    super::cleanup_on_interrupt(Some(prefix));
+    let lab_name = name.to_string();
+    let nodes: Vec<String> = topo.nodes.iter().map(|n| n.name.clone()).collect();
+    super::cleanup_on_interrupt(Some(Box::new(move |ns: &str| {
+        state::owns_namespace(&lab_name, &nodes, ns)
+    })));
     header(&topo, plugin_dir.as_deref());
     let opts = UpOptions {
         plugin_dir,
@@ -255,7 +258,8 @@ pub fn down(name: &str) -> CliResult {
         }
         Err(e) => eprintln!("cnilab: {e}; removing what is left by name"),
     }
-    let removed = netns::remove_prefixed(&format!("{}lab-{name}-", netns::PREFIX))?;
+    let nodes = state::node_names(&s);
+    let removed = netns::remove_matching(|ns| state::owns_namespace(name, &nodes, ns))?;
     if !removed.is_empty() {
         eprintln!("cnilab: removed leftover namespaces {}", removed.join(", "));
     }

@@ -7,10 +7,12 @@ pub mod build;
 pub mod checks;
 pub mod commands;
 pub mod diagnose;
+pub mod pidfile;
 pub mod probe;
 pub mod report;
 pub mod scenario;
 pub mod state;
+pub mod sweep;
 pub mod topology;
 
 use build::Lab;
@@ -34,7 +36,9 @@ pub fn register_child(pid: u32) {
 /// On SIGINT or SIGTERM: kill the agents, remove every namespace of this
 /// process, and exit 130. Must be called before other threads start, so
 /// that they inherit the blocked signal mask and only the watcher sees it.
-pub fn cleanup_on_interrupt(extra_prefix: Option<String>) {
+/// `extra` names namespaces to remove besides this process's own (a
+/// standing lab's, which do not carry the pid).
+pub fn cleanup_on_interrupt(extra: Option<Box<dyn Fn(&str) -> bool + Send>>) {
     use nix::sys::signal::{SigSet, Signal};
     let mut set = SigSet::empty();
     set.add(Signal::SIGINT);
@@ -56,8 +60,8 @@ pub fn cleanup_on_interrupt(extra_prefix: Option<String>) {
         crate::netns::stop_creating();
         let own = format!("{}{}-", crate::netns::PREFIX, std::process::id());
         let _ = crate::netns::remove_prefixed(&own);
-        if let Some(p) = &extra_prefix {
-            let _ = crate::netns::remove_prefixed(p);
+        if let Some(owned) = &extra {
+            let _ = crate::netns::remove_matching(owned);
         }
         let _ = std::fs::remove_dir_all(scratch_run_dir());
         std::process::exit(130);
