@@ -243,6 +243,60 @@ impl Netns {
         cmd
     }
 
+    /// Whether link `name` is operationally up (carrier on both ends of a
+    /// veth, and the kernel's link watcher has told its upper devices, such
+    /// as a bridge enabling the port).
+    pub fn oper_up(&self, name: &str) -> Result<bool, NetnsError> {
+        use rtnetlink::packet_route::link::State;
+        let name = name.to_string();
+        self.netlink(|h| async move {
+            let mut stream = h.link().get().match_name(name).execute();
+            Ok(match stream.try_next().await {
+                Ok(Some(msg)) => msg
+                    .attributes
+                    .iter()
+                    .any(|a| matches!(a, LinkAttribute::OperState(State::Up))),
+                Ok(None) | Err(_) => false,
+            })
+        })
+    }
+
+    /// Deletes the neighbour (ARP/NDP) entries for `addr` on every link, so
+    /// that the next packet to it resolves its link-layer address afresh.
+    /// Returns how many entries were deleted.
+    pub fn forget_neighbour(&self, addr: IpAddr) -> Result<usize, NetnsError> {
+        use rtnetlink::packet_route::neighbour::{NeighbourAddress, NeighbourAttribute};
+        self.netlink(|h| async move {
+            let mut stream = h.neighbours().get().execute();
+            let mut doomed = Vec::new();
+            while let Some(msg) = stream.try_next().await? {
+                let hit = msg.attributes.iter().any(|a| match a {
+                    NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
+                        IpAddr::V4(*v4) == addr
+                    }
+                    NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
+                        IpAddr::V6(*v6) == addr
+                    }
+                    _ => false,
+                });
+                if hit {
+                    doomed.push(msg);
+                }
+            }
+            let mut deleted = 0;
+            for msg in doomed {
+                match h.neighbours().del(msg).execute().await {
+                    Ok(()) => deleted += 1,
+                    // Gone meanwhile (garbage-collected): nothing to forget.
+                    Err(rtnetlink::Error::NetlinkError(e))
+                        if e.raw_code() == -nix::libc::ENOENT => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(deleted)
+        })
+    }
+
     /// Runs an async netlink job against this namespace on a dedicated thread
     /// with its own current-thread tokio runtime, so it is safe to call from
     /// anywhere, including from inside another tokio runtime.

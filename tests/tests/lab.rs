@@ -486,6 +486,93 @@ fn scenario_with_an_unknown_group_exits_2() {
     );
 }
 
+/// The flake of `podcidr-overlap` (after the heal, "2/12 probes failed;
+/// diagnoses: " with none): node1 kept a neighbour entry mapping node2's
+/// address to the MAC of the node2 that was removed, because the new node2's
+/// gratuitous ARP was lost while its switch port came up. Here the entry is
+/// planted PERMANENT, which no gratuitous ARP may override: a node that
+/// joins must still be reachable at once.
+#[test]
+fn a_recreated_node_is_reachable_despite_a_stale_neighbour_entry() {
+    use cnilab_harness::lab::{self, build::Lab, Topology, UpOptions};
+    require_root();
+    let run = tempfile::tempdir().expect("run dir");
+    let bin = workspace_bin("cnilab-bridge");
+    let opts = UpOptions {
+        plugin_dir: bin.parent().map(|d| d.display().to_string()),
+        persistent: None,
+        run_dir: run.path().to_path_buf(),
+    };
+    let topo = Topology::generated(2, 2).expect("topology");
+    let mut lab = Lab::up(topo, opts).expect("lab up");
+    let groups = vec!["pod-to-pod/cross-node".to_string()];
+    assert!(lab::check(&lab, &groups, false).expect("check").passed());
+    let spec = lab.topo.nodes[1].clone();
+    lab.remove_node(&spec.name).expect("remove node2");
+    let node1 = lab.nodes[0].ns.name().to_string();
+    let planted = Command::new("ip")
+        .args(["-n", &node1, "neigh", "replace", &spec.address.to_string()])
+        .args([
+            "lladdr",
+            "02:00:00:00:00:01",
+            "dev",
+            "eth0",
+            "nud",
+            "permanent",
+        ])
+        .status()
+        .expect("ip neigh");
+    assert!(planted.success());
+    lab.add_node(spec, 2).expect("node2 re-created");
+    let report = lab::check(&lab, &groups, false).expect("check");
+    lab.down();
+    assert!(report.passed(), "{}", report.table());
+}
+
+/// A failed probe that no rule explains is reported as "undiagnosed" with
+/// the probe, never with an empty list of causes.
+#[test]
+fn an_unexplained_failure_says_undiagnosed() {
+    use cnilab_harness::lab::{self, build::Lab, Topology, UpOptions};
+    require_root();
+    let run = tempfile::tempdir().expect("run dir");
+    let bin = workspace_bin("cnilab-bridge");
+    let opts = UpOptions {
+        plugin_dir: bin.parent().map(|d| d.display().to_string()),
+        persistent: None,
+        run_dir: run.path().to_path_buf(),
+    };
+    let lab = Lab::up(Topology::generated(2, 1).expect("topology"), opts).expect("lab up");
+    // A wrong MAC for node2 on node1, pinned: no rule knows this cause.
+    let node1 = lab.nodes[0].ns.name().to_string();
+    let planted = Command::new("ip")
+        .args(["-n", &node1, "neigh", "replace", "10.250.0.2"])
+        .args([
+            "lladdr",
+            "02:00:00:00:00:01",
+            "dev",
+            "eth0",
+            "nud",
+            "permanent",
+        ])
+        .status()
+        .expect("ip neigh");
+    assert!(planted.success());
+    let groups = vec!["pod-to-pod/cross-node".to_string()];
+    let report = lab::check(&lab, &groups, false).expect("check");
+    lab.down();
+    assert!(!report.passed());
+    for f in &report.failures {
+        assert!(!f.diagnoses.is_empty(), "{}", report.table());
+    }
+    let table = report.table();
+    assert!(
+        report.diagnosis_ids().contains(&"undiagnosed")
+            && table.contains("undiagnosed: no known cause matched"),
+        "{table}"
+    );
+}
+
 #[rstest]
 #[case("missing-route")]
 #[case("stale-route")]

@@ -700,6 +700,36 @@ impl Lab {
             None => DEFAULT_TEMPLATE.to_string(),
         };
         let node = self.add_node_ns(&spec, bridge, &template)?;
+        // A node that joins (or is re-created) may take an address that the
+        // other namespaces still map to a previous node's MAC. Its
+        // gratuitous ARP (arp_notify) is sent the moment eth0 goes up, and is
+        // lost when the switch has not enabled the port yet (the kernel's
+        // link watcher runs later, on a busy machine noticeably later); the
+        // stale entry then sends the first packets to the old MAC. So: wait
+        // until both ends of the uplink are operationally up, then make the
+        // others forget the address, so that their next packet resolves it
+        // (a broadcast ARP the new node answers).
+        let port = format!("p-{}", spec.name);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !(node.ns.oper_up("eth0")? && self.switch.oper_up(&port)?) {
+            if Instant::now() >= deadline {
+                return Err(setup(format!(
+                    "node {}: its uplink did not come up within 5 s",
+                    spec.name
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for other in self
+            .nodes
+            .iter()
+            .map(|n| &n.ns)
+            .chain(self.external.as_ref())
+        {
+            other
+                .forget_neighbour(spec.address)
+                .map_err(|e| setup(format!("forget {} in {}: {e}", spec.address, other.name())))?;
+        }
         self.topo.nodes.push(spec);
         self.nodes.push(node);
         let i = self.nodes.len() - 1;

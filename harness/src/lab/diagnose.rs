@@ -17,6 +17,28 @@ pub struct Diagnosis {
     pub message: String,
 }
 
+impl Diagnosis {
+    /// Id of the diagnosis given to a failed probe that no rule explains.
+    pub const UNDIAGNOSED: &'static str = "undiagnosed";
+
+    /// For a failed probe that no rule explains: says so, with the probe and
+    /// its error, so that the failure is never reported without a cause line.
+    pub fn undiagnosed(o: &ProbeOutcome) -> Diagnosis {
+        Diagnosis {
+            id: Self::UNDIAGNOSED,
+            message: format!(
+                "no known cause matched: {} ({}) → {} ({}) {}: {}",
+                o.spec.from.name,
+                o.spec.from.ip,
+                o.spec.to.name,
+                o.spec.to.ip,
+                o.spec.proto.as_str(),
+                o.error.as_deref().unwrap_or("failed")
+            ),
+        }
+    }
+}
+
 /// What the diagnosis reads from a node.
 #[derive(Clone, Debug, Default)]
 pub struct NodeFacts {

@@ -101,10 +101,17 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
         let facts = diagnose::collect(lab);
         failed
             .into_iter()
-            .map(|(index, o)| Failure {
-                index,
-                outcome: o.clone(),
-                diagnoses: diagnose::diagnose(lab, &facts, o),
+            .map(|(index, o)| {
+                let mut diagnoses = diagnose::diagnose(lab, &facts, o);
+                // A failure no rule explains must not pass silently.
+                if diagnoses.is_empty() {
+                    diagnoses.push(diagnose::Diagnosis::undiagnosed(o));
+                }
+                Failure {
+                    index,
+                    outcome: o.clone(),
+                    diagnoses,
+                }
             })
             .collect()
     };

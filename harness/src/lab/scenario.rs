@@ -616,12 +616,27 @@ pub fn run(
                     let detail = if passed {
                         format!("all {} probes passed", report.probes)
                     } else {
-                        format!(
+                        let unexplained: Vec<&str> = report
+                            .failures
+                            .iter()
+                            .flat_map(|f| &f.diagnoses)
+                            .filter(|d| d.id == super::diagnose::Diagnosis::UNDIAGNOSED)
+                            .map(|d| d.message.as_str())
+                            .collect();
+                        let mut detail = format!(
                             "{}/{} probes failed; diagnoses: {}",
                             report.failures.len(),
                             report.probes,
                             ids.join(", ")
-                        )
+                        );
+                        if !unexplained.is_empty() {
+                            detail.push_str(&format!(
+                                " ({} undiagnosed: {})",
+                                unexplained.len(),
+                                unexplained.join("; ")
+                            ));
+                        }
+                        detail
                     };
                     last_report = Some(report);
                     (ok, detail)
