@@ -422,6 +422,79 @@ fn sweep_after_a_sigkilled_agent_lab() {
     );
 }
 
+/// `lab up` with agents, SIGKILLed while it builds: whatever moment the
+/// kill lands, after `cnilab sweep` (and `lab down` if the lab had already
+/// stood) no namespace, no agent and no directory of that lab remain. A
+/// standing lab's agents do not die with `lab up`: only their pidfiles,
+/// written by each agent before exec, let sweep find and stop them.
+#[test]
+fn sweep_after_a_sigkilled_lab_up() {
+    require_root();
+    let name = format!("k{}", std::process::id());
+    let _guard = LabGuard(name.clone());
+    let mut child = Command::new(workspace_bin("cnilab"))
+        .args([
+            "lab",
+            "up",
+            "--name",
+            &name,
+            "--topology",
+            "lab/topologies/agent.toml",
+        ])
+        .current_dir(repo())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("runs");
+    let dir = PathBuf::from(format!("/run/cnilab/labs/{name}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !dir.join("node2/agent.pid").exists() && Instant::now() < deadline {
+        if child.try_wait().expect("try_wait").is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    child.wait().expect("reap");
+    let needle = format!("/run/cnilab/labs/{name}/");
+
+    let sweep = cnilab(&["sweep"]);
+    assert!(sweep.status.success(), "{}", text(&sweep));
+    if dir.join("state.json").exists() {
+        // The kill came after the lab stood: it is a lab like any other.
+        let down = cnilab(&["lab", "down", "--name", &name]);
+        assert!(down.status.success(), "{}", text(&down));
+    }
+    assert!(!dir.exists(), "{} left: {}", dir.display(), text(&sweep));
+    let prefix = format!("cnilab-lab-{name}-");
+    let left: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        left.is_empty(),
+        "namespaces left: {left:?}: {}",
+        text(&sweep)
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !processes_mentioning(&needle).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        processes_mentioning(&needle).is_empty(),
+        "agents of the killed lab still run: {:?}: {}",
+        processes_mentioning(&needle),
+        text(&sweep)
+    );
+}
+
 /// Hostile topology values: exit 2, the error names field and line, and
 /// nothing is created (no namespace, no run directory).
 #[rstest]

@@ -507,11 +507,21 @@ impl Lab {
         // agents outlive `lab up` and are found again through their pidfiles.
         let die_with_parent = self.opts.persistent.is_none();
         let parent = std::process::id() as nix::libc::pid_t;
-        // SAFETY: only sigprocmask(2), prctl(2) and getppid(2), which are
+        // The agent writes its own pidfile (pid + start time) before exec,
+        // so it is provably ours from its first instant, whenever the lab
+        // process dies; `cnilab sweep` and `lab down` check it before they
+        // signal.
+        let pidfile_path = node_dir.join(AGENT_PIDFILE);
+        let pidfile = super::pidfile::prepare(&pidfile_path)
+            .map_err(|e| setup(format!("{}: {e}", pidfile_path.display())))?;
+        let pidfile_fd = std::os::fd::AsRawFd::as_raw_fd(&pidfile);
+        // SAFETY: only sigprocmask(2), prctl(2), getppid(2) and the
+        // open/read/write/close of `write_own_identity`, which are
         // async-signal-safe; nothing is allocated.
         unsafe {
             use std::os::unix::process::CommandExt;
             command.pre_exec(move || {
+                super::pidfile::write_own_identity(pidfile_fd)?;
                 let mut set = nix::sys::signal::SigSet::empty();
                 set.add(nix::sys::signal::Signal::SIGINT);
                 set.add(nix::sys::signal::Signal::SIGTERM);
@@ -546,14 +556,8 @@ impl Lab {
                     node.spec.name
                 ))
             })?;
+        drop(pidfile);
         crate::lab::register_child(child.id());
-        // The pidfile lets `cnilab sweep` and `lab down` prove the process
-        // is this agent before they signal it.
-        if let Some(id) = super::pidfile::Identity::of(child.id()) {
-            let path = node_dir.join(AGENT_PIDFILE);
-            super::pidfile::write(&path, id)
-                .map_err(|e| setup(format!("{}: {e}", path.display())))?;
-        }
         self.nodes[i].agent = Some(child);
         Ok(())
     }

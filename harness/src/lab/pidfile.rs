@@ -14,13 +14,97 @@ pub fn start_time(pid: u32) -> Option<u64> {
     parse_start_time(&stat)
 }
 
+fn parse_start_time(stat: &str) -> Option<u64> {
+    start_time_of_stat(stat.as_bytes())
+}
+
 /// Field 22 of a `/proc/<pid>/stat` line. The command name (field 2) is in
 /// parentheses and may hold spaces or `)`, so fields are counted after the
-/// last `)`.
-fn parse_start_time(stat: &str) -> Option<u64> {
-    let after = &stat[stat.rfind(')')? + 1..];
+/// last `)`. Allocation-free: it also runs between fork and exec.
+fn start_time_of_stat(stat: &[u8]) -> Option<u64> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
     // Fields 3.. follow: field 22 is the 20th of them.
-    after.split_whitespace().nth(19)?.parse().ok()
+    let field = stat[close + 1..]
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|w| !w.is_empty())
+        .nth(19)?;
+    if field.is_empty() || field.len() > 19 || !field.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(field.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')))
+}
+
+/// Opens (creates, empties) the pidfile a child will fill in itself with
+/// [`write_own_identity`] between fork and exec: the file names the process
+/// from the moment it exists, whenever the parent dies.
+pub fn prepare(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// In a child between fork and exec: writes `<pid> <start>` of the calling
+/// process to `fd` (from [`prepare`]). Only open(2), read(2), write(2),
+/// close(2) and getpid(2), all async-signal-safe; nothing is allocated.
+pub fn write_own_identity(fd: std::os::fd::RawFd) -> io::Result<()> {
+    let mut stat = [0u8; 2048];
+    // SAFETY: a NUL-terminated literal path; the descriptor is closed below.
+    let sfd = unsafe {
+        nix::libc::open(
+            c"/proc/self/stat".as_ptr(),
+            nix::libc::O_RDONLY | nix::libc::O_CLOEXEC,
+        )
+    };
+    if sfd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: reads into a stack buffer of the given length.
+    let n = unsafe { nix::libc::read(sfd, stat.as_mut_ptr().cast(), stat.len()) };
+    // SAFETY: closes the descriptor opened above.
+    unsafe { nix::libc::close(sfd) };
+    let Some(read) = usize::try_from(n).ok().filter(|&n| n > 0) else {
+        return Err(io::Error::last_os_error());
+    };
+    let start = start_time_of_stat(&stat[..read])
+        .ok_or_else(|| io::Error::from_raw_os_error(nix::libc::EINVAL))?;
+    // SAFETY: getpid(2) cannot fail.
+    let pid = u64::try_from(unsafe { nix::libc::getpid() }).unwrap_or(0);
+    let mut line = [0u8; 48];
+    let mut len = put_decimal(&mut line, 0, pid);
+    line[len] = b' ';
+    len = put_decimal(&mut line, len + 1, start);
+    line[len] = b'\n';
+    len += 1;
+    // SAFETY: writes `len` bytes of a stack buffer to the caller's descriptor.
+    let written = unsafe { nix::libc::write(fd, line.as_ptr().cast(), len) };
+    if usize::try_from(written).ok() == Some(len) {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Writes `n` in decimal at `buf[at..]`; returns the index after it.
+fn put_decimal(buf: &mut [u8], at: usize, mut n: u64) -> usize {
+    let mut digits = [0u8; 20];
+    let mut count = 0;
+    loop {
+        digits[count] = b'0' + (n % 10) as u8;
+        count += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..count {
+        buf[at + i] = digits[count - 1 - i];
+    }
+    at + count
 }
 
 /// A process identity: pid plus start time.
@@ -152,6 +236,30 @@ mod tests {
             !id.kill_if_same().expect("gone"),
             "a dead process is not signalled"
         );
+    }
+
+    #[test]
+    fn a_child_writes_its_own_identity_before_exec() {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("agent.pid");
+        let file = prepare(&path).expect("prepare");
+        let fd = file.as_raw_fd();
+        let mut command = std::process::Command::new("sleep");
+        command.arg("30");
+        // SAFETY: write_own_identity is async-signal-safe.
+        unsafe {
+            command.pre_exec(move || write_own_identity(fd));
+        }
+        let mut child = command.spawn().expect("sleep");
+        drop(file);
+        let recorded = read(&path);
+        let actual = Identity::of(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(recorded, actual);
+        assert!(recorded.is_some());
     }
 
     #[test]
