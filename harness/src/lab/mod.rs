@@ -36,9 +36,12 @@ pub fn register_child(pid: u32) {
 /// On SIGINT or SIGTERM: kill the agents, remove every namespace of this
 /// process, and exit 130. Must be called before other threads start, so
 /// that they inherit the blocked signal mask and only the watcher sees it.
+/// Says which namespaces, by name, belong to what is being torn down.
+pub type NamespaceFilter = Box<dyn Fn(&str) -> bool + Send>;
+
 /// `extra` names namespaces to remove besides this process's own (a
 /// standing lab's, which do not carry the pid).
-pub fn cleanup_on_interrupt(extra: Option<Box<dyn Fn(&str) -> bool + Send>>) {
+pub fn cleanup_on_interrupt(extra: Option<NamespaceFilter>) {
     use nix::sys::signal::{SigSet, Signal};
     let mut set = SigSet::empty();
     set.add(Signal::SIGINT);
