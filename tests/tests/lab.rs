@@ -3,6 +3,7 @@
 //! after the heal, and nothing is left behind (after a run, a failed run
 //! and Ctrl-C).
 
+use cnilab_harness::lab;
 use cnilab_tests::{require_root, workspace_bin};
 use rstest::rstest;
 use std::path::{Path, PathBuf};
@@ -32,12 +33,15 @@ fn text(out: &Output) -> String {
 
 /// Namespaces of process `pid` that still exist.
 fn leftovers_of(pid: u32) -> Vec<String> {
-    let prefix = format!("cnilab-{pid}-");
+    namespaces_starting_with(&format!("cnilab-{pid}-"))
+}
+
+fn namespaces_starting_with(prefix: &str) -> Vec<String> {
     std::fs::read_dir("/run/netns")
         .map(|rd| {
             rd.filter_map(|e| e.ok())
                 .filter_map(|e| e.file_name().to_str().map(str::to_string))
-                .filter(|n| n.starts_with(&prefix))
+                .filter(|n| n.starts_with(prefix))
                 .collect()
         })
         .unwrap_or_default()
@@ -256,6 +260,23 @@ impl Drop for LabGuard {
     }
 }
 
+/// `lab up --name NAME` with one node and one pod; `lab down` on drop.
+fn up_one_node_lab(name: &str) -> LabGuard {
+    let guard = LabGuard(name.to_string());
+    let up = cnilab(&[
+        "lab",
+        "up",
+        "--name",
+        name,
+        "--nodes",
+        "1",
+        "--pods-per-node",
+        "1",
+    ]);
+    assert!(up.status.success(), "{}", text(&up));
+    guard
+}
+
 fn netns_exists(name: &str) -> bool {
     Path::new("/run/netns").join(name).exists()
 }
@@ -264,30 +285,8 @@ fn netns_exists(name: &str) -> bool {
 fn lab_down_removes_only_the_named_lab() {
     let short = format!("d{}", std::process::id());
     let long = format!("{short}-y");
-    let up_long = cnilab(&[
-        "lab",
-        "up",
-        "--name",
-        &long,
-        "--nodes",
-        "1",
-        "--pods-per-node",
-        "1",
-    ]);
-    let _long_guard = LabGuard(long.clone());
-    assert!(up_long.status.success(), "{}", text(&up_long));
-    let up_short = cnilab(&[
-        "lab",
-        "up",
-        "--name",
-        &short,
-        "--nodes",
-        "1",
-        "--pods-per-node",
-        "1",
-    ]);
-    let _short_guard = LabGuard(short.clone());
-    assert!(up_short.status.success(), "{}", text(&up_short));
+    let _long_guard = up_one_node_lab(&long);
+    let _short_guard = up_one_node_lab(&short);
     let long_ns = [
         format!("cnilab-lab-{long}-switch"),
         format!("cnilab-lab-{long}-external"),
@@ -337,6 +336,20 @@ fn processes_mentioning(needle: &str) -> Vec<u32> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Fails unless no process mentions `needle` within 10 s (a SIGKILLed
+/// process may still be on its way out).
+fn assert_no_process_mentions(needle: &str, context: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !processes_mentioning(needle).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = processes_mentioning(needle);
+    assert!(
+        left.is_empty(),
+        "processes of the killed lab still run: {left:?}: {context}"
+    );
 }
 
 /// `lab run` with agents, SIGKILLed once an agent runs: `cnilab sweep`
@@ -410,16 +423,7 @@ fn sweep_after_a_sigkilled_agent_lab() {
         "namespaces left: {:?}",
         leftovers_of(pid)
     );
-    let needle = format!("/run/cnilab/run-{pid}/");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !processes_mentioning(&needle).is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(
-        processes_mentioning(&needle).is_empty(),
-        "agents of the killed lab still run: {:?}",
-        processes_mentioning(&needle)
-    );
+    assert_no_process_mentions(&format!("/run/cnilab/run-{pid}/"), &text(&sweep));
 }
 
 /// `lab up` with agents, SIGKILLed while it builds: whatever moment the
@@ -469,30 +473,13 @@ fn sweep_after_a_sigkilled_lab_up() {
         assert!(down.status.success(), "{}", text(&down));
     }
     assert!(!dir.exists(), "{} left: {}", dir.display(), text(&sweep));
-    let prefix = format!("cnilab-lab-{name}-");
-    let left: Vec<String> = std::fs::read_dir("/run/netns")
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .filter_map(|e| e.file_name().to_str().map(str::to_string))
-                .filter(|n| n.starts_with(&prefix))
-                .collect()
-        })
-        .unwrap_or_default();
+    let left = namespaces_starting_with(&format!("cnilab-lab-{name}-"));
     assert!(
         left.is_empty(),
         "namespaces left: {left:?}: {}",
         text(&sweep)
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !processes_mentioning(&needle).is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(
-        processes_mentioning(&needle).is_empty(),
-        "agents of the killed lab still run: {:?}: {}",
-        processes_mentioning(&needle),
-        text(&sweep)
-    );
+    assert_no_process_mentions(&needle, &text(&sweep));
 }
 
 /// Hostile topology values: exit 2, the error names field and line, and
@@ -559,15 +546,13 @@ fn scenario_with_an_unknown_group_exits_2() {
     );
 }
 
-/// The flake of `podcidr-overlap` (after the heal, "2/12 probes failed;
-/// diagnoses: " with none): node1 kept a neighbour entry mapping node2's
-/// address to the MAC of the node2 that was removed, because the new node2's
-/// gratuitous ARP was lost while its switch port came up. Here the entry is
-/// planted PERMANENT, which no gratuitous ARP may override: a node that
-/// joins must still be reachable at once.
-#[test]
-fn a_recreated_node_is_reachable_despite_a_stale_neighbour_entry() {
-    use cnilab_harness::lab::{self, build::Lab, Topology, UpOptions};
+/// A lab built by this test process through the library (its run dir
+/// goes with the returned guard).
+fn lab_in_process(
+    nodes: usize,
+    pods: usize,
+) -> (tempfile::TempDir, cnilab_harness::lab::build::Lab) {
+    use cnilab_harness::lab::{build::Lab, Topology, UpOptions};
     require_root();
     let run = tempfile::tempdir().expect("run dir");
     let bin = workspace_bin("cnilab-bridge");
@@ -576,15 +561,16 @@ fn a_recreated_node_is_reachable_despite_a_stale_neighbour_entry() {
         persistent: None,
         run_dir: run.path().to_path_buf(),
     };
-    let topo = Topology::generated(2, 2).expect("topology");
-    let mut lab = Lab::up(topo, opts).expect("lab up");
-    let groups = vec!["pod-to-pod/cross-node".to_string()];
-    assert!(lab::check(&lab, &groups, false).expect("check").passed());
-    let spec = lab.topo.nodes[1].clone();
-    lab.remove_node(&spec.name).expect("remove node2");
-    let node1 = lab.nodes[0].ns.name().to_string();
-    let planted = Command::new("ip")
-        .args(["-n", &node1, "neigh", "replace", &spec.address.to_string()])
+    let topo = Topology::generated(nodes, pods).expect("topology");
+    (run, Lab::up(topo, opts).expect("lab up"))
+}
+
+/// Pins a wrong MAC for `address` in node `i`'s neighbour table (PERMANENT:
+/// no ARP traffic may change it).
+fn pin_wrong_mac(lab: &cnilab_harness::lab::build::Lab, i: usize, address: &str) {
+    let node = lab.nodes[i].ns.name().to_string();
+    let pinned = Command::new("ip")
+        .args(["-n", &node, "neigh", "replace", address])
         .args([
             "lladdr",
             "02:00:00:00:00:01",
@@ -595,7 +581,23 @@ fn a_recreated_node_is_reachable_despite_a_stale_neighbour_entry() {
         ])
         .status()
         .expect("ip neigh");
-    assert!(planted.success());
+    assert!(pinned.success());
+}
+
+/// The flake of `podcidr-overlap` (after the heal, "2/12 probes failed;
+/// diagnoses: " with none): node1 kept a neighbour entry mapping node2's
+/// address to the MAC of the node2 that was removed, because the new node2's
+/// gratuitous ARP was lost while its switch port came up. Here the entry is
+/// planted PERMANENT, which no gratuitous ARP may override: a node that
+/// joins must still be reachable at once.
+#[test]
+fn a_recreated_node_is_reachable_despite_a_stale_neighbour_entry() {
+    let (_run, mut lab) = lab_in_process(2, 2);
+    let groups = vec!["pod-to-pod/cross-node".to_string()];
+    assert!(lab::check(&lab, &groups, false).expect("check").passed());
+    let spec = lab.topo.nodes[1].clone();
+    lab.remove_node(&spec.name).expect("remove node2");
+    pin_wrong_mac(&lab, 0, &spec.address.to_string());
     lab.add_node(spec, 2).expect("node2 re-created");
     let report = lab::check(&lab, &groups, false).expect("check");
     lab.down();
@@ -606,31 +608,9 @@ fn a_recreated_node_is_reachable_despite_a_stale_neighbour_entry() {
 /// the probe, never with an empty list of causes.
 #[test]
 fn an_unexplained_failure_says_undiagnosed() {
-    use cnilab_harness::lab::{self, build::Lab, Topology, UpOptions};
-    require_root();
-    let run = tempfile::tempdir().expect("run dir");
-    let bin = workspace_bin("cnilab-bridge");
-    let opts = UpOptions {
-        plugin_dir: bin.parent().map(|d| d.display().to_string()),
-        persistent: None,
-        run_dir: run.path().to_path_buf(),
-    };
-    let lab = Lab::up(Topology::generated(2, 1).expect("topology"), opts).expect("lab up");
+    let (_run, lab) = lab_in_process(2, 1);
     // A wrong MAC for node2 on node1, pinned: no rule knows this cause.
-    let node1 = lab.nodes[0].ns.name().to_string();
-    let planted = Command::new("ip")
-        .args(["-n", &node1, "neigh", "replace", "10.250.0.2"])
-        .args([
-            "lladdr",
-            "02:00:00:00:00:01",
-            "dev",
-            "eth0",
-            "nud",
-            "permanent",
-        ])
-        .status()
-        .expect("ip neigh");
-    assert!(planted.success());
+    pin_wrong_mac(&lab, 0, "10.250.0.2");
     let groups = vec!["pod-to-pod/cross-node".to_string()];
     let report = lab::check(&lab, &groups, false).expect("check");
     lab.down();

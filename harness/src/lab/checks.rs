@@ -63,6 +63,19 @@ impl ProbeOutcome {
     pub fn passed(&self) -> bool {
         self.error.is_none()
     }
+
+    /// `from (ip) → to (ip) proto: error`, for reports and logs.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} ({}) → {} ({}) {}: {}",
+            self.spec.from.name,
+            self.spec.from.ip,
+            self.spec.to.name,
+            self.spec.to.ip,
+            self.spec.proto.as_str(),
+            self.error.as_deref().unwrap_or("")
+        )
+    }
 }
 
 fn pod_endpoint(lab: &Lab, n: usize, p: usize) -> Option<Endpoint> {

@@ -26,15 +26,7 @@ impl Diagnosis {
     pub fn undiagnosed(o: &ProbeOutcome) -> Diagnosis {
         Diagnosis {
             id: Self::UNDIAGNOSED,
-            message: format!(
-                "no known cause matched: {} ({}) → {} ({}) {}: {}",
-                o.spec.from.name,
-                o.spec.from.ip,
-                o.spec.to.name,
-                o.spec.to.ip,
-                o.spec.proto.as_str(),
-                o.error.as_deref().unwrap_or("failed")
-            ),
+            message: format!("no known cause matched: {}", o.describe()),
         }
     }
 }
