@@ -488,6 +488,7 @@ fn sweep_after_a_sigkilled_lab_up() {
 #[case::probe_timeout_zero("probe_timeout_ms = 0\n", &[], "probe_timeout_ms", "line 1")]
 #[case::pods_per_node_zero("pods_per_node = 0\n", &[], "pods_per_node", "line 1")]
 #[case::pods_per_node_flag("", &["--pods-per-node", "0"], "pods_per_node", "--pods-per-node")]
+#[case::unknown_group("", &["--only", "pod-to-moon"], "pod-to-moon", "the groups are")]
 #[case::mtu_576_ipv6("mtu = 576\n", &[], "mtu", "line 1")]
 fn hostile_topology_exits_2_and_creates_nothing(
     #[case] head: &str,

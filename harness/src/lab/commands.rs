@@ -116,6 +116,7 @@ pub fn run(
     out: &Outputs,
 ) -> CliResult {
     netns::require_root()?;
+    super::checks::check_groups(groups)?;
     let topo = topology(args)?;
     default_plugin_check(&plugin_dir, &topo)?;
     super::cleanup_on_interrupt(None);
@@ -203,6 +204,7 @@ fn print_state(s: &state::LabState) {
 /// `cnilab lab check`.
 pub fn check(name: &str, groups: &[String], out: &Outputs) -> CliResult {
     netns::require_root()?;
+    super::checks::check_groups(groups)?;
     let lab = state::adopt(name)?;
     let report = super::check(&lab, groups, true);
     state::release(lab);

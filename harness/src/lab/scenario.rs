@@ -216,19 +216,7 @@ impl Scenario {
             };
             match step {
                 Step::Check { groups, .. } => {
-                    if let Some(g) = groups.iter().find(|g| {
-                        !super::checks::GROUPS
-                            .iter()
-                            .any(|k| k.starts_with(g.as_str()))
-                    }) {
-                        return Err(at(
-                            "groups",
-                            format!(
-                                "no check group is named or starts with {g:?}; the groups are {}",
-                                super::checks::GROUPS.join(", ")
-                            ),
-                        ));
-                    }
+                    super::checks::check_groups(groups).map_err(|e| at("groups", e))?;
                 }
                 Step::Fault { fault } => {
                     if let Fault::AddNode { name, .. } = fault {
