@@ -261,30 +261,27 @@ impl Netns {
         })
     }
 
+    /// The neighbour (ARP/NDP) entries that map an address to a MAC.
+    pub fn neighbours(&self) -> Result<Vec<Neighbour>, NetnsError> {
+        self.netlink(|h| async move {
+            Ok(neighbour_dump(&h)
+                .await?
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect())
+        })
+    }
+
     /// Deletes the neighbour (ARP/NDP) entries for `addr` on every link, so
     /// that the next packet to it resolves its link-layer address afresh.
     /// Returns how many entries were deleted.
     pub fn forget_neighbour(&self, addr: IpAddr) -> Result<usize, NetnsError> {
-        use rtnetlink::packet_route::neighbour::{NeighbourAddress, NeighbourAttribute};
         self.netlink(|h| async move {
-            let mut stream = h.neighbours().get().execute();
-            let mut doomed = Vec::new();
-            while let Some(msg) = stream.try_next().await? {
-                let hit = msg.attributes.iter().any(|a| match a {
-                    NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
-                        IpAddr::V4(*v4) == addr
-                    }
-                    NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
-                        IpAddr::V6(*v6) == addr
-                    }
-                    _ => false,
-                });
-                if hit {
-                    doomed.push(msg);
-                }
-            }
             let mut deleted = 0;
-            for msg in doomed {
+            for (n, msg) in neighbour_dump(&h).await? {
+                if n.addr != addr {
+                    continue;
+                }
                 match h.neighbours().del(msg).execute().await {
                     Ok(()) => deleted += 1,
                     // Gone meanwhile (garbage-collected): nothing to forget.
@@ -460,6 +457,52 @@ pub fn sweep(prefix: &str) -> Result<Vec<String>, NetnsError> {
             .and_then(|p| p.parse::<u32>().ok());
         pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
     })
+}
+
+/// A neighbour (ARP/NDP) entry.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Neighbour {
+    pub addr: IpAddr,
+    /// `aa:bb:cc:dd:ee:ff`; `None` while unresolved.
+    pub mac: Option<String>,
+    /// The link it is on.
+    pub index: u32,
+}
+
+/// Every neighbour entry with an IP address, with the message that deletes it.
+async fn neighbour_dump(
+    h: &rtnetlink::Handle,
+) -> Result<
+    Vec<(
+        Neighbour,
+        rtnetlink::packet_route::neighbour::NeighbourMessage,
+    )>,
+    rtnetlink::Error,
+> {
+    use rtnetlink::packet_route::neighbour::{NeighbourAddress, NeighbourAttribute};
+    let mut stream = h.neighbours().get().execute();
+    let mut out = Vec::new();
+    while let Some(msg) = stream.try_next().await? {
+        let mut addr = None;
+        let mut mac = None;
+        for a in &msg.attributes {
+            match a {
+                NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
+                    addr = Some(IpAddr::V4(*v4))
+                }
+                NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
+                    addr = Some(IpAddr::V6(*v6))
+                }
+                NeighbourAttribute::LinkLayerAddress(bytes) => mac = Some(format_mac(bytes)),
+                _ => {}
+            }
+        }
+        if let Some(addr) = addr {
+            let index = msg.header.ifindex;
+            out.push((Neighbour { addr, mac, index }, msg));
+        }
+    }
+    Ok(out)
 }
 
 /// A network interface as netlink reports it.

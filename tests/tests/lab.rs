@@ -3,7 +3,7 @@
 //! after the heal, and nothing is left behind (after a run, a failed run
 //! and Ctrl-C).
 
-use cnilab_harness::lab;
+use cnilab_harness::lab::{self, build};
 use cnilab_tests::{require_root, workspace_bin};
 use rstest::rstest;
 use std::path::{Path, PathBuf};
@@ -605,13 +605,36 @@ fn a_recreated_node_is_reachable_despite_a_stale_neighbour_entry() {
     assert!(report.passed(), "{}", report.table());
 }
 
+/// A node that maps a peer's address to a MAC the peer does not have (what
+/// a lost gratuitous ARP leaves) is named as the cause.
+#[test]
+fn a_stale_neighbour_entry_is_diagnosed() {
+    let (_run, lab) = lab_in_process(2, 1);
+    pin_wrong_mac(&lab, 0, "10.250.0.2");
+    let groups = vec!["pod-to-pod/cross-node".to_string()];
+    let report = lab::check(&lab, &groups, false).expect("check");
+    lab.down();
+    assert!(!report.passed());
+    let table = report.table();
+    assert!(
+        report.diagnosis_ids() == vec!["stale-neighbour"]
+            && table.contains("maps node2's address 10.250.0.2 to MAC 02:00:00:00:00:01"),
+        "{table}"
+    );
+}
+
 /// A failed probe that no rule explains is reported as "undiagnosed" with
 /// the probe, never with an empty list of causes.
 #[test]
 fn an_unexplained_failure_says_undiagnosed() {
     let (_run, lab) = lab_in_process(2, 1);
-    // A wrong MAC for node2 on node1, pinned: no rule knows this cause.
-    pin_wrong_mac(&lab, 0, "10.250.0.2");
+    // node1 drops forwarded traffic to node2's pods with a rule in a chain
+    // whose policy is accept: no diagnosis rule looks for that.
+    build::nft(
+        &lab.nodes[0].ns,
+        "table inet cnilab_test_drop {\n  chain forward {\n    type filter hook forward priority 0; policy accept;\n    ip daddr 10.244.2.0/24 drop\n  }\n}\n",
+    )
+    .expect("nft");
     let groups = vec!["pod-to-pod/cross-node".to_string()];
     let report = lab::check(&lab, &groups, false).expect("check");
     lab.down();
@@ -621,8 +644,8 @@ fn an_unexplained_failure_says_undiagnosed() {
     }
     let table = report.table();
     assert!(
-        report.diagnosis_ids().contains(&"undiagnosed")
-            && table.contains("undiagnosed: no known cause matched"),
+        report.diagnosis_ids() == vec!["undiagnosed"]
+            && table.contains("undiagnosed: no known cause matched: node1/node1-pod0 (10.244.1."),
         "{table}"
     );
 }

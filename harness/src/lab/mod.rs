@@ -81,6 +81,7 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
         .map_err(|e| LabError::Setup(format!("tokio runtime: {e}")))?;
     checks::start_responders(lab, rt.handle()).map_err(LabError::Setup)?;
     let specs = checks::plan(lab, groups);
+    let neighbours_before = diagnose::neighbours_before(lab);
     let tty = progress && std::io::stderr().is_terminal();
     let show = |done: usize, total: usize| {
         if tty && (done.is_multiple_of(25) || done == total) {
@@ -101,7 +102,14 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
     let failures = if failed.is_empty() {
         Vec::new()
     } else {
-        let facts = diagnose::collect(lab);
+        let mut facts = diagnose::collect(lab);
+        for (f, before) in facts.iter_mut().zip(neighbours_before) {
+            for n in before {
+                if !f.uplink_neighbours.contains(&n) {
+                    f.uplink_neighbours.push(n);
+                }
+            }
+        }
         failed
             .into_iter()
             .map(|(index, o)| {
