@@ -605,16 +605,23 @@ fn a_recreated_node_is_reachable_despite_a_stale_neighbour_entry() {
     assert!(report.passed(), "{}", report.table());
 }
 
+/// Checks pod-to-pod/cross-node, tears the lab down, and returns the report
+/// of a check that must have failed.
+fn failing_cross_node_check(lab: build::Lab) -> lab::report::Report {
+    let groups = vec!["pod-to-pod/cross-node".to_string()];
+    let report = lab::check(&lab, &groups, false).expect("check");
+    lab.down();
+    assert!(!report.passed(), "{}", report.table());
+    report
+}
+
 /// A node that maps a peer's address to a MAC the peer does not have (what
 /// a lost gratuitous ARP leaves) is named as the cause.
 #[test]
 fn a_stale_neighbour_entry_is_diagnosed() {
     let (_run, lab) = lab_in_process(2, 1);
     pin_wrong_mac(&lab, 0, "10.250.0.2");
-    let groups = vec!["pod-to-pod/cross-node".to_string()];
-    let report = lab::check(&lab, &groups, false).expect("check");
-    lab.down();
-    assert!(!report.passed());
+    let report = failing_cross_node_check(lab);
     let table = report.table();
     assert!(
         report.diagnosis_ids() == vec!["stale-neighbour"]
@@ -635,10 +642,7 @@ fn an_unexplained_failure_says_undiagnosed() {
         "table inet cnilab_test_drop {\n  chain forward {\n    type filter hook forward priority 0; policy accept;\n    ip daddr 10.244.2.0/24 drop\n  }\n}\n",
     )
     .expect("nft");
-    let groups = vec!["pod-to-pod/cross-node".to_string()];
-    let report = lab::check(&lab, &groups, false).expect("check");
-    lab.down();
-    assert!(!report.passed());
+    let report = failing_cross_node_check(lab);
     for f in &report.failures {
         assert!(!f.diagnoses.is_empty(), "{}", report.table());
     }
