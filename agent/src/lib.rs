@@ -10,6 +10,7 @@
 pub mod cli;
 pub mod cni_config;
 pub mod error;
+pub mod files;
 pub mod metrics;
 pub mod nftables;
 pub mod nodes;

@@ -5,27 +5,19 @@
 use crate::error::{AgentError, Result};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::net::IpAddr;
 use std::path::Path;
 
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+/// Read from a nodes file by [`parse_nodes_file`] (fields `name`,
+/// `internalIP`/`internalIPs`, `podCIDRs`/`podCIDR`, each one value or a list).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct NodeInfo {
     pub name: String,
     /// InternalIP addresses, at most one per family in practice.
-    #[serde(
-        rename = "internalIP",
-        alias = "internalIPs",
-        default,
-        deserialize_with = "one_or_many"
-    )]
+    #[serde(rename = "internalIP")]
     pub internal_ips: Vec<IpAddr>,
-    #[serde(
-        rename = "podCIDRs",
-        alias = "podCIDR",
-        default,
-        deserialize_with = "one_or_many"
-    )]
+    #[serde(rename = "podCIDRs")]
     pub pod_cidrs: Vec<IpNet>,
 }
 
@@ -81,64 +73,37 @@ impl NodeInfo {
 /// A full view of the cluster's nodes, sorted by name.
 pub type Snapshot = Vec<NodeInfo>;
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum OneOrMany<T> {
-    One(T),
-    Many(Vec<T>),
-}
-
-fn one_or_many<'de, D, T>(deserializer: D) -> std::result::Result<Vec<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Ok(match OneOrMany::<T>::deserialize(deserializer)? {
-        OneOrMany::One(value) => vec![value],
-        OneOrMany::Many(values) => values,
-    })
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum JsonNodesFile {
-    List(Vec<NodeInfo>),
-    Table { nodes: Vec<NodeInfo> },
-}
-
-#[derive(Deserialize)]
-struct TomlNodesFile {
-    #[serde(default)]
-    nodes: Vec<NodeInfo>,
-}
-
 /// Parses a nodes file: TOML (`[[nodes]]` tables) when the path ends in
-/// `.toml`, JSON otherwise (a list, or `{"nodes": [...]}`).
+/// `.toml`, JSON otherwise (a list, or `{"nodes": [...]}`). Errors name the
+/// node and the field at fault.
 pub fn parse_nodes_file(path: &Path, text: &str) -> Result<Snapshot> {
     let parse_error = |message: String| AgentError::NodesFileParse {
         path: path.to_path_buf(),
         message,
     };
-    let mut nodes = if path.extension().is_some_and(|e| e == "toml") {
-        toml::from_str::<TomlNodesFile>(text)
-            .map_err(|e| parse_error(e.to_string()))?
-            .nodes
+    let document: serde_json::Value = if path.extension().is_some_and(|e| e == "toml") {
+        let table: toml::Table = toml::from_str(text).map_err(|e| parse_error(e.to_string()))?;
+        serde_json::to_value(table).map_err(|e| parse_error(e.to_string()))?
     } else {
-        match serde_json::from_str::<JsonNodesFile>(text) {
-            Ok(JsonNodesFile::List(nodes)) | Ok(JsonNodesFile::Table { nodes }) => nodes,
-            Err(e) => {
-                return Err(parse_error(format!(
-                    "{e} (expected a JSON list of {{\"name\", \"internalIP\", \"podCIDRs\"}})"
-                )))
-            }
-        }
+        serde_json::from_str(text).map_err(|e| parse_error(e.to_string()))?
     };
-    for node in &mut nodes {
-        if node.name.is_empty() {
-            return Err(parse_error("a node has an empty name".into()));
-        }
-        node.pod_cidrs = node.pod_cidrs.iter().map(IpNet::trunc).collect();
-    }
+    let shape =
+        "expected a JSON list of {\"name\", \"internalIP\", \"podCIDRs\"}, or {\"nodes\": [...]}";
+    let list = match &document {
+        serde_json::Value::Array(list) => list.as_slice(),
+        serde_json::Value::Object(map) => match map.get("nodes") {
+            Some(serde_json::Value::Array(list)) => list.as_slice(),
+            None if path.extension().is_some_and(|e| e == "toml") => &[],
+            _ => return Err(parse_error(format!("no list of nodes ({shape})"))),
+        },
+        _ => return Err(parse_error(format!("no list of nodes ({shape})"))),
+    };
+    let mut nodes = list
+        .iter()
+        .enumerate()
+        .map(|(i, value)| node_from_value(i, value))
+        .collect::<std::result::Result<Vec<NodeInfo>, String>>()
+        .map_err(parse_error)?;
     nodes.sort();
     if let Some(pair) = nodes.windows(2).find(|w| w[0].name == w[1].name) {
         return Err(parse_error(format!(
@@ -147,6 +112,67 @@ pub fn parse_nodes_file(path: &Path, text: &str) -> Result<Snapshot> {
         )));
     }
     Ok(nodes)
+}
+
+/// One entry of a nodes file; the error names the node (or its position)
+/// and the field.
+fn node_from_value(
+    index: usize,
+    value: &serde_json::Value,
+) -> std::result::Result<NodeInfo, String> {
+    let entry = value.as_object().ok_or_else(|| {
+        format!("node #{index}: expected an object with name, internalIP, podCIDRs")
+    })?;
+    let name = match entry.get("name") {
+        Some(serde_json::Value::String(n)) if !n.is_empty() => n.clone(),
+        Some(serde_json::Value::String(_)) => {
+            return Err(format!("node #{index}: a node has an empty name"))
+        }
+        Some(other) => {
+            return Err(format!(
+                "node #{index}: field name: expected a string, found {other}"
+            ))
+        }
+        None => return Err(format!("node #{index}: field name is missing")),
+    };
+    let internal_ips: Vec<IpAddr> = one_or_many_field(
+        &name,
+        entry,
+        &["internalIP", "internalIPs"],
+        "an IP address",
+    )?;
+    let pod_cidrs: Vec<IpNet> =
+        one_or_many_field(&name, entry, &["podCIDRs", "podCIDR"], "a CIDR")?;
+    Ok(NodeInfo::new(&name, &internal_ips, &pod_cidrs))
+}
+
+/// A field that holds one string or a list of strings, each parsed as `T`.
+fn one_or_many_field<T: std::str::FromStr>(
+    node: &str,
+    entry: &serde_json::Map<String, serde_json::Value>,
+    keys: &[&str],
+    what: &str,
+) -> std::result::Result<Vec<T>, String>
+where
+    T::Err: std::fmt::Display,
+{
+    let Some((key, value)) = keys.iter().find_map(|k| entry.get(*k).map(|v| (*k, v))) else {
+        return Ok(Vec::new());
+    };
+    let items: Vec<&serde_json::Value> = match value {
+        serde_json::Value::Array(list) => list.iter().collect(),
+        one => vec![one],
+    };
+    items
+        .into_iter()
+        .map(|item| {
+            let text = item.as_str().ok_or_else(|| {
+                format!("node {node:?}: field {key}: expected {what} as a string, found {item}")
+            })?;
+            text.parse::<T>()
+                .map_err(|e| format!("node {node:?}: field {key}: {text:?} is not {what} ({e})"))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -185,6 +211,45 @@ mod tests {
             parse_nodes_file(Path::new("n.json"), r#"[{"name":"a","internalIP":"x"}]"#).is_err()
         );
         assert!(parse_nodes_file(Path::new("n.json"), r#"[{"name":"a"},{"name":"a"}]"#).is_err());
+    }
+
+    #[test]
+    fn errors_name_the_node_and_the_field() {
+        for (file, text, needles) in [
+            (
+                "n.json",
+                r#"[{"name":"b","internalIP":"10.0.0.2","podCIDRs":["10.244.2.0/33"]}]"#,
+                &["\"b\"", "podCIDRs", "10.244.2.0/33"][..],
+            ),
+            (
+                "n.json",
+                r#"{"nodes":[{"name":"c","internalIP":"10.0.0.300"}]}"#,
+                &["\"c\"", "internalIP", "10.0.0.300"][..],
+            ),
+            (
+                "n.json",
+                r#"[{"name":"d","podCIDR":7}]"#,
+                &["\"d\"", "podCIDR", "string"][..],
+            ),
+            (
+                "n.toml",
+                "[[nodes]]\nname = \"e\"\npodCIDRs = [\"x/24\"]\n",
+                &["\"e\"", "podCIDRs", "x/24"][..],
+            ),
+            (
+                "n.json",
+                r#"[{"internalIP":"10.0.0.2"}]"#,
+                &["node #0", "name"][..],
+            ),
+        ] {
+            let msg = parse_nodes_file(Path::new(file), text)
+                .expect_err("refused")
+                .to_string();
+            assert!(!msg.contains("untagged"), "{msg}");
+            for needle in needles {
+                assert!(msg.contains(needle), "{msg} should name {needle}");
+            }
+        }
     }
 
     #[test]

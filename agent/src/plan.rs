@@ -91,6 +91,20 @@ pub enum Warning {
     NoPodCidr { node: String },
     /// The CIDR overlaps this node's own pod CIDR.
     OverlapsOwnPodCidr { node: String, dst: IpNet },
+    /// The CIDR covers a node's InternalIP (this node's or another's):
+    /// routing it would send node traffic to a peer.
+    CoversNodeAddress {
+        node: String,
+        dst: IpNet,
+        ip: IpAddr,
+    },
+    /// The CIDR overlaps a network this node is attached to (the underlay):
+    /// routing it would hijack that network's traffic.
+    CoversAttachedNetwork {
+        node: String,
+        dst: IpNet,
+        network: IpNet,
+    },
     /// Several nodes claim overlapping pod CIDRs: none of them is routed.
     OverlappingPodCidrs { dst: IpNet, nodes: Vec<String> },
     /// A route we did not make already exists for this destination.
@@ -120,6 +134,14 @@ impl fmt::Display for Warning {
             Warning::OverlapsOwnPodCidr { node, dst } => write!(
                 f,
                 "node {node}'s podCIDR {dst} overlaps this node's podCIDR: not routed"
+            ),
+            Warning::CoversNodeAddress { node, dst, ip } => write!(
+                f,
+                "node {node}'s podCIDR {dst} covers the node address {ip}: refused, not routed"
+            ),
+            Warning::CoversAttachedNetwork { node, dst, network } => write!(
+                f,
+                "node {node}'s podCIDR {dst} overlaps the attached network {network} (the underlay?): refused, not routed"
             ),
             Warning::OverlappingPodCidrs { dst, nodes } => write!(
                 f,
@@ -182,12 +204,9 @@ pub fn desired_routes(self_name: &str, nodes: &[NodeInfo]) -> (Vec<NodeRoute>, V
         }
     }
 
-    let own_cidrs: Vec<IpNet> = nodes
-        .iter()
-        .filter(|n| n.name == self_name)
-        .flat_map(|n| n.pod_cidrs.iter().copied())
-        .collect();
+    let own_cidrs = own_pod_cidrs(self_name, nodes);
 
+    let node_ips: BTreeSet<IpAddr> = owners_by_ip.keys().copied().collect();
     let mut candidates: Vec<(String, NodeRoute)> = Vec::new();
     for node in nodes.iter().filter(|n| n.name != self_name) {
         if node.pod_cidrs.is_empty() {
@@ -200,6 +219,14 @@ pub fn desired_routes(self_name: &str, nodes: &[NodeInfo]) -> (Vec<NodeRoute>, V
                 warnings.push(Warning::OverlapsOwnPodCidr {
                     node: node.name.clone(),
                     dst: *dst,
+                });
+                continue;
+            }
+            if let Some(ip) = node_ips.iter().find(|ip| dst.contains(*ip)) {
+                warnings.push(Warning::CoversNodeAddress {
+                    node: node.name.clone(),
+                    dst: *dst,
+                    ip: *ip,
                 });
                 continue;
             }
@@ -251,15 +278,56 @@ pub fn desired_routes(self_name: &str, nodes: &[NodeInfo]) -> (Vec<NodeRoute>, V
     (routes, warnings)
 }
 
+fn own_pod_cidrs(self_name: &str, nodes: &[NodeInfo]) -> Vec<IpNet> {
+    nodes
+        .iter()
+        .filter(|n| n.name == self_name)
+        .flat_map(|n| n.pod_cidrs.iter().copied())
+        .collect()
+}
+
 fn overlaps(a: &IpNet, b: &IpNet) -> bool {
     a.contains(&b.network()) || b.contains(&a.network())
 }
 
+/// Networks this node is attached to: foreign routes without a next hop
+/// (the kernel's connected routes, such as the underlay's), except the
+/// default route and this node's own pod CIDRs.
+fn attached_networks(own_cidrs: &[IpNet], installed: &[InstalledRoute]) -> Vec<IpNet> {
+    installed
+        .iter()
+        .filter(|r| !r.ours && r.gateway.is_none() && r.dst.prefix_len() > 0)
+        .map(|r| r.dst)
+        .filter(|dst| !own_cidrs.iter().any(|own| overlaps(own, dst)))
+        .collect()
+}
+
 /// Compares the desired routes with the installed ones. Only routes marked
 /// ours are replaced or deleted; a foreign route on a wanted destination
-/// wins and is reported.
+/// wins and is reported. A peer pod CIDR that overlaps a network this node
+/// is attached to (the underlay) is refused and reported.
 pub fn plan(self_name: &str, nodes: &[NodeInfo], installed: &[InstalledRoute]) -> Plan {
-    let (desired, mut warnings) = desired_routes(self_name, nodes);
+    let (mut desired, mut warnings) = desired_routes(self_name, nodes);
+    let own_cidrs = own_pod_cidrs(self_name, nodes);
+    let attached = attached_networks(&own_cidrs, installed);
+    desired.retain(|r| {
+        let Some(network) = attached.iter().find(|a| overlaps(a, &r.dst)) else {
+            return true;
+        };
+        let node = nodes
+            .iter()
+            .find(|n| n.name != self_name && n.pod_cidrs.contains(&r.dst))
+            .map(|n| n.name.clone())
+            .unwrap_or_default();
+        warnings.push(Warning::CoversAttachedNetwork {
+            node,
+            dst: r.dst,
+            network: *network,
+        });
+        false
+    });
+    warnings.sort();
+    warnings.dedup();
     let wanted: BTreeMap<IpNet, NodeRoute> = desired.iter().map(|r| (r.dst, *r)).collect();
     let mut actions = Vec::new();
     let mut satisfied = BTreeSet::new();

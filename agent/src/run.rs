@@ -19,7 +19,7 @@ fn open_netns(node: &NodeArgs) -> Result<Option<Arc<File>>> {
     node.netns
         .as_ref()
         .map(|path| {
-            cnilab_plugin::netns::open(path)
+            crate::files::open_netns(path)
                 .map(Arc::new)
                 .map_err(|e| AgentError::io("open --netns", e))
         })

@@ -152,6 +152,16 @@ fn a_foreign_route_on_a_wanted_destination_wins_and_is_reported() {
     "overlaps between nodes",
 )]
 #[case::overlap_with_own(vec![a(), node("b", &["10.0.0.2"], &["10.244.1.0/24"])], vec![], "overlaps this node")]
+#[case::peer_cidr_covers_the_node_addresses(
+    vec![a(), node("b", &["10.0.0.2"], &["10.0.0.0/25"]), c()],
+    vec![route("10.244.3.0/24", "10.0.0.3")],
+    "node b's podCIDR 10.0.0.0/25 covers the node address",
+)]
+#[case::peer_cidr_covers_this_node_only(
+    vec![node("a", &["10.0.0.200"], &["10.244.1.0/24"]), node("b", &["10.0.0.2"], &["10.0.0.128/25"]), c()],
+    vec![route("10.244.3.0/24", "10.0.0.3")],
+    "covers the node address 10.0.0.200",
+)]
 #[case::loopback_internal_ip(vec![a(), node("b", &["127.0.0.1"], &["10.244.2.0/24"])], vec![], "no usable InternalIP")]
 fn suspicious_node_lists(
     #[case] nodes: Vec<NodeInfo>,
@@ -162,4 +172,34 @@ fn suspicious_node_lists(
     assert_eq!(result.desired, desired);
     let text: Vec<String> = result.warnings.iter().map(ToString::to_string).collect();
     assert!(text.iter().any(|w| w.contains(warning)), "{text:?}");
+}
+
+/// A peer podCIDR inside the underlay (a connected route of this node) that
+/// covers no node address is still refused; the other peers stay routed.
+#[test]
+fn a_peer_cidr_overlapping_the_underlay_is_refused_and_the_others_kept() {
+    let nodes = vec![a(), node("b", &["10.0.0.2"], &["10.0.0.128/25"]), c()];
+    let result = plan("a", &nodes, &host_routes());
+    assert_eq!(result.actions, vec![add("10.244.3.0/24", "10.0.0.3")]);
+    assert_eq!(result.desired, vec![route("10.244.3.0/24", "10.0.0.3")]);
+    let text: Vec<String> = result.warnings.iter().map(ToString::to_string).collect();
+    assert!(
+        text.iter().any(|w| w.contains("node b")
+            && w.contains("10.0.0.128/25")
+            && w.contains("10.0.0.0/24")),
+        "{text:?}"
+    );
+}
+
+/// An own route to a CIDR that is now refused is deleted, not kept.
+#[test]
+fn an_own_route_to_a_refused_cidr_is_deleted() {
+    let nodes = vec![a(), node("b", &["10.0.0.2"], &["10.0.0.128/25"])];
+    let mut installed = host_routes();
+    installed.push(own("10.0.0.128/25", "10.0.0.2"));
+    let result = plan("a", &nodes, &installed);
+    assert_eq!(
+        result.actions,
+        vec![RouteAction::Delete(own("10.0.0.128/25", "10.0.0.2"))]
+    );
 }

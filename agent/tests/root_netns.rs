@@ -428,3 +428,38 @@ fn root_two_nodes_route_pod_traffic_and_masquerade_only_egress() {
         "egress went through the masquerade rule"
     );
 }
+
+#[test]
+fn root_a_peer_cidr_covering_the_underlay_is_refused_and_the_others_are_routed() {
+    require_root();
+    let ns = node_a();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nodes = dir.path().join("nodes.json");
+    // b claims half of the underlay 192.168.77.0/24 (and a's own address).
+    let bad_b: (&str, &[&str], &[&str]) = ("b", &["192.168.77.2"], &["192.168.77.0/25"]);
+    write_nodes(&nodes, &[A, bad_b, C]);
+    let args = agent_args(
+        ns.path().to_str().expect("utf-8"),
+        nodes.to_str().expect("utf-8"),
+        dir.path().to_str().expect("utf-8"),
+    );
+    let (ok, log) = once(&args);
+    assert!(ok, "agent --once failed:\n{log}");
+    let routes = ns.own_routes();
+    assert_eq!(
+        routes,
+        vec!["10.244.3.0/24 via 192.168.77.3 proto 199".to_string()],
+        "only c is routed:\n{log}"
+    );
+    assert!(
+        !ns.all_routes()
+            .iter()
+            .any(|r| r.starts_with("192.168.77.0/25")),
+        "no route hijacks the underlay: {:?}",
+        ns.all_routes()
+    );
+    assert!(
+        log.contains("node b") && log.contains("192.168.77.0/25") && log.contains("refused"),
+        "the log names the node and the CIDR:\n{log}"
+    );
+}

@@ -95,21 +95,34 @@ pub fn soak(opts: &crate::soak::SoakOptions, format: Format, log: Option<&Path>)
 
 pub fn sweep() -> CliResult {
     netns::require_root()?;
-    let removed = netns::sweep(netns::PREFIX)?;
+    let swept = crate::lab::sweep::sweep(
+        std::path::Path::new(crate::lab::sweep::RUN_ROOT),
+        netns::PREFIX,
+    )?;
     let scratch = crate::util::sweep_scratch().map_err(|e| {
         format!(
             "cannot sweep scratch directories in {}: {e}",
             std::env::temp_dir().display()
         )
     })?;
-    if removed.is_empty() && scratch.is_empty() {
+    if swept.agents.is_empty()
+        && swept.namespaces.is_empty()
+        && swept.dirs.is_empty()
+        && scratch.is_empty()
+    {
         println!(
-            "nothing to sweep: no {}* namespace or scratch directory of a dead process",
+            "nothing to sweep: no {}* namespace, run directory, agent or scratch directory of a dead process",
             netns::PREFIX
         );
     }
-    for name in removed {
+    for (pid, pidfile) in &swept.agents {
+        println!("stopped agent {pid} (proved by {})", pidfile.display());
+    }
+    for name in &swept.namespaces {
         println!("removed netns {name}");
+    }
+    for dir in &swept.dirs {
+        println!("removed run directory {}", dir.display());
     }
     for path in scratch {
         println!("removed scratch directory {}", path.display());

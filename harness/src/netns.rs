@@ -263,6 +263,57 @@ impl Netns {
         cmd
     }
 
+    /// Whether link `name` is operationally up (carrier on both ends of a
+    /// veth, and the kernel's link watcher has told its upper devices, such
+    /// as a bridge enabling the port).
+    pub fn oper_up(&self, name: &str) -> Result<bool, NetnsError> {
+        use rtnetlink::packet_route::link::State;
+        let name = name.to_string();
+        self.netlink(|h| async move {
+            let mut stream = h.link().get().match_name(name).execute();
+            Ok(match stream.try_next().await {
+                Ok(Some(msg)) => msg
+                    .attributes
+                    .iter()
+                    .any(|a| matches!(a, LinkAttribute::OperState(State::Up))),
+                Ok(None) | Err(_) => false,
+            })
+        })
+    }
+
+    /// The neighbour (ARP/NDP) entries that map an address to a MAC.
+    pub fn neighbours(&self) -> Result<Vec<Neighbour>, NetnsError> {
+        self.netlink(|h| async move {
+            Ok(neighbour_dump(&h)
+                .await?
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect())
+        })
+    }
+
+    /// Deletes the neighbour (ARP/NDP) entries for `addr` on every link, so
+    /// that the next packet to it resolves its link-layer address afresh.
+    /// Returns how many entries were deleted.
+    pub fn forget_neighbour(&self, addr: IpAddr) -> Result<usize, NetnsError> {
+        self.netlink(|h| async move {
+            let mut deleted = 0;
+            for (n, msg) in neighbour_dump(&h).await? {
+                if n.addr != addr {
+                    continue;
+                }
+                match h.neighbours().del(msg).execute().await {
+                    Ok(()) => deleted += 1,
+                    // Gone meanwhile (garbage-collected): nothing to forget.
+                    Err(rtnetlink::Error::NetlinkError(e))
+                        if e.raw_code() == -nix::libc::ENOENT => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(deleted)
+        })
+    }
+
     /// Runs an async netlink job against this namespace on a dedicated thread
     /// with its own current-thread tokio runtime, so it is safe to call from
     /// anywhere, including from inside another tokio runtime.
@@ -391,7 +442,7 @@ fn remove_mount(path: &Path) -> Result<(), String> {
 
 /// Removes every named namespace for which `doomed(name)` holds; returns
 /// the names removed, sorted.
-fn remove_where(doomed: impl Fn(&str) -> bool) -> Result<Vec<String>, NetnsError> {
+pub fn remove_matching(doomed: impl Fn(&str) -> bool) -> Result<Vec<String>, NetnsError> {
     let mut removed = Vec::new();
     let entries = match std::fs::read_dir(NETNS_DIR) {
         Ok(e) => e,
@@ -416,19 +467,65 @@ fn remove_where(doomed: impl Fn(&str) -> bool) -> Result<Vec<String>, NetnsError
 /// Removes every namespace whose name starts with `prefix`, whoever made
 /// it (a lab's own namespaces on Ctrl-C, or a persistent lab on `lab down`).
 pub fn remove_prefixed(prefix: &str) -> Result<Vec<String>, NetnsError> {
-    remove_where(|name| !prefix.is_empty() && name.starts_with(prefix))
+    remove_matching(|name| !prefix.is_empty() && name.starts_with(prefix))
 }
 
 /// Removes namespaces named `<prefix><pid>-…` whose pid is no longer
 /// running. Returns the names it removed. `prefix` is normally [`PREFIX`].
 pub fn sweep(prefix: &str) -> Result<Vec<String>, NetnsError> {
-    remove_where(|name| {
+    remove_matching(|name| {
         let pid = name
             .strip_prefix(prefix)
             .and_then(|rest| rest.split('-').next())
             .and_then(|p| p.parse::<u32>().ok());
         pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
     })
+}
+
+/// A neighbour (ARP/NDP) entry.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Neighbour {
+    pub addr: IpAddr,
+    /// `aa:bb:cc:dd:ee:ff`; `None` while unresolved.
+    pub mac: Option<String>,
+    /// The link it is on.
+    pub index: u32,
+}
+
+/// Every neighbour entry with an IP address, with the message that deletes it.
+async fn neighbour_dump(
+    h: &rtnetlink::Handle,
+) -> Result<
+    Vec<(
+        Neighbour,
+        rtnetlink::packet_route::neighbour::NeighbourMessage,
+    )>,
+    rtnetlink::Error,
+> {
+    use rtnetlink::packet_route::neighbour::{NeighbourAddress, NeighbourAttribute};
+    let mut stream = h.neighbours().get().execute();
+    let mut out = Vec::new();
+    while let Some(msg) = stream.try_next().await? {
+        let mut addr = None;
+        let mut mac = None;
+        for a in &msg.attributes {
+            match a {
+                NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
+                    addr = Some(IpAddr::V4(*v4))
+                }
+                NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
+                    addr = Some(IpAddr::V6(*v6))
+                }
+                NeighbourAttribute::LinkLayerAddress(bytes) => mac = Some(format_mac(bytes)),
+                _ => {}
+            }
+        }
+        if let Some(addr) = addr {
+            let index = msg.header.ifindex;
+            out.push((Neighbour { addr, mac, index }, msg));
+        }
+    }
+    Ok(out)
 }
 
 /// A network interface as netlink reports it.

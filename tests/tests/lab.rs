@@ -4,6 +4,7 @@
 //! and Ctrl-C).
 
 use cnilab_harness::lab::checks::GROUPS;
+use cnilab_harness::lab::{self, build};
 use cnilab_tests::{host_untouched, require_root, workspace_bin};
 use rstest::rstest;
 use std::path::{Path, PathBuf};
@@ -33,12 +34,15 @@ fn text(out: &Output) -> String {
 
 /// Namespaces of process `pid` that still exist.
 fn leftovers_of(pid: u32) -> Vec<String> {
-    let prefix = format!("cnilab-{pid}-");
+    namespaces_starting_with(&format!("cnilab-{pid}-"))
+}
+
+fn namespaces_starting_with(prefix: &str) -> Vec<String> {
     std::fs::read_dir("/run/netns")
         .map(|rd| {
             rd.filter_map(|e| e.ok())
                 .filter_map(|e| e.file_name().to_str().map(str::to_string))
-                .filter(|n| n.starts_with(&prefix))
+                .filter(|n| n.starts_with(prefix))
                 .collect()
         })
         .unwrap_or_default()
@@ -331,6 +335,412 @@ fn bad_topology_is_refused_with_the_line() {
     assert_eq!(out.status.code(), Some(2));
     let msg = text(&out);
     assert!(msg.contains("bad.toml") && msg.contains("line 6"), "{msg}");
+}
+
+/// `lab down` on a lab that has no state of its own in the way.
+struct LabGuard(String);
+
+impl Drop for LabGuard {
+    fn drop(&mut self) {
+        let _ = Command::new(workspace_bin("cnilab"))
+            .args(["lab", "down", "--name", &self.0])
+            .current_dir(repo())
+            .output();
+    }
+}
+
+/// `lab up --name NAME` with one node and one pod; `lab down` on drop.
+fn up_one_node_lab(name: &str) -> LabGuard {
+    let guard = LabGuard(name.to_string());
+    let up = cnilab(&[
+        "lab",
+        "up",
+        "--name",
+        name,
+        "--nodes",
+        "1",
+        "--pods-per-node",
+        "1",
+    ]);
+    assert!(up.status.success(), "{}", text(&up));
+    guard
+}
+
+fn netns_exists(name: &str) -> bool {
+    Path::new("/run/netns").join(name).exists()
+}
+
+#[test]
+fn lab_down_removes_only_the_named_lab() {
+    let short = format!("d{}", std::process::id());
+    let long = format!("{short}-y");
+    let _long_guard = up_one_node_lab(&long);
+    let _short_guard = up_one_node_lab(&short);
+    let long_ns = [
+        format!("cnilab-lab-{long}-switch"),
+        format!("cnilab-lab-{long}-external"),
+        format!("cnilab-lab-{long}-node1"),
+        format!("cnilab-lab-{long}-node1-pod0"),
+    ];
+    for ns in &long_ns {
+        assert!(netns_exists(ns), "{ns} is up");
+    }
+    let down = cnilab(&["lab", "down", "--name", &short]);
+    assert!(down.status.success(), "{}", text(&down));
+    assert!(
+        !netns_exists(&format!("cnilab-lab-{short}-node1")),
+        "{short} is down"
+    );
+    for ns in &long_ns {
+        assert!(
+            netns_exists(ns),
+            "{ns} of lab {long} survives `lab down --name {short}`: {}",
+            text(&down)
+        );
+    }
+    let status = cnilab(&["lab", "status", "--name", &long]);
+    assert!(
+        status.status.success() && !text(&status).contains("MISSING"),
+        "{}",
+        text(&status)
+    );
+    let down = cnilab(&["lab", "down", "--name", &long]);
+    assert!(down.status.success(), "{}", text(&down));
+    for ns in &long_ns {
+        assert!(!netns_exists(ns), "{ns} removed");
+    }
+}
+
+/// Processes whose command line mentions `needle` (zombies have none).
+fn processes_mentioning(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+                .filter(|pid| {
+                    std::fs::read(format!("/proc/{pid}/cmdline"))
+                        .map(|c| String::from_utf8_lossy(&c).contains(needle))
+                        .unwrap_or(false)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Fails unless no process mentions `needle` within 10 s (a SIGKILLed
+/// process may still be on its way out).
+fn assert_no_process_mentions(needle: &str, context: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !processes_mentioning(needle).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = processes_mentioning(needle);
+    assert!(
+        left.is_empty(),
+        "processes of the killed lab still run: {left:?}: {context}"
+    );
+}
+
+/// `lab run` with agents, SIGKILLed once an agent runs: `cnilab sweep`
+/// leaves no run directory, no agent and no namespace of it, and does not
+/// touch a process whose pid sits in a stale pidfile with another start
+/// time. Every assertion holds wherever the kill lands.
+#[test]
+fn sweep_after_a_sigkilled_agent_lab() {
+    require_root();
+    let mut child = Command::new(workspace_bin("cnilab"))
+        .args(["lab", "run", "--topology", "lab/topologies/agent.toml"])
+        .current_dir(repo())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("runs");
+    let pid = child.id();
+    let run = PathBuf::from(format!("/run/cnilab/run-{pid}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !run.join("node2/agent.pid").exists() && Instant::now() < deadline {
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "lab run ended before its agents started"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL");
+    child.wait().expect("reap");
+
+    // A decoy: a dead run whose pidfile names a live process that is not ours.
+    let mut decoy = Command::new("sleep").arg("60").spawn().expect("sleep");
+    let mut gone = Command::new("true").spawn().expect("true");
+    let dead = gone.id();
+    gone.wait().expect("reap");
+    let fake = PathBuf::from(format!("/run/cnilab/run-{dead}"));
+    std::fs::create_dir_all(fake.join("node1")).expect("fake run dir");
+    let start = cnilab_harness::lab::pidfile::start_time(decoy.id()).expect("running");
+    std::fs::write(
+        fake.join("node1/agent.pid"),
+        format!("{} {}\n", decoy.id(), start + 1),
+    )
+    .expect("stale pidfile");
+
+    let sweep = cnilab(&["sweep"]);
+    let decoy_alive = decoy.try_wait().expect("try_wait").is_none();
+    let _ = decoy.kill();
+    let _ = decoy.wait();
+    let _ = std::fs::remove_dir_all(&fake);
+    assert!(sweep.status.success(), "{}", text(&sweep));
+    assert!(
+        decoy_alive,
+        "a process that is not ours was killed: {}",
+        text(&sweep)
+    );
+    assert!(
+        !run.exists(),
+        "run dir {} left: {}",
+        run.display(),
+        text(&sweep)
+    );
+    assert!(
+        !fake.exists() || !decoy_alive,
+        "the decoy's dead run dir is removed too"
+    );
+    assert!(
+        leftovers_of(pid).is_empty(),
+        "namespaces left: {:?}",
+        leftovers_of(pid)
+    );
+    assert_no_process_mentions(&format!("/run/cnilab/run-{pid}/"), &text(&sweep));
+}
+
+/// `lab up` with agents, SIGKILLed while it builds: whatever moment the
+/// kill lands, after `cnilab sweep` (and `lab down` if the lab had already
+/// stood) no namespace, no agent and no directory of that lab remain. A
+/// standing lab's agents do not die with `lab up`: only their pidfiles,
+/// written by each agent before exec, let sweep find and stop them.
+#[test]
+fn sweep_after_a_sigkilled_lab_up() {
+    require_root();
+    let name = format!("k{}", std::process::id());
+    let _guard = LabGuard(name.clone());
+    let mut child = Command::new(workspace_bin("cnilab"))
+        .args([
+            "lab",
+            "up",
+            "--name",
+            &name,
+            "--topology",
+            "lab/topologies/agent.toml",
+        ])
+        .current_dir(repo())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("runs");
+    let dir = PathBuf::from(format!("/run/cnilab/labs/{name}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !dir.join("node2/agent.pid").exists() && Instant::now() < deadline {
+        if child.try_wait().expect("try_wait").is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    child.wait().expect("reap");
+    let needle = format!("/run/cnilab/labs/{name}/");
+
+    let sweep = cnilab(&["sweep"]);
+    assert!(sweep.status.success(), "{}", text(&sweep));
+    if dir.join("state.json").exists() {
+        // The kill came after the lab stood: it is a lab like any other.
+        let down = cnilab(&["lab", "down", "--name", &name]);
+        assert!(down.status.success(), "{}", text(&down));
+    }
+    assert!(!dir.exists(), "{} left: {}", dir.display(), text(&sweep));
+    let left = namespaces_starting_with(&format!("cnilab-lab-{name}-"));
+    assert!(
+        left.is_empty(),
+        "namespaces left: {left:?}: {}",
+        text(&sweep)
+    );
+    assert_no_process_mentions(&needle, &text(&sweep));
+}
+
+/// Hostile topology values: exit 2, the error names field and line, and
+/// nothing is created (no namespace, no run directory).
+#[rstest]
+#[case::probe_timeout_zero("probe_timeout_ms = 0\n", &[], "probe_timeout_ms", "line 1")]
+#[case::pods_per_node_zero("pods_per_node = 0\n", &[], "pods_per_node", "line 1")]
+#[case::pods_per_node_flag("", &["--pods-per-node", "0"], "pods_per_node", "--pods-per-node")]
+#[case::unknown_group("", &["--only", "pod-to-moon"], "pod-to-moon", "the groups are")]
+#[case::mtu_576_ipv6("mtu = 576\n", &[], "mtu", "line 1")]
+fn hostile_topology_exits_2_and_creates_nothing(
+    #[case] head: &str,
+    #[case] flags: &[&str],
+    #[case] field: &str,
+    #[case] place: &str,
+) {
+    require_root();
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("hostile.toml");
+    let v6 = if head.starts_with("mtu") {
+        ", \"fd00:244:1::/64\""
+    } else {
+        ""
+    };
+    std::fs::write(
+        &file,
+        format!("{head}[[node]]\nname = \"node1\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"{v6}]\n"),
+    )
+    .expect("write");
+    let child = Command::new(workspace_bin("cnilab"))
+        .args(["lab", "run", "--topology", file.to_str().expect("utf8")])
+        .args(flags)
+        .current_dir(repo())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("wait");
+    let msg = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{msg}");
+    assert!(msg.contains(field) && msg.contains(place), "{msg}");
+    assert!(leftovers_of(pid).is_empty(), "nothing created");
+    assert!(
+        !Path::new(&format!("/run/cnilab/run-{pid}")).exists(),
+        "no run dir"
+    );
+}
+
+#[test]
+fn scenario_with_an_unknown_group_exits_2() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("bad.toml");
+    std::fs::write(
+        &file,
+        "name = \"bad\"\nsummary = \"x\"\n[topology]\n[[topology.node]]\nname = \"node1\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n[[step]]\ndo = \"check\"\nexpect = \"pass\"\ngroups = [\"pod-to-moon\"]\n",
+    )
+    .expect("write");
+    let out = cnilab(&["scenario", "run", file.to_str().expect("utf8")]);
+    let msg = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{msg}");
+    assert!(
+        msg.contains("groups") && msg.contains("line 11") && msg.contains("pod-to-moon"),
+        "{msg}"
+    );
+}
+
+/// A lab built by this test process through the library (its run dir
+/// goes with the returned guard).
+fn lab_in_process(
+    nodes: usize,
+    pods: usize,
+) -> (tempfile::TempDir, cnilab_harness::lab::build::Lab) {
+    use cnilab_harness::lab::{build::Lab, Topology, UpOptions};
+    require_root();
+    let run = tempfile::tempdir().expect("run dir");
+    let bin = workspace_bin("cnilab-bridge");
+    let opts = UpOptions {
+        plugin_dir: bin.parent().map(|d| d.display().to_string()),
+        persistent: None,
+        run_dir: run.path().to_path_buf(),
+    };
+    let topo = Topology::generated(nodes, pods).expect("topology");
+    (run, Lab::up(topo, opts).expect("lab up"))
+}
+
+/// Pins a wrong MAC for `address` in node `i`'s neighbour table (PERMANENT:
+/// no ARP traffic may change it).
+fn pin_wrong_mac(lab: &cnilab_harness::lab::build::Lab, i: usize, address: &str) {
+    let node = lab.nodes[i].ns.name().to_string();
+    let pinned = Command::new("ip")
+        .args(["-n", &node, "neigh", "replace", address])
+        .args([
+            "lladdr",
+            "02:00:00:00:00:01",
+            "dev",
+            "eth0",
+            "nud",
+            "permanent",
+        ])
+        .status()
+        .expect("ip neigh");
+    assert!(pinned.success());
+}
+
+/// The flake of `podcidr-overlap` (after the heal, "2/12 probes failed;
+/// diagnoses: " with none): node1 kept a neighbour entry mapping node2's
+/// address to the MAC of the node2 that was removed, because the new node2's
+/// gratuitous ARP was lost while its switch port came up. Here the entry is
+/// planted PERMANENT, which no gratuitous ARP may override: a node that
+/// joins must still be reachable at once.
+#[test]
+fn a_recreated_node_is_reachable_despite_a_stale_neighbour_entry() {
+    let (_run, mut lab) = lab_in_process(2, 2);
+    let groups = vec!["pod-to-pod/cross-node".to_string()];
+    assert!(lab::check(&lab, &groups, false).expect("check").passed());
+    let spec = lab.topo.nodes[1].clone();
+    lab.remove_node(&spec.name).expect("remove node2");
+    pin_wrong_mac(&lab, 0, &spec.address.to_string());
+    lab.add_node(spec, 2).expect("node2 re-created");
+    let report = lab::check(&lab, &groups, false).expect("check");
+    lab.down();
+    assert!(report.passed(), "{}", report.table());
+}
+
+/// Checks pod-to-pod/cross-node, tears the lab down, and returns the report
+/// of a check that must have failed.
+fn failing_cross_node_check(lab: build::Lab) -> lab::report::Report {
+    let groups = vec!["pod-to-pod/cross-node".to_string()];
+    let report = lab::check(&lab, &groups, false).expect("check");
+    lab.down();
+    assert!(!report.passed(), "{}", report.table());
+    report
+}
+
+/// A node that maps a peer's address to a MAC the peer does not have (what
+/// a lost gratuitous ARP leaves) is named as the cause.
+#[test]
+fn a_stale_neighbour_entry_is_diagnosed() {
+    let (_run, lab) = lab_in_process(2, 1);
+    pin_wrong_mac(&lab, 0, "10.250.0.2");
+    let report = failing_cross_node_check(lab);
+    let table = report.table();
+    assert!(
+        report.diagnosis_ids() == vec!["stale-neighbour"]
+            && table.contains("maps node2's address 10.250.0.2 to MAC 02:00:00:00:00:01"),
+        "{table}"
+    );
+}
+
+/// A failed probe that no rule explains is reported as "undiagnosed" with
+/// the probe, never with an empty list of causes.
+#[test]
+fn an_unexplained_failure_says_undiagnosed() {
+    let (_run, lab) = lab_in_process(2, 1);
+    // node1 drops forwarded traffic to node2's pods with a rule in a chain
+    // whose policy is accept: no diagnosis rule looks for that.
+    build::nft(
+        &lab.nodes[0].ns,
+        "table inet cnilab_test_drop {\n  chain forward {\n    type filter hook forward priority 0; policy accept;\n    ip daddr 10.244.2.0/24 drop\n  }\n}\n",
+    )
+    .expect("nft");
+    let report = failing_cross_node_check(lab);
+    for f in &report.failures {
+        assert!(!f.diagnoses.is_empty(), "{}", report.table());
+    }
+    let table = report.table();
+    assert!(
+        report.diagnosis_ids() == vec!["undiagnosed"]
+            && table.contains("undiagnosed: no known cause matched: node1/node1-pod0 (10.244.1."),
+        "{table}"
+    );
 }
 
 #[rstest]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// Reads and parses the nodes file once.
 pub fn read(path: &Path) -> Result<Snapshot> {
-    let text = std::fs::read_to_string(path).map_err(|source| AgentError::NodesFileRead {
+    let text = crate::files::read_bounded(path).map_err(|source| AgentError::NodesFileRead {
         path: path.to_path_buf(),
         source,
     })?;
@@ -32,7 +32,7 @@ pub async fn watch(
     let mut reported_error: Option<String> = None;
     loop {
         tokio::time::sleep(interval).await;
-        let text = match std::fs::read_to_string(&path) {
+        let text = match crate::files::read_bounded(&path) {
             Ok(text) => text,
             Err(e) => {
                 report(

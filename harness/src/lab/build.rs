@@ -32,6 +32,11 @@ fn setup(msg: impl Into<String>) -> LabError {
     LabError::Setup(msg.into())
 }
 
+/// In a node's run dir: the agent's pid and start time.
+pub const AGENT_PIDFILE: &str = "agent.pid";
+/// In a lab's run dir: the pid and start time of the process that made it.
+pub const OWNER_PIDFILE: &str = "owner.pid";
+
 /// A pod: a namespace attached to its node's network.
 pub struct Pod {
     pub name: String,
@@ -308,6 +313,12 @@ impl Lab {
         };
         std::fs::create_dir_all(&opts.run_dir)
             .map_err(|e| setup(format!("run dir {}: {e}", opts.run_dir.display())))?;
+        // Who made this run dir: `cnilab sweep` removes it once that process is gone.
+        if let Some(me) = super::pidfile::Identity::current() {
+            let path = opts.run_dir.join(OWNER_PIDFILE);
+            super::pidfile::write(&path, me)
+                .map_err(|e| setup(format!("{}: {e}", path.display())))?;
+        }
 
         let switch = make_ns(&opts, "switch")?;
         let bridge = netlink(&switch, "underlay bridge", |h| async move {
@@ -491,14 +502,40 @@ impl Lab {
         let mut command = node.ns.command(&program);
         // The lab blocks SIGINT/SIGTERM for its Ctrl-C watcher; the agent must
         // get them (a blocked mask survives exec).
-        // SAFETY: only sigprocmask(2), which is async-signal-safe.
+        // A throwaway lab's agents die with the lab process, however it dies
+        // (SIGKILL included): the kernel sends them SIGKILL. A standing lab's
+        // agents outlive `lab up` and are found again through their pidfiles.
+        let die_with_parent = self.opts.persistent.is_none();
+        let parent = std::process::id() as nix::libc::pid_t;
+        // The agent writes its own pidfile (pid + start time) before exec,
+        // so it is provably ours from its first instant, whenever the lab
+        // process dies; `cnilab sweep` and `lab down` check it before they
+        // signal.
+        let pidfile_path = node_dir.join(AGENT_PIDFILE);
+        let pidfile = super::pidfile::prepare(&pidfile_path)
+            .map_err(|e| setup(format!("{}: {e}", pidfile_path.display())))?;
+        let pidfile_fd = std::os::fd::AsRawFd::as_raw_fd(&pidfile);
+        // SAFETY: only sigprocmask(2), prctl(2), getppid(2) and the
+        // open/read/write/close of `write_own_identity`, which are
+        // async-signal-safe; nothing is allocated.
         unsafe {
             use std::os::unix::process::CommandExt;
-            command.pre_exec(|| {
+            command.pre_exec(move || {
+                super::pidfile::write_own_identity(pidfile_fd)?;
                 let mut set = nix::sys::signal::SigSet::empty();
                 set.add(nix::sys::signal::Signal::SIGINT);
                 set.add(nix::sys::signal::Signal::SIGTERM);
-                set.thread_unblock().map_err(std::io::Error::from)
+                set.thread_unblock().map_err(std::io::Error::from)?;
+                if die_with_parent {
+                    if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    // The parent died before prctl: nobody will send the signal.
+                    if nix::libc::getppid() != parent {
+                        return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH));
+                    }
+                }
+                Ok(())
             });
         }
         if self.opts.persistent.is_some() {
@@ -519,6 +556,7 @@ impl Lab {
                     node.spec.name
                 ))
             })?;
+        drop(pidfile);
         crate::lab::register_child(child.id());
         self.nodes[i].agent = Some(child);
         Ok(())
@@ -666,6 +704,36 @@ impl Lab {
             None => DEFAULT_TEMPLATE.to_string(),
         };
         let node = self.add_node_ns(&spec, bridge, &template)?;
+        // A node that joins (or is re-created) may take an address that the
+        // other namespaces still map to a previous node's MAC. Its
+        // gratuitous ARP (arp_notify) is sent the moment eth0 goes up, and is
+        // lost when the switch has not enabled the port yet (the kernel's
+        // link watcher runs later, on a busy machine noticeably later); the
+        // stale entry then sends the first packets to the old MAC. So: wait
+        // until both ends of the uplink are operationally up, then make the
+        // others forget the address, so that their next packet resolves it
+        // (a broadcast ARP the new node answers).
+        let port = format!("p-{}", spec.name);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !(node.ns.oper_up("eth0")? && self.switch.oper_up(&port)?) {
+            if Instant::now() >= deadline {
+                return Err(setup(format!(
+                    "node {}: its uplink did not come up within 5 s",
+                    spec.name
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for other in self
+            .nodes
+            .iter()
+            .map(|n| &n.ns)
+            .chain(self.external.as_ref())
+        {
+            other
+                .forget_neighbour(spec.address)
+                .map_err(|e| setup(format!("forget {} in {}: {e}", spec.address, other.name())))?;
+        }
         self.topo.nodes.push(spec);
         self.nodes.push(node);
         let i = self.nodes.len() - 1;

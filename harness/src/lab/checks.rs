@@ -19,6 +19,21 @@ pub const GROUPS: &[&str] = &[
     "mtu/df-cross-node",
 ];
 
+/// Refuses a group filter that selects no group (groups are prefixes:
+/// `pod-to-pod` selects both pod-to-pod groups).
+pub fn check_groups(groups: &[String]) -> Result<(), String> {
+    match groups
+        .iter()
+        .find(|g| !GROUPS.iter().any(|k| k.starts_with(g.as_str())))
+    {
+        Some(g) => Err(format!(
+            "no check group is named or starts with {g:?}; the groups are {}",
+            GROUPS.join(", ")
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Where a probe starts or ends.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Endpoint {
@@ -62,6 +77,19 @@ pub struct ProbeOutcome {
 impl ProbeOutcome {
     pub fn passed(&self) -> bool {
         self.error.is_none()
+    }
+
+    /// `from (ip) → to (ip) proto: error`, for reports and logs.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} ({}) → {} ({}) {}: {}",
+            self.spec.from.name,
+            self.spec.from.ip,
+            self.spec.to.name,
+            self.spec.to.ip,
+            self.spec.proto.as_str(),
+            self.error.as_deref().unwrap_or("")
+        )
     }
 }
 

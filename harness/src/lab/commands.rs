@@ -40,6 +40,7 @@ fn topology(args: &TopologyArgs) -> Result<Topology, Box<dyn std::error::Error>>
     };
     if let (Some(p), Some(_)) = (args.pods_per_node, &args.topology) {
         topo.pods_per_node = p;
+        topo.validate(Path::new("--pods-per-node"))?;
     }
     Ok(topo)
 }
@@ -115,6 +116,7 @@ pub fn run(
     out: &Outputs,
 ) -> CliResult {
     netns::require_root()?;
+    super::checks::check_groups(groups)?;
     let topo = topology(args)?;
     default_plugin_check(&plugin_dir, &topo)?;
     super::cleanup_on_interrupt(None);
@@ -143,8 +145,11 @@ pub fn up(args: &TopologyArgs, plugin_dir: Option<String>, name: &str) -> CliRes
     }
     let topo = topology(args)?;
     default_plugin_check(&plugin_dir, &topo)?;
-    let prefix = format!("{}lab-{name}-", netns::PREFIX);
-    super::cleanup_on_interrupt(Some(prefix));
+    let lab_name = name.to_string();
+    let nodes: Vec<String> = topo.nodes.iter().map(|n| n.name.clone()).collect();
+    super::cleanup_on_interrupt(Some(Box::new(move |ns: &str| {
+        state::owns_namespace(&lab_name, &nodes, ns)
+    })));
     header(&topo, plugin_dir.as_deref());
     let opts = UpOptions {
         plugin_dir,
@@ -199,6 +204,7 @@ fn print_state(s: &state::LabState) {
 /// `cnilab lab check`.
 pub fn check(name: &str, groups: &[String], out: &Outputs) -> CliResult {
     netns::require_root()?;
+    super::checks::check_groups(groups)?;
     let lab = state::adopt(name)?;
     let report = super::check(&lab, groups, true);
     state::release(lab);
@@ -254,7 +260,8 @@ pub fn down(name: &str) -> CliResult {
         }
         Err(e) => eprintln!("cnilab: {e}; removing what is left by name"),
     }
-    let removed = netns::remove_prefixed(&format!("{}lab-{name}-", netns::PREFIX))?;
+    let nodes = state::node_names(&s);
+    let removed = netns::remove_matching(|ns| state::owns_namespace(name, &nodes, ns))?;
     if !removed.is_empty() {
         eprintln!("cnilab: removed leftover namespaces {}", removed.join(", "));
     }

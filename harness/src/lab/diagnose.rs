@@ -17,6 +17,20 @@ pub struct Diagnosis {
     pub message: String,
 }
 
+impl Diagnosis {
+    /// Id of the diagnosis given to a failed probe that no rule explains.
+    pub const UNDIAGNOSED: &'static str = "undiagnosed";
+
+    /// For a failed probe that no rule explains: says so, with the probe and
+    /// its error, so that the failure is never reported without a cause line.
+    pub fn undiagnosed(o: &ProbeOutcome) -> Diagnosis {
+        Diagnosis {
+            id: Self::UNDIAGNOSED,
+            message: format!("no known cause matched: {}", o.describe()),
+        }
+    }
+}
+
 /// What the diagnosis reads from a node.
 #[derive(Clone, Debug, Default)]
 pub struct NodeFacts {
@@ -27,7 +41,36 @@ pub struct NodeFacts {
     pub ip_forward: String,
     pub rp_filter: String,
     pub uplink_mtu: Option<u32>,
+    /// MAC of the node's underlay interface.
+    pub uplink_mac: Option<String>,
+    /// The node's ARP entries on its underlay interface.
+    pub uplink_neighbours: Vec<crate::netns::Neighbour>,
     pub ruleset: String,
+}
+
+/// A node's ARP entries on its underlay interface.
+fn uplink_neighbours(node: &super::build::Node) -> Vec<crate::netns::Neighbour> {
+    let Some(eth0) = node
+        .ns
+        .links()
+        .ok()
+        .and_then(|l| l.into_iter().find(|l| l.name == "eth0"))
+    else {
+        return Vec::new();
+    };
+    node.ns
+        .neighbours()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| n.index == eth0.index)
+        .collect()
+}
+
+/// Every node's ARP entries on its underlay interface, taken before the
+/// probes run: a stale entry is corrected by the first ARP request from the
+/// peer, so after the probes it may be gone while the failures it caused stay.
+pub fn neighbours_before(lab: &Lab) -> Vec<Vec<crate::netns::Neighbour>> {
+    lab.nodes.iter().map(uplink_neighbours).collect()
 }
 
 /// Reads routes, sysctls, the uplink MTU and the firewall ruleset of every node.
@@ -47,6 +90,11 @@ pub fn collect(lab: &Lab) -> Vec<NodeFacts> {
                 .output()
                 .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
                 .unwrap_or_default();
+            let uplink = node
+                .ns
+                .links()
+                .ok()
+                .and_then(|l| l.into_iter().find(|l| l.name == "eth0"));
             let rp_all = sysctl("net/ipv4/conf/all/rp_filter");
             let rp_eth0 = sysctl("net/ipv4/conf/eth0/rp_filter");
             NodeFacts {
@@ -61,12 +109,9 @@ pub fn collect(lab: &Lab) -> Vec<NodeFacts> {
                 } else {
                     rp_all.max(rp_eth0)
                 },
-                uplink_mtu: node
-                    .ns
-                    .links()
-                    .ok()
-                    .and_then(|l| l.into_iter().find(|l| l.name == "eth0"))
-                    .and_then(|l| l.mtu),
+                uplink_mtu: uplink.as_ref().and_then(|l| l.mtu),
+                uplink_mac: uplink.as_ref().and_then(|l| l.mac.clone()),
+                uplink_neighbours: uplink_neighbours(node),
                 ruleset,
             }
         })
@@ -144,6 +189,26 @@ fn check_route(
     }
 }
 
+fn stale_neighbour(out: &mut Vec<Diagnosis>, from: &NodeFacts, to: &NodeFacts) {
+    let (Some(addr), Some(mac)) = (to.address, to.uplink_mac.as_deref()) else {
+        return;
+    };
+    let stale = from
+        .uplink_neighbours
+        .iter()
+        .filter(|n| n.addr == addr)
+        .find_map(|n| n.mac.as_deref().filter(|m| *m != mac));
+    if let Some(old) = stale {
+        out.push(Diagnosis {
+            id: "stale-neighbour",
+            message: format!(
+                "{} maps {}'s address {addr} to MAC {old}, but {}'s uplink has MAC {mac}: a stale ARP entry (a re-created node whose gratuitous ARP was lost); `ip neigh flush to {addr}` on {}",
+                from.name, to.name, to.name, from.name
+            ),
+        });
+    }
+}
+
 fn node_of(facts: &[NodeFacts], i: Option<usize>) -> Option<&NodeFacts> {
     facts.get(i?)
 }
@@ -156,6 +221,17 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
     let dst = node_of(facts, spec.to.node);
     let src_is_pod = spec.from.pod.is_some();
     let dst_is_pod = spec.to.pod.is_some();
+
+    // A node that maps a peer node's address to a MAC the peer does not
+    // have: a stale ARP entry (a re-created node whose gratuitous ARP was
+    // lost), so packets to that peer go to a MAC nobody has.
+    if let (Some(a), Some(b)) = (src, dst) {
+        if a.name != b.name {
+            for (from, to) in [(a, b), (b, a)] {
+                stale_neighbour(&mut out, from, to);
+            }
+        }
+    }
 
     // Overlapping pod CIDRs: two nodes claim the same addresses.
     for (i, a) in facts.iter().enumerate() {

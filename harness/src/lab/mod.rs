@@ -7,10 +7,12 @@ pub mod build;
 pub mod checks;
 pub mod commands;
 pub mod diagnose;
+pub mod pidfile;
 pub mod probe;
 pub mod report;
 pub mod scenario;
 pub mod state;
+pub mod sweep;
 pub mod topology;
 
 use build::Lab;
@@ -34,7 +36,12 @@ pub fn register_child(pid: u32) {
 /// On SIGINT or SIGTERM: kill the agents, remove every namespace of this
 /// process, and exit 130. Must be called before other threads start, so
 /// that they inherit the blocked signal mask and only the watcher sees it.
-pub fn cleanup_on_interrupt(extra_prefix: Option<String>) {
+/// Says which namespaces, by name, belong to what is being torn down.
+pub type NamespaceFilter = Box<dyn Fn(&str) -> bool + Send>;
+
+/// `extra` names namespaces to remove besides this process's own (a
+/// standing lab's, which do not carry the pid).
+pub fn cleanup_on_interrupt(extra: Option<NamespaceFilter>) {
     use nix::sys::signal::{SigSet, Signal};
     let mut set = SigSet::empty();
     set.add(Signal::SIGINT);
@@ -56,8 +63,8 @@ pub fn cleanup_on_interrupt(extra_prefix: Option<String>) {
         crate::netns::stop_creating();
         let own = format!("{}{}-", crate::netns::PREFIX, std::process::id());
         let _ = crate::netns::remove_prefixed(&own);
-        if let Some(p) = &extra_prefix {
-            let _ = crate::netns::remove_prefixed(p);
+        if let Some(owned) = &extra {
+            let _ = crate::netns::remove_matching(owned);
         }
         let _ = std::fs::remove_dir_all(scratch_run_dir());
         std::process::exit(130);
@@ -74,6 +81,7 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
         .map_err(|e| LabError::Setup(format!("tokio runtime: {e}")))?;
     checks::start_responders(lab, rt.handle()).map_err(LabError::Setup)?;
     let specs = checks::plan(lab, groups);
+    let neighbours_before = diagnose::neighbours_before(lab);
     let tty = progress && std::io::stderr().is_terminal();
     let show = |done: usize, total: usize| {
         if tty && (done.is_multiple_of(25) || done == total) {
@@ -94,13 +102,27 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
     let failures = if failed.is_empty() {
         Vec::new()
     } else {
-        let facts = diagnose::collect(lab);
+        let mut facts = diagnose::collect(lab);
+        for (f, before) in facts.iter_mut().zip(neighbours_before) {
+            for n in before {
+                if !f.uplink_neighbours.contains(&n) {
+                    f.uplink_neighbours.push(n);
+                }
+            }
+        }
         failed
             .into_iter()
-            .map(|(index, o)| Failure {
-                index,
-                outcome: o.clone(),
-                diagnoses: diagnose::diagnose(lab, &facts, o),
+            .map(|(index, o)| {
+                let mut diagnoses = diagnose::diagnose(lab, &facts, o);
+                // A failure no rule explains must not pass silently.
+                if diagnoses.is_empty() {
+                    diagnoses.push(diagnose::Diagnosis::undiagnosed(o));
+                }
+                Failure {
+                    index,
+                    outcome: o.clone(),
+                    diagnoses,
+                }
             })
             .collect()
     };

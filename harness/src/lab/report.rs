@@ -157,17 +157,7 @@ impl Report {
             );
             for f in self.failures.iter().take(40) {
                 let o = &f.outcome;
-                let _ = writeln!(
-                    s,
-                    "  [{}] {} ({}) → {} ({}) {}: {}",
-                    o.spec.group,
-                    o.spec.from.name,
-                    o.spec.from.ip,
-                    o.spec.to.name,
-                    o.spec.to.ip,
-                    o.spec.proto.as_str(),
-                    o.error.as_deref().unwrap_or("")
-                );
+                let _ = writeln!(s, "  [{}] {}", o.spec.group, o.describe());
                 for d in &f.diagnoses {
                     let _ = writeln!(s, "      ↳ {}: {}", d.id, d.message);
                 }

@@ -4,7 +4,7 @@
 
 use super::build::{install_static_routes, nft, Lab, LabError, UpOptions};
 use super::report::Report;
-use super::topology::{NodeSpec, Topology};
+use super::topology::{line_prefix, NodeSpec, Seg, Topology};
 use crate::netns::{delete_routes, Netns};
 use cnilab_plugin::{netns as plugin_netns, nl};
 use ipnet::IpNet;
@@ -197,9 +197,66 @@ impl Scenario {
             .resolve_paths(path.parent().unwrap_or(Path::new(".")));
         scenario
             .topology
-            .validate(path)
+            .validate_text(path, &text, &[Seg::Key("topology")])
             .map_err(|e| read(e.to_string()))?;
+        scenario.check_steps(&text).map_err(read)?;
         Ok(scenario)
+    }
+
+    /// Every group a check step names exists, and every node a fault names
+    /// is in the topology (or joined in an earlier step).
+    fn check_steps(&self, text: &str) -> Result<(), String> {
+        let mut nodes: Vec<String> = self.topology.nodes.iter().map(|n| n.name.clone()).collect();
+        for (i, step) in self.steps.iter().enumerate() {
+            let at = |key: &'static str, message: String| {
+                format!(
+                    "{}step[{i}].{key}: {message}",
+                    line_prefix(text, &[Seg::Key("step"), Seg::Index(i), Seg::Key(key)])
+                )
+            };
+            match step {
+                Step::Check { groups, .. } => {
+                    super::checks::check_groups(groups).map_err(|e| at("groups", e))?;
+                }
+                Step::Fault { fault } => {
+                    if let Fault::AddNode { name, .. } = fault {
+                        nodes.push(name.clone());
+                    }
+                    for (key, node) in fault.nodes() {
+                        if !nodes.iter().any(|n| n == node) {
+                            return Err(at(
+                                key,
+                                format!("no node {node:?} in this scenario's topology"),
+                            ));
+                        }
+                    }
+                }
+                Step::Heal | Step::Sleep { .. } => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Fault {
+    /// The nodes this fault names, with the field that names them.
+    fn nodes(&self) -> Vec<(&'static str, &String)> {
+        match self {
+            Fault::DeleteRoute { node, peer } | Fault::StaleRoute { node, peer, .. } => {
+                vec![("node", node), ("peer", peer)]
+            }
+            Fault::ReusePodCidr { node, from } => vec![("node", node), ("from", from)],
+            Fault::IpForwardOff { node }
+            | Fault::ForwardDrop { node }
+            | Fault::Mtu { node, .. }
+            | Fault::FlushMasquerade { node }
+            | Fault::MasqueradeTooBroad { node }
+            | Fault::RpFilter { node }
+            | Fault::RemoveNode { node }
+            | Fault::StopAgent { node }
+            | Fault::StartAgent { node } => vec![("node", node)],
+            Fault::AddNode { .. } => Vec::new(),
+        }
     }
 }
 
@@ -547,12 +604,27 @@ pub fn run(
                     let detail = if passed {
                         format!("all {} probes passed", report.probes)
                     } else {
-                        format!(
+                        let unexplained: Vec<&str> = report
+                            .failures
+                            .iter()
+                            .flat_map(|f| &f.diagnoses)
+                            .filter(|d| d.id == super::diagnose::Diagnosis::UNDIAGNOSED)
+                            .map(|d| d.message.as_str())
+                            .collect();
+                        let mut detail = format!(
                             "{}/{} probes failed; diagnoses: {}",
                             report.failures.len(),
                             report.probes,
                             ids.join(", ")
-                        )
+                        );
+                        if !unexplained.is_empty() {
+                            detail.push_str(&format!(
+                                " ({} undiagnosed: {})",
+                                unexplained.len(),
+                                unexplained.join("; ")
+                            ));
+                        }
+                        detail
                     };
                     last_report = Some(report);
                     (ok, detail)
@@ -627,6 +699,49 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const HEAD: &str = "name = \"s\"\nsummary = \"x\"\n[topology]\n[[topology.node]]\nname = \"node1\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n";
+
+    fn load(text: &str) -> Result<Scenario, ScenarioError> {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("s.toml");
+        std::fs::write(&path, text).expect("write");
+        Scenario::load(&path)
+    }
+
+    #[rstest::rstest]
+    #[case::unknown_group(&format!("{HEAD}[[step]]\ndo = \"check\"\nexpect = \"pass\"\ngroups = [\"pod-to-moon\"]\n"), "groups", 11)]
+    #[case::unknown_node(&format!("{HEAD}[[step]]\ndo = \"fault\"\nfault = \"ip-forward-off\"\nnode = \"node9\"\n"), "node", 11)]
+    #[case::unknown_peer(&format!("{HEAD}[[step]]\ndo = \"check\"\nexpect = \"pass\"\n[[step]]\ndo = \"fault\"\nfault = \"delete-route\"\nnode = \"node1\"\npeer = \"ghost\"\n"), "peer", 15)]
+    #[case::topology_value(&format!("{}[[step]]\ndo = \"heal\"\n", HEAD.replace("10.250.0.1", "10.250.0.255")), "address", 6)]
+    fn bad_steps_name_the_field_and_line(
+        #[case] text: &str,
+        #[case] field: &str,
+        #[case] line: usize,
+    ) {
+        let msg = load(text).expect_err("refused").to_string();
+        assert!(msg.contains("s.toml"), "{msg}");
+        assert!(msg.contains(field), "{msg} should name {field}");
+        assert!(
+            msg.contains(&format!("line {line}:")),
+            "{msg} should name line {line}"
+        );
+    }
+
+    #[test]
+    fn a_node_that_joined_can_be_named_later() {
+        let text = format!("{HEAD}[[step]]\ndo = \"fault\"\nfault = \"add-node\"\nname = \"node3\"\naddress = \"10.250.0.3\"\npod_cidr = [\"10.244.3.0/24\"]\n[[step]]\ndo = \"fault\"\nfault = \"remove-node\"\nnode = \"node3\"\n");
+        load(&text).expect("valid");
+    }
+
+    #[test]
+    fn shipped_scenarios_load() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/scenarios");
+        for entry in std::fs::read_dir(&dir).expect("scenarios") {
+            let path = entry.expect("entry").path();
+            Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
 
     #[test]
     fn finds_masquerade_chains() {

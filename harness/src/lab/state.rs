@@ -62,6 +62,30 @@ pub fn check_name(name: &str) -> Result<(), LabError> {
     }
 }
 
+/// Whether namespace `ns` is one lab `name` makes for a topology with
+/// these `nodes`: exactly `cnilab-lab-<name>-<role>`, the role being
+/// `switch`, `external`, a node or a node's pod (`<node>-pod<k>`). A prefix
+/// match would also take lab `<name>-y`'s namespaces.
+pub fn owns_namespace(name: &str, nodes: &[String], ns: &str) -> bool {
+    let Some(role) = ns
+        .strip_prefix(crate::netns::PREFIX)
+        .and_then(|r| r.strip_prefix("lab-"))
+        .and_then(|r| r.strip_prefix(name))
+        .and_then(|r| r.strip_prefix('-'))
+    else {
+        return false;
+    };
+    role == "switch"
+        || role == "external"
+        || nodes.iter().any(|node| {
+            role == node
+                || role
+                    .strip_prefix(node.as_str())
+                    .and_then(|r| r.strip_prefix("-pod"))
+                    .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
+        })
+}
+
 /// Keeps every namespace of `lab` and writes its state; agents keep running.
 pub fn persist(lab: Lab) -> Result<LabState, LabError> {
     let name = lab
@@ -187,16 +211,32 @@ pub fn adopt(name: &str) -> Result<Lab, LabError> {
     })
 }
 
-/// Stops the agents a standing lab started (by pid, from its state).
+/// Stops the agents a standing lab started, each only after its pidfile
+/// proves it is still that process (a pid alone may have been reused).
 pub fn stop_agents(state: &LabState) {
     for n in &state.nodes {
-        if let Some(pid) = n.agent_pid {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
+        let path = state
+            .run_dir
+            .join(&n.name)
+            .join(super::build::AGENT_PIDFILE);
+        if let Some(id) = super::pidfile::read(&path) {
+            let _ = id.kill_if_same();
         }
     }
+}
+
+/// The node names a standing lab's namespaces can carry.
+pub fn node_names(state: &LabState) -> Vec<String> {
+    let mut names: Vec<String> = state
+        .topology
+        .nodes
+        .iter()
+        .map(|n| n.name.clone())
+        .collect();
+    names.extend(state.nodes.iter().map(|n| n.name.clone()));
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// Every standing lab's name.
@@ -211,4 +251,35 @@ pub fn list() -> Vec<String> {
         .unwrap_or_default();
     names.sort();
     names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::owns_namespace;
+
+    #[test]
+    fn a_lab_owns_only_its_own_namespaces() {
+        let nodes = vec!["node1".to_string(), "node2".to_string()];
+        for ns in [
+            "cnilab-lab-X-switch",
+            "cnilab-lab-X-external",
+            "cnilab-lab-X-node1",
+            "cnilab-lab-X-node2-pod13",
+        ] {
+            assert!(owns_namespace("X", &nodes, ns), "{ns}");
+        }
+        for ns in [
+            "cnilab-lab-X-y-switch",
+            "cnilab-lab-X-y-node1",
+            "cnilab-lab-X-y-node1-pod0",
+            "cnilab-lab-Xy-switch",
+            "cnilab-lab-X-node3",
+            "cnilab-lab-X-node1-pod",
+            "cnilab-lab-X-node1-podx",
+            "cnilab-123-0-switch",
+            "cnilab-lab-X",
+        ] {
+            assert!(!owns_namespace("X", &nodes, ns), "{ns}");
+        }
+    }
 }

@@ -155,6 +155,65 @@ pub enum TopologyError {
     Invalid { path: PathBuf, message: String },
 }
 
+/// One step of a path into a TOML document: a key or an array index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seg {
+    Key(&'static str),
+    Index(usize),
+}
+
+/// A refused value: where it is and why.
+#[derive(Debug)]
+struct Invalid {
+    field: Vec<Seg>,
+    message: String,
+}
+
+fn overlaps(a: &IpNet, b: &IpNet) -> bool {
+    a.contains(&b.network()) || b.contains(&a.network())
+}
+
+/// The 1-based line of the value at `path` in the TOML `text` (or of the
+/// nearest enclosing table when the value was left to its default).
+pub fn toml_line(text: &str, path: &[Seg]) -> Option<usize> {
+    use toml::de::{DeTable, DeValue};
+    let doc = DeTable::parse(text).ok()?;
+    let mut span: Option<std::ops::Range<usize>> = None;
+    let mut table = Some(doc.get_ref());
+    let mut array = None;
+    for seg in path {
+        let found = match (seg, table, array) {
+            (Seg::Key(key), Some(t), _) => t
+                .iter()
+                .find(|(k, _)| k.get_ref().as_ref() == *key)
+                .map(|(k, v)| (k.span(), v)),
+            (Seg::Index(i), _, Some(items)) => {
+                let items: &toml::de::DeArray = items;
+                items.get(*i).map(|v| (v.span(), v))
+            }
+            _ => None,
+        };
+        let Some((at, value)) = found else { break };
+        span = Some(at);
+        table = None;
+        array = None;
+        match value.get_ref() {
+            DeValue::Table(t) => table = Some(t),
+            DeValue::Array(a) => array = Some(a),
+            _ => {}
+        }
+    }
+    let start = span?.start;
+    Some(text.get(..start)?.matches('\n').count() + 1)
+}
+
+/// `line N: ` when `path` can be found in `text`.
+pub fn line_prefix(text: &str, path: &[Seg]) -> String {
+    toml_line(text, path)
+        .map(|n| format!("line {n}: "))
+        .unwrap_or_default()
+}
+
 impl Topology {
     /// `nodes` nodes with `pods` pods each, addresses and CIDRs numbered from 1.
     pub fn generated(nodes: usize, pods: usize) -> Result<Topology, TopologyError> {
@@ -216,37 +275,116 @@ impl Topology {
             path: path.to_path_buf(),
             message: e.to_string().trim().to_string(),
         })?;
-        topo.validate(path)?;
+        topo.validate_text(path, text, &[])?;
         Ok(topo)
+    }
+
+    /// [`Topology::validate`] for a topology read from `text` (at `prefix`
+    /// inside it, e.g. `[topology]` of a scenario): the error names the line.
+    pub fn validate_text(
+        &self,
+        path: &Path,
+        text: &str,
+        prefix: &[Seg],
+    ) -> Result<(), TopologyError> {
+        self.check().map_err(|bad| {
+            let mut field = prefix.to_vec();
+            field.extend(bad.field);
+            TopologyError::Invalid {
+                path: path.to_path_buf(),
+                message: format!("{}{}", line_prefix(text, &field), bad.message),
+            }
+        })
     }
 
     /// Checks what TOML cannot: names, address families, overlaps that are
     /// not deliberate. Overlapping pod CIDRs are allowed (scenarios
     /// reproduce that bug) and reported by the checks' diagnosis instead.
     pub fn validate(&self, path: &Path) -> Result<(), TopologyError> {
-        let bad = |message: String| TopologyError::Invalid {
+        self.check().map_err(|bad| TopologyError::Invalid {
             path: path.to_path_buf(),
+            message: bad.message,
+        })
+    }
+
+    fn check(&self) -> Result<(), Invalid> {
+        let top = |key: &'static str, message: String| Invalid {
+            field: vec![Seg::Key(key)],
             message,
         };
         if self.nodes.is_empty() {
-            return Err(bad("no [[node]]: a lab needs at least one node".into()));
+            return Err(top(
+                "node",
+                "no [[node]]: a lab needs at least one node".into(),
+            ));
         }
         if self.nodes.len() > 200 {
-            return Err(bad(format!("{} nodes: at most 200", self.nodes.len())));
+            return Err(top(
+                "node",
+                format!("{} nodes: at most 200", self.nodes.len()),
+            ));
         }
         if !(576..=9000).contains(&self.mtu) {
-            return Err(bad(format!("mtu = {}: use 576..9000", self.mtu)));
+            return Err(top("mtu", format!("mtu = {}: use 576..9000", self.mtu)));
         }
-        if self.pods_per_node > 250 {
-            return Err(bad(format!(
-                "pods_per_node = {}: at most 250",
-                self.pods_per_node
-            )));
+        let ipv6_pods = self
+            .nodes
+            .iter()
+            .any(|n| n.pod_cidr.iter().any(|c| c.addr().is_ipv6()));
+        if ipv6_pods && self.mtu < 1280 {
+            return Err(top(
+                "mtu",
+                format!(
+                    "mtu = {}: the pods have IPv6 addresses, and IPv6 needs an MTU of at least 1280",
+                    self.mtu
+                ),
+            ));
         }
+        if !(1..=250).contains(&self.pods_per_node) {
+            return Err(top(
+                "pods_per_node",
+                format!(
+                    "pods_per_node = {}: use 1..250 (a lab without pods checks nothing)",
+                    self.pods_per_node
+                ),
+            ));
+        }
+        if !(1..=60_000).contains(&self.probe_timeout_ms) {
+            return Err(top(
+                "probe_timeout_ms",
+                format!(
+                    "probe_timeout_ms = {}: use 1..60000 (0 would fail every probe)",
+                    self.probe_timeout_ms
+                ),
+            ));
+        }
+        if !self.underlay.addr().is_ipv4() || self.underlay.prefix_len() > 30 {
+            return Err(top(
+                "underlay",
+                format!(
+                    "underlay = {}: use an IPv4 subnet of at least 4 addresses (/30 or larger)",
+                    self.underlay
+                ),
+            ));
+        }
+        for c in &self.cluster_cidr {
+            if overlaps(c, &self.underlay) {
+                return Err(top(
+                    "cluster_cidr",
+                    format!("cluster_cidr {c} overlaps the underlay {}", self.underlay),
+                ));
+            }
+        }
+        // The underlay's network and broadcast addresses belong to no host.
+        let reserved = [self.underlay.network(), self.underlay.broadcast()];
         let mut seen_names = Vec::new();
         let mut seen_addrs = Vec::new();
         for (i, node) in self.nodes.iter().enumerate() {
             let at = format!("node[{i}] ({})", node.name);
+            let bad = |key: &'static str, message: String| Invalid {
+                field: vec![Seg::Key("node"), Seg::Index(i), Seg::Key(key)],
+                message: format!("{at}: {message}"),
+            };
             let ok_name = !node.name.is_empty()
                 && node.name.len() <= 10
                 && node
@@ -254,66 +392,114 @@ impl Topology {
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'-');
             if !ok_name {
-                return Err(bad(format!(
-                    "{at}: name must be 1-10 characters of [A-Za-z0-9-] (it names namespaces and links)"
-                )));
+                return Err(bad(
+                    "name",
+                    "name must be 1-10 characters of [A-Za-z0-9-] (it names namespaces and links)"
+                        .into(),
+                ));
             }
             if seen_names.contains(&node.name) {
-                return Err(bad(format!("{at}: duplicate node name")));
+                return Err(bad("name", "duplicate node name".into()));
             }
             seen_names.push(node.name.clone());
             if !self.underlay.contains(&node.address) || !node.address.is_ipv4() {
-                return Err(bad(format!(
-                    "{at}: address {} is not an IPv4 address in underlay {}",
-                    node.address, self.underlay
-                )));
+                return Err(bad(
+                    "address",
+                    format!(
+                        "address {} is not an IPv4 address in underlay {}",
+                        node.address, self.underlay
+                    ),
+                ));
+            }
+            if reserved.contains(&node.address) {
+                return Err(bad(
+                    "address",
+                    format!(
+                        "address {} is the network or broadcast address of underlay {}",
+                        node.address, self.underlay
+                    ),
+                ));
             }
             if seen_addrs.contains(&node.address) {
-                return Err(bad(format!("{at}: address {} is used twice", node.address)));
+                return Err(bad(
+                    "address",
+                    format!("address {} is used twice", node.address),
+                ));
             }
             seen_addrs.push(node.address);
             if node.pod_cidr.is_empty() {
-                return Err(bad(format!(
-                    "{at}: pod_cidr is empty; give one CIDR per family"
-                )));
+                return Err(bad(
+                    "pod_cidr",
+                    "pod_cidr is empty; give one CIDR per family".into(),
+                ));
             }
             if node.pod_cidr.iter().filter(|c| c.addr().is_ipv4()).count() > 1
                 || node.pod_cidr.iter().filter(|c| c.addr().is_ipv6()).count() > 1
             {
-                return Err(bad(format!("{at}: pod_cidr has two CIDRs of one family")));
+                return Err(bad(
+                    "pod_cidr",
+                    "pod_cidr has two CIDRs of one family".into(),
+                ));
             }
             for c in &node.pod_cidr {
                 if c.addr().is_ipv4() && c.prefix_len() > 29
                     || c.addr().is_ipv6() && c.prefix_len() > 120
                 {
-                    return Err(bad(format!("{at}: pod_cidr {c} is too small for pods")));
+                    return Err(bad(
+                        "pod_cidr",
+                        format!("pod_cidr {c} is too small for pods"),
+                    ));
+                }
+                if overlaps(c, &self.underlay) {
+                    return Err(bad(
+                        "pod_cidr",
+                        format!(
+                            "pod_cidr {c} overlaps the underlay {}: pods would take node addresses",
+                            self.underlay
+                        ),
+                    ));
                 }
             }
             if let Some(mtu) = node.mtu {
                 if !(576..=9000).contains(&mtu) {
-                    return Err(bad(format!("{at}: mtu = {mtu}: use 576..9000")));
+                    return Err(bad("mtu", format!("mtu = {mtu}: use 576..9000")));
                 }
             }
             for key in node.sysctls.keys() {
                 if !key.starts_with("net/") || key.contains("..") {
-                    return Err(bad(format!("{at}: sysctl {key:?} must be a net/... key")));
+                    return Err(bad(
+                        "sysctls",
+                        format!("sysctl {key:?} must be a net/... key"),
+                    ));
                 }
             }
         }
         if let Some(ext) = &self.external {
-            if !self.underlay.contains(&ext.address) || seen_addrs.contains(&ext.address) {
-                return Err(bad(format!(
-                    "external address {} must be a free address in underlay {}",
-                    ext.address, self.underlay
-                )));
+            if !self.underlay.contains(&ext.address)
+                || seen_addrs.contains(&ext.address)
+                || reserved.contains(&ext.address)
+            {
+                return Err(Invalid {
+                    field: vec![Seg::Key("external"), Seg::Key("address")],
+                    message: format!(
+                        "external address {} must be a free host address in underlay {}",
+                        ext.address, self.underlay
+                    ),
+                });
             }
         }
         if self.routing == Routing::Agent && self.agent.is_none() {
-            return Err(bad("routing = \"agent\" needs an [agent] command".into()));
+            return Err(top(
+                "routing",
+                "routing = \"agent\" needs an [agent] command".into(),
+            ));
         }
         if let Some(agent) = &self.agent {
             if agent.command.is_empty() {
-                return Err(bad("[agent] command is empty".into()));
+                return Err(Invalid {
+                    field: vec![Seg::Key("agent"), Seg::Key("command")],
+                    message: "[agent] command is empty".into(),
+                });
             }
         }
         Ok(())
@@ -395,5 +581,67 @@ pod_cidr = ["10.244.2.0/24"]
         let msg = err.to_string();
         assert!(msg.contains("t.toml"), "{msg}");
         assert!(msg.contains(named), "{msg} should mention {named}");
+    }
+
+    const TWO_NODES: &str = "[[node]]\nname = \"node1\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n[[node]]\nname = \"node2\"\naddress = \"10.250.0.2\"\npod_cidr = [\"10.244.2.0/24\"]\n";
+
+    /// Hostile values: each error names the file, the field and its line.
+    #[rstest]
+    #[case::pod_cidr_overlaps_underlay(
+        "[[node]]\nname = \"node1\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n[[node]]\nname = \"node2\"\naddress = \"10.250.0.2\"\npod_cidr = [\"10.250.0.0/25\"]\n",
+        "pod_cidr",
+        8
+    )]
+    #[case::pod_cidr_covers_underlay(
+        "[[node]]\nname = \"node1\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.0.0.0/8\"]\n",
+        "pod_cidr",
+        4
+    )]
+    #[case::probe_timeout_zero(&format!("name = \"x\"\nprobe_timeout_ms = 0\n{TWO_NODES}"), "probe_timeout_ms", 2)]
+    #[case::pods_per_node_zero(&format!("pods_per_node = 0\n{TWO_NODES}"), "pods_per_node", 1)]
+    #[case::broadcast_node_address(
+        "[[node]]\nname = \"node1\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n[[node]]\nname = \"node2\"\naddress = \"10.250.0.255\"\npod_cidr = [\"10.244.2.0/24\"]\n",
+        "address",
+        7
+    )]
+    #[case::network_node_address(
+        "underlay = \"10.250.0.0/24\"\n[[node]]\nname = \"node1\"\naddress = \"10.250.0.0\"\npod_cidr = [\"10.244.1.0/24\"]\n",
+        "address",
+        4
+    )]
+    #[case::mtu_576_with_ipv6_pods(
+        "mtu = 576\n[[node]]\nname = \"node1\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\", \"fd00:244:1::/64\"]\n",
+        "mtu",
+        1
+    )]
+    #[case::external_broadcast(&format!("{TWO_NODES}[external]\naddress = \"10.250.0.255\"\n"), "address", 10)]
+    #[case::cluster_cidr_overlaps_underlay(&format!("cluster_cidr = [\"10.0.0.0/8\"]\n{TWO_NODES}"), "cluster_cidr", 1)]
+    #[case::duplicate_name_in_second_node(
+        "[[node]]\nname = \"a\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n\n[[node]]\nname = \"a\"\naddress = \"10.250.0.2\"\npod_cidr = [\"10.244.2.0/24\"]\n",
+        "duplicate",
+        7
+    )]
+    fn hostile_values_name_the_field_and_line(
+        #[case] text: &str,
+        #[case] field: &str,
+        #[case] line: usize,
+    ) {
+        let err = Topology::parse(text, Path::new("t.toml")).expect_err("refused");
+        let msg = err.to_string();
+        assert!(msg.contains("t.toml"), "{msg}");
+        assert!(msg.contains(field), "{msg} should name {field}");
+        assert!(
+            msg.contains(&format!("line {line}:")),
+            "{msg} should name line {line}"
+        );
+    }
+
+    #[test]
+    fn shipped_topologies_are_valid() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/topologies");
+        for entry in std::fs::read_dir(&dir).expect("topologies") {
+            let path = entry.expect("entry").path();
+            Topology::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        }
     }
 }

@@ -1,0 +1,276 @@
+//! Proving a process is ours before signalling it. A pidfile holds the pid
+//! and the process's start time (field 22 of `/proc/<pid>/stat`, clock ticks
+//! since boot); a pid that was reused by another process has another start
+//! time. The signal goes through a pidfd opened before the check, so the
+//! process checked is the process signalled.
+
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::Path;
+
+/// Start time of process `pid` (field 22 of `/proc/<pid>/stat`).
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_start_time(&stat)
+}
+
+fn parse_start_time(stat: &str) -> Option<u64> {
+    start_time_of_stat(stat.as_bytes())
+}
+
+/// Field 22 of a `/proc/<pid>/stat` line. The command name (field 2) is in
+/// parentheses and may hold spaces or `)`, so fields are counted after the
+/// last `)`. Allocation-free: it also runs between fork and exec.
+fn start_time_of_stat(stat: &[u8]) -> Option<u64> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    // Fields 3.. follow: field 22 is the 20th of them.
+    let field = stat[close + 1..]
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|w| !w.is_empty())
+        .nth(19)?;
+    if field.is_empty() || field.len() > 19 || !field.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(field.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')))
+}
+
+/// Opens (creates, empties) the pidfile a child will fill in itself with
+/// [`write_own_identity`] between fork and exec: the file names the process
+/// from the moment it exists, whenever the parent dies.
+pub fn prepare(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// In a child between fork and exec: writes `<pid> <start>` of the calling
+/// process to `fd` (from [`prepare`]). Only open(2), read(2), write(2),
+/// close(2) and getpid(2), all async-signal-safe; nothing is allocated.
+pub fn write_own_identity(fd: std::os::fd::RawFd) -> io::Result<()> {
+    let mut stat = [0u8; 2048];
+    // SAFETY: a NUL-terminated literal path; the descriptor is closed below.
+    let sfd = unsafe {
+        nix::libc::open(
+            c"/proc/self/stat".as_ptr(),
+            nix::libc::O_RDONLY | nix::libc::O_CLOEXEC,
+        )
+    };
+    if sfd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: reads into a stack buffer of the given length.
+    let n = unsafe { nix::libc::read(sfd, stat.as_mut_ptr().cast(), stat.len()) };
+    // SAFETY: closes the descriptor opened above.
+    unsafe { nix::libc::close(sfd) };
+    let Some(read) = usize::try_from(n).ok().filter(|&n| n > 0) else {
+        return Err(io::Error::last_os_error());
+    };
+    let start = start_time_of_stat(&stat[..read])
+        .ok_or_else(|| io::Error::from_raw_os_error(nix::libc::EINVAL))?;
+    // SAFETY: getpid(2) cannot fail.
+    let pid = u64::try_from(unsafe { nix::libc::getpid() }).unwrap_or(0);
+    let mut line = [0u8; 48];
+    let mut len = put_decimal(&mut line, 0, pid);
+    line[len] = b' ';
+    len = put_decimal(&mut line, len + 1, start);
+    line[len] = b'\n';
+    len += 1;
+    // SAFETY: writes `len` bytes of a stack buffer to the caller's descriptor.
+    let written = unsafe { nix::libc::write(fd, line.as_ptr().cast(), len) };
+    if usize::try_from(written).ok() == Some(len) {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Writes `n` in decimal at `buf[at..]`; returns the index after it.
+fn put_decimal(buf: &mut [u8], at: usize, mut n: u64) -> usize {
+    let mut digits = [0u8; 20];
+    let mut count = 0;
+    loop {
+        digits[count] = b'0' + (n % 10) as u8;
+        count += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..count {
+        buf[at + i] = digits[count - 1 - i];
+    }
+    at + count
+}
+
+/// A process identity: pid plus start time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Identity {
+    pub pid: u32,
+    pub start: u64,
+}
+
+impl Identity {
+    /// The identity of a running process (`None` when it is gone).
+    pub fn of(pid: u32) -> Option<Identity> {
+        start_time(pid).map(|start| Identity { pid, start })
+    }
+
+    /// This process.
+    pub fn current() -> Option<Identity> {
+        Identity::of(std::process::id())
+    }
+
+    /// Whether that very process still runs (a zombie counts as gone).
+    pub fn alive(&self) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
+        let zombie = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X");
+        parse_start_time(&stat) == Some(self.start) && !zombie
+    }
+
+    /// Sends SIGKILL to this process if, and only if, it is still the
+    /// process this identity names. Returns whether it was signalled.
+    pub fn kill_if_same(&self) -> io::Result<bool> {
+        let Ok(pid) = i32::try_from(self.pid) else {
+            return Ok(false);
+        };
+        // SAFETY: pidfd_open(2) with a pid and no flags; returns a new fd or -1.
+        let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            let e = io::Error::last_os_error();
+            return if e.raw_os_error() == Some(nix::libc::ESRCH) {
+                Ok(false)
+            } else {
+                Err(e)
+            };
+        }
+        // SAFETY: the fd was just returned to us and is owned by nobody else.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        // The pidfd was opened before this check: if the start time still
+        // matches, the pidfd names the recorded process (a process that
+        // replaced it would have started after the pidfd was opened).
+        if start_time(self.pid) != Some(self.start) {
+            return Ok(false);
+        }
+        // SAFETY: pidfd_send_signal(2) on our pidfd, no siginfo, no flags.
+        let rc = unsafe {
+            nix::libc::syscall(
+                nix::libc::SYS_pidfd_send_signal,
+                std::os::fd::AsRawFd::as_raw_fd(&pidfd),
+                nix::libc::SIGKILL,
+                std::ptr::null::<nix::libc::siginfo_t>(),
+                0,
+            )
+        };
+        if rc == 0 {
+            Ok(true)
+        } else {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(nix::libc::ESRCH) {
+                Ok(false)
+            } else {
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Writes `id` to `path` (`<pid> <start>`), through a temp file and a rename.
+pub fn write(path: &Path, id: Identity) -> io::Result<()> {
+    let tmp = path.with_extension("pid.tmp");
+    std::fs::write(&tmp, format!("{} {}\n", id.pid, id.start))?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Reads a pidfile written by [`write`]; `None` when absent or malformed.
+pub fn read(path: &Path) -> Option<Identity> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > 64 {
+        return None;
+    }
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut words = text.split_whitespace();
+    let pid = words.next()?.parse().ok()?;
+    let start = words.next()?.parse().ok()?;
+    Some(Identity { pid, start })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_time_is_field_22_even_with_odd_names() {
+        let line = "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 18446744073709551615";
+        assert_eq!(parse_start_time(line), Some(987654));
+        assert_eq!(parse_start_time("garbage"), None);
+    }
+
+    #[test]
+    fn only_the_recorded_process_is_killed() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        let id = Identity::of(child.id()).expect("running");
+        assert!(id.alive());
+        let wrong = Identity {
+            pid: id.pid,
+            start: id.start + 1,
+        };
+        assert!(!wrong.alive());
+        assert!(!wrong.kill_if_same().expect("check"), "another start time");
+        assert!(child.try_wait().expect("wait").is_none(), "still running");
+        assert!(id.kill_if_same().expect("kill"), "the recorded process");
+        let status = child.wait().expect("wait");
+        assert!(!status.success());
+        assert!(!id.alive());
+        assert!(
+            !id.kill_if_same().expect("gone"),
+            "a dead process is not signalled"
+        );
+    }
+
+    #[test]
+    fn a_child_writes_its_own_identity_before_exec() {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("agent.pid");
+        let file = prepare(&path).expect("prepare");
+        let fd = file.as_raw_fd();
+        let mut command = std::process::Command::new("sleep");
+        command.arg("30");
+        // SAFETY: write_own_identity is async-signal-safe.
+        unsafe {
+            command.pre_exec(move || write_own_identity(fd));
+        }
+        let mut child = command.spawn().expect("sleep");
+        drop(file);
+        let recorded = read(&path);
+        let actual = Identity::of(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(recorded, actual);
+        assert!(recorded.is_some());
+    }
+
+    #[test]
+    fn pidfiles_round_trip_and_junk_is_ignored() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("agent.pid");
+        let id = Identity { pid: 42, start: 7 };
+        write(&path, id).expect("write");
+        assert_eq!(read(&path), Some(id));
+        std::fs::write(&path, "nonsense").expect("write");
+        assert_eq!(read(&path), None);
+        assert_eq!(read(dir.path()), None, "a directory is not a pidfile");
+    }
+}
