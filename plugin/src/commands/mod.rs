@@ -91,20 +91,24 @@ pub fn marked_attachment(alias: &str, network: &str) -> Option<(String, String)>
     (hash == network_hash(network)).then(|| (id.to_string(), ifname.to_string()))
 }
 
-thread_local! {
-    static NOTES: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
-}
+/// Process-wide: DEL records notes from its address-release thread too.
+static NOTES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
 /// Records something the log line must say (a link left alone and why, a
 /// malformed store entry skipped). Notes are appended to the command's log
 /// line, escaped.
 pub fn note(msg: impl Into<String>) {
     let msg = msg.into();
-    NOTES.with(|n| n.borrow_mut().push(msg));
+    if let Ok(mut notes) = NOTES.lock() {
+        notes.push(msg);
+    }
 }
 
 fn take_notes() -> Vec<String> {
-    NOTES.with(|n| std::mem::take(&mut *n.borrow_mut()))
+    NOTES
+        .lock()
+        .map(|mut n| std::mem::take(&mut *n))
+        .unwrap_or_default()
 }
 
 /// A log line with every control character escaped (`\n`, `\u{1b}`), so
