@@ -343,6 +343,34 @@ fn masquerade_batches_carry_no_input_strings() {
     }
 }
 
+/// The plugin, a host and a pod namespace, and an existing, empty store.
+struct StoreLab {
+    plugin: PathBuf,
+    host: Netns,
+    pod: Netns,
+    tmp: tempfile::TempDir,
+    data_dir: PathBuf,
+    store: PathBuf,
+}
+
+impl StoreLab {
+    fn new() -> StoreLab {
+        require_root();
+        let tmp = tempfile::tempdir().expect("tmp");
+        let data_dir = tmp.path().join("ipam");
+        let store = data_dir.join(NET);
+        std::fs::create_dir_all(&store).expect("store");
+        StoreLab {
+            plugin: workspace_bin("cnilab-bridge"),
+            host: Netns::with_label("host").expect("host netns"),
+            pod: Netns::with_label("pod").expect("pod netns"),
+            tmp,
+            data_dir,
+            store,
+        }
+    }
+}
+
 fn mkfifo(path: &Path) {
     let status = Command::new("mkfifo")
         .arg(path)
@@ -356,14 +384,14 @@ fn mkfifo(path: &Path) {
 /// targets stay as they were.
 #[test]
 fn the_store_never_writes_through_a_planted_symlink() {
-    require_root();
-    let plugin = workspace_bin("cnilab-bridge");
-    let host = Netns::with_label("host").expect("host netns");
-    let pod = Netns::with_label("pod").expect("pod netns");
-    let tmp = tempfile::tempdir().expect("tmp");
-    let data_dir = tmp.path().join("ipam");
-    let store = data_dir.join(NET);
-    std::fs::create_dir_all(&store).expect("store");
+    let StoreLab {
+        plugin,
+        host,
+        pod,
+        tmp,
+        data_dir,
+        store,
+    } = StoreLab::new();
     let victim = tmp.path().join("victim");
     std::fs::write(&victim, "precious\n").expect("victim");
     // This test process's pid: the record temp file the store API below
@@ -429,14 +457,14 @@ fn the_store_never_writes_through_a_planted_symlink() {
 /// SIGKILLed and fails the test.
 #[test]
 fn odd_files_in_the_store_never_hang_nor_block_del_and_gc() {
-    require_root();
-    let plugin = workspace_bin("cnilab-bridge");
-    let host = Netns::with_label("host").expect("host netns");
-    let pod = Netns::with_label("pod").expect("pod netns");
-    let tmp = tempfile::tempdir().expect("tmp");
-    let data_dir = tmp.path().join("ipam");
-    let store = data_dir.join(NET);
-    std::fs::create_dir_all(&store).expect("store");
+    let StoreLab {
+        plugin,
+        host,
+        pod,
+        tmp,
+        data_dir,
+        store,
+    } = StoreLab::new();
     let fifo = tmp.path().join("fifo");
     mkfifo(&fifo);
     std::fs::create_dir(store.join("10.67.0.50")).expect("directory record");
