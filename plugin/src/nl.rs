@@ -287,6 +287,15 @@ pub async fn set_up(handle: &Handle, index: u32) -> Result<(), Error> {
         .await
 }
 
+/// Sets the alias (`IFLA_IFALIAS`) of the link called `name`, in one
+/// request (no lookup of its index first).
+pub async fn set_alias_by_name(handle: &Handle, name: &str, alias: &str) -> Result<(), Error> {
+    let msg = rtnetlink::LinkUnspec::new_with_name(name)
+        .append_extra_attribute(LinkAttribute::IfAlias(alias.to_string()))
+        .build();
+    handle.link().set(msg).execute().await
+}
+
 /// Sets a link's alias (`IFLA_IFALIAS`) and, with `up`, brings it up in
 /// the same request.
 pub async fn set_alias(handle: &Handle, index: u32, alias: &str, up: bool) -> Result<(), Error> {

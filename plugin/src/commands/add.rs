@@ -150,14 +150,12 @@ async fn configure(
     // socket) and the pod's interface (pod socket) are configured at the
     // same time.
     let mark = ownership_mark(&plan.name, &env.container_id, &env.ifname);
+    let marked = async {
+        nl::set_alias_by_name(host, host_veth, &mark)
+            .await
+            .map_err(|e| CniError::kernel(format!("mark {host_veth} as {mark}"), e))
+    };
     let gateways = async {
-        let veth = nl::link_by_name(host, host_veth)
-            .await
-            .map_err(|e| CniError::kernel(format!("look up {host_veth}"), e))?
-            .ok_or_else(|| CniError::kernel(host_veth, "host veth vanished"))?;
-        nl::set_alias(host, veth.index, &mark, false)
-            .await
-            .map_err(|e| CniError::kernel(format!("mark {host_veth} as {mark}"), e))?;
         if plan.is_gateway {
             for ip in &alloc.ips {
                 if let Some(gw) = ip.gateway {
@@ -167,11 +165,16 @@ async fn configure(
                 }
             }
         }
-        Ok::<String, CniError>(veth.mac)
+        Ok::<(), CniError>(())
     };
-    let (gateways, pod_link) =
-        futures_util::future::join(gateways, configure_pod(env, ns, cont, alloc, &mark)).await;
-    let host_mac = gateways?;
+    let (marked, gateways, pod_link) = futures_util::future::join3(
+        marked,
+        gateways,
+        configure_pod(env, ns, cont, alloc, &mark),
+    )
+    .await;
+    marked?;
+    gateways?;
     let pod_link = pod_link?;
     let routes = pod_routes(plan, alloc);
     let mut pending = Vec::new();
@@ -205,6 +208,11 @@ async fn configure(
         let ips: Vec<IpAddr> = alloc.ips.iter().map(|i| i.address.addr()).collect();
         masq::add(&plan.name, &subnets(plan, &alloc.addresses()), &ips)?;
     }
+    let host_mac = nl::link_by_name(host, host_veth)
+        .await
+        .map_err(|e| CniError::kernel(format!("look up {host_veth}"), e))?
+        .map(|l| l.mac)
+        .unwrap_or_default();
     Ok(CniResult {
         cni_version: plan.version.to_string(),
         interfaces: vec![
