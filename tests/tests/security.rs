@@ -559,3 +559,44 @@ fn relative_cni_path_entries_never_run_a_binary() {
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(log.contains("CNI_PATH entry \".\" ignored"), "logged: {log}");
 }
+
+/// Issue 11, point 8: a named FIFO as `CNI_NETNS` (a plain open would block
+/// forever) is refused with code 4 at once by ADD, DEL and CHECK; nothing
+/// is left behind.
+#[test]
+fn a_fifo_as_cni_netns_is_refused_without_blocking() {
+    let lab = StoreLab::new();
+    let fifo = lab.tmp.path().join("netns-fifo");
+    mkfifo(&fifo);
+    let mut conf = config(&lab.data_dir);
+    let before = lab.host.snapshot().expect("host");
+    for command in ["ADD", "DEL", "CHECK"] {
+        if command == "CHECK" {
+            conf["prevResult"] = json!({
+                "cniVersion": "1.1.0",
+                "interfaces": [{"name": "eth0", "sandbox": fifo}],
+            });
+        }
+        let out = cnilab_tests::run_limited(
+            cnilab_tests::plugin_command(
+                &lab.host,
+                &lab.plugin,
+                &Call {
+                    command,
+                    container_id: "fifo",
+                    netns: Some(&fifo),
+                    ifname: "eth0",
+                },
+            ),
+            &conf,
+            Duration::from_secs(20),
+        );
+        assert!(!out.killed, "{command} hung on a FIFO as CNI_NETNS");
+        let err: ErrorBody = serde_json::from_slice(&out.stdout).expect("error body");
+        assert_eq!(err.code, code::INVALID_ENV, "{command}: {}", err.msg);
+        assert!(err.msg.contains("FIFO"), "{command}: {}", err.msg);
+    }
+    let after = lab.host.snapshot().expect("host");
+    assert!(after.added_since(&before, &[]).is_empty());
+    assert!(store_records(&lab.store).is_empty());
+}
