@@ -327,7 +327,10 @@ fn builtin_ipam(ipam: &IpamConf, network: &str) -> Result<BuiltinIpam> {
             }
         }
         // Another range would hand this range's gateway to a pod.
-        if let Some(b) = all.iter().find(|b| b.contains(a.gateway) && b.gateway != a.gateway) {
+        if let Some(b) = all
+            .iter()
+            .find(|b| b.contains(a.gateway) && b.gateway != a.gateway)
+        {
             return Err(CniError::config(format!(
                 "gateway {} of subnet {} lies in range {}-{} of subnet {}, which would hand it to a pod",
                 a.gateway, a.subnet, b.start, b.end, b.subnet
@@ -402,7 +405,11 @@ fn validate_range(conf: &RangeConf) -> Result<Range> {
         return Err(CniError::config(format!(
             "gateway {} is the {} address of subnet {subnet}",
             from_u128(v4, gateway),
-            if gateway == net { "network" } else { "broadcast" }
+            if gateway == net {
+                "network"
+            } else {
+                "broadcast"
+            }
         )));
     }
     let start = match conf.range_start {
@@ -539,10 +546,7 @@ mod tests {
         r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"127.3.0.0/24"}}"#,
         7
     )]
-    #[case::v6_loopback(
-        r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"::/96"}}"#,
-        7
-    )]
+    #[case::v6_loopback(r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"::/96"}}"#, 7)]
     #[case::multicast(
         r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"239.1.0.0/24"}}"#,
         7

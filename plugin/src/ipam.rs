@@ -95,7 +95,8 @@ fn create_exclusive(path: &Path, data: &[u8]) -> std::io::Result<()> {
 
 /// True for the names of temporary files the store's writers use.
 fn is_temp_name(name: &str) -> bool {
-    name.starts_with(".record.") || (name.starts_with("last_reserved_ip.") && name.ends_with(".tmp"))
+    name.starts_with(".record.")
+        || (name.starts_with("last_reserved_ip.") && name.ends_with(".tmp"))
 }
 
 /// One reservation.

@@ -3,9 +3,9 @@
 //! inside a throwaway "host" namespace.
 
 use cnilab_harness::netns::Netns;
+use cnilab_harness::runtime::Collected;
 use cnilab_plugin::spec::{CniResult, ErrorBody};
 use serde_json::Value;
-use cnilab_harness::runtime::Collected;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

@@ -696,8 +696,13 @@ fn del_of_another_attachment_leaves_the_pod_its_record_and_masquerade() {
     assert!(log.contains("left eth0"), "says why: {log}");
     let state = pod.snapshot().expect("pod");
     let eth0 = state.link("eth0").expect("the victim keeps eth0");
-    assert!(state.addresses_of(eth0.index).contains(&victim.ips[0].address));
-    assert!(lab.host_has_link(&victim.interfaces[1].name), "host veth kept");
+    assert!(state
+        .addresses_of(eth0.index)
+        .contains(&victim.ips[0].address));
+    assert!(
+        lab.host_has_link(&victim.interfaces[1].name),
+        "host veth kept"
+    );
     assert_eq!(store_records(&lab.store()), vec![ip.to_string()]);
     assert!(
         ruleset(&lab.host).contains(&ip.to_string()),
@@ -727,18 +732,31 @@ fn second_add_of_an_attachment_in_another_netns_is_refused() {
 
     let err = error_of(&lab.call("ADD", "twin", Some(second_pod.path()), "eth0", &conf));
     assert_eq!(err.code, code::INTERFACE_EXISTS, "{}", err.msg);
-    assert!(err.msg.contains("twin"), "names the attachment: {}", err.msg);
+    assert!(
+        err.msg.contains("twin"),
+        "names the attachment: {}",
+        err.msg
+    );
 
     let state = first_pod.snapshot().expect("first pod");
     let eth0 = state.link("eth0").expect("first pod keeps eth0");
-    assert!(state.addresses_of(eth0.index).contains(&first.ips[0].address));
-    assert!(second_pod.links().expect("links").iter().all(|l| l.name != "eth0"));
+    assert!(state
+        .addresses_of(eth0.index)
+        .contains(&first.ips[0].address));
+    assert!(second_pod
+        .links()
+        .expect("links")
+        .iter()
+        .all(|l| l.name != "eth0"));
     assert_eq!(
         store_records(&lab.store()),
         vec![first.ips[0].address.addr().to_string()],
         "one record for one attachment"
     );
-    assert_eq!(std::fs::read_to_string(&cursor).expect("cursor"), cursor_before);
+    assert_eq!(
+        std::fs::read_to_string(&cursor).expect("cursor"),
+        cursor_before
+    );
     let host_after = lab.host.snapshot().expect("host");
     assert!(host_after.added_since(&host_before, &[]).is_empty());
     assert!(host_before.added_since(&host_after, &[]).is_empty());
@@ -766,18 +784,34 @@ fn gc_and_del_of_one_network_leave_another_networks_pods_on_a_shared_bridge() {
 
     // DEL on network A naming B's attachment: B's veth is marked for B.
     let out = lab.call("DEL", "pod-b", Some(pod_b.path()), "eth0", &a);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(lab.host_has_link(&veth_b), "DEL of net-a kept net-b's veth");
-    assert!(pod_b.links().expect("links").iter().any(|l| l.name == "eth0"));
+    assert!(pod_b
+        .links()
+        .expect("links")
+        .iter()
+        .any(|l| l.name == "eth0"));
 
     // GC of A with nothing valid: A's pod goes, B's stays.
     let mut gc = a.clone();
     gc["cni.dev/valid-attachments"] = json!([]);
     let out = lab.call_network("GC", &gc);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(!lab.host_has_link(&veth_a), "net-a's own pod collected");
     assert!(lab.host_has_link(&veth_b), "GC of net-a kept net-b's veth");
-    assert!(pod_b.links().expect("links").iter().any(|l| l.name == "eth0"));
+    assert!(pod_b
+        .links()
+        .expect("links")
+        .iter()
+        .any(|l| l.name == "eth0"));
     lab.del_ok("pod-b", Some(pod_b.path()), &b);
     assert!(!lab.host_has_link(&veth_b));
 }
@@ -791,7 +825,11 @@ fn stale_temporary_files_are_removed_by_add_and_gc() {
     let store = lab.store();
     std::fs::create_dir_all(&store).expect("store");
     let plant = || {
-        for name in [".record.4194301", "last_reserved_ip.0.tmp", "last_reserved_ip.tmp"] {
+        for name in [
+            ".record.4194301",
+            "last_reserved_ip.0.tmp",
+            "last_reserved_ip.tmp",
+        ] {
             std::fs::write(store.join(name), "").expect("plant");
         }
     };
@@ -811,7 +849,11 @@ fn stale_temporary_files_are_removed_by_add_and_gc() {
     let mut gc = conf.clone();
     gc["cni.dev/valid-attachments"] = json!([{"containerID": "temps", "ifname": "eth0"}]);
     let out = lab.call_network("GC", &gc);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(temps().is_empty(), "GC left {:?}", temps());
     assert_eq!(store_records(&store).len(), 1, "the live record stays");
     lab.del_ok("temps", Some(pod.path()), &conf);
@@ -843,10 +885,17 @@ fn non_utf8_env_is_refused_and_input_never_forges_a_log_line() {
     let err = error_of(&out);
     assert_eq!(err.code, code::INVALID_ENV, "{}", err.msg);
     assert!(err.msg.contains("CNI_IFNAME"), "{}", err.msg);
-    assert!(pod.links().expect("links").iter().all(|l| l.kind.as_deref() != Some("veth")));
+    assert!(pod
+        .links()
+        .expect("links")
+        .iter()
+        .all(|l| l.kind.as_deref() != Some("veth")));
     assert!(store_records(&lab.store()).is_empty());
 
-    let forged = format!("{}\ncnilab-bridge: ADD container=victim ok", pod.path().display());
+    let forged = format!(
+        "{}\ncnilab-bridge: ADD container=victim ok",
+        pod.path().display()
+    );
     let out = lab.call("ADD", "forge", Some(Path::new(&forged)), "eth0", &conf);
     assert_eq!(error_of(&out).code, code::INVALID_ENV);
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -420,8 +420,15 @@ fn the_store_never_writes_through_a_planted_symlink() {
         )
     };
     let out = call("ADD");
-    assert!(out.status.success(), "ADD: {}", String::from_utf8_lossy(&out.stdout));
-    assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "precious\n");
+    assert!(
+        out.status.success(),
+        "ADD: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "precious\n"
+    );
     assert!(call("DEL").status.success());
 
     // The store API with this process's pid (the plugin's own record temp file).
@@ -435,9 +442,14 @@ fn the_store_never_writes_through_a_planted_symlink() {
     };
     let s = Store::open_locked(&store, Duration::from_secs(5)).expect("lock");
     let (ip, _) = s.reserve(0, &set, "api", "eth0").expect("reserve");
-    assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "precious\n");
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "precious\n"
+    );
     let record = store.join(ip.to_string());
-    assert!(std::fs::symlink_metadata(&record).expect("record").is_file());
+    assert!(std::fs::symlink_metadata(&record)
+        .expect("record")
+        .is_file());
     drop(s);
 
     // A lock that is a symlink is refused (code 5), not followed.
@@ -447,7 +459,10 @@ fn the_store_never_writes_through_a_planted_symlink() {
         .err()
         .expect("a symlinked lock is refused");
     assert_eq!(err.code, code::IO_FAILURE, "{}", err.msg);
-    assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "precious\n");
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "precious\n"
+    );
 }
 
 /// Issue 11, point 8: odd files never hang the plugin nor fail DEL and GC
@@ -505,8 +520,15 @@ fn odd_files_in_the_store_never_hang_nor_block_del_and_gc() {
     gc["cni.dev/valid-attachments"] = json!([]);
     let out = run("GC", &gc);
     assert!(!out.killed, "GC hung");
-    assert!(out.status.success(), "GC: {}", String::from_utf8_lossy(&out.stdout));
-    assert!(std::fs::symlink_metadata(store.join("10.67.0.50")).is_ok(), "skipped, not removed");
+    assert!(
+        out.status.success(),
+        "GC: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        std::fs::symlink_metadata(store.join("10.67.0.50")).is_ok(),
+        "skipped, not removed"
+    );
 
     // A FIFO as the lock: refused at once, nothing left behind.
     std::fs::remove_file(store.join("lock")).expect("remove lock");
@@ -557,7 +579,10 @@ fn relative_cni_path_entries_never_run_a_binary() {
     let err: ErrorBody = serde_json::from_slice(&out.stdout).expect("error body");
     assert_eq!(err.code, code::IPAM_DELEGATE, "{}", err.msg);
     let log = String::from_utf8_lossy(&out.stderr);
-    assert!(log.contains("CNI_PATH entry \".\" ignored"), "logged: {log}");
+    assert!(
+        log.contains("CNI_PATH entry \".\" ignored"),
+        "logged: {log}"
+    );
 }
 
 /// Issue 11, point 8: a named FIFO as `CNI_NETNS` (a plain open would block

@@ -167,12 +167,9 @@ async fn configure(
         }
         Ok::<(), CniError>(())
     };
-    let (marked, gateways, pod_link) = futures_util::future::join3(
-        marked,
-        gateways,
-        configure_pod(env, ns, cont, alloc, &mark),
-    )
-    .await;
+    let (marked, gateways, pod_link) =
+        futures_util::future::join3(marked, gateways, configure_pod(env, ns, cont, alloc, &mark))
+            .await;
     marked?;
     gateways?;
     let pod_link = pod_link?;

@@ -6,8 +6,8 @@
 //! from the store's own records, never from `prevResult`.
 
 use super::addresses;
-use super::{host_veth_name, note, owner_of, ownership_mark, refuse_own_netns, runtime, subnets};
 use super::Owner;
+use super::{host_veth_name, note, owner_of, ownership_mark, refuse_own_netns, runtime, subnets};
 use crate::config::Plan;
 use crate::env::CniEnv;
 use crate::error::{join, CniError, Result};

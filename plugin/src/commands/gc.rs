@@ -108,12 +108,10 @@ fn remove_stale_veths(
                 continue;
             }
             let stale = match link.alias.as_deref() {
-                Some(alias) if is_mark(alias) => {
-                    match marked_attachment(alias, &plan.name) {
-                        Some(attachment) => !valid.contains(&attachment),
-                        None => false,
-                    }
-                }
+                Some(alias) if is_mark(alias) => match marked_attachment(alias, &plan.name) {
+                    Some(attachment) => !valid.contains(&attachment),
+                    None => false,
+                },
                 _ => {
                     link.name.starts_with("veth")
                         && link.name.len() == 12

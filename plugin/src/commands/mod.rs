@@ -159,7 +159,10 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 /// The entry point for the binary: the raw environment block. A `CNI_*`
 /// value that is not UTF-8 is refused with code 4 (converting it lossily
 /// would turn `eth\xff` into another name).
-pub fn run_with_os_vars(vars: Vec<(std::ffi::OsString, std::ffi::OsString)>, stdin: &[u8]) -> Outcome {
+pub fn run_with_os_vars(
+    vars: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    stdin: &[u8],
+) -> Outcome {
     let mut out = Vec::with_capacity(vars.len());
     for (k, v) in vars {
         let key = k.to_string_lossy().into_owned();
