@@ -8,7 +8,7 @@
 use super::addresses;
 use super::Owner;
 use super::{host_veth_name, note, owner_of, ownership_mark, refuse_own_netns, runtime, subnets};
-use crate::config::Plan;
+use crate::config::{IpamPlan, Plan};
 use crate::env::CniEnv;
 use crate::error::{join, CniError, Result};
 use crate::masq;
@@ -45,10 +45,18 @@ pub fn run(env: &CniEnv, plan: &Plan) -> Result<()> {
     let host_veth = host_veth_name(&env.container_id, &env.ifname);
     let mark = ownership_mark(&plan.name, &env.container_id, &env.ifname);
     let rt = runtime()?;
+    // A delegated IPAM keeps no records here: the addresses to unmasquerade
+    // are read from the pod interface, if it is this attachment's.
+    let kernel_ips = match (&plan.ipam, &ns) {
+        (IpamPlan::Delegate { .. }, Some(ns)) if plan.ip_masq => {
+            rt.block_on(owned_addresses(env, ns, &mark))
+        }
+        _ => Vec::new(),
+    };
     // The kernel takes most of DEL's time tearing the veth down; the store
     // and the firewall are released on another thread meanwhile.
     let (mut errors, address_errors) = std::thread::scope(|s| {
-        let addresses = s.spawn(|| release_addresses(env, plan));
+        let addresses = s.spawn(|| release_addresses(env, plan, kernel_ips));
         let mut errors = Vec::new();
         rt.block_on(async {
             match netns::connect(None) {
@@ -98,17 +106,39 @@ async fn delete_host_veth(host: &Handle, name: &str, mark: &str) -> Result<bool>
     Ok(true)
 }
 
+/// The addresses on the pod interface, when it carries this attachment's
+/// mark (nothing otherwise: an unmarked interface proves no ownership).
+async fn owned_addresses(env: &CniEnv, ns: &std::fs::File, mark: &str) -> Vec<IpAddr> {
+    let Ok(cont) = netns::connect(Some(ns)) else {
+        return Vec::new();
+    };
+    match nl::link_by_name(&cont, &env.ifname).await {
+        Ok(Some(link)) if owner_of(link.alias.as_deref(), mark) == Owner::This => {
+            nl::addresses(&cont, Some(link.index))
+                .await
+                .unwrap_or_default()
+                .into_iter()
+                .map(|a| a.addr.addr())
+                .filter(|ip| !matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80))
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// Releases the attachment's addresses and their masquerade entries: the
-/// addresses the store holds for this attachment, nothing else.
-fn release_addresses(env: &CniEnv, plan: &Plan) -> Vec<CniError> {
+/// addresses the store holds for this attachment (or, with a delegated
+/// IPAM, those on its own pod interface), nothing else.
+fn release_addresses(env: &CniEnv, plan: &Plan, kernel_ips: Vec<IpAddr>) -> Vec<CniError> {
     let mut errors = Vec::new();
-    let ips: Vec<IpAddr> = match addresses::release(env, plan) {
+    let mut ips: Vec<IpAddr> = match addresses::release(env, plan) {
         Ok(freed) => freed,
         Err(e) => {
             errors.push(e);
             Vec::new()
         }
     };
+    ips.extend(kernel_ips);
     if plan.ip_masq && !ips.is_empty() {
         let nets: Vec<ipnet::IpNet> = ips.iter().map(|ip| ipnet::IpNet::from(*ip)).collect();
         if let Err(e) = masq::del(&plan.name, &subnets(plan, &nets), &ips) {

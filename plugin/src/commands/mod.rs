@@ -358,6 +358,55 @@ mod tests {
     }
 
     #[test]
+    fn ownership_marks_fit_and_name_their_attachment() {
+        let long_id = "a".repeat(spec::MAX_CONTAINER_ID);
+        let mark = ownership_mark(&"n".repeat(200), &long_id, "abcdefghijklmno");
+        assert!(mark.len() < 256, "fits IFALIASZ: {}", mark.len());
+        let mark = ownership_mark("net-a", "c1", "eth0");
+        assert_eq!(owner_of(Some(&mark), &mark), Owner::This);
+        assert_eq!(owner_of(None, &mark), Owner::Unmarked);
+        assert_eq!(owner_of(Some("uplink to rack 3"), &mark), Owner::Unmarked);
+        let other = ownership_mark("net-b", "c1", "eth0");
+        assert_eq!(owner_of(Some(&other), &mark), Owner::Other(other.clone()));
+        assert_eq!(
+            marked_attachment(&mark, "net-a"),
+            Some(("c1".to_string(), "eth0".to_string()))
+        );
+        assert_eq!(marked_attachment(&mark, "net-b"), None);
+        assert!(is_mark(&other) && !is_mark("cnilab"));
+    }
+
+    #[test]
+    fn log_lines_escape_control_characters() {
+        assert_eq!(escape_log("a\nb\r\u{1b}c"), "a\\nb\\r\\u{1b}c");
+        assert_eq!(escape_log("plain ünïcode"), "plain ünïcode");
+    }
+
+    #[test]
+    fn non_utf8_cni_values_are_refused() {
+        use std::os::unix::ffi::OsStringExt;
+        let vars = vec![
+            ("CNI_COMMAND".into(), "VERSION".into()),
+            (
+                "CNI_IFNAME".into(),
+                std::ffi::OsString::from_vec(b"eth\xff".to_vec()),
+            ),
+        ];
+        let out = run_with_os_vars(vars, b"");
+        let body: spec::ErrorBody = serde_json::from_str(&out.stdout).expect("error body");
+        assert_eq!(body.code, 4);
+        assert!(body.msg.contains("CNI_IFNAME"), "{}", body.msg);
+        let other = vec![
+            ("CNI_COMMAND".into(), "VERSION".into()),
+            (
+                "LANG".into(),
+                std::ffi::OsString::from_vec(b"x\xff".to_vec()),
+            ),
+        ];
+        assert_eq!(run_with_os_vars(other, b"").exit_code, 0);
+    }
+
+    #[test]
     fn host_veth_names_fit_and_differ() {
         let a = host_veth_name("abc", "eth0");
         assert!(a.len() <= 15);
