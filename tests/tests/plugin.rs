@@ -904,3 +904,48 @@ fn non_utf8_env_is_refused_and_input_never_forges_a_log_line() {
     let logged = std::fs::read_to_string(&log_file).unwrap_or_default();
     assert!(logged.lines().count() <= 1, "no forged line: {logged:?}");
 }
+
+/// With a delegated IPAM (the reference host-local) DEL still removes the
+/// pod's masquerade entry, taking the address from the pod interface it
+/// owns (not from `prevResult`, which it does not get here).
+#[test]
+fn del_with_a_delegated_ipam_unmasquerades_the_pod() {
+    let lab = Lab::new();
+    let mut conf = config("v4", lab.data.path());
+    conf["ipam"]["type"] = json!("host-local");
+    // Debian's host-local speaks up to 1.0.0.
+    conf["cniVersion"] = json!("1.0.0");
+    let pod = Netns::with_label("deleg").expect("pod");
+    let cni_path = format!(
+        "{}:/usr/lib/cni",
+        lab.plugin.parent().unwrap_or(Path::new("/")).display()
+    );
+    let run = |command: &str| {
+        let mut cmd = plugin_command(
+            &lab.host,
+            &lab.plugin,
+            &Call {
+                command,
+                container_id: "deleg",
+                netns: Some(pod.path()),
+                ifname: "eth0",
+            },
+        );
+        cmd.env("CNI_PATH", &cni_path);
+        assert_cmd::Command::from_std(cmd)
+            .write_stdin(conf.to_string())
+            .output()
+            .expect("plugin runs")
+    };
+    let res = result_of(&run("ADD"));
+    let ip = res.ips[0].address.addr().to_string();
+    assert!(ruleset(&lab.host).contains(&ip), "masqueraded");
+    let out = run("DEL");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!ruleset(&lab.host).contains(&ip), "{}", ruleset(&lab.host));
+    assert!(pod.links().expect("links").iter().all(|l| l.name != "eth0"));
+}
