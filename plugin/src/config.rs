@@ -326,6 +326,16 @@ fn builtin_ipam(ipam: &IpamConf, network: &str) -> Result<BuiltinIpam> {
                 )));
             }
         }
+        // Another range would hand this range's gateway to a pod.
+        if let Some(b) = all
+            .iter()
+            .find(|b| b.contains(a.gateway) && b.gateway != a.gateway)
+        {
+            return Err(CniError::config(format!(
+                "gateway {} of subnet {} lies in range {}-{} of subnet {}, which would hand it to a pod",
+                a.gateway, a.subnet, b.start, b.end, b.subnet
+            )));
+        }
     }
     let data_dir = ipam
         .data_dir
@@ -344,9 +354,31 @@ fn builtin_ipam(ipam: &IpamConf, network: &str) -> Result<BuiltinIpam> {
     })
 }
 
+/// Address blocks that can never be a pod range: loopback, multicast,
+/// the unspecified address.
+fn reserved_block(subnet: IpNet) -> Option<&'static str> {
+    let blocks: [(&str, &str); 5] = [
+        ("127.0.0.0/8", "loopback"),
+        ("::1/128", "loopback"),
+        ("224.0.0.0/4", "multicast"),
+        ("ff00::/8", "multicast"),
+        ("0.0.0.0/8", "\"this network\" (unspecified)"),
+    ];
+    blocks.iter().find_map(|(block, what)| {
+        let block: IpNet = block.parse().ok()?;
+        let overlaps = block.contains(&subnet.network()) || subnet.contains(&block.network());
+        overlaps.then_some(*what)
+    })
+}
+
 fn validate_range(conf: &RangeConf) -> Result<Range> {
     let subnet = conf.subnet.trunc();
     let v4 = subnet.addr().is_ipv4();
+    if let Some(what) = reserved_block(subnet) {
+        return Err(CniError::config(format!(
+            "subnet {subnet} overlaps the {what} block: pods cannot use it"
+        )));
+    }
     let net = to_u128(subnet.network());
     let last = to_u128(subnet.broadcast());
     let same_family_in_subnet = |ip: IpAddr, what: &str| -> Result<u128> {
@@ -369,6 +401,17 @@ fn validate_range(conf: &RangeConf) -> Result<Range> {
         Some(gw) => same_family_in_subnet(gw, "gateway")?,
         None => min,
     };
+    if v4 && (gateway == net || gateway == last) {
+        return Err(CniError::config(format!(
+            "gateway {} is the {} address of subnet {subnet}",
+            from_u128(v4, gateway),
+            if gateway == net {
+                "network"
+            } else {
+                "broadcast"
+            }
+        )));
+    }
     let start = match conf.range_start {
         Some(ip) => same_family_in_subnet(ip, "rangeStart")?.max(min),
         None => min,
@@ -481,6 +524,31 @@ mod tests {
     )]
     #[case::relative_data_dir(
         r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/24","dataDir":"var/lib"}}"#,
+        7
+    )]
+    #[case::gateway_broadcast(
+        r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/24","gateway":"10.0.0.255"}}"#,
+        7
+    )]
+    #[case::gateway_network(
+        r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/24","gateway":"10.0.0.0"}}"#,
+        7
+    )]
+    #[case::gateway_in_other_range(
+        r#"{"cniVersion":"1.0.0","name":"n","ipam":{"ranges":[[{"subnet":"10.0.0.0/24","rangeStart":"10.0.0.10","rangeEnd":"10.0.0.20","gateway":"10.0.0.1"},{"subnet":"10.0.0.0/24","rangeStart":"10.0.0.1","rangeEnd":"10.0.0.5","gateway":"10.0.0.254"}]]}}"#,
+        7
+    )]
+    #[case::loopback(
+        r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"127.0.0.0/8"}}"#,
+        7
+    )]
+    #[case::loopback_inside(
+        r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"127.3.0.0/24"}}"#,
+        7
+    )]
+    #[case::v6_loopback(r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"::/96"}}"#, 7)]
+    #[case::multicast(
+        r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"239.1.0.0/24"}}"#,
         7
     )]
     #[case::start_after_end(r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/24","rangeStart":"10.0.0.9","rangeEnd":"10.0.0.5"}}"#, 7)]

@@ -57,7 +57,11 @@ pub struct CniEnv {
     pub netns: String,
     pub ifname: String,
     pub args: Vec<(String, String)>,
+    /// The absolute `CNI_PATH` directories.
     pub path: Vec<PathBuf>,
+    /// Relative `CNI_PATH` entries (`.`, `bin`): never searched (they would
+    /// run a binary from whatever the current directory is); logged.
+    pub ignored_path: Vec<String>,
 }
 
 impl CniEnv {
@@ -102,26 +106,27 @@ impl CniEnv {
             if let Err(why) = check_ifname(&ifname) {
                 return Err(CniError::env(format!("CNI_IFNAME {ifname:?} {why}")));
             }
-            if !netns.is_empty() && (netns.contains('\0') || !netns.starts_with('/')) {
+            if !netns.is_empty() && (netns.chars().any(char::is_control) || !netns.starts_with('/'))
+            {
                 return Err(CniError::env(format!(
-                    "CNI_NETNS {netns:?} must be an absolute path to a network namespace"
+                    "CNI_NETNS {netns:?} must be an absolute path to a network namespace, without control characters"
                 )));
             }
         }
         let args = parse_args(&get("CNI_ARGS").unwrap_or_default())?;
-        let path = get("CNI_PATH")
-            .unwrap_or_default()
+        let cni_path = get("CNI_PATH").unwrap_or_default();
+        let (absolute, relative): (Vec<&str>, Vec<&str>) = cni_path
             .split(':')
             .filter(|p| !p.is_empty())
-            .map(PathBuf::from)
-            .collect();
+            .partition(|p| p.starts_with('/'));
         Ok(CniEnv {
             command,
             container_id,
             netns,
             ifname,
             args,
-            path,
+            path: absolute.into_iter().map(PathBuf::from).collect(),
+            ignored_path: relative.into_iter().map(str::to_string).collect(),
         })
     }
 }
@@ -192,6 +197,8 @@ mod tests {
     #[case("CNI_IFNAME", Some("a/b"), 4, "CNI_IFNAME")]
     #[case("CNI_IFNAME", Some("sixteen-bytes-xx"), 4, "CNI_IFNAME")]
     #[case("CNI_NETNS", Some("relative/path"), 4, "CNI_NETNS")]
+    #[case("CNI_NETNS", Some("/var/run/netns/x\nforged log line"), 4, "CNI_NETNS")]
+    #[case("CNI_IFNAME", Some("eth\u{1}"), 4, "CNI_IFNAME")]
     #[case("CNI_ARGS", Some("novalue"), 4, "CNI_ARGS")]
     #[case("CNI_ARGS", Some("FOO=bar"), 2, "FOO")]
     fn bad_env_is_refused(
@@ -212,6 +219,19 @@ mod tests {
             "message {:?} names {named}",
             err.msg
         );
+    }
+
+    #[test]
+    fn relative_cni_path_entries_are_set_aside() {
+        let mut pairs: Vec<(&str, &str)> = FULL
+            .iter()
+            .copied()
+            .filter(|(k, _)| *k != "CNI_PATH")
+            .collect();
+        pairs.push(("CNI_PATH", ".:/opt/cni/bin:bin"));
+        let env = env_of(&pairs).expect("valid env");
+        assert_eq!(env.path, vec![PathBuf::from("/opt/cni/bin")]);
+        assert_eq!(env.ignored_path, vec![".".to_string(), "bin".to_string()]);
     }
 
     #[test]

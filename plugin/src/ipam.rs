@@ -21,6 +21,84 @@ use std::time::{Duration, Instant};
 /// How long an operation waits for the store lock before answering code 11.
 pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The largest record or cursor file read: an ID (200 bytes), an ifname and
+/// room to spare. Anything bigger is malformed and skipped.
+const MAX_STORE_FILE: u64 = 4096;
+
+/// Flags for every file opened in the store: never through a symlink,
+/// never blocking (a FIFO planted in the store answers at once), no
+/// controlling terminal, not inherited.
+const STORE_FLAGS: i32 =
+    nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY | nix::libc::O_CLOEXEC;
+
+/// Refuses an opened store file that is not a regular file.
+fn regular(file: File, path: &Path) -> std::io::Result<File> {
+    let kind = file.metadata()?.file_type();
+    if kind.is_file() {
+        Ok(file)
+    } else {
+        Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            format!("{} is not a regular file ({kind:?})", path.display()),
+        ))
+    }
+}
+
+/// Reads a small store file: not through a symlink, only a regular file,
+/// at most [`MAX_STORE_FILE`] bytes. `Ok(None)` when it does not exist.
+fn read_store_file(path: &Path) -> std::io::Result<Option<String>> {
+    use std::io::Read;
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(STORE_FLAGS)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut text = String::new();
+    regular(file, path)?
+        .take(MAX_STORE_FILE + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_STORE_FILE {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            format!("{} is larger than {MAX_STORE_FILE} bytes", path.display()),
+        ));
+    }
+    Ok(Some(text))
+}
+
+/// Creates `path` exclusively (`O_EXCL`, never through a symlink) with
+/// `data`, mode 0600. A leftover of a dead writer (the lock is held, so no
+/// live one) is unlinked first (unlinking a symlink removes the link, not
+/// its target).
+fn create_exclusive(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let open = || {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(STORE_FLAGS)
+            .mode(0o600)
+            .open(path)
+    };
+    let mut file = match open() {
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+            fs::remove_file(path)?;
+            open()?
+        }
+        other => other?,
+    };
+    file.write_all(data)
+}
+
+/// True for the names of temporary files the store's writers use.
+fn is_temp_name(name: &str) -> bool {
+    name.starts_with(".record.")
+        || (name.starts_with("last_reserved_ip.") && name.ends_with(".tmp"))
+}
+
 /// One reservation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
@@ -70,9 +148,16 @@ impl Store {
             .create(true)
             .truncate(false)
             .write(true)
+            .custom_flags(STORE_FLAGS)
             .mode(0o600)
             .open(&lock_path)
-            .map_err(|e| CniError::io(format!("open {}: {e}", lock_path.display())))?;
+            .and_then(|f| regular(f, &lock_path))
+            .map_err(|e| {
+                CniError::io(format!(
+                    "open the store lock {}: {e} (it must be a regular file, not a symlink or FIFO)",
+                    lock_path.display()
+                ))
+            })?;
         let deadline = Instant::now() + timeout;
         let mut file = file;
         let mut pause = Duration::from_micros(200);
@@ -110,34 +195,78 @@ impl Store {
         &self.dir
     }
 
-    /// Addresses that have a record file (contents not read).
+    /// Addresses that have a record file (contents not read). Temporary
+    /// files of writers that died (a killed ADD) are removed on the way:
+    /// the lock is held, so no live writer owns one.
     fn reserved_ips(&self) -> Result<HashSet<IpAddr>> {
         let entries = fs::read_dir(&self.dir)
             .map_err(|e| CniError::io(format!("read IPAM store {}: {e}", self.dir.display())))?;
-        Ok(entries
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
-            .collect())
+        let mut out = HashSet::new();
+        for entry in entries.filter_map(|e| e.ok()) {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if let Ok(ip) = name.parse() {
+                out.insert(ip);
+            } else if is_temp_name(name) {
+                let _ = fs::remove_file(entry.path());
+                crate::commands::note(format!("removed stale temporary file {name}"));
+            }
+        }
+        Ok(out)
     }
 
-    /// Every record in the store. Records without an owner (left by a
-    /// writer that died, possibly an older plugin version) are removed: the
-    /// lock is held, so no live writer can be in the middle of one.
+    /// Reads one record. A record that is not a regular file, is a
+    /// symlink, or is too large is skipped and logged (`Ok(None)`), never
+    /// followed and never a reason for DEL or GC to fail. Records without
+    /// an owner (left by a writer that died, possibly an older plugin
+    /// version) are removed: the lock is held, so no live writer can be in
+    /// the middle of one.
+    fn read_record(&self, ip: IpAddr) -> Result<Option<Record>> {
+        let path = self.dir.join(ip.to_string());
+        match read_store_file(&path) {
+            Ok(Some(content)) => match parse_record(ip, &content) {
+                Some(record) => Ok(Some(record)),
+                None => remove(&path).map(|()| None),
+            },
+            Ok(None) => Ok(None),
+            Err(e) => {
+                crate::commands::note(format!("skipped malformed record {}: {e}", path.display()));
+                Ok(None)
+            }
+        }
+    }
+
+    /// Every record in the store (malformed ones skipped, see `read_record`).
     pub fn records(&self) -> Result<Vec<Record>> {
         let mut out = Vec::new();
         for ip in self.reserved_ips()? {
-            let path = self.dir.join(ip.to_string());
-            match fs::read_to_string(&path) {
-                Ok(content) => match parse_record(ip, &content) {
-                    Some(record) => out.push(record),
-                    None => remove(&path)?,
-                },
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(CniError::io(format!("read {}: {e}", path.display()))),
+            if let Some(record) = self.read_record(ip)? {
+                out.push(record);
             }
         }
         out.sort_by_key(|r| to_u128(r.ip));
         Ok(out)
+    }
+
+    /// Where round-robin continues in range set `set_index`.
+    pub fn cursor(&self, set_index: usize) -> Option<IpAddr> {
+        read_store_file(&self.cursor_path(set_index))
+            .ok()
+            .flatten()
+            .and_then(|s| s.trim().parse().ok())
+    }
+
+    /// Sets (or, with `None`, removes) the cursor of range set `set_index`.
+    pub fn set_cursor(&self, set_index: usize, ip: Option<IpAddr>) -> Result<()> {
+        let path = self.cursor_path(set_index);
+        match ip {
+            Some(ip) => write_atomic(&path, ip.to_string().as_bytes()),
+            None => remove(&path),
+        }
+    }
+
+    fn cursor_path(&self, set_index: usize) -> PathBuf {
+        self.dir.join(format!("last_reserved_ip.{set_index}"))
     }
 
     /// The addresses held by (container, ifname).
@@ -160,10 +289,8 @@ impl Store {
         ifname: &str,
     ) -> Result<(IpAddr, Range)> {
         let used = self.reserved_ips()?;
-        let last_path = self.dir.join(format!("last_reserved_ip.{set_index}"));
-        let last: Option<IpAddr> = fs::read_to_string(&last_path)
-            .ok()
-            .and_then(|s| s.trim().parse().ok());
+        let last_path = self.cursor_path(set_index);
+        let last = self.cursor(set_index);
         for (ip, range) in candidates(set, last) {
             if used.contains(&ip) {
                 continue;
@@ -197,13 +324,7 @@ impl Store {
     /// address was taken.
     fn create_record(&self, path: &Path, container_id: &str, ifname: &str) -> Result<bool> {
         let tmp = self.dir.join(format!(".record.{}", std::process::id()));
-        let written = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .and_then(|mut f| f.write_all(format!("{container_id}\r\n{ifname}").as_bytes()));
+        let written = create_exclusive(&tmp, format!("{container_id}\r\n{ifname}").as_bytes());
         if let Err(e) = written {
             let _ = fs::remove_file(&tmp);
             return Err(CniError::io(format!("write {}: {e}", tmp.display())));
@@ -219,17 +340,12 @@ impl Store {
 
     /// Releases one address if it belongs to (container, ifname).
     pub fn release_ip(&self, ip: IpAddr, container_id: &str, ifname: &str) -> Result<bool> {
-        let path = self.dir.join(ip.to_string());
-        match fs::read_to_string(&path) {
-            Ok(content) => match parse_record(ip, &content) {
-                Some(r) if r.container_id == container_id && r.ifname == ifname => {
-                    remove(&path)?;
-                    Ok(true)
-                }
-                _ => Ok(false),
-            },
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(CniError::io(format!("read {}: {e}", path.display()))),
+        match self.read_record(ip)? {
+            Some(r) if r.container_id == container_id && r.ifname == ifname => {
+                remove(&self.dir.join(ip.to_string()))?;
+                Ok(true)
+            }
+            _ => Ok(false),
         }
     }
 
@@ -259,7 +375,7 @@ impl Store {
     /// Proves the store is writable (STATUS).
     pub fn probe_writable(&self) -> Result<()> {
         let path = self.dir.join(".status-probe");
-        fs::write(&path, b"ok")
+        create_exclusive(&path, b"ok")
             .and_then(|()| fs::remove_file(&path))
             .map_err(|e| {
                 CniError::io(format!(
@@ -278,17 +394,18 @@ fn remove(path: &Path) -> Result<()> {
     }
 }
 
+/// Writes `path` through an exclusive temporary file renamed over it (a
+/// rename replaces a symlink at `path` itself, never its target).
 fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(data))
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    create_exclusive(&tmp, data)
         .and_then(|()| fs::rename(&tmp, path))
-        .map_err(|e| CniError::io(format!("write {}: {e}", path.display())))
+        .map_err(|e| {
+            let _ = fs::remove_file(&tmp);
+            CniError::io(format!("write {}: {e}", path.display()))
+        })
 }
 
 /// Upper bound on candidates tried in one ADD (matters only for huge IPv6

@@ -8,18 +8,13 @@ fn main() {
     // Read one byte past the limit so an oversized config is detected, not truncated.
     let limit = (cnilab_plugin::commands::MAX_STDIN + 1) as u64;
     let _ = std::io::stdin().take(limit).read_to_end(&mut stdin);
-    let vars: Vec<(String, String)> = std::env::vars_os()
-        .map(|(k, v)| {
-            (
-                k.to_string_lossy().into_owned(),
-                v.to_string_lossy().into_owned(),
-            )
-        })
-        .collect();
-    let outcome = cnilab_plugin::commands::run_with_vars(&vars, &stdin);
+    let outcome = cnilab_plugin::commands::run_with_os_vars(std::env::vars_os().collect(), &stdin);
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(outcome.stdout.as_bytes());
     let _ = out.flush();
-    eprintln!("cnilab-bridge: {}", outcome.log);
+    eprintln!(
+        "cnilab-bridge: {}",
+        cnilab_plugin::commands::escape_log(&outcome.log)
+    );
     std::process::exit(outcome.exit_code);
 }

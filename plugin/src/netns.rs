@@ -13,10 +13,43 @@ use std::path::Path;
 use std::process::Command;
 
 /// Opens a namespace file (`/var/run/netns/x`, `/proc/<pid>/ns/net`).
+/// The open never blocks (a FIFO in its place would block a plain open
+/// forever) and anything but a regular file (namespace files are regular
+/// files of nsfs) is refused before it is used.
 pub fn open(path: impl AsRef<Path>) -> io::Result<File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let path = path.as_ref();
-    File::open(path)
-        .map_err(|e| io::Error::new(e.kind(), format!("open netns {}: {e}", path.display())))
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY | nix::libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("open netns {}: {e}", path.display())))?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_dir() {
+            "a directory"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "a device"
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is {what}, not a network namespace", path.display()),
+        ));
+    }
+    Ok(file)
+}
+
+/// True when `ns` is the calling process's own network namespace (the
+/// same nsfs inode as `/proc/self/ns/net`).
+pub fn is_own_namespace(ns: &File) -> io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let own = std::fs::metadata("/proc/self/ns/net")?;
+    let other = ns.metadata()?;
+    Ok(own.dev() == other.dev() && own.ino() == other.ino())
 }
 
 /// Opens `path` and makes sure it is a network namespace (not a regular
@@ -25,13 +58,19 @@ pub fn open(path: impl AsRef<Path>) -> io::Result<File> {
 pub fn open_network_namespace(path: impl AsRef<Path>) -> io::Result<File> {
     let path = path.as_ref();
     let file = open(path)?;
+    check_network_namespace(&file, path)?;
+    Ok(file)
+}
+
+/// Makes sure an opened file is a network namespace.
+pub fn check_network_namespace(file: &File, path: &Path) -> io::Result<()> {
     // NS_GET_NSTYPE: _IO(0xb7, 0x3). It answers only for namespace files.
     const NS_GET_NSTYPE: nix::libc::c_ulong = 0xb703;
     // SAFETY: an ioctl without an argument on a descriptor we own.
     let kind =
-        unsafe { nix::libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&file), NS_GET_NSTYPE as _) };
+        unsafe { nix::libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(file), NS_GET_NSTYPE as _) };
     if kind == nix::libc::CLONE_NEWNET {
-        Ok(file)
+        Ok(())
     } else {
         Err(io::Error::new(
             io::ErrorKind::InvalidInput,

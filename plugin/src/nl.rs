@@ -23,6 +23,8 @@ pub struct Link {
     pub controller: Option<u32>,
     /// `veth`, `bridge`, ... (`None` for plain devices such as `lo`).
     pub kind: Option<String>,
+    /// `IFLA_IFALIAS` (cnilab-bridge keeps its ownership mark there).
+    pub alias: Option<String>,
 }
 
 impl Link {
@@ -35,6 +37,7 @@ impl Link {
             up: msg.header.flags.contains(LinkFlags::Up),
             controller: None,
             kind: None,
+            alias: None,
         };
         for attr in &msg.attributes {
             match attr {
@@ -42,6 +45,7 @@ impl Link {
                 LinkAttribute::Address(a) => link.mac = mac_string(a),
                 LinkAttribute::Mtu(m) => link.mtu = *m,
                 LinkAttribute::Controller(c) => link.controller = Some(*c),
+                LinkAttribute::IfAlias(a) if !a.is_empty() => link.alias = Some(a.clone()),
                 LinkAttribute::LinkInfo(infos) => {
                     for info in infos {
                         if let LinkInfo::Kind(kind) = info {
@@ -281,6 +285,26 @@ pub async fn set_up(handle: &Handle, index: u32) -> Result<(), Error> {
         .set(rtnetlink::LinkUnspec::new_with_index(index).up().build())
         .execute()
         .await
+}
+
+/// Sets the alias (`IFLA_IFALIAS`) of the link called `name`, in one
+/// request (no lookup of its index first).
+pub async fn set_alias_by_name(handle: &Handle, name: &str, alias: &str) -> Result<(), Error> {
+    let msg = rtnetlink::LinkUnspec::new_with_name(name)
+        .append_extra_attribute(LinkAttribute::IfAlias(alias.to_string()))
+        .build();
+    handle.link().set(msg).execute().await
+}
+
+/// Sets a link's alias (`IFLA_IFALIAS`) and, with `up`, brings it up in
+/// the same request.
+pub async fn set_alias(handle: &Handle, index: u32, alias: &str, up: bool) -> Result<(), Error> {
+    let mut builder = rtnetlink::LinkUnspec::new_with_index(index)
+        .append_extra_attribute(LinkAttribute::IfAlias(alias.to_string()));
+    if up {
+        builder = builder.up();
+    }
+    handle.link().set(builder.build()).execute().await
 }
 
 /// Adds an address (IPv6 without duplicate address detection: addresses

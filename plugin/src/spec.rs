@@ -321,9 +321,9 @@ pub fn check_ifname(name: &str) -> Result<(), &'static str> {
     }
     if name
         .chars()
-        .any(|c| c == '/' || c == ':' || c.is_whitespace() || c == '\0')
+        .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control())
     {
-        return Err("must not contain '/', ':', NUL or whitespace");
+        return Err("must not contain '/', ':', whitespace or control characters");
     }
     Ok(())
 }

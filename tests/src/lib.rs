@@ -3,11 +3,15 @@
 //! inside a throwaway "host" namespace.
 
 use cnilab_harness::netns::Netns;
+use cnilab_harness::runtime::Collected;
 pub use cnilab_harness::testing::host_untouched;
 use cnilab_plugin::spec::{CniResult, ErrorBody};
 use serde_json::Value;
+use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// A binary built by this workspace (`target/<profile>/<name>`), next to the
 /// test executable's `deps` directory. `cargo test --workspace` builds them.
@@ -42,9 +46,9 @@ pub struct Call<'a> {
     pub ifname: &'a str,
 }
 
-/// Runs `plugin` inside `host` with the `CNI_*` environment and `config` on
-/// stdin, through assert_cmd, as a runtime would.
-pub fn invoke(host: &Netns, plugin: &Path, call: &Call<'_>, config: &Value) -> Output {
+/// The command that runs `plugin` inside `host` with the `CNI_*`
+/// environment of `call` (more variables can be set on it).
+pub fn plugin_command(host: &Netns, plugin: &Path, call: &Call<'_>) -> Command {
     let mut cmd = host.command(plugin);
     cmd.env_clear()
         .env("CNI_COMMAND", call.command)
@@ -56,10 +60,48 @@ pub fn invoke(host: &Netns, plugin: &Path, call: &Call<'_>, config: &Value) -> O
     if let Some(ns) = call.netns {
         cmd.env("CNI_NETNS", ns);
     }
-    assert_cmd::Command::from_std(cmd)
+    cmd
+}
+
+/// Runs `plugin` inside `host` with the `CNI_*` environment and `config` on
+/// stdin, through assert_cmd, as a runtime would.
+pub fn invoke(host: &Netns, plugin: &Path, call: &Call<'_>, config: &Value) -> Output {
+    assert_cmd::Command::from_std(plugin_command(host, plugin, call))
         .write_stdin(config.to_string())
         .output()
         .expect("plugin runs")
+}
+
+/// Runs `cmd` with `config` on stdin for at most `limit`: a plugin that
+/// hangs is SIGKILLed (with its process group) and `killed` says so. The
+/// address space is capped at 1 GiB, so an unbounded read fails instead of
+/// eating the machine's memory.
+pub fn run_limited(mut cmd: Command, config: &Value, limit: Duration) -> Collected {
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    // SAFETY: setrlimit(2) is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let cap = nix::libc::rlimit {
+                rlim_cur: 1 << 30,
+                rlim_max: 1 << 30,
+            };
+            if nix::libc::setrlimit(nix::libc::RLIMIT_AS, &cap) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let started = Instant::now();
+    let child = cmd.spawn().expect("plugin starts");
+    let body = config.to_string();
+    cnilab_harness::runtime::collect_child(child, started, limit, move |mut pipe| {
+        let _ = pipe.write_all(body.as_bytes());
+    })
+    .expect("collect the plugin's output")
 }
 
 /// Parses a successful ADD's stdout, with the plugin's stderr in the panic message.

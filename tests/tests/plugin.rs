@@ -6,8 +6,8 @@ use cnilab_harness::netns::Netns;
 use cnilab_plugin::commands::host_veth_name;
 use cnilab_plugin::spec::{code, CniResult};
 use cnilab_tests::{
-    error_of, host_untouched, invoke, require_root, result_of, store_records, with_prev,
-    workspace_bin, Call,
+    error_of, host_untouched, invoke, plugin_command, require_root, result_of, store_records,
+    with_prev, workspace_bin, Call,
 };
 use rstest::rstest;
 use serde_json::{json, Value};
@@ -653,4 +653,309 @@ fn iptables_fallback_masquerades_and_cleans_up() {
         "jump removed: {}",
         nat()
     );
+}
+
+fn ruleset(host: &Netns) -> String {
+    let out = host
+        .command("nft")
+        .args(["list", "ruleset"])
+        .output()
+        .expect("nft runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Issue 11, point 2: a DEL for a container that was never added, with a
+/// `prevResult` forged to list another pod's address, leaves that pod's
+/// masquerade entry: DEL takes addresses from its own records only.
+#[test]
+fn del_with_a_forged_prev_result_keeps_the_other_pods_masquerade() {
+    let lab = Lab::new();
+    let conf = config("v4", lab.data.path());
+    let pod = Netns::with_label("victim").expect("pod");
+    let victim = lab.add("victim", &pod, &conf);
+    let ip = victim.ips[0].address.addr();
+    assert!(ruleset(&lab.host).contains(&ip.to_string()), "masqueraded");
+    lab.del_ok("intruder", None, &with_prev(&conf, &victim));
+    assert!(
+        ruleset(&lab.host).contains(&ip.to_string()),
+        "masquerade entry kept: {}",
+        ruleset(&lab.host)
+    );
+    assert_eq!(store_records(&lab.store()), vec![ip.to_string()]);
+    lab.del_ok("victim", Some(pod.path()), &conf);
+    assert!(!ruleset(&lab.host).contains(&ip.to_string()));
+}
+
+/// Issue 11, point 1: a DEL for a container that was never added, pointed
+/// at another pod's namespace, leaves the pod's interface, host veth,
+/// record and masquerade entry alone, and says why in its log.
+#[test]
+fn del_of_another_attachment_leaves_the_pod_its_record_and_masquerade() {
+    let lab = Lab::new();
+    let conf = config("v4", lab.data.path());
+    let pod = Netns::with_label("victim").expect("pod");
+    let victim = lab.add("victim", &pod, &conf);
+    let ip = victim.ips[0].address.addr();
+    let out = lab.call("DEL", "intruder", Some(pod.path()), "eth0", &conf);
+    assert!(
+        out.status.success(),
+        "DEL of a never-added container succeeds: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("left eth0"), "says why: {log}");
+    let state = pod.snapshot().expect("pod");
+    let eth0 = state.link("eth0").expect("the victim keeps eth0");
+    assert!(state
+        .addresses_of(eth0.index)
+        .contains(&victim.ips[0].address));
+    assert!(
+        lab.host_has_link(&victim.interfaces[1].name),
+        "host veth kept"
+    );
+    assert_eq!(store_records(&lab.store()), vec![ip.to_string()]);
+    assert!(
+        ruleset(&lab.host).contains(&ip.to_string()),
+        "masquerade entry kept: {}",
+        ruleset(&lab.host)
+    );
+
+    // The owner's DEL still removes everything.
+    lab.del_ok("victim", Some(pod.path()), &conf);
+    assert!(pod.links().expect("links").iter().all(|l| l.name != "eth0"));
+    assert!(!ruleset(&lab.host).contains(&ip.to_string()));
+}
+
+/// Issue 11, point 3: a second ADD with the same container ID and ifname
+/// in another namespace is refused with code 104 and changes nothing: the
+/// first pod keeps its interface, the store keeps one record and its cursor.
+#[test]
+fn second_add_of_an_attachment_in_another_netns_is_refused() {
+    let lab = Lab::new();
+    let conf = config("v4", lab.data.path());
+    let first_pod = Netns::with_label("twin1").expect("pod");
+    let second_pod = Netns::with_label("twin2").expect("pod");
+    let first = lab.add("twin", &first_pod, &conf);
+    let cursor = lab.store().join("last_reserved_ip.0");
+    let cursor_before = std::fs::read_to_string(&cursor).expect("cursor");
+    let host_before = lab.host.snapshot().expect("host");
+
+    let err = error_of(&lab.call("ADD", "twin", Some(second_pod.path()), "eth0", &conf));
+    assert_eq!(err.code, code::INTERFACE_EXISTS, "{}", err.msg);
+    assert!(
+        err.msg.contains("twin"),
+        "names the attachment: {}",
+        err.msg
+    );
+
+    let state = first_pod.snapshot().expect("first pod");
+    let eth0 = state.link("eth0").expect("first pod keeps eth0");
+    assert!(state
+        .addresses_of(eth0.index)
+        .contains(&first.ips[0].address));
+    assert!(second_pod
+        .links()
+        .expect("links")
+        .iter()
+        .all(|l| l.name != "eth0"));
+    assert_eq!(
+        store_records(&lab.store()),
+        vec![first.ips[0].address.addr().to_string()],
+        "one record for one attachment"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&cursor).expect("cursor"),
+        cursor_before
+    );
+    let host_after = lab.host.snapshot().expect("host");
+    assert!(host_after.added_since(&host_before, &[]).is_empty());
+    assert!(host_before.added_since(&host_after, &[]).is_empty());
+    lab.del_ok("twin", Some(first_pod.path()), &conf);
+}
+
+/// Issue 11, point 5: two networks on one bridge. GC and DEL of network A
+/// never remove network B's host veth.
+#[test]
+fn gc_and_del_of_one_network_leave_another_networks_pods_on_a_shared_bridge() {
+    let lab = Lab::new();
+    let mut a = config("v4", lab.data.path());
+    a["name"] = json!("net-a");
+    a["ipMasq"] = json!(false);
+    let mut b = a.clone();
+    b["name"] = json!("net-b");
+    b["isDefaultGateway"] = json!(false);
+    b["ipam"]["ranges"] = json!([[{"subnet": "10.87.0.0/24"}]]);
+    let pod_a = Netns::with_label("neta").expect("pod");
+    let pod_b = Netns::with_label("netb").expect("pod");
+    let res_a = lab.add("pod-a", &pod_a, &a);
+    let res_b = lab.add("pod-b", &pod_b, &b);
+    let veth_a = res_a.interfaces[1].name.clone();
+    let veth_b = res_b.interfaces[1].name.clone();
+
+    // DEL on network A naming B's attachment: B's veth is marked for B.
+    let out = lab.call("DEL", "pod-b", Some(pod_b.path()), "eth0", &a);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(lab.host_has_link(&veth_b), "DEL of net-a kept net-b's veth");
+    assert!(pod_b
+        .links()
+        .expect("links")
+        .iter()
+        .any(|l| l.name == "eth0"));
+
+    // GC of A with nothing valid: A's pod goes, B's stays.
+    let mut gc = a.clone();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    let out = lab.call_network("GC", &gc);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!lab.host_has_link(&veth_a), "net-a's own pod collected");
+    assert!(lab.host_has_link(&veth_b), "GC of net-a kept net-b's veth");
+    assert!(pod_b
+        .links()
+        .expect("links")
+        .iter()
+        .any(|l| l.name == "eth0"));
+    lab.del_ok("pod-b", Some(pod_b.path()), &b);
+    assert!(!lab.host_has_link(&veth_b));
+}
+
+/// Issue 11, point 12: temporary files a killed ADD left behind are
+/// removed by the next ADD and by GC.
+#[test]
+fn stale_temporary_files_are_removed_by_add_and_gc() {
+    let lab = Lab::new();
+    let conf = config("v4", lab.data.path());
+    let store = lab.store();
+    std::fs::create_dir_all(&store).expect("store");
+    let plant = || {
+        for name in [
+            ".record.4194301",
+            "last_reserved_ip.0.tmp",
+            "last_reserved_ip.tmp",
+        ] {
+            std::fs::write(store.join(name), "").expect("plant");
+        }
+    };
+    let temps = || -> Vec<String> {
+        std::fs::read_dir(&store)
+            .expect("store")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".record") || n.ends_with(".tmp"))
+            .collect()
+    };
+    plant();
+    let pod = Netns::with_label("temps").expect("pod");
+    lab.add("temps", &pod, &conf);
+    assert!(temps().is_empty(), "ADD left {:?}", temps());
+    plant();
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": "temps", "ifname": "eth0"}]);
+    let out = lab.call_network("GC", &gc);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(temps().is_empty(), "GC left {:?}", temps());
+    assert_eq!(store_records(&store).len(), 1, "the live record stays");
+    lab.del_ok("temps", Some(pod.path()), &conf);
+}
+
+/// Issue 11, point 10: a `CNI_*` value that is not UTF-8 is refused with
+/// code 4 (never turned into another name), and a newline in `CNI_NETNS`
+/// cannot forge a log line, on stderr or in `logFile`.
+#[test]
+fn non_utf8_env_is_refused_and_input_never_forges_a_log_line() {
+    use std::os::unix::ffi::OsStrExt;
+    let lab = Lab::new();
+    let pod = Netns::with_label("utf8").expect("pod");
+    let log_file = lab.data.path().join("plugin.log");
+    let mut conf = config("v4", lab.data.path());
+    conf["logFile"] = json!(log_file);
+    let call = Call {
+        command: "ADD",
+        container_id: "utf8",
+        netns: Some(pod.path()),
+        ifname: "eth0",
+    };
+    let mut cmd = plugin_command(&lab.host, &lab.plugin, &call);
+    cmd.env("CNI_IFNAME", std::ffi::OsStr::from_bytes(b"eth\xff"));
+    let out = assert_cmd::Command::from_std(cmd)
+        .write_stdin(conf.to_string())
+        .output()
+        .expect("plugin runs");
+    let err = error_of(&out);
+    assert_eq!(err.code, code::INVALID_ENV, "{}", err.msg);
+    assert!(err.msg.contains("CNI_IFNAME"), "{}", err.msg);
+    assert!(pod
+        .links()
+        .expect("links")
+        .iter()
+        .all(|l| l.kind.as_deref() != Some("veth")));
+    assert!(store_records(&lab.store()).is_empty());
+
+    let forged = format!(
+        "{}\ncnilab-bridge: ADD container=victim ok",
+        pod.path().display()
+    );
+    let out = lab.call("ADD", "forge", Some(Path::new(&forged)), "eth0", &conf);
+    assert_eq!(error_of(&out).code, code::INVALID_ENV);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one log line: {stderr:?}");
+    assert!(stderr.contains("\\n"), "the newline is escaped: {stderr:?}");
+    let logged = std::fs::read_to_string(&log_file).unwrap_or_default();
+    assert!(logged.lines().count() <= 1, "no forged line: {logged:?}");
+}
+
+/// With a delegated IPAM (the reference host-local) DEL still removes the
+/// pod's masquerade entry, taking the address from the pod interface it
+/// owns (not from `prevResult`, which it does not get here).
+#[test]
+fn del_with_a_delegated_ipam_unmasquerades_the_pod() {
+    let lab = Lab::new();
+    let mut conf = config("v4", lab.data.path());
+    conf["ipam"]["type"] = json!("host-local");
+    // Debian's host-local speaks up to 1.0.0.
+    conf["cniVersion"] = json!("1.0.0");
+    let pod = Netns::with_label("deleg").expect("pod");
+    let cni_path = format!(
+        "{}:/usr/lib/cni",
+        lab.plugin.parent().unwrap_or(Path::new("/")).display()
+    );
+    let run = |command: &str| {
+        let mut cmd = plugin_command(
+            &lab.host,
+            &lab.plugin,
+            &Call {
+                command,
+                container_id: "deleg",
+                netns: Some(pod.path()),
+                ifname: "eth0",
+            },
+        );
+        cmd.env("CNI_PATH", &cni_path);
+        assert_cmd::Command::from_std(cmd)
+            .write_stdin(conf.to_string())
+            .output()
+            .expect("plugin runs")
+    };
+    let res = result_of(&run("ADD"));
+    let ip = res.ips[0].address.addr().to_string();
+    assert!(ruleset(&lab.host).contains(&ip), "masqueraded");
+    let out = run("DEL");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!ruleset(&lab.host).contains(&ip), "{}", ruleset(&lab.host));
+    assert!(pod.links().expect("links").iter().all(|l| l.name != "eth0"));
 }

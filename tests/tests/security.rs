@@ -5,7 +5,7 @@
 //! are `corpus.rs`; RBAC and the DaemonSet are `agent/tests/manifests.rs`.)
 
 use cnilab_harness::netns::Netns;
-use cnilab_plugin::ipam::LOCK_TIMEOUT;
+use cnilab_plugin::ipam::{Store, LOCK_TIMEOUT};
 use cnilab_plugin::spec::{code, CniResult, ErrorBody};
 use cnilab_tests::{host_untouched, invoke, require_root, store_records, workspace_bin, Call};
 use serde_json::{json, Value};
@@ -337,4 +337,287 @@ fn masquerade_batches_carry_no_input_strings() {
         }
         assert!(batch.contains(&cnilab_plugin::masq::table_name(hostile)));
     }
+}
+
+/// The plugin, a host and a pod namespace, and an existing, empty store.
+struct StoreLab {
+    plugin: PathBuf,
+    host: Netns,
+    pod: Netns,
+    tmp: tempfile::TempDir,
+    data_dir: PathBuf,
+    store: PathBuf,
+}
+
+impl StoreLab {
+    fn new() -> StoreLab {
+        require_root();
+        let tmp = tempfile::tempdir().expect("tmp");
+        let data_dir = tmp.path().join("ipam");
+        let store = data_dir.join(NET);
+        std::fs::create_dir_all(&store).expect("store");
+        StoreLab {
+            plugin: workspace_bin("cnilab-bridge"),
+            host: Netns::with_label("host").expect("host netns"),
+            pod: Netns::with_label("pod").expect("pod netns"),
+            tmp,
+            data_dir,
+            store,
+        }
+    }
+}
+
+fn mkfifo(path: &Path) {
+    let status = Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo runs");
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// Issue 11, point 7: symlinks planted in the store (the record temp file,
+/// the cursor's temp file, the lock) are never written through: their
+/// targets stay as they were.
+#[test]
+fn the_store_never_writes_through_a_planted_symlink() {
+    let StoreLab {
+        plugin,
+        host,
+        pod,
+        tmp,
+        data_dir,
+        store,
+    } = StoreLab::new();
+    let victim = tmp.path().join("victim");
+    std::fs::write(&victim, "precious\n").expect("victim");
+    // This test process's pid: the record temp file the store API below
+    // will use; the plugin process's cursor temp files.
+    let links = [
+        format!(".record.{}", std::process::id()),
+        "last_reserved_ip.0.tmp".into(),
+        "last_reserved_ip.1.tmp".into(),
+        "last_reserved_ip.tmp".into(),
+    ];
+    for name in &links {
+        std::os::unix::fs::symlink(&victim, store.join(name)).expect("plant symlink");
+    }
+    let conf = config(&data_dir);
+    let call = |command: &'static str| {
+        invoke(
+            &host,
+            &plugin,
+            &Call {
+                command,
+                container_id: "symlinks",
+                netns: Some(pod.path()),
+                ifname: "eth0",
+            },
+            &conf,
+        )
+    };
+    let out = call("ADD");
+    assert!(
+        out.status.success(),
+        "ADD: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "precious\n"
+    );
+    assert!(call("DEL").status.success());
+
+    // The store API with this process's pid (the plugin's own record temp file).
+    std::os::unix::fs::symlink(&victim, store.join(&links[0])).ok();
+    let set = match cnilab_plugin::config::parse(conf.to_string().as_bytes())
+        .expect("config")
+        .ipam
+    {
+        cnilab_plugin::config::IpamPlan::Builtin(b) => b.range_sets[0].clone(),
+        _ => panic!("builtin IPAM expected"),
+    };
+    let s = Store::open_locked(&store, Duration::from_secs(5)).expect("lock");
+    let (ip, _) = s.reserve(0, &set, "api", "eth0").expect("reserve");
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "precious\n"
+    );
+    let record = store.join(ip.to_string());
+    assert!(std::fs::symlink_metadata(&record)
+        .expect("record")
+        .is_file());
+    drop(s);
+
+    // A lock that is a symlink is refused (code 5), not followed.
+    std::fs::remove_file(store.join("lock")).expect("remove lock");
+    std::os::unix::fs::symlink(&victim, store.join("lock")).expect("plant lock symlink");
+    let err = Store::open_locked(&store, Duration::from_secs(1))
+        .err()
+        .expect("a symlinked lock is refused");
+    assert_eq!(err.code, code::IO_FAILURE, "{}", err.msg);
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "precious\n"
+    );
+}
+
+/// Issue 11, point 8: odd files never hang the plugin nor fail DEL and GC
+/// for good. Records that are a directory, a symlink to a FIFO or to
+/// `/dev/zero` are skipped and logged; a FIFO as the lock file is refused
+/// at once (code 5) and leaves no veth. Each run is limited: a hang is
+/// SIGKILLed and fails the test.
+#[test]
+fn odd_files_in_the_store_never_hang_nor_block_del_and_gc() {
+    let StoreLab {
+        plugin,
+        host,
+        pod,
+        tmp,
+        data_dir,
+        store,
+    } = StoreLab::new();
+    let fifo = tmp.path().join("fifo");
+    mkfifo(&fifo);
+    std::fs::create_dir(store.join("10.67.0.50")).expect("directory record");
+    std::os::unix::fs::symlink(&fifo, store.join("10.67.0.51")).expect("fifo record");
+    std::os::unix::fs::symlink("/dev/zero", store.join("10.67.0.52")).expect("zero record");
+    let conf = config(&data_dir);
+    let limit = LOCK_TIMEOUT + Duration::from_secs(10);
+    let run = |command: &str, conf: &Value| {
+        cnilab_tests::run_limited(
+            cnilab_tests::plugin_command(
+                &host,
+                &plugin,
+                &Call {
+                    command,
+                    container_id: "odd",
+                    netns: Some(pod.path()),
+                    ifname: "eth0",
+                },
+            ),
+            conf,
+            limit,
+        )
+    };
+    for command in ["ADD", "DEL", "DEL"] {
+        let out = run(command, &conf);
+        assert!(!out.killed, "{command} hung");
+        assert!(
+            out.status.success(),
+            "{command}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        if command == "DEL" {
+            let log = String::from_utf8_lossy(&out.stderr);
+            assert!(log.contains("skipped malformed record"), "logged: {log}");
+        }
+    }
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    let out = run("GC", &gc);
+    assert!(!out.killed, "GC hung");
+    assert!(
+        out.status.success(),
+        "GC: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        std::fs::symlink_metadata(store.join("10.67.0.50")).is_ok(),
+        "skipped, not removed"
+    );
+
+    // A FIFO as the lock: refused at once, nothing left behind.
+    std::fs::remove_file(store.join("lock")).expect("remove lock");
+    mkfifo(&store.join("lock"));
+    let before = host.snapshot().expect("host");
+    let out = run("ADD", &conf);
+    assert!(!out.killed, "ADD hung on a FIFO lock");
+    let err: ErrorBody = serde_json::from_slice(&out.stdout).expect("error body");
+    assert_eq!(err.code, code::IO_FAILURE, "{}", err.msg);
+    assert!(err.msg.contains("lock"), "{}", err.msg);
+    let after = host.snapshot().expect("host");
+    let added = after.added_since(&before, &[]);
+    assert!(added.is_empty(), "left behind: {added:?}");
+    assert!(pod.links().expect("links").iter().all(|l| l.name != "eth0"));
+}
+
+/// Issue 11, point 11: a relative `CNI_PATH` entry is never searched, so
+/// a delegated IPAM plugin is never run from the current directory; the
+/// log says the entry was ignored.
+#[test]
+fn relative_cni_path_entries_never_run_a_binary() {
+    use std::os::unix::fs::PermissionsExt;
+    let plugin = workspace_bin("cnilab-bridge");
+    let cwd = tempfile::tempdir().expect("tmp");
+    let marker = cwd.path().join("ran");
+    let evil = cwd.path().join("evil-ipam");
+    std::fs::write(
+        &evil,
+        format!("#!/bin/sh\ntouch {}\nexit 0\n", marker.display()),
+    )
+    .expect("write");
+    std::fs::set_permissions(&evil, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let conf = json!({
+        "cniVersion": "1.1.0",
+        "name": NET,
+        "type": "cnilab-bridge",
+        "ipam": {"type": "evil-ipam"},
+    });
+    let out = assert_cmd::Command::new(&plugin)
+        .current_dir(cwd.path())
+        .env_clear()
+        .env("CNI_COMMAND", "STATUS")
+        .env("CNI_PATH", ".:evil")
+        .write_stdin(conf.to_string())
+        .output()
+        .expect("plugin runs");
+    assert!(!marker.exists(), "the binary in the current directory ran");
+    let err: ErrorBody = serde_json::from_slice(&out.stdout).expect("error body");
+    assert_eq!(err.code, code::IPAM_DELEGATE, "{}", err.msg);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        log.contains("CNI_PATH entry \".\" ignored"),
+        "logged: {log}"
+    );
+}
+
+/// Issue 11, point 8: a named FIFO as `CNI_NETNS` (a plain open would block
+/// forever) is refused with code 4 at once by ADD, DEL and CHECK; nothing
+/// is left behind.
+#[test]
+fn a_fifo_as_cni_netns_is_refused_without_blocking() {
+    let lab = StoreLab::new();
+    let fifo = lab.tmp.path().join("netns-fifo");
+    mkfifo(&fifo);
+    let mut conf = config(&lab.data_dir);
+    let before = lab.host.snapshot().expect("host");
+    for command in ["ADD", "DEL", "CHECK"] {
+        if command == "CHECK" {
+            conf["prevResult"] = json!({
+                "cniVersion": "1.1.0",
+                "interfaces": [{"name": "eth0", "sandbox": fifo}],
+            });
+        }
+        let out = cnilab_tests::run_limited(
+            cnilab_tests::plugin_command(
+                &lab.host,
+                &lab.plugin,
+                &Call {
+                    command,
+                    container_id: "fifo",
+                    netns: Some(&fifo),
+                    ifname: "eth0",
+                },
+            ),
+            &conf,
+            Duration::from_secs(20),
+        );
+        assert!(!out.killed, "{command} hung on a FIFO as CNI_NETNS");
+        let err: ErrorBody = serde_json::from_slice(&out.stdout).expect("error body");
+        assert_eq!(err.code, code::INVALID_ENV, "{command}: {}", err.msg);
+        assert!(err.msg.contains("FIFO"), "{command}: {}", err.msg);
+    }
+    let after = lab.host.snapshot().expect("host");
+    assert!(after.added_since(&before, &[]).is_empty());
+    assert!(store_records(&lab.store).is_empty());
 }

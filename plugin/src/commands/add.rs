@@ -2,7 +2,7 @@
 //! Any failure after the first change undoes what was done.
 
 use super::addresses::{self, Allocation};
-use super::{host_veth_name, prev_result, runtime, subnets};
+use super::{host_veth_name, open_pod_netns, ownership_mark, prev_result, runtime, subnets};
 use crate::config::{IpamPlan, Plan};
 use crate::env::CniEnv;
 use crate::error::{CniError, Result};
@@ -18,8 +18,7 @@ use std::net::IpAddr;
 
 pub fn run(env: &CniEnv, plan: &Plan) -> Result<CniResult> {
     let prev = prev_result(plan)?;
-    let ns = netns::open_network_namespace(&env.netns)
-        .map_err(|e| CniError::env(format!("CNI_NETNS {}: {e}", env.netns)))?;
+    let ns = open_pod_netns(env)?;
     let rt = runtime()?;
     let _entered = rt.enter();
     let host =
@@ -147,8 +146,15 @@ async fn configure(
     bridge: &Link,
     alloc: &Allocation,
 ) -> Result<CniResult> {
-    // The gateway addresses (host socket) and the pod's interface (pod
-    // socket) are configured at the same time.
+    // The gateway addresses and the host veth's ownership mark (host
+    // socket) and the pod's interface (pod socket) are configured at the
+    // same time.
+    let mark = ownership_mark(&plan.name, &env.container_id, &env.ifname);
+    let marked = async {
+        nl::set_alias_by_name(host, host_veth, &mark)
+            .await
+            .map_err(|e| CniError::kernel(format!("mark {host_veth} as {mark}"), e))
+    };
     let gateways = async {
         if plan.is_gateway {
             for ip in &alloc.ips {
@@ -161,8 +167,10 @@ async fn configure(
         }
         Ok::<(), CniError>(())
     };
-    let (gateways, pod_link) =
-        futures_util::future::join(gateways, configure_pod(env, ns, cont, alloc)).await;
+    let (marked, gateways, pod_link) =
+        futures_util::future::join3(marked, gateways, configure_pod(env, ns, cont, alloc, &mark))
+            .await;
+    marked?;
     gateways?;
     let pod_link = pod_link?;
     let routes = pod_routes(plan, alloc);
@@ -340,13 +348,25 @@ async fn create_veth(
             format!("interface {ifname} already exists in netns {}", env.netns),
         ));
     }
-    nl::delete_link_by_name(host, host_veth)
-        .await
-        .map_err(|e| CniError::kernel(format!("remove stale {host_veth}"), e))?;
-    host.link().add(build()).execute().await.map_err(failed)
+    // The host veth exists: the same container ID and ifname are attached
+    // in another namespace (a veth never outlives its peer's namespace).
+    // Replacing it would cut that pod off: refuse, change nothing.
+    Err(CniError::new(
+        code::INTERFACE_EXISTS,
+        format!(
+            "attachment container {} ifname {ifname} already exists (host veth {host_veth}, in another namespace than {}); DEL it first",
+            env.container_id, env.netns
+        ),
+    ))
 }
 
-async fn configure_pod(env: &CniEnv, ns: &File, cont: &Handle, alloc: &Allocation) -> Result<Link> {
+async fn configure_pod(
+    env: &CniEnv,
+    ns: &File,
+    cont: &Handle,
+    alloc: &Allocation,
+    mark: &str,
+) -> Result<Link> {
     let link = nl::link_by_name(cont, &env.ifname)
         .await
         .map_err(|e| CniError::kernel(format!("look up {} in {}", env.ifname, env.netns), e))?
@@ -366,8 +386,9 @@ async fn configure_pod(env: &CniEnv, ns: &File, cont: &Handle, alloc: &Allocatio
         .ips
         .iter()
         .map(|ip| add_address(cont, link.index, ip.address, &on));
+    // Up and marked as ours in one request.
     let up = async {
-        nl::set_up(cont, link.index)
+        nl::set_alias(cont, link.index, mark, true)
             .await
             .map_err(|e| CniError::kernel(format!("set {on} up"), e))
     };

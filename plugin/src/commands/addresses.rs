@@ -16,6 +16,9 @@ pub struct Allocation {
     pub ips: Vec<IpConfig>,
     pub routes: Vec<Route>,
     pub dns: Option<Dns>,
+    /// Built-in store: (range set, cursor before, cursor after) per set, so
+    /// a failed ADD puts the round-robin cursor back where it was.
+    pub cursors: Vec<(usize, Option<IpAddr>, IpAddr)>,
 }
 
 impl Allocation {
@@ -35,22 +38,28 @@ pub fn allocate(env: &CniEnv, plan: &Plan) -> Result<Allocation> {
                 ips: res.ips,
                 routes: res.routes,
                 dns: res.dns,
+                cursors: Vec::new(),
             })
         }
         IpamPlan::Builtin(ipam) => {
             let store = Store::open_locked(&ipam.store_dir, LOCK_TIMEOUT)?;
             let mut out = Allocation::default();
             for (i, set) in ipam.range_sets.iter().enumerate() {
+                let before = store.cursor(i);
                 match store.reserve(i, set, &env.container_id, &env.ifname) {
-                    Ok((ip, range)) => out.ips.push(IpConfig {
-                        version: None,
-                        interface: None,
-                        address: range.with_prefix(ip),
-                        gateway: Some(range.gateway),
-                    }),
+                    Ok((ip, range)) => {
+                        out.cursors.push((i, before, ip));
+                        out.ips.push(IpConfig {
+                            version: None,
+                            interface: None,
+                            address: range.with_prefix(ip),
+                            gateway: Some(range.gateway),
+                        })
+                    }
                     Err(e) => {
-                        // Nothing half-allocated survives a failed ADD.
-                        let _ = store.release(&env.container_id, &env.ifname);
+                        // Nothing half-allocated survives a failed ADD:
+                        // neither an address nor a moved cursor.
+                        undo(&store, env, &out);
                         return Err(e);
                     }
                 }
@@ -93,10 +102,21 @@ pub fn release_allocation(env: &CniEnv, plan: &Plan, alloc: &Allocation) {
         IpamPlan::Delegate { .. } => {}
         IpamPlan::Builtin(ipam) => {
             if let Ok(store) = Store::open_locked(&ipam.store_dir, LOCK_TIMEOUT) {
-                for ip in &alloc.ips {
-                    let _ = store.release_ip(ip.address.addr(), &env.container_id, &env.ifname);
-                }
+                undo(&store, env, alloc);
             }
+        }
+    }
+}
+
+/// Releases exactly the addresses of `alloc` and puts each cursor back
+/// where it was, unless another ADD moved it since.
+fn undo(store: &Store, env: &CniEnv, alloc: &Allocation) {
+    for ip in &alloc.ips {
+        let _ = store.release_ip(ip.address.addr(), &env.container_id, &env.ifname);
+    }
+    for (set, before, after) in &alloc.cursors {
+        if store.cursor(*set) == Some(*after) {
+            let _ = store.set_cursor(*set, *before);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! CHECK: the kernel and the store still match `prevResult`.
 
 use super::addresses;
-use super::{host_veth_name, prev_result, require_version, runtime};
+use super::{host_veth_name, open_pod_netns, prev_result, require_version, runtime};
 use crate::config::Plan;
 use crate::env::CniEnv;
 use crate::error::{CniError, Result};
@@ -28,8 +28,15 @@ pub fn run(env: &CniEnv, plan: &Plan) -> Result<()> {
             ))
         })?;
     let expected = &prev.interfaces[idx];
-    let ns = netns::open_network_namespace(&env.netns)
-        .map_err(|e| mismatch(format!("netns {}: {e}", env.netns)))?;
+    let ns = match open_pod_netns(env) {
+        Ok(ns) => ns,
+        // A namespace that is gone is a mismatch; a path that is not a
+        // namespace at all (or the plugin's own) is a bad environment.
+        Err(e) if !std::path::Path::new(&env.netns).exists() => {
+            return Err(mismatch(format!("netns {}: {}", env.netns, e.msg)))
+        }
+        Err(e) => return Err(e),
+    };
     let host_veth = host_veth_name(&env.container_id, &env.ifname);
     let rt = runtime()?;
     rt.block_on(async {

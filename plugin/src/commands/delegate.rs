@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 fn find(plugin: &str, env: &CniEnv) -> Result<PathBuf> {
     env.path
         .iter()
+        .filter(|dir| dir.is_absolute())
         .map(|dir| dir.join(plugin))
         .find(|p| p.is_file())
         .ok_or_else(|| {

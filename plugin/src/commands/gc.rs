@@ -2,7 +2,7 @@
 //! reservation, its host veth, its masquerade entry. Partial failures do not
 //! stop the sweep; they are reported at the end.
 
-use super::{delegate, host_veth_name, require_version, runtime};
+use super::{delegate, host_veth_name, is_mark, marked_attachment, require_version, runtime};
 use crate::config::{IpamPlan, Plan};
 use crate::env::CniEnv;
 use crate::error::{join, CniError, Result};
@@ -16,10 +16,15 @@ use std::net::IpAddr;
 
 pub fn run(env: &CniEnv, plan: &Plan) -> Result<()> {
     require_version(plan, Version::V1_1_0, "GC")?;
-    let valid: HashSet<(String, String)> = plan
-        .valid_attachments
+    // A missing list is not "nothing is valid": that reading would delete
+    // every live pod. Only an explicit empty list means none.
+    let listed = plan.valid_attachments.as_ref().ok_or_else(|| {
+        CniError::config(
+            "GC needs \"cni.dev/valid-attachments\" (or \"cni.dev/attachments\") in the config; give [] to collect everything",
+        )
+    })?;
+    let valid: HashSet<(String, String)> = listed
         .iter()
-        .flatten()
         .map(|a| (a.container_id.clone(), a.ifname.clone()))
         .collect();
     let keep_veths: HashSet<String> = valid.iter().map(|(c, i)| host_veth_name(c, i)).collect();
@@ -55,7 +60,7 @@ pub fn run(env: &CniEnv, plan: &Plan) -> Result<()> {
         IpamPlan::Builtin(_) => {}
     }
     // Host veths on our bridge that belong to no valid attachment.
-    if let Err(e) = remove_stale_veths(plan, &keep_veths) {
+    if let Err(e) = remove_stale_veths(plan, &valid, &keep_veths) {
         errors.push(e);
     }
     if plan.ip_masq {
@@ -75,7 +80,15 @@ pub fn run(env: &CniEnv, plan: &Plan) -> Result<()> {
     join(errors)
 }
 
-fn remove_stale_veths(plan: &Plan, keep: &HashSet<String>) -> Result<()> {
+/// Host veths on the bridge that belong to no valid attachment of this
+/// network: marked for this network and not listed, or unmarked (a lost
+/// mark), named the way this plugin names host veths and not listed. A
+/// veth marked for another network sharing the bridge is never touched.
+fn remove_stale_veths(
+    plan: &Plan,
+    valid: &HashSet<(String, String)>,
+    keep: &HashSet<String>,
+) -> Result<()> {
     let rt = runtime()?;
     rt.block_on(async {
         let host =
@@ -91,11 +104,21 @@ fn remove_stale_veths(plan: &Plan, keep: &HashSet<String>) -> Result<()> {
             .map_err(|e| CniError::kernel("list links", e))?;
         let mut errors = Vec::new();
         for link in links {
-            let ours = link.controller == Some(bridge.index)
-                && link.kind.as_deref() == Some("veth")
-                && link.name.starts_with("veth")
-                && link.name.len() == 12;
-            if ours && !keep.contains(&link.name) {
+            if link.controller != Some(bridge.index) || link.kind.as_deref() != Some("veth") {
+                continue;
+            }
+            let stale = match link.alias.as_deref() {
+                Some(alias) if is_mark(alias) => match marked_attachment(alias, &plan.name) {
+                    Some(attachment) => !valid.contains(&attachment),
+                    None => false,
+                },
+                _ => {
+                    link.name.starts_with("veth")
+                        && link.name.len() == 12
+                        && !keep.contains(&link.name)
+                }
+            };
+            if stale {
                 if let Err(e) = nl::delete_link(&host, link.index).await {
                     errors.push(CniError::kernel(format!("delete stale {}", link.name), e));
                 }

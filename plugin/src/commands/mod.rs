@@ -39,12 +39,149 @@ pub fn host_veth_name(container_id: &str, ifname: &str) -> String {
     format!("veth{:08x}", fnv1a(&key) as u32)
 }
 
+/// The ownership mark ADD writes into `IFLA_IFALIAS` of both ends of the
+/// veth pair: `cnilab/<network hash>/<ifname>/<containerID>` (the network
+/// as an 8-hex-digit FNV-1a hash, so the mark fits the kernel's 255 bytes;
+/// neither an ifname nor a container ID can contain `/`). DEL and GC remove
+/// only links marked for their own attachment (DEL) or network (GC), or
+/// not marked at all.
+pub fn ownership_mark(network: &str, container_id: &str, ifname: &str) -> String {
+    format!(
+        "{MARK_PREFIX}{}/{ifname}/{container_id}",
+        network_hash(network)
+    )
+}
+
+const MARK_PREFIX: &str = "cnilab/";
+
+fn network_hash(network: &str) -> String {
+    format!("{:08x}", fnv1a(network.as_bytes()) as u32)
+}
+
+/// Who a link belongs to, by its alias.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// Marked for exactly this attachment.
+    This,
+    /// No cnilab mark (made by an older version, or the mark was lost).
+    Unmarked,
+    /// Marked for another attachment or another network.
+    Other(String),
+}
+
+/// Classifies a link's alias against the mark of (network, container, ifname).
+pub fn owner_of(alias: Option<&str>, mark: &str) -> Owner {
+    match alias {
+        Some(a) if a == mark => Owner::This,
+        Some(a) if a.starts_with(MARK_PREFIX) => Owner::Other(a.to_string()),
+        _ => Owner::Unmarked,
+    }
+}
+
+/// True when `alias` is a cnilab ownership mark (of any attachment).
+pub fn is_mark(alias: &str) -> bool {
+    alias.starts_with(MARK_PREFIX)
+}
+
+/// The (containerID, ifname) a mark names, when it is a mark of `network`.
+pub fn marked_attachment(alias: &str, network: &str) -> Option<(String, String)> {
+    let rest = alias.strip_prefix(MARK_PREFIX)?;
+    let (hash, rest) = rest.split_once('/')?;
+    let (ifname, id) = rest.split_once('/')?;
+    (hash == network_hash(network)).then(|| (id.to_string(), ifname.to_string()))
+}
+
+/// Process-wide: DEL records notes from its address-release thread too.
+static NOTES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Records something the log line must say (a link left alone and why, a
+/// malformed store entry skipped). Notes are appended to the command's log
+/// line, escaped.
+pub fn note(msg: impl Into<String>) {
+    let msg = msg.into();
+    if let Ok(mut notes) = NOTES.lock() {
+        notes.push(msg);
+    }
+}
+
+fn take_notes() -> Vec<String> {
+    NOTES
+        .lock()
+        .map(|mut n| std::mem::take(&mut *n))
+        .unwrap_or_default()
+}
+
+/// A log line with every control character escaped (`\n`, `\u{1b}`), so
+/// input can never start a line of its own in a log.
+pub fn escape_log(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    for c in line.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Opens `CNI_NETNS` for ADD and CHECK: never blocks, must be a network
+/// namespace (code 4 otherwise), and never the plugin's own namespace (the
+/// runtime's, where the pod interface and its default route would land in
+/// the host).
+pub(crate) fn open_pod_netns(env: &CniEnv) -> Result<std::fs::File> {
+    let ns = crate::netns::open_network_namespace(&env.netns)
+        .map_err(|e| CniError::env(format!("CNI_NETNS {}: {e}", env.netns)))?;
+    refuse_own_netns(env, &ns)?;
+    Ok(ns)
+}
+
+/// Code 4 when `ns` is the plugin's own network namespace.
+pub(crate) fn refuse_own_netns(env: &CniEnv, ns: &std::fs::File) -> Result<()> {
+    match crate::netns::is_own_namespace(ns) {
+        Ok(false) => Ok(()),
+        Ok(true) => Err(CniError::env(format!(
+            "CNI_NETNS {} is the plugin's own network namespace (the runtime's), not a pod's",
+            env.netns
+        ))),
+        Err(e) => Err(CniError::env(format!("CNI_NETNS {}: {e}", env.netns))),
+    }
+}
+
 /// A current-thread runtime: the plugin runs one operation and exits.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| CniError::io(format!("start tokio runtime: {e}")))
+}
+
+/// The entry point for the binary: the raw environment block. A `CNI_*`
+/// value that is not UTF-8 is refused with code 4 (converting it lossily
+/// would turn `eth\xff` into another name).
+pub fn run_with_os_vars(
+    vars: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    stdin: &[u8],
+) -> Outcome {
+    let mut out = Vec::with_capacity(vars.len());
+    for (k, v) in vars {
+        let key = k.to_string_lossy().into_owned();
+        match v.into_string() {
+            Ok(v) => out.push((key, v)),
+            Err(raw) if key.starts_with("CNI_") => {
+                let version = config::sniff_version(stdin)
+                    .filter(|v| spec::is_supported(v))
+                    .unwrap_or_else(|| spec::CURRENT_VERSION.to_string());
+                let e = CniError::env(format!(
+                    "{key} {:?} is not valid UTF-8",
+                    raw.to_string_lossy()
+                ));
+                return failure(&version, e, "env".into(), Instant::now());
+            }
+            Err(raw) => out.push((key, raw.to_string_lossy().into_owned())),
+        }
+    }
+    run_with_vars(&out, stdin)
 }
 
 /// The entry point for a process: `vars` is the whole environment block in
@@ -86,6 +223,11 @@ pub fn run(get: &dyn Fn(&str) -> Option<String>, stdin: &[u8]) -> Outcome {
         env.netns,
         env.ifname
     );
+    for ignored in &env.ignored_path {
+        note(format!(
+            "CNI_PATH entry {ignored:?} ignored: only absolute directories are searched"
+        ));
+    }
     if stdin.len() > MAX_STDIN {
         let e = CniError::decode(format!("config on stdin is larger than {MAX_STDIN} bytes"));
         return failure(&sniffed, e, what, started);
@@ -99,6 +241,12 @@ pub fn run(get: &dyn Fn(&str) -> Option<String>, stdin: &[u8]) -> Outcome {
     };
     let version_text = plan.version.to_string();
     let result = dispatch(&env, &plan);
+    let notes = take_notes();
+    let what = if notes.is_empty() {
+        what
+    } else {
+        format!("{what} [{}]", notes.join("; "))
+    };
     let outcome = match result {
         Ok(Some(res)) => {
             let text = serde_json::to_string(&res.to_version(plan.version))
@@ -141,7 +289,7 @@ fn failure(version: &str, e: CniError, what: String, started: Instant) -> Outcom
     Outcome {
         stdout: serde_json::to_string(&body).unwrap_or_default(),
         exit_code: 1,
-        log: format!("{what} failed in {:?}: {e}", started.elapsed()),
+        log: escape_log(&format!("{what} failed in {:?}: {e}", started.elapsed())),
     }
 }
 
@@ -155,7 +303,7 @@ fn write_log(file: Option<&std::path::Path>, get: &dyn Fn(&str) -> Option<String
             .append(true)
             .open(path)
         {
-            let _ = writeln!(f, "cnilab-bridge: {line}");
+            let _ = writeln!(f, "cnilab-bridge: {}", escape_log(line));
         }
     }
 }
@@ -207,6 +355,55 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         run(&|k| map.get(k).cloned(), stdin.as_bytes())
+    }
+
+    #[test]
+    fn ownership_marks_fit_and_name_their_attachment() {
+        let long_id = "a".repeat(spec::MAX_CONTAINER_ID);
+        let mark = ownership_mark(&"n".repeat(200), &long_id, "abcdefghijklmno");
+        assert!(mark.len() < 256, "fits IFALIASZ: {}", mark.len());
+        let mark = ownership_mark("net-a", "c1", "eth0");
+        assert_eq!(owner_of(Some(&mark), &mark), Owner::This);
+        assert_eq!(owner_of(None, &mark), Owner::Unmarked);
+        assert_eq!(owner_of(Some("uplink to rack 3"), &mark), Owner::Unmarked);
+        let other = ownership_mark("net-b", "c1", "eth0");
+        assert_eq!(owner_of(Some(&other), &mark), Owner::Other(other.clone()));
+        assert_eq!(
+            marked_attachment(&mark, "net-a"),
+            Some(("c1".to_string(), "eth0".to_string()))
+        );
+        assert_eq!(marked_attachment(&mark, "net-b"), None);
+        assert!(is_mark(&other) && !is_mark("cnilab"));
+    }
+
+    #[test]
+    fn log_lines_escape_control_characters() {
+        assert_eq!(escape_log("a\nb\r\u{1b}c"), "a\\nb\\r\\u{1b}c");
+        assert_eq!(escape_log("plain ünïcode"), "plain ünïcode");
+    }
+
+    #[test]
+    fn non_utf8_cni_values_are_refused() {
+        use std::os::unix::ffi::OsStringExt;
+        let vars = vec![
+            ("CNI_COMMAND".into(), "VERSION".into()),
+            (
+                "CNI_IFNAME".into(),
+                std::ffi::OsString::from_vec(b"eth\xff".to_vec()),
+            ),
+        ];
+        let out = run_with_os_vars(vars, b"");
+        let body: spec::ErrorBody = serde_json::from_str(&out.stdout).expect("error body");
+        assert_eq!(body.code, 4);
+        assert!(body.msg.contains("CNI_IFNAME"), "{}", body.msg);
+        let other = vec![
+            ("CNI_COMMAND".into(), "VERSION".into()),
+            (
+                "LANG".into(),
+                std::ffi::OsString::from_vec(b"x\xff".to_vec()),
+            ),
+        ];
+        assert_eq!(run_with_os_vars(other, b"").exit_code, 0);
     }
 
     #[test]
