@@ -73,7 +73,7 @@ pub fn open_netns(path: &Path) -> io::Result<File> {
         )
     })?;
     let by_fd = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
-    cnilab_plugin::netns::open_network_namespace(&by_fd).map_err(|_| {
+    cnilab_net::netns::open_network_namespace(&by_fd).map_err(|_| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("{} is not a network namespace", path.display()),

@@ -11,9 +11,7 @@ use crate::error::{AgentError, Result};
 use ipnet::IpNet;
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 pub const TABLE: &str = "cnilab_agent";
 
@@ -148,44 +146,17 @@ pub fn run(
     stdin: Option<&str>,
     action: &str,
 ) -> Result<String> {
-    let mut command = Command::new(nft);
-    command
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if let Some(ns) = netns {
-        cnilab_plugin::netns::command_in(ns, &mut command);
-    }
-    let nft_error = |message: String| AgentError::Nft {
+    use cnilab_net::nft::NftError;
+    cnilab_net::nft::run(nft, netns, args, stdin).map_err(|e| AgentError::Nft {
         action: action.to_string(),
-        message,
-    };
-    let mut child = command.spawn().map_err(|e| {
-        nft_error(format!(
-            "cannot run {}: {e} (the agent needs the nftables `nft` binary)",
-            nft.display()
-        ))
-    })?;
-    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(text.as_bytes())
-            .map_err(|e| nft_error(format!("write ruleset to nft: {e}")))?;
-    }
-    let output = child
-        .wait_with_output()
-        .map_err(|e| nft_error(format!("wait for nft: {e}")))?;
-    if !output.status.success() {
-        return Err(nft_error(format!(
-            "{}: {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        )));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        message: match e {
+            NftError::Spawn { source, .. } => format!(
+                "cannot run {}: {source} (the agent needs the nftables `nft` binary)",
+                nft.display()
+            ),
+            other => other.to_string(),
+        },
+    })
 }
 
 /// Base chains of other tables on the forward hook whose policy is drop:

@@ -50,7 +50,7 @@ impl Reconciler {
     /// `netns`: do the kernel work inside this namespace instead of the
     /// caller's. Must be called inside a tokio runtime.
     pub fn new(setup: NodeSetup, netns: Option<Arc<File>>, metrics: Arc<Metrics>) -> Result<Self> {
-        let handle = cnilab_plugin::netns::connect(netns.as_deref())
+        let handle = cnilab_net::netns::connect(netns.as_deref())
             .map_err(|e| AgentError::io("open netlink connection", e))?;
         Ok(Reconciler {
             setup,
@@ -192,12 +192,8 @@ impl Reconciler {
         }
         for key in sysctls {
             let netns = self.netns.as_deref();
-            if cnilab_plugin::netns::read_sysctl(netns, key)
-                .ok()
-                .as_deref()
-                != Some("1")
-            {
-                cnilab_plugin::netns::write_sysctl(netns, key, "1").map_err(|e| {
+            if cnilab_net::netns::read_sysctl(netns, key).ok().as_deref() != Some("1") {
+                cnilab_net::netns::write_sysctl(netns, key, "1").map_err(|e| {
                     AgentError::io(
                         format!(
                             "enable {key} (in an unprivileged container /proc/sys is read-only: \

@@ -3,33 +3,20 @@
 
 use crate::error::{AgentError, Result};
 use crate::plan::{InstalledRoute, NodeRoute, RouteAction, ROUTE_PROTOCOL};
-use futures_util::TryStreamExt;
+use cnilab_net::nl::{self, Route, MAIN_TABLE};
 use ipnet::IpNet;
-use rtnetlink::packet_route::route::{
-    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteType,
-};
-use rtnetlink::packet_route::AddressFamily;
+use rtnetlink::packet_route::route::{RouteMessage, RouteProtocol};
 use rtnetlink::{Handle, RouteMessageBuilder};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
-const MAIN_TABLE: u32 = RouteHeader::RT_TABLE_MAIN as u32;
-
-/// Unicast routes of the main table, both families.
+/// Unicast routes of the main table, both families (read through `nl`).
 pub async fn list_main_table(handle: &Handle) -> Result<Vec<InstalledRoute>> {
-    let mut routes = Vec::new();
-    for request in [
-        RouteMessageBuilder::<Ipv4Addr>::new().build(),
-        RouteMessageBuilder::<Ipv6Addr>::new().build(),
-    ] {
-        let mut stream = handle.route().get(request).execute();
-        while let Some(message) = stream
-            .try_next()
-            .await
-            .map_err(|e| AgentError::netlink("dump routes", e))?
-        {
-            routes.extend(installed_route(&message));
-        }
-    }
+    let mut routes: Vec<InstalledRoute> = nl::all_routes(handle)
+        .await
+        .map_err(|e| AgentError::netlink("dump routes", e))?
+        .iter()
+        .filter_map(installed_route)
+        .collect();
     routes.sort();
     Ok(routes)
 }
@@ -43,48 +30,14 @@ pub async fn list_own(handle: &Handle) -> Result<Vec<InstalledRoute>> {
         .collect())
 }
 
-fn installed_route(message: &RouteMessage) -> Option<InstalledRoute> {
-    let header = &message.header;
-    if header.kind != RouteType::Unicast {
-        return None;
-    }
-    let mut table = u32::from(header.table);
-    let mut dst = None;
-    let mut gateway = None;
-    let mut priority = 0;
-    for attribute in &message.attributes {
-        match attribute {
-            RouteAttribute::Table(t) => table = *t,
-            RouteAttribute::Destination(a) => dst = route_address(a),
-            RouteAttribute::Gateway(a) => gateway = route_address(a),
-            RouteAttribute::Priority(p) => priority = *p,
-            _ => {}
-        }
-    }
-    if table != MAIN_TABLE {
-        return None;
-    }
-    let dst = match (dst, header.address_family) {
-        (Some(addr), _) => addr,
-        (None, AddressFamily::Inet) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        (None, AddressFamily::Inet6) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-        (None, _) => return None,
-    };
-    let dst = IpNet::new(dst, header.destination_prefix_length).ok()?;
-    Some(InstalledRoute {
-        dst,
-        gateway,
-        priority,
-        ours: u8::from(header.protocol) == ROUTE_PROTOCOL,
+/// The planner's view of a unicast main-table route.
+fn installed_route(route: &Route) -> Option<InstalledRoute> {
+    (route.unicast && route.table == MAIN_TABLE).then_some(InstalledRoute {
+        dst: route.dst,
+        gateway: route.gateway,
+        priority: route.priority,
+        ours: route.protocol == ROUTE_PROTOCOL,
     })
-}
-
-fn route_address(address: &RouteAddress) -> Option<IpAddr> {
-    match address {
-        RouteAddress::Inet(a) => Some(IpAddr::V4(*a)),
-        RouteAddress::Inet6(a) => Some(IpAddr::V6(*a)),
-        _ => None,
-    }
 }
 
 fn message(dst: IpNet, gateway: Option<IpAddr>, priority: Option<u32>) -> Result<RouteMessage> {

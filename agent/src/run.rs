@@ -166,7 +166,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
 
 pub async fn uninstall(args: UninstallArgs) -> Result<()> {
     let netns = open_netns(&args.node)?;
-    let handle = cnilab_plugin::netns::connect(netns.as_deref())
+    let handle = cnilab_net::netns::connect(netns.as_deref())
         .map_err(|e| AgentError::io("open netlink connection", e))?;
     let mut errors = Vec::new();
     match routes::delete_all_own(&handle).await {

@@ -23,7 +23,7 @@ mod support;
 
 #[cfg(feature = "cluster-tests")]
 mod k3s {
-    use super::support::{require_root, TestNetns};
+    use super::support::{netns, require_root, Netns, NetnsExt};
     use k8s_openapi::api::core::v1::Node;
     use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
     use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -53,11 +53,7 @@ mod k3s {
             .expect("set node addresses");
     }
 
-    fn run_agent_once(
-        ns: &TestNetns,
-        kubeconfig: &std::path::Path,
-        dir: &std::path::Path,
-    ) -> String {
+    fn run_agent_once(ns: &Netns, kubeconfig: &std::path::Path, dir: &std::path::Path) -> String {
         let out = Command::new(AGENT)
             .args([
                 "--once",
@@ -121,7 +117,7 @@ mod k3s {
         create_node(&nodes, "cnilab-b", "192.168.77.2", "10.42.102.0/24").await;
         create_node(&nodes, "cnilab-c", "192.168.77.3", "10.42.103.0/24").await;
 
-        let ns = TestNetns::new();
+        let ns = netns();
         ns.uplink("192.168.77.1/24", "fd00:77::1/64");
         // The k3s container is a real node too: make its InternalIP on-link in
         // the test namespace so the route to its podCIDR can be made.

@@ -8,7 +8,7 @@ mod support;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use support::{require_root, wait_until, AgentProcess, TestNetns};
+use support::{netns, require_root, wait_until, AgentProcess, Netns, NetnsExt};
 
 const AGENT: &str = env!("CARGO_BIN_EXE_cnilab-agent");
 const CLUSTER: &str = "10.244.0.0/16,fd00:10:244::/56";
@@ -37,8 +37,8 @@ const B: (&str, &[&str], &[&str]) = (
 const C: (&str, &[&str], &[&str]) = ("c", &["192.168.77.3"], &["10.244.3.0/24"]);
 const D: (&str, &[&str], &[&str]) = ("d", &["192.168.77.4"], &["10.244.4.0/24"]);
 
-fn node_a() -> TestNetns {
-    let ns = TestNetns::new();
+fn node_a() -> Netns {
+    let ns = netns();
     ns.uplink("192.168.77.1/24", "fd00:77::1/64");
     ns
 }
@@ -79,7 +79,7 @@ fn once(args: &[String]) -> (bool, String) {
 
 #[test]
 fn root_once_programs_routes_rules_conflist_and_a_restart_changes_nothing() {
-    let _host = cnilab_harness::testing::host_untouched();
+    let _host = cnilab_net::testing::host_untouched();
     require_root();
     let ns = node_a();
     // A route somebody else made, to a CIDR no node has: must survive.
@@ -182,7 +182,7 @@ fn root_once_programs_routes_rules_conflist_and_a_restart_changes_nothing() {
 
 #[test]
 fn root_refuses_to_start_without_a_pod_cidr() {
-    let _host = cnilab_harness::testing::host_untouched();
+    let _host = cnilab_net::testing::host_untouched();
     require_root();
     let ns = node_a();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -234,7 +234,7 @@ fn metric(text: &str, name: &str) -> Option<u64> {
 
 #[test]
 fn root_running_agent_follows_the_nodes_file_and_leaves_routes_on_sigterm() {
-    let _host = cnilab_harness::testing::host_untouched();
+    let _host = cnilab_net::testing::host_untouched();
     require_root();
     let ns = node_a();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -323,9 +323,18 @@ fn root_running_agent_follows_the_nodes_file_and_leaves_routes_on_sigterm() {
 }
 
 /// Connects `a` and `b` with a veth pair `a_if`/`b_if`.
-fn link(a: &TestNetns, a_if: &str, b: &TestNetns, b_if: &str) {
+fn link(a: &Netns, a_if: &str, b: &Netns, b_if: &str) {
     a.ip(&[
-        "link", "add", a_if, "type", "veth", "peer", "name", b_if, "netns", &b.name,
+        "link",
+        "add",
+        a_if,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        b_if,
+        "netns",
+        b.name(),
     ]);
     a.ip(&["link", "set", a_if, "up"]);
     b.ip(&["link", "set", b_if, "up"]);
@@ -333,8 +342,8 @@ fn link(a: &TestNetns, a_if: &str, b: &TestNetns, b_if: &str) {
 
 /// A stand-in pod behind node `node`: its own namespace, `addr` with the
 /// node side as gateway (what the bridge plugin would set up).
-fn pod(node: &TestNetns, if_name: &str, gateway: &str, addr: &str) -> TestNetns {
-    let pod = TestNetns::new();
+fn pod(node: &Netns, if_name: &str, gateway: &str, addr: &str) -> Netns {
+    let pod = netns();
     link(node, if_name, &pod, "eth0");
     node.ip(&["addr", "add", gateway, "dev", if_name]);
     pod.ip(&["addr", "add", addr, "dev", "eth0"]);
@@ -343,13 +352,13 @@ fn pod(node: &TestNetns, if_name: &str, gateway: &str, addr: &str) -> TestNetns 
     pod
 }
 
-fn ping(from: &TestNetns, to: &str) -> bool {
+fn ping(from: &Netns, to: &str) -> bool {
     from.exec("ping", &["-c", "1", "-W", "2", to])
         .status
         .success()
 }
 
-fn masquerade_packets(node: &TestNetns) -> u64 {
+fn masquerade_packets(node: &Netns) -> u64 {
     let table = node.nft_table().unwrap_or_default();
     table
         .lines()
@@ -364,18 +373,18 @@ fn masquerade_packets(node: &TestNetns) -> u64 {
 
 #[test]
 fn root_two_nodes_route_pod_traffic_and_masquerade_only_egress() {
-    let _host = cnilab_harness::testing::host_untouched();
+    let _host = cnilab_net::testing::host_untouched();
     require_root();
     // node a ── node b on 192.168.77.0/24; a pod behind each node; an
     // "internet" host behind node a that has no route to the pod network.
-    let node_a = TestNetns::new();
-    let node_b = TestNetns::new();
+    let node_a = netns();
+    let node_b = netns();
     link(&node_a, "up0", &node_b, "up0");
     node_a.ip(&["addr", "add", "192.168.77.1/24", "dev", "up0"]);
     node_b.ip(&["addr", "add", "192.168.77.2/24", "dev", "up0"]);
     let pod_a = pod(&node_a, "pod0", "10.244.1.1/24", "10.244.1.10/24");
     let pod_b = pod(&node_b, "pod0", "10.244.2.1/24", "10.244.2.10/24");
-    let internet = TestNetns::new();
+    let internet = netns();
     link(&node_a, "wan0", &internet, "eth0");
     node_a.ip(&["addr", "add", "198.51.100.1/24", "dev", "wan0"]);
     internet.ip(&["addr", "add", "198.51.100.2/24", "dev", "eth0"]);

@@ -239,7 +239,7 @@ fn bare_veth_baseline(count: usize) -> Result<Baseline, BenchError> {
             h.link().del(index).execute().await?;
             delete.push(t.elapsed());
         }
-        let pod_handle = cnilab_plugin::netns::connect(Some(pod_file))
+        let pod_handle = cnilab_net::netns::connect(Some(pod_file))
             .map_err(|e| rtnetlink::Error::NamespaceError(e.to_string()))?;
         for i in 0..count {
             let peer = LinkUnspec::new_with_name("eth0")

@@ -5,10 +5,11 @@
 //! → DEL after the netns is gone (D5).
 
 use crate::host_state::{self, Reservation};
-use crate::netns::{self, NetState, Netns, NetnsError};
+use crate::netns::{NetState, Netns, NetnsError};
 use crate::runtime::{Execution, NetworkConfig, Runtime, RuntimeConf, RuntimeError};
 use crate::verdict::{Finding, Verdict};
-use cnilab_plugin::spec::{CniResult, Version};
+use cnilab_net::nl;
+use cnilab_net::spec::{CniResult, Version};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -560,13 +561,13 @@ impl<'a> Lifecycle<'a> {
         };
         let ifname = rt.ifname.clone();
         let tampered = pod.netlink(move |h| async move {
-            let routes = netns::main_route_messages(&h).await?;
+            let routes = nl::main_routes(&h).await?;
             let mut links = h.link().get().match_name(ifname).execute();
             let Some(link) = futures_util::TryStreamExt::try_next(&mut links).await? else {
                 return Ok(None);
             };
             let index = link.header.index;
-            netns::delete_address(&h, index, ip).await?;
+            nl::delete_address(&h, index, ip).await?;
             Ok(Some((index, routes)))
         });
         match tampered {
@@ -587,8 +588,8 @@ impl<'a> Lifecycle<'a> {
                     .with_all(execs),
                 });
                 let restored = pod.netlink(move |h| async move {
-                    netns::add_address(&h, index, ip).await?;
-                    netns::restore_routes(&h, routes).await
+                    nl::add_address(&h, index, ip).await?;
+                    nl::restore_routes(&h, routes).await
                 });
                 if let Err(e) = restored {
                     out.push(Finding::fail(
@@ -617,8 +618,8 @@ impl<'a> Lifecycle<'a> {
         if let Some(route) = result.routes.first() {
             let dst = route.dst;
             let removed = pod.netlink(move |h| async move {
-                let all = netns::main_route_messages(&h).await?;
-                let n = netns::delete_routes(&h, dst).await?;
+                let all = nl::main_routes(&h).await?;
+                let n = nl::delete_routes(&h, dst).await?;
                 Ok((n, all))
             });
             match removed {
@@ -633,8 +634,7 @@ impl<'a> Lifecycle<'a> {
                                 .with_all(&execs),
                         ),
                     }
-                    let _ =
-                        pod.netlink(move |h| async move { netns::restore_routes(&h, all).await });
+                    let _ = pod.netlink(move |h| async move { nl::restore_routes(&h, all).await });
                 }
                 Ok(_) => out.push(Finding::fail(
                     "K4",

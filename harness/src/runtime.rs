@@ -6,7 +6,7 @@
 //! Plugins run inside a chosen "host" namespace, so their bridges and host
 //! veths never appear in the real host namespace.
 
-use cnilab_plugin::spec::{self, CniResult, ErrorBody, Version, VersionInfo};
+use cnilab_net::spec::{self, CniResult, ErrorBody, Version, VersionInfo};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -592,7 +592,7 @@ impl Runtime {
             .process_group(0);
         let started = Instant::now();
         let spawned = match &self.host {
-            Some(host) => cnilab_plugin::netns::spawn_in(host, &mut cmd),
+            Some(host) => cnilab_net::netns::spawn_in(host, &mut cmd),
             None => cmd.spawn(),
         };
         let child = spawned.map_err(|e| spawn_err(e.to_string()))?;

@@ -117,7 +117,7 @@ fn readers_see_links_addresses_and_routes(host: Netns) {
     assert_eq!(veth.kind.as_deref(), Some("veth"));
     assert_eq!(veth.mtu, Some(1400));
     assert!(veth.up);
-    assert_eq!(veth.master, Some(br.index));
+    assert_eq!(veth.controller, Some(br.index));
     assert_eq!(veth.mac.as_deref().map(str::len), Some(17));
     assert!(state
         .addresses_of(br.index)

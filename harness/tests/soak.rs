@@ -4,14 +4,9 @@
 //! soak is a few seconds long.
 
 use cnilab_harness::soak::{self, Budget, FindingKind, SoakOptions, SoakReport};
+use cnilab_harness::testing::require_root;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-
-fn require_root() {
-    if let Err(e) = cnilab_harness::netns::require_root() {
-        panic!("this test needs root: {e}");
-    }
-}
 
 /// `cnilab-bridge`, built next to `cnilab` by `cargo test --workspace`.
 fn bridge_dir() -> PathBuf {

@@ -2,7 +2,8 @@
 //! before the kernel or the store is touched.
 
 use crate::error::{CniError, Result};
-use crate::spec::{self, check_ifname, Attachment, Dns, Route, Version};
+use cnilab_net::naming::{from_u128, to_u128};
+use cnilab_net::spec::{self, check_ifname, Attachment, Dns, Route, Version};
 use ipnet::IpNet;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -127,21 +128,6 @@ impl Range {
 
 /// One range set: the ranges of one address family, tried in order.
 pub type RangeSet = Vec<Range>;
-
-pub fn to_u128(ip: IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(v4) => u128::from(u32::from(v4)),
-        IpAddr::V6(v6) => u128::from(v6),
-    }
-}
-
-pub fn from_u128(v4: bool, n: u128) -> IpAddr {
-    if v4 {
-        IpAddr::V4(std::net::Ipv4Addr::from(n as u32))
-    } else {
-        IpAddr::V6(std::net::Ipv6Addr::from(n))
-    }
-}
 
 /// Where the addresses come from.
 #[derive(Clone, Debug)]

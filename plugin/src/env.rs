@@ -2,7 +2,7 @@
 //! disk or the kernel.
 
 use crate::error::{CniError, Result};
-use crate::spec::{check_ifname, code, valid_container_id};
+use cnilab_net::spec::{check_ifname, code, valid_container_id};
 use std::path::PathBuf;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,7 +100,7 @@ impl CniEnv {
                 return Err(CniError::env(format!(
                     "CNI_CONTAINERID {shown:?}{} is invalid: it must match ^[A-Za-z0-9][A-Za-z0-9_.-]*$ and be at most {} bytes",
                     if container_id.len() > 64 { "…" } else { "" },
-                    crate::spec::MAX_CONTAINER_ID
+                    cnilab_net::spec::MAX_CONTAINER_ID
                 )));
             }
             if let Err(why) = check_ifname(&ifname) {

@@ -1,7 +1,7 @@
 //! The plugin's error: a CNI code plus a message that names the object.
 //! Mapped to the spec's JSON error body at the binary's edge.
 
-use crate::spec::{code, ErrorBody};
+use cnilab_net::spec::{code, ErrorBody};
 use std::fmt;
 
 #[derive(Clone, Debug, PartialEq, Eq)]

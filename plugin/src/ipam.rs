@@ -5,9 +5,10 @@
 //! `last_reserved_ip.<set>` remembers where round-robin continues;
 //! every allocation and release happens under an flock on `lock`.
 
-use crate::config::{from_u128, to_u128, Range, RangeSet};
+use crate::config::{Range, RangeSet};
 use crate::error::{CniError, Result};
-use crate::spec::code;
+use cnilab_net::naming::{from_u128, to_u128};
+use cnilab_net::spec::code;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use std::collections::HashSet;

@@ -1,8 +1,12 @@
 //! cnilab-bridge: a CNI 1.1.0 bridge plugin with built-in host-local-style IPAM.
 //!
-//! The library half is shared: the harness and the agent use `spec` (CNI
-//! types), `netns` (namespace-bound netlink) and `nl` (netlink readers) from
-//! here, so there is one result type and one namespace helper in the project.
+//! Where things happen: [`commands`] has one file per CNI verb (ADD, DEL,
+//! CHECK, GC, STATUS, VERSION) and the dispatch; [`env`] reads the CNI
+//! environment, [`config`] parses and validates the network config into a
+//! plan, [`ipam`] is the address store, [`masq`] the masquerade rules,
+//! [`error`] the CNI error JSON. CNI types, namespaces, netlink, nft and
+//! name derivation come from `cnilab_net` (shared with the agent and the
+//! harness).
 
 pub mod commands;
 pub mod config;
@@ -10,6 +14,3 @@ pub mod env;
 pub mod error;
 pub mod ipam;
 pub mod masq;
-pub mod netns;
-pub mod nl;
-pub mod spec;

@@ -8,6 +8,7 @@
 //! on stdin. Where `nft` is missing, iptables rules tagged with a comment.
 
 use crate::error::{CniError, Result};
+use cnilab_net::naming::fnv1a;
 use ipnet::IpNet;
 use std::io::Write;
 use std::net::IpAddr;
@@ -18,16 +19,6 @@ use std::process::{Command, Stdio};
 /// reaches the nft parser).
 pub fn table_name(network: &str) -> String {
     format!("cnilab_{:08x}", fnv1a(network.as_bytes()) as u32)
-}
-
-/// FNV-1a, 64-bit: stable names derived from input without an extra crate.
-pub fn fnv1a(data: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in data {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h
 }
 
 fn nft_available() -> bool {
@@ -114,30 +105,14 @@ pub fn del_batch(network: &str, ips: &[IpAddr]) -> String {
 }
 
 fn run_nft(batch: &str) -> Result<()> {
-    let mut child = Command::new("nft")
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| CniError::kernel("run nft", e))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(batch.as_bytes())
-            .map_err(|e| CniError::kernel("write nft batch", e))?;
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| CniError::kernel("wait for nft", e))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(CniError::kernel(
-            "nft masquerade batch failed",
-            String::from_utf8_lossy(&out.stderr).trim(),
-        )
-        .with_details(batch.to_string()))
-    }
+    use cnilab_net::nft::{self, NftError};
+    nft::load(Path::new("nft"), None, batch).map_err(|e| match e {
+        NftError::Spawn { source, .. } => CniError::kernel("run nft", source),
+        NftError::Io { what, source } => CniError::kernel(what, source),
+        NftError::Failed { stderr, .. } => {
+            CniError::kernel("nft masquerade batch failed", stderr).with_details(batch.to_string())
+        }
+    })
 }
 
 fn iptables(v4: bool, args: &[&str]) -> std::io::Result<bool> {

@@ -3,7 +3,7 @@
 //! the `cnilab-bridge` binary that the root end-to-end tests execute.)
 
 use assert_cmd::Command;
-use cnilab_plugin::spec::{ErrorBody, VersionInfo, SUPPORTED_VERSIONS};
+use cnilab_net::spec::{ErrorBody, VersionInfo, SUPPORTED_VERSIONS};
 
 fn plugin() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cnilab-bridge"));

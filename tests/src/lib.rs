@@ -4,8 +4,8 @@
 
 use cnilab_harness::netns::Netns;
 use cnilab_harness::runtime::Collected;
-pub use cnilab_harness::testing::host_untouched;
-use cnilab_plugin::spec::{CniResult, ErrorBody};
+pub use cnilab_harness::testing::{host_untouched, require_root};
+use cnilab_net::spec::{CniResult, ErrorBody};
 use serde_json::Value;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
@@ -28,14 +28,6 @@ pub fn workspace_bin(name: &str) -> PathBuf {
         path.display()
     );
     path
-}
-
-/// Fails the test with a clear message when not root: these tests make
-/// network namespaces and must not pass silently without doing so.
-pub fn require_root() {
-    if let Err(e) = cnilab_harness::netns::require_root() {
-        panic!("this test needs root: {e}");
-    }
 }
 
 /// One plugin invocation's environment.

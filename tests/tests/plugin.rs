@@ -3,8 +3,8 @@
 //! stands for the host, so the machine's own network is never touched.
 
 use cnilab_harness::netns::Netns;
-use cnilab_plugin::commands::host_veth_name;
-use cnilab_plugin::spec::{code, CniResult};
+use cnilab_net::naming::host_veth_name;
+use cnilab_net::spec::{code, CniResult};
 use cnilab_tests::{
     error_of, host_untouched, invoke, plugin_command, require_root, result_of, store_records,
     with_prev, workspace_bin, Call,
@@ -186,7 +186,7 @@ fn add_check_del_del(#[case] family: &str, #[case] n_ips: usize) {
     let veth = host_state.link(&res.interfaces[1].name).expect("host veth");
     let bridge = host_state.link("cnitest0").expect("bridge");
     assert_eq!(
-        veth.master,
+        veth.controller,
         Some(bridge.index),
         "host veth is on the bridge"
     );

@@ -5,8 +5,8 @@
 //! are `corpus.rs`; RBAC and the DaemonSet are `agent/tests/manifests.rs`.)
 
 use cnilab_harness::netns::Netns;
+use cnilab_net::spec::{code, CniResult, ErrorBody};
 use cnilab_plugin::ipam::{Store, LOCK_TIMEOUT};
-use cnilab_plugin::spec::{code, CniResult, ErrorBody};
 use cnilab_tests::{host_untouched, invoke, require_root, store_records, workspace_bin, Call};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};

@@ -1,27 +1,14 @@
-//! Test-only helpers for the root tests: a throwaway network namespace and
-//! a child-process guard, both cleaned up on drop (also when a test panics).
-//! (A `Netns` type also lives in harness/src/netns.rs; the agent itself
-//! does not depend on the harness, so this small copy is kept test-only.
-//! The harness is only a dev-dependency, for its check that the machine's
-//! own network is untouched.)
+//! Test-only helpers for the root tests: node namespaces (cnilab-net's
+//! throwaway `Netns`, removed on drop, also when a test panics) driven with
+//! `ip`, and a child-process guard.
 
 #![allow(dead_code)]
 
+pub use cnilab_net::netns::Netns;
+pub use cnilab_net::testing::require_root;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-/// Fails the test with a clear message when not root: these tests need
-/// CAP_NET_ADMIN/CAP_SYS_ADMIN to create namespaces. They never pass silently.
-pub fn require_root() {
-    if !nix::unistd::geteuid().is_root() {
-        panic!(
-            "this test needs root (it creates network namespaces with `ip netns add`); \
-             run `sudo -E cargo test -p cnilab-agent`, or skip root tests with `--skip root_`"
-        );
-    }
-}
 
 /// Runs a command (no shell) and returns its output, failing on non-zero exit.
 pub fn run(program: &str, args: &[&str]) -> Output {
@@ -41,40 +28,38 @@ pub fn stdout(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&run(program, args).stdout).into_owned()
 }
 
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-/// `ip netns add cnilab-agenttest-<pid>-<n>`, deleted on drop.
-pub struct TestNetns {
-    pub name: String,
+/// A throwaway namespace standing for a node (or a pod), with `lo` up:
+/// cnilab-net's fixture (it fails the test when not root).
+pub fn netns() -> Netns {
+    cnilab_net::testing::host_netns()
 }
 
-impl TestNetns {
-    pub fn new() -> TestNetns {
-        let name = format!(
-            "cnilab-agenttest-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        );
-        run("ip", &["netns", "add", &name]);
-        let ns = TestNetns { name };
-        ns.ip(&["link", "set", "lo", "up"]);
-        ns
-    }
-
-    pub fn path(&self) -> PathBuf {
-        PathBuf::from(format!("/run/netns/{}", self.name))
-    }
-
+/// `ip`-driven helpers on a test namespace.
+pub trait NetnsExt {
     /// `ip -n <ns> args...`
-    pub fn ip(&self, args: &[&str]) -> String {
-        let mut full = vec!["-n", self.name.as_str()];
+    fn ip(&self, args: &[&str]) -> String;
+    /// `ip netns exec <ns> program args...`
+    fn exec(&self, program: &str, args: &[&str]) -> Output;
+    /// A "node uplink": a veth pair inside the namespace whose first end has
+    /// `addr4` and `addr6`, so that neighbours in those subnets are on-link.
+    fn uplink(&self, addr4: &str, addr6: &str);
+    /// Routes with cnilab's protocol, both families, as sorted `dst via gw`.
+    fn own_routes(&self) -> Vec<String>;
+    /// Every route of the main table, both families.
+    fn all_routes(&self) -> Vec<String>;
+    fn nft_table(&self) -> Option<String>;
+    fn sysctl(&self, key: &str) -> String;
+}
+
+impl NetnsExt for Netns {
+    fn ip(&self, args: &[&str]) -> String {
+        let mut full = vec!["-n", self.name()];
         full.extend_from_slice(args);
         stdout("ip", &full)
     }
 
-    /// `ip netns exec <ns> program args...`
-    pub fn exec(&self, program: &str, args: &[&str]) -> Output {
-        let mut full = vec!["netns", "exec", self.name.as_str(), program];
+    fn exec(&self, program: &str, args: &[&str]) -> Output {
+        let mut full = vec!["netns", "exec", self.name(), program];
         full.extend_from_slice(args);
         Command::new("ip")
             .args(&full)
@@ -82,9 +67,7 @@ impl TestNetns {
             .unwrap_or_else(|e| panic!("cannot run ip netns exec: {e}"))
     }
 
-    /// A "node uplink": a veth pair inside the namespace whose first end has
-    /// `addr4` and `addr6`, so that neighbours in those subnets are on-link.
-    pub fn uplink(&self, addr4: &str, addr6: &str) {
+    fn uplink(&self, addr4: &str, addr6: &str) {
         self.ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up1"]);
         self.ip(&["addr", "add", addr4, "dev", "up0"]);
         self.ip(&["addr", "add", addr6, "dev", "up0", "nodad"]);
@@ -92,64 +75,55 @@ impl TestNetns {
         self.ip(&["link", "set", "up1", "up"]);
     }
 
-    /// Routes with cnilab's protocol, both families, as sorted `dst via gw`.
-    pub fn own_routes(&self) -> Vec<String> {
+    fn own_routes(&self) -> Vec<String> {
         self.all_routes()
             .into_iter()
             .filter(|r| r.ends_with(" proto 199"))
             .collect()
     }
 
-    /// Every route of the main table, both families.
-    pub fn all_routes(&self) -> Vec<String> {
-        let mut routes = self.routes(&["route", "show"]);
-        routes.extend(self.routes(&["-6", "route", "show"]));
-        routes.sort();
-        routes
+    fn all_routes(&self) -> Vec<String> {
+        let mut all = ip_routes(self, &["route", "show"]);
+        all.extend(ip_routes(self, &["-6", "route", "show"]));
+        all.sort();
+        all
     }
 
-    fn routes(&self, args: &[&str]) -> Vec<String> {
-        let mut full = vec!["-j"];
-        full.extend_from_slice(args);
-        let text = self.ip(&full);
-        let value: serde_json::Value = serde_json::from_str(&text).expect("ip -j output is JSON");
-        value
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|r| {
-                let field = |k: &str| r.get(k).and_then(|v| v.as_str()).unwrap_or("").to_string();
-                let mut s = field("dst");
-                if !field("gateway").is_empty() {
-                    s.push_str(&format!(" via {}", field("gateway")));
-                }
-                if !field("protocol").is_empty() {
-                    s.push_str(&format!(" proto {}", field("protocol")));
-                }
-                s
-            })
-            .collect()
-    }
-
-    pub fn nft_table(&self) -> Option<String> {
+    fn nft_table(&self) -> Option<String> {
         let out = self.exec("nft", &["list", "table", "inet", "cnilab_agent"]);
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    pub fn sysctl(&self, key: &str) -> String {
+    fn sysctl(&self, key: &str) -> String {
         let out = self.exec("sysctl", &["-n", key]);
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 }
 
-impl Drop for TestNetns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
+/// `ip -j <args>` in `ns`, as `dst [via gw] [proto p]` lines.
+fn ip_routes(ns: &Netns, args: &[&str]) -> Vec<String> {
+    let mut full = vec!["-j"];
+    full.extend_from_slice(args);
+    let text = ns.ip(&full);
+    let value: serde_json::Value = serde_json::from_str(&text).expect("ip -j output is JSON");
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let field = |k: &str| r.get(k).and_then(|v| v.as_str()).unwrap_or("").to_string();
+            let mut s = field("dst");
+            if !field("gateway").is_empty() {
+                s.push_str(&format!(" via {}", field("gateway")));
+            }
+            if !field("protocol").is_empty() {
+                s.push_str(&format!(" proto {}", field("protocol")));
+            }
+            s
+        })
+        .collect()
 }
 
 /// A running agent, killed on drop.

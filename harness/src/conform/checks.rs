@@ -7,7 +7,7 @@ use crate::lifecycle::{clip, del_finding, error_finding, Lab, Lifecycle};
 use crate::netns::Netns;
 use crate::runtime::{CniCommand, GcKey, Runtime, RuntimeConf};
 use crate::verdict::{Finding, Verdict};
-use cnilab_plugin::spec::{code, Attachment, CniResult, Version};
+use cnilab_net::spec::{code, Attachment, CniResult, Version};
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
 
@@ -125,7 +125,7 @@ fn lifecycles(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
             out.push(legacy_add(s, v));
             continue;
         }
-        if !cnilab_plugin::spec::is_supported(&v.to_string()) {
+        if !cnilab_net::spec::is_supported(&v.to_string()) {
             out.push(Finding::pass(
                 "V3",
                 format!("{v}: newer than the harness speaks; not exercised"),

@@ -14,7 +14,7 @@ use crate::netns::{Netns, NetnsError};
 use crate::runtime::{NetworkConfig, Runtime, RuntimeError};
 use crate::util::ScratchDir;
 use crate::verdict::{Finding, Verdict};
-use cnilab_plugin::spec::Version;
+use cnilab_net::spec::Version;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -124,7 +124,7 @@ pub fn run(
     opts: &ConformOptions,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<ConformReport, ConformError> {
-    if let Err(why) = cnilab_plugin::spec::check_ifname(&opts.ifname) {
+    if let Err(why) = cnilab_net::spec::check_ifname(&opts.ifname) {
         return Err(ConformError::BadIfname(opts.ifname.clone(), why));
     }
     let only: Option<Vec<String>> = opts

@@ -7,7 +7,7 @@ use crate::lifecycle::{clip, HostSnapshot, Lab};
 use crate::netns::Netns;
 use crate::runtime::{CniCommand, Execution, NetworkConfig, Runtime, RuntimeConf};
 use crate::verdict::Finding;
-use cnilab_plugin::spec::Version;
+use cnilab_net::spec::Version;
 use serde_json::{Map, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -92,7 +92,7 @@ impl<'a> Suite<'a> {
                 return;
             }
         };
-        let parsed: Option<cnilab_plugin::spec::VersionInfo> = if exec.success() {
+        let parsed: Option<cnilab_net::spec::VersionInfo> = if exec.success() {
             serde_json::from_str(exec.stdout.trim()).ok()
         } else {
             None
@@ -190,7 +190,7 @@ impl<'a> Suite<'a> {
                 continue;
             };
             let Ok(info) =
-                serde_json::from_str::<cnilab_plugin::spec::VersionInfo>(exec.stdout.trim())
+                serde_json::from_str::<cnilab_net::spec::VersionInfo>(exec.stdout.trim())
             else {
                 continue;
             };
@@ -252,7 +252,7 @@ impl<'a> Suite<'a> {
             .versions
             .iter()
             .copied()
-            .filter(|v| *v >= min && cnilab_plugin::spec::is_supported(&v.to_string()))
+            .filter(|v| *v >= min && cnilab_net::spec::is_supported(&v.to_string()))
             .collect();
         ok.sort();
         if ok.contains(&self.net.version) && self.net.version >= min {

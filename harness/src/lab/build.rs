@@ -6,10 +6,9 @@
 use super::topology::{Masquerade, NodeSpec, Routing, Topology};
 use crate::netns::{Netns, NetnsError};
 use crate::runtime::{NetworkConfig, Runtime, RuntimeConf, RuntimeError};
-use cnilab_plugin::{netns as plugin_netns, nl};
+use cnilab_net::{netns as plugin_netns, nl};
 use ipnet::IpNet;
 use rtnetlink::LinkBridge;
-use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -223,35 +222,18 @@ pub fn node_nat_ruleset(node: &NodeSpec, cluster: &[IpNet]) -> String {
 
 /// Feeds a ruleset to `nft -f -` inside `ns`.
 pub fn nft(ns: &Netns, ruleset: &str) -> Result<(), LabError> {
-    let mut child = ns
-        .command("nft")
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
-            setup(format!(
-                "run nft in {}: {e} (is nftables installed?)",
-                ns.name()
-            ))
-        })?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(ruleset.as_bytes())
-            .map_err(|e| setup(format!("nft stdin: {e}")))?;
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| setup(format!("nft: {e}")))?;
-    if !out.status.success() {
-        return Err(setup(format!(
-            "nft in {}: {}\n{ruleset}",
-            ns.name(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(())
+    use cnilab_net::nft::NftError;
+    let program = std::path::Path::new("nft");
+    cnilab_net::nft::load(program, Some(ns.file()), ruleset).map_err(|e| match e {
+        NftError::Spawn { source, .. } => setup(format!(
+            "run nft in {}: {source} (is nftables installed?)",
+            ns.name()
+        )),
+        NftError::Io { what, source } => setup(format!("{what}: {source}")),
+        NftError::Failed { stderr, .. } => {
+            setup(format!("nft in {}: {stderr}\n{ruleset}", ns.name()))
+        }
+    })
 }
 
 /// The JSON node list the agent's file source reads.

@@ -80,7 +80,7 @@ pub fn collect(lab: &Lab) -> Vec<NodeFacts> {
         .map(|node| {
             let file = node.ns.file();
             let sysctl = |key: &str| {
-                cnilab_plugin::netns::read_sysctl(Some(file), key)
+                cnilab_net::netns::read_sysctl(Some(file), key)
                     .unwrap_or_else(|e| format!("unreadable: {e}"))
             };
             let ruleset = node
@@ -392,11 +392,11 @@ mod tests {
 
     #[test]
     fn longest_prefix_wins() {
-        let r = |dst: &str, gw: Option<&str>| Route {
-            dst: dst.parse().expect("net"),
-            gateway: gw.map(|g| g.parse().expect("ip")),
-            oif: None,
-            table: 254,
+        let r = |dst: &str, gw: Option<&str>| {
+            Route::new(
+                dst.parse().expect("net"),
+                gw.map(|g| g.parse().expect("ip")),
+            )
         };
         let routes = vec![
             r("10.244.0.0/16", Some("10.250.0.9")),

@@ -7,7 +7,7 @@
 //! the checks prove masquerade (or its absence). ICMP echo is answered by
 //! the kernel itself.
 
-use cnilab_plugin::netns::run_in;
+use cnilab_net::netns::run_in;
 use nix::sys::socket::{socket, AddressFamily, SockFlag, SockProtocol, SockType};
 use std::fs::File;
 use std::io;
@@ -66,7 +66,7 @@ fn in_ns<R: Send>(ns: &File, f: impl FnOnce() -> io::Result<R> + Send) -> io::Re
 /// Allows unprivileged-style ICMP echo sockets for root in this namespace
 /// (new namespaces start with `ping_group_range = 1 0`, which excludes everyone).
 pub fn allow_ping_sockets(ns: &File) -> io::Result<()> {
-    cnilab_plugin::netns::write_sysctl(Some(ns), "net/ipv4/ping_group_range", "0 2147483647")
+    cnilab_net::netns::write_sysctl(Some(ns), "net/ipv4/ping_group_range", "0 2147483647")
 }
 
 /// Starts TCP and UDP responders inside `ns` on the lab runtime. They run

@@ -5,8 +5,8 @@
 use super::build::{install_static_routes, nft, Lab, LabError, UpOptions};
 use super::report::Report;
 use super::topology::{line_prefix, NodeSpec, Seg, Topology};
-use crate::netns::{delete_routes, Netns};
-use cnilab_plugin::{netns as plugin_netns, nl};
+use crate::netns::Netns;
+use cnilab_net::{netns as plugin_netns, nl};
 use ipnet::IpNet;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -325,7 +325,7 @@ fn apply(lab: &mut Lab, fault: &Fault) -> Result<Undo, LabError> {
             let ns = node_ns(lab, node)?;
             ns.netlink(|h| async move {
                 for c in cidrs {
-                    delete_routes(&h, c).await?;
+                    nl::delete_routes(&h, c).await?;
                 }
                 Ok(())
             })

@@ -42,7 +42,7 @@
 //!   marker cannot go stale.
 
 use crate::netns::{NetState, Netns};
-use cnilab_plugin::spec::ErrorBody;
+use cnilab_net::spec::ErrorBody;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -574,7 +574,7 @@ fn spawn(lab: &Lab<'_>, env: &[(String, String)], input: Feed) -> Result<Raw, Co
     // A relative path from the input then lands in the watched tree.
     .current_dir(lab.watched)
     .process_group(0);
-    cnilab_plugin::netns::command_in(lab.host.file(), &mut cmd);
+    cnilab_net::netns::command_in(lab.host.file(), &mut cmd);
     // SAFETY: close(2) and execve(2) are async-signal-safe; the pointers
     // refer to `program`, `argv`, `envp` and `envv`, which outlive the
     // spawn below. execve only returns on failure, reported through errno.

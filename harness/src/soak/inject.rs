@@ -55,11 +55,11 @@ fn leak_addresses(net: &NetworkConfig, dir: &Path, n: usize) -> Vec<IpAddr> {
         (None, IpNet::V4(v4)) => IpAddr::V4((u32::from(v4.broadcast()).saturating_sub(1)).into()),
         (None, IpNet::V6(v6)) => IpAddr::V6(v6.broadcast()),
     };
-    let first = cnilab_plugin::config::to_u128(subnet.network());
+    let first = cnilab_net::naming::to_u128(subnet.network());
     let mut out = Vec::new();
-    let mut at = cnilab_plugin::config::to_u128(last);
+    let mut at = cnilab_net::naming::to_u128(last);
     while out.len() < n && at > first + 1 {
-        let ip = cnilab_plugin::config::from_u128(last.is_ipv4(), at);
+        let ip = cnilab_net::naming::from_u128(last.is_ipv4(), at);
         if !dir.join(ip.to_string()).exists() {
             out.push(ip);
         }
@@ -105,15 +105,15 @@ pub(super) fn plant(
     let bridge = links
         .iter()
         .filter(|l| l.kind.as_deref() == Some("veth"))
-        .find_map(|l| l.master)
+        .find_map(|l| l.controller)
         .or_else(|| {
             let name = net.plugins.first()?.get("bridge")?.as_str()?;
             links.iter().find(|l| l.name == name).map(|l| l.index)
         });
     let id = injected_id(opts.inject_leaks);
-    let name = cnilab_plugin::commands::host_veth_name(&id, &opts.ifname);
+    let name = cnilab_net::naming::host_veth_name(&id, &opts.ifname);
     let peer = "soakleakpeer";
-    let msg = cnilab_plugin::nl::veth_message(&name, peer, host.file(), None, bridge);
+    let msg = cnilab_net::nl::veth_message(&name, peer, host.file(), None, bridge);
     host.netlink(move |h| async move { h.link().add(msg).execute().await })?;
     planted.links.push(name);
     planted.links.push(peer.to_string());

@@ -24,7 +24,7 @@ use crate::host_state;
 use crate::netns::{Netns, NetnsError};
 use crate::runtime::{GcKey, NetworkConfig, Runtime, RuntimeConf, RuntimeError};
 use crate::util::ScratchDir;
-use cnilab_plugin::spec::{Attachment, Version};
+use cnilab_net::spec::{Attachment, Version};
 use ipnet::IpNet;
 use plan::{CyclePlan, DelVariant, PlanKnobs};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -153,7 +153,7 @@ impl SoakOptions {
         {
             return bad("--cycles / --duration must be more than 0");
         }
-        if let Err(why) = cnilab_plugin::spec::check_ifname(&self.ifname) {
+        if let Err(why) = cnilab_net::spec::check_ifname(&self.ifname) {
             return Err(SoakError::BadOptions(format!(
                 "--ifname {:?} {why}",
                 self.ifname
@@ -485,7 +485,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         .chain(injected.iter().flat_map(|i| i.container_ids.iter()))
         .map(|id| {
             (
-                cnilab_plugin::commands::host_veth_name(id, &opts.ifname),
+                cnilab_net::naming::host_veth_name(id, &opts.ifname),
                 id.clone(),
             )
         })

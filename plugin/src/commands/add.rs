@@ -7,9 +7,9 @@ use crate::config::{IpamPlan, Plan};
 use crate::env::CniEnv;
 use crate::error::{CniError, Result};
 use crate::masq;
-use crate::netns;
-use crate::nl::{self, is_exists, Link};
-use crate::spec::{code, CniResult, Interface, IpConfig, Route};
+use cnilab_net::netns;
+use cnilab_net::nl::{self, is_exists, Link};
+use cnilab_net::spec::{code, CniResult, Interface, IpConfig, Route};
 use ipnet::IpNet;
 use rtnetlink::packet_route::link::LinkAttribute;
 use rtnetlink::{Handle, LinkBridge, LinkBridgePort, LinkUnspec};
@@ -208,14 +208,14 @@ async fn configure(
     let host_mac = nl::link_by_name(host, host_veth)
         .await
         .map_err(|e| CniError::kernel(format!("look up {host_veth}"), e))?
-        .map(|l| l.mac)
+        .and_then(|l| l.mac)
         .unwrap_or_default();
     Ok(CniResult {
         cni_version: plan.version.to_string(),
         interfaces: vec![
             Interface {
                 name: plan.bridge.clone(),
-                mac: bridge.mac.clone(),
+                mac: bridge.mac.clone().unwrap_or_default(),
                 ..Interface::default()
             },
             Interface {
@@ -225,8 +225,8 @@ async fn configure(
             },
             Interface {
                 name: env.ifname.clone(),
-                mac: pod_link.mac.clone(),
-                mtu: Some(pod_link.mtu),
+                mac: pod_link.mac.clone().unwrap_or_default(),
+                mtu: pod_link.mtu,
                 sandbox: Some(env.netns.clone()),
                 ..Interface::default()
             },
@@ -246,13 +246,6 @@ async fn configure(
     })
 }
 
-/// A stable, locally administered MAC for the bridge, so the gateway's MAC
-/// does not change as ports come and go.
-fn bridge_mac(name: &str) -> Vec<u8> {
-    let h = masq::fnv1a(name.as_bytes()).to_be_bytes();
-    vec![0x02, h[0], h[1], h[2], h[3], h[4]]
-}
-
 async fn ensure_bridge(host: &Handle, plan: &Plan) -> Result<Link> {
     let lookup = || async {
         nl::link_by_name(host, &plan.bridge)
@@ -262,7 +255,8 @@ async fn ensure_bridge(host: &Handle, plan: &Plan) -> Result<Link> {
     let link = match lookup().await? {
         Some(link) => link,
         None => {
-            let mut builder = LinkBridge::new(&plan.bridge).address(bridge_mac(&plan.bridge));
+            let mut builder =
+                LinkBridge::new(&plan.bridge).address(cnilab_net::naming::bridge_mac(&plan.bridge));
             if let Some(mtu) = plan.mtu {
                 builder = builder.mtu(mtu);
             }

@@ -6,7 +6,7 @@ use crate::config::{IpamPlan, Plan};
 use crate::env::CniEnv;
 use crate::error::{CniError, Result};
 use crate::ipam::{Store, LOCK_TIMEOUT};
-use crate::spec::{Dns, IpConfig, Route};
+use cnilab_net::spec::{Dns, IpConfig, Route};
 use ipnet::IpNet;
 use std::net::IpAddr;
 
@@ -134,7 +134,7 @@ pub fn check(env: &CniEnv, plan: &Plan, ips: &[IpAddr]) -> Result<()> {
             for ip in ips {
                 if !held.contains(ip) {
                     return Err(CniError::new(
-                        crate::spec::code::CHECK_MISMATCH,
+                        cnilab_net::spec::code::CHECK_MISMATCH,
                         format!(
                             "address {ip} is not reserved for container {} ifname {} in {}",
                             env.container_id,

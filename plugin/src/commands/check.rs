@@ -5,9 +5,9 @@ use super::{host_veth_name, open_pod_netns, prev_result, require_version, runtim
 use crate::config::Plan;
 use crate::env::CniEnv;
 use crate::error::{CniError, Result};
-use crate::netns;
-use crate::nl;
-use crate::spec::{code, Version};
+use cnilab_net::netns;
+use cnilab_net::nl;
+use cnilab_net::spec::{code, Version};
 use std::net::IpAddr;
 
 fn mismatch(msg: String) -> CniError {
@@ -51,10 +51,11 @@ pub fn run(env: &CniEnv, plan: &Plan) -> Result<()> {
                     env.ifname, env.netns
                 ))
             })?;
-        if !expected.mac.is_empty() && !expected.mac.eq_ignore_ascii_case(&link.mac) {
+        let mac = link.mac.as_deref().unwrap_or("");
+        if !expected.mac.is_empty() && !expected.mac.eq_ignore_ascii_case(mac) {
             return Err(mismatch(format!(
-                "interface {} has MAC {}, prevResult says {}",
-                env.ifname, link.mac, expected.mac
+                "interface {} has MAC {mac}, prevResult says {}",
+                env.ifname, expected.mac
             )));
         }
         if !link.up {
@@ -80,7 +81,7 @@ pub fn run(env: &CniEnv, plan: &Plan) -> Result<()> {
         for r in &prev.routes {
             let found = routes
                 .iter()
-                .any(|k| k.dst == r.dst.trunc() && (r.gw.is_none() || k.gw == r.gw));
+                .any(|k| k.dst == r.dst.trunc() && (r.gw.is_none() || k.gateway == r.gw));
             if !found {
                 return Err(mismatch(format!(
                     "route {}{} is missing in {}",

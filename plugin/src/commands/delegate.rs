@@ -3,7 +3,7 @@
 
 use crate::env::CniEnv;
 use crate::error::{CniError, Result};
-use crate::spec::{code, CniResult, ErrorBody};
+use cnilab_net::spec::{code, CniResult, ErrorBody};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

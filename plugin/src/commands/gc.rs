@@ -8,9 +8,9 @@ use crate::env::CniEnv;
 use crate::error::{join, CniError, Result};
 use crate::ipam::{Store, LOCK_TIMEOUT};
 use crate::masq;
-use crate::netns;
-use crate::nl;
-use crate::spec::Version;
+use cnilab_net::netns;
+use cnilab_net::nl;
+use cnilab_net::spec::Version;
 use std::collections::HashSet;
 use std::net::IpAddr;
 

@@ -13,8 +13,9 @@ pub mod version;
 use crate::config::{self, IpamPlan, Plan};
 use crate::env::{CniEnv, Command};
 use crate::error::{CniError, Result};
-use crate::masq::fnv1a;
-use crate::spec::{self, code, CniResult, Version};
+use cnilab_net::naming::fnv1a;
+pub use cnilab_net::naming::host_veth_name;
+use cnilab_net::spec::{self, code, CniResult, Version};
 use std::io::Write;
 use std::time::Instant;
 
@@ -28,15 +29,6 @@ pub struct Outcome {
     pub exit_code: i32,
     /// One human line for the logs (stderr and `logFile`).
     pub log: String,
-}
-
-/// The host-side veth of an attachment: derived from (container, ifname), so
-/// DEL and GC find it without the container's namespace.
-pub fn host_veth_name(container_id: &str, ifname: &str) -> String {
-    let mut key = container_id.as_bytes().to_vec();
-    key.push(b'/');
-    key.extend_from_slice(ifname.as_bytes());
-    format!("veth{:08x}", fnv1a(&key) as u32)
 }
 
 /// The ownership mark ADD writes into `IFLA_IFALIAS` of both ends of the
@@ -130,7 +122,7 @@ pub fn escape_log(line: &str) -> String {
 /// runtime's, where the pod interface and its default route would land in
 /// the host).
 pub(crate) fn open_pod_netns(env: &CniEnv) -> Result<std::fs::File> {
-    let ns = crate::netns::open_network_namespace(&env.netns)
+    let ns = cnilab_net::netns::open_network_namespace(&env.netns)
         .map_err(|e| CniError::env(format!("CNI_NETNS {}: {e}", env.netns)))?;
     refuse_own_netns(env, &ns)?;
     Ok(ns)
@@ -138,7 +130,7 @@ pub(crate) fn open_pod_netns(env: &CniEnv) -> Result<std::fs::File> {
 
 /// Code 4 when `ns` is the plugin's own network namespace.
 pub(crate) fn refuse_own_netns(env: &CniEnv, ns: &std::fs::File) -> Result<()> {
-    match crate::netns::is_own_namespace(ns) {
+    match cnilab_net::netns::is_own_namespace(ns) {
         Ok(false) => Ok(()),
         Ok(true) => Err(CniError::env(format!(
             "CNI_NETNS {} is the plugin's own network namespace (the runtime's), not a pod's",
@@ -404,14 +396,6 @@ mod tests {
             ),
         ];
         assert_eq!(run_with_os_vars(other, b"").exit_code, 0);
-    }
-
-    #[test]
-    fn host_veth_names_fit_and_differ() {
-        let a = host_veth_name("abc", "eth0");
-        assert!(a.len() <= 15);
-        assert_ne!(a, host_veth_name("abc", "eth1"));
-        assert_eq!(a, host_veth_name("abc", "eth0"));
     }
 
     #[rstest]

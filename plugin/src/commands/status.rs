@@ -5,7 +5,7 @@ use crate::config::{IpamPlan, Plan};
 use crate::env::CniEnv;
 use crate::error::{CniError, Result};
 use crate::ipam::{Store, LOCK_TIMEOUT};
-use crate::spec::{code, Version};
+use cnilab_net::spec::{code, Version};
 
 pub fn run(env: &CniEnv, plan: &Plan) -> Result<()> {
     require_version(plan, Version::V1_1_0, "STATUS")?;

@@ -3,7 +3,7 @@
 
 use super::Outcome;
 use crate::config::sniff_version;
-use crate::spec::{self, VersionInfo};
+use cnilab_net::spec::{self, VersionInfo};
 use std::time::Instant;
 
 pub fn run(stdin: &[u8], what: String, started: Instant) -> Outcome {

@@ -3,6 +3,14 @@
 //! A netlink socket stays bound to the namespace it was created in, so each
 //! namespace gets its own connection, opened on a short-lived OS thread that
 //! entered the namespace. No tokio worker thread ever changes namespace.
+//!
+//! This file: opening namespace files, [`run_in`], netlink connections and
+//! processes inside a namespace, sysctls. `throwaway.rs`: [`Netns`], the
+//! named namespaces tests and labs create and remove (also after a panic),
+//! and [`sweep`] for what a killed run left behind.
+
+mod throwaway;
+pub use throwaway::*;
 
 use nix::sched::{setns, CloneFlags};
 use std::fs::File;

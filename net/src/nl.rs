@@ -1,39 +1,50 @@
 //! Netlink readers and small writers shared by the plugin, the harness and
-//! the agent. Every function takes a handle that is already bound to the
-//! namespace it should act in (see `netns::connect`).
+//! the agent: one [`Link`], one [`Address`] and one [`Route`] type. Every
+//! function takes a handle that is already bound to the namespace it should
+//! act in (see `netns::connect`, or `Netns::netlink`).
 
 use futures_util::TryStreamExt;
 use ipnet::IpNet;
 use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
-use rtnetlink::packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
-use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteProtocol};
+use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
+use rtnetlink::packet_route::route::{
+    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteType,
+};
 use rtnetlink::packet_route::AddressFamily;
 use rtnetlink::{Error, Handle, RouteMessageBuilder};
+use std::fmt;
 use std::net::IpAddr;
 
-/// What cnilab needs to know about a link.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A network interface as netlink reports it: the one link type of cnilab
+/// (the plugin, the agent, the harness and their reports all use it).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Link {
     pub index: u32,
     pub name: String,
-    pub mac: String,
-    pub mtu: u32,
+    /// `aa:bb:cc:dd:ee:ff`, lower case; `None` when the link has no
+    /// hardware address.
+    pub mac: Option<String>,
+    pub mtu: Option<u32>,
     pub up: bool,
     /// Index of the bridge (or other controller) the link is enslaved to.
+    /// Serialized as `master`, the name reports have always used.
+    #[serde(rename = "master")]
     pub controller: Option<u32>,
     /// `veth`, `bridge`, ... (`None` for plain devices such as `lo`).
     pub kind: Option<String>,
     /// `IFLA_IFALIAS` (cnilab-bridge keeps its ownership mark there).
+    #[serde(skip)]
     pub alias: Option<String>,
 }
 
 impl Link {
-    fn from_message(msg: &LinkMessage) -> Link {
+    /// The fields of a link message (`RTM_NEWLINK`).
+    pub fn from_message(msg: &LinkMessage) -> Link {
         let mut link = Link {
             index: msg.header.index,
             name: String::new(),
-            mac: String::new(),
-            mtu: 0,
+            mac: None,
+            mtu: None,
             up: msg.header.flags.contains(LinkFlags::Up),
             controller: None,
             kind: None,
@@ -42,14 +53,14 @@ impl Link {
         for attr in &msg.attributes {
             match attr {
                 LinkAttribute::IfName(n) => link.name = n.clone(),
-                LinkAttribute::Address(a) => link.mac = mac_string(a),
-                LinkAttribute::Mtu(m) => link.mtu = *m,
+                LinkAttribute::Address(a) => link.mac = Some(mac_string(a)),
+                LinkAttribute::Mtu(m) => link.mtu = Some(*m),
                 LinkAttribute::Controller(c) => link.controller = Some(*c),
                 LinkAttribute::IfAlias(a) if !a.is_empty() => link.alias = Some(a.clone()),
                 LinkAttribute::LinkInfo(infos) => {
                     for info in infos {
                         if let LinkInfo::Kind(kind) = info {
-                            link.kind = Some(kind_name(kind));
+                            link.kind = Some(kind.to_string());
                         }
                     }
                 }
@@ -57,15 +68,6 @@ impl Link {
             }
         }
         link
-    }
-}
-
-fn kind_name(kind: &InfoKind) -> String {
-    match kind {
-        InfoKind::Veth => "veth".into(),
-        InfoKind::Bridge => "bridge".into(),
-        InfoKind::Dummy => "dummy".into(),
-        other => format!("{other:?}").to_lowercase(),
     }
 }
 
@@ -114,10 +116,12 @@ pub async fn links(handle: &Handle) -> Result<Vec<Link>, Error> {
 }
 
 /// An address configured on a link.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Address {
     pub index: u32,
     pub addr: IpNet,
+    /// The kernel's message (what deletes the address).
+    #[serde(skip)]
     pub message: AddressMessage,
 }
 
@@ -156,16 +160,42 @@ pub async fn addresses(handle: &Handle, index: Option<u32>) -> Result<Vec<Addres
     Ok(out)
 }
 
-/// A route as cnilab sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RouteEntry {
+/// A route from any table: the one route type of cnilab.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Route {
     pub dst: IpNet,
-    pub gw: Option<IpAddr>,
+    pub gateway: Option<IpAddr>,
     pub oif: Option<u32>,
     pub table: u32,
+    /// `RTPROT_*` (the agent marks its routes with its own number).
+    #[serde(skip)]
     pub protocol: u8,
+    /// `RTA_PRIORITY` (the metric), 0 when absent.
+    #[serde(skip)]
+    pub priority: u32,
+    /// A unicast route (not local, broadcast, blackhole, ...).
+    #[serde(skip)]
+    pub unicast: bool,
+    /// The kernel's message (what deletes or restores the route).
+    #[serde(skip)]
     pub message: RouteMessage,
 }
+
+impl fmt::Display for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.dst)?;
+        if let Some(gw) = self.gateway {
+            write!(f, " via {gw}")?;
+        }
+        if let Some(oif) = self.oif {
+            write!(f, " oif {oif}")?;
+        }
+        write!(f, " table {}", self.table)
+    }
+}
+
+/// The main routing table's number (`RT_TABLE_MAIN`).
+pub const MAIN_TABLE: u32 = RouteHeader::RT_TABLE_MAIN as u32;
 
 fn route_addr(a: &RouteAddress) -> Option<IpAddr> {
     match a {
@@ -175,55 +205,73 @@ fn route_addr(a: &RouteAddress) -> Option<IpAddr> {
     }
 }
 
-fn protocol_number(p: RouteProtocol) -> u8 {
-    u8::from(p)
+impl Route {
+    /// A unicast main-table route `dst [via gateway]` as a plain value (for
+    /// plans and tests: it has no kernel message).
+    pub fn new(dst: IpNet, gateway: Option<IpAddr>) -> Route {
+        Route {
+            dst,
+            gateway,
+            oif: None,
+            table: MAIN_TABLE,
+            protocol: 0,
+            priority: 0,
+            unicast: true,
+            message: RouteMessage::default(),
+        }
+    }
+
+    /// The fields of a route message (`RTM_NEWROUTE`); `None` for families
+    /// other than IPv4 and IPv6 or an impossible prefix.
+    pub fn from_message(msg: &RouteMessage) -> Option<Route> {
+        let mut dst = None;
+        let mut gateway = None;
+        let mut oif = None;
+        let mut priority = 0;
+        let mut table = u32::from(msg.header.table);
+        for attr in &msg.attributes {
+            match attr {
+                RouteAttribute::Destination(a) => dst = route_addr(a),
+                RouteAttribute::Gateway(a) => gateway = route_addr(a),
+                RouteAttribute::Oif(i) => oif = Some(*i),
+                RouteAttribute::Table(t) => table = *t,
+                RouteAttribute::Priority(p) => priority = *p,
+                _ => {}
+            }
+        }
+        let dst = match (dst, msg.header.address_family) {
+            (Some(addr), _) => addr,
+            (None, AddressFamily::Inet) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            (None, AddressFamily::Inet6) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+            (None, _) => return None,
+        };
+        let dst = IpNet::new(dst, msg.header.destination_prefix_length).ok()?;
+        Some(Route {
+            dst,
+            gateway,
+            oif,
+            table,
+            protocol: u8::from(msg.header.protocol),
+            priority,
+            unicast: msg.header.kind == RouteType::Unicast,
+            message: msg.clone(),
+        })
+    }
 }
 
-/// Routes of the main table (and others) for one family.
-pub async fn routes(handle: &Handle, v6: bool) -> Result<Vec<RouteEntry>, Error> {
+/// Routes of every table for one family.
+pub async fn routes(handle: &Handle, v6: bool) -> Result<Vec<Route>, Error> {
     let query = if v6 {
         RouteMessageBuilder::<std::net::Ipv6Addr>::new().build()
     } else {
         RouteMessageBuilder::<std::net::Ipv4Addr>::new().build()
     };
     let msgs: Vec<RouteMessage> = handle.route().get(query).execute().try_collect().await?;
-    let mut out = Vec::new();
-    for msg in msgs {
-        let family_v6 = msg.header.address_family == AddressFamily::Inet6;
-        let mut dst = None;
-        let mut gw = None;
-        let mut oif = None;
-        let mut table = u32::from(msg.header.table);
-        for attr in &msg.attributes {
-            match attr {
-                RouteAttribute::Destination(a) => dst = route_addr(a),
-                RouteAttribute::Gateway(a) => gw = route_addr(a),
-                RouteAttribute::Oif(i) => oif = Some(*i),
-                RouteAttribute::Table(t) => table = *t,
-                _ => {}
-            }
-        }
-        let dst_ip = dst.unwrap_or(if family_v6 {
-            IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
-        } else {
-            IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
-        });
-        if let Ok(net) = IpNet::new(dst_ip, msg.header.destination_prefix_length) {
-            out.push(RouteEntry {
-                dst: net,
-                gw,
-                oif,
-                table,
-                protocol: protocol_number(msg.header.protocol),
-                message: msg.clone(),
-            });
-        }
-    }
-    Ok(out)
+    Ok(msgs.iter().filter_map(Route::from_message).collect())
 }
 
-/// Routes of both families in the main table.
-pub async fn all_routes(handle: &Handle) -> Result<Vec<RouteEntry>, Error> {
+/// Routes of both families, every table (IPv4 first).
+pub async fn all_routes(handle: &Handle) -> Result<Vec<Route>, Error> {
     let mut out = routes(handle, false).await?;
     out.extend(routes(handle, true).await?);
     Ok(out)
@@ -350,4 +398,55 @@ pub async fn delete_link_by_name(handle: &Handle, name: &str) -> Result<bool, Er
         Err(e) if is_not_found(&e) => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// Deletes the address `addr` from link `index`. Returns whether it was there.
+pub async fn delete_address(handle: &Handle, index: u32, addr: IpNet) -> Result<bool, Error> {
+    let found: Vec<Address> = addresses(handle, Some(index))
+        .await?
+        .into_iter()
+        .filter(|a| a.addr == addr)
+        .collect();
+    for a in &found {
+        handle.address().del(a.message.clone()).execute().await?;
+    }
+    Ok(!found.is_empty())
+}
+
+/// Main-table routes of both families, with their messages, so that they
+/// can be put back with [`restore_routes`].
+pub async fn main_routes(handle: &Handle) -> Result<Vec<Route>, Error> {
+    let mut all = all_routes(handle).await?;
+    all.retain(|r| r.table == MAIN_TABLE);
+    Ok(all)
+}
+
+/// Deletes main-table routes to `dst`. Returns how many.
+pub async fn delete_routes(handle: &Handle, dst: IpNet) -> Result<usize, Error> {
+    let found: Vec<Route> = main_routes(handle)
+        .await?
+        .into_iter()
+        .filter(|r| r.dst == dst)
+        .collect();
+    for r in &found {
+        handle.route().del(r.message.clone()).execute().await?;
+    }
+    Ok(found.len())
+}
+
+/// Re-adds routes (from [`main_routes`]); routes that already exist are
+/// left alone.
+pub async fn restore_routes(handle: &Handle, routes: Vec<Route>) -> Result<(), Error> {
+    for route in routes {
+        let mut msg = route.message;
+        // Kernel-generated (proto kernel) routes come back with their
+        // address; re-adding them would only fail.
+        msg.attributes
+            .retain(|a| !matches!(a, RouteAttribute::CacheInfo(_) | RouteAttribute::Table(_)));
+        match handle.route().add(msg).execute().await {
+            Err(e) if is_exists(&e) => {}
+            other => other?,
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,521 @@
+//! Throwaway network namespaces, named and bind-mounted like `ip netns add`
+//! so that `ip netns exec cnilab-… sh` works on them while debugging.
+//!
+//! Every namespace is `cnilab-<pid>-<n>[-label]` under `/run/netns`. It is
+//! deleted when its [`Netns`] is dropped (also while unwinding from a panic);
+//! [`sweep`] removes what a killed run left behind, using the pid in the name.
+//! `setns` happens only through the functions of the parent module, on
+//! dedicated threads.
+
+use super as plugin_netns;
+use crate::nl::{self, Address, Link, Route};
+use crate::snapshot::NetState;
+use futures_util::TryStreamExt;
+use nix::errno::Errno;
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::{unshare, CloneFlags};
+use rtnetlink::packet_route::link::LinkAttribute;
+use rtnetlink::LinkUnspec;
+use std::fs::{File, OpenOptions};
+use std::future::Future;
+use std::io;
+use std::net::IpAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Where named namespaces live (what `ip netns` uses).
+pub const NETNS_DIR: &str = "/run/netns";
+/// Prefix of every namespace the harness creates.
+pub const PREFIX: &str = "cnilab-";
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+/// Set once the process is shutting down (Ctrl-C): no new namespace may
+/// appear after the final sweep.
+/// Creations hold it shared; [`stop_creating`] takes it exclusively.
+static STOPPED: std::sync::RwLock<bool> = std::sync::RwLock::new(false);
+
+/// Waits for creations under way, then refuses every later one in this
+/// process.
+pub fn stop_creating() {
+    let mut stopped = STOPPED.write().unwrap_or_else(|e| e.into_inner());
+    *stopped = true;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetnsError {
+    #[error("creating network namespaces needs root (CAP_SYS_ADMIN): run cnilab, or the tests, as root (for example with sudo)")]
+    NotRoot,
+    #[error("cannot prepare {NETNS_DIR} as a shared mount point: {0}")]
+    Prepare(String),
+    #[error("cannot create network namespace {name}: {reason}")]
+    Create { name: String, reason: String },
+    #[error("cannot delete network namespace {name}: {reason}")]
+    Delete { name: String, reason: String },
+    #[error("label {0:?} is not usable in a namespace name (use [A-Za-z0-9_-], at most 12 chars)")]
+    BadLabel(String),
+    #[error("inside namespace {name}: {source}")]
+    Enter { name: String, source: io::Error },
+    #[error("netlink in namespace {name}: {reason}")]
+    Netlink { name: String, reason: String },
+}
+
+/// A throwaway network namespace. Dropping it unmounts and removes it.
+#[derive(Debug)]
+pub struct Netns {
+    name: String,
+    path: PathBuf,
+    file: File,
+    deleted: bool,
+}
+
+/// Fails with a clear message when the process is not root.
+pub fn require_root() -> Result<(), NetnsError> {
+    if nix::unistd::geteuid().is_root() {
+        Ok(())
+    } else {
+        Err(NetnsError::NotRoot)
+    }
+}
+
+impl Netns {
+    /// Creates `cnilab-<pid>-<n>`.
+    pub fn new() -> Result<Netns, NetnsError> {
+        Self::create(None)
+    }
+
+    /// Creates `cnilab-<pid>-<n>-<label>`; the label shows in `ip netns list`.
+    pub fn with_label(label: &str) -> Result<Netns, NetnsError> {
+        let ok = !label.is_empty()
+            && label.len() <= 12
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !ok {
+            return Err(NetnsError::BadLabel(label.to_string()));
+        }
+        Self::create(Some(label))
+    }
+
+    fn create(label: Option<&str>) -> Result<Netns, NetnsError> {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let mut name = format!("{PREFIX}{}-{n}", std::process::id());
+        if let Some(label) = label {
+            name.push('-');
+            name.push_str(label);
+        }
+        Self::create_named(name)
+    }
+
+    /// Creates a namespace with a name chosen by the caller, for labs that
+    /// outlive the process (`cnilab lab up`); the name must start with
+    /// [`PREFIX`] and not with a pid, so [`sweep`] leaves it alone.
+    pub fn persistent(name: &str) -> Result<Netns, NetnsError> {
+        let ok = name.starts_with(PREFIX)
+            && name.len() <= 60
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !ok {
+            return Err(NetnsError::BadLabel(name.to_string()));
+        }
+        Self::create_named(name.to_string())
+    }
+
+    /// Opens an existing named namespace (`/run/netns/<name>`); dropping the
+    /// value deletes it unless [`Netns::keep`] is called.
+    pub fn open_existing(name: &str) -> Result<Netns, NetnsError> {
+        if name.contains('/') || name.starts_with('.') {
+            return Err(NetnsError::BadLabel(name.to_string()));
+        }
+        let path = Path::new(NETNS_DIR).join(name);
+        let file = plugin_netns::open(&path).map_err(|source| NetnsError::Enter {
+            name: name.to_string(),
+            source,
+        })?;
+        Ok(Netns {
+            name: name.to_string(),
+            path,
+            file,
+            deleted: false,
+        })
+    }
+
+    /// The network namespace this process started in (its main thread's,
+    /// which never changes namespace): the machine's own network, opened for
+    /// reading only (tests check that nothing touched it). Dropping or
+    /// deleting the value leaves the namespace alone.
+    pub fn machine() -> Result<Netns, NetnsError> {
+        let path = PathBuf::from("/proc/self/ns/net");
+        let name = "the machine's own network".to_string();
+        let file =
+            plugin_netns::open_network_namespace(&path).map_err(|source| NetnsError::Enter {
+                name: name.clone(),
+                source,
+            })?;
+        Ok(Netns {
+            name,
+            path,
+            file,
+            deleted: true,
+        })
+    }
+
+    /// Leaves the namespace in place when this value is dropped.
+    pub fn keep(mut self) -> String {
+        self.deleted = true;
+        self.name.clone()
+    }
+
+    fn create_named(name: String) -> Result<Netns, NetnsError> {
+        require_root()?;
+        let stopped = STOPPED.read().unwrap_or_else(|e| e.into_inner());
+        if *stopped {
+            return Err(NetnsError::Create {
+                name,
+                reason: "the process is shutting down".into(),
+            });
+        }
+        prepare_netns_dir()?;
+        let path = Path::new(NETNS_DIR).join(&name);
+        let fail = |reason: String| NetnsError::Create {
+            name: name.clone(),
+            reason,
+        };
+        // The mount point: an empty file, created exclusively so two runs can
+        // never share a name.
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o000)
+            .open(&path)
+            .map_err(|e| fail(format!("create {}: {e}", path.display())))?;
+        let target = path.clone();
+        // unshare(CLONE_NEWNET) on a thread of its own: only that thread moves
+        // into the new namespace, and it ends right after the bind mount.
+        let made = std::thread::spawn(move || -> Result<(), String> {
+            unshare(CloneFlags::CLONE_NEWNET).map_err(|e| format!("unshare: {e}"))?;
+            mount(
+                Some("/proc/thread-self/ns/net"),
+                &target,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .map_err(|e| format!("bind mount onto {}: {e}", target.display()))
+        })
+        .join()
+        .map_err(|_| fail("namespace thread panicked".into()))
+        .and_then(|r| r.map_err(fail));
+        if let Err(e) = made {
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+        let file = match plugin_netns::open(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = remove_mount(&path);
+                return Err(fail(e.to_string()));
+            }
+        };
+        Ok(Netns {
+            name,
+            path,
+            file,
+            deleted: false,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `/run/netns/<name>`: what a runtime passes as `CNI_NETNS`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// An open handle on the namespace (kept alive as long as `self`).
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Runs `f` on a fresh OS thread inside the namespace.
+    pub fn run<F, R>(&self, f: F) -> Result<R, NetnsError>
+    where
+        F: FnOnce() -> R + Send,
+        R: Send,
+    {
+        plugin_netns::run_in(&self.file, f).map_err(|source| NetnsError::Enter {
+            name: self.name.clone(),
+            source,
+        })
+    }
+
+    /// A `Command` whose process runs inside the namespace.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        plugin_netns::command_in(&self.file, &mut cmd);
+        cmd
+    }
+
+    /// Whether link `name` is operationally up (carrier on both ends of a
+    /// veth, and the kernel's link watcher has told its upper devices, such
+    /// as a bridge enabling the port).
+    pub fn oper_up(&self, name: &str) -> Result<bool, NetnsError> {
+        use rtnetlink::packet_route::link::State;
+        let name = name.to_string();
+        self.netlink(|h| async move {
+            let mut stream = h.link().get().match_name(name).execute();
+            Ok(match stream.try_next().await {
+                Ok(Some(msg)) => msg
+                    .attributes
+                    .iter()
+                    .any(|a| matches!(a, LinkAttribute::OperState(State::Up))),
+                Ok(None) | Err(_) => false,
+            })
+        })
+    }
+
+    /// The neighbour (ARP/NDP) entries that map an address to a MAC.
+    pub fn neighbours(&self) -> Result<Vec<Neighbour>, NetnsError> {
+        self.netlink(|h| async move {
+            Ok(neighbour_dump(&h)
+                .await?
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect())
+        })
+    }
+
+    /// Deletes the neighbour (ARP/NDP) entries for `addr` on every link, so
+    /// that the next packet to it resolves its link-layer address afresh.
+    /// Returns how many entries were deleted.
+    pub fn forget_neighbour(&self, addr: IpAddr) -> Result<usize, NetnsError> {
+        self.netlink(|h| async move {
+            let mut deleted = 0;
+            for (n, msg) in neighbour_dump(&h).await? {
+                if n.addr != addr {
+                    continue;
+                }
+                match h.neighbours().del(msg).execute().await {
+                    Ok(()) => deleted += 1,
+                    // Gone meanwhile (garbage-collected): nothing to forget.
+                    Err(rtnetlink::Error::NetlinkError(e))
+                        if e.raw_code() == -nix::libc::ENOENT => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(deleted)
+        })
+    }
+
+    /// Runs an async netlink job against this namespace on a dedicated thread
+    /// with its own current-thread tokio runtime, so it is safe to call from
+    /// anywhere, including from inside another tokio runtime.
+    pub fn netlink<F, Fut, R>(&self, job: F) -> Result<R, NetnsError>
+    where
+        F: FnOnce(rtnetlink::Handle) -> Fut + Send,
+        Fut: Future<Output = Result<R, rtnetlink::Error>>,
+        R: Send,
+    {
+        let name = self.name.clone();
+        let file = &self.file;
+        let fail = |reason: String| NetnsError::Netlink {
+            name: name.clone(),
+            reason,
+        };
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| fail(format!("tokio runtime: {e}")))?;
+                    rt.block_on(async {
+                        let handle = plugin_netns::connect(Some(file))
+                            .map_err(|e| fail(format!("connect: {e}")))?;
+                        job(handle).await.map_err(|e| fail(e.to_string()))
+                    })
+                })
+                .join()
+                .map_err(|_| fail("netlink thread panicked".into()))?
+        })
+    }
+
+    /// Brings `lo` up (new namespaces start with it down).
+    pub fn set_lo_up(&self) -> Result<(), NetnsError> {
+        self.netlink(|h| async move {
+            h.link()
+                .set(LinkUnspec::new_with_name("lo").up().build())
+                .execute()
+                .await
+        })
+    }
+
+    pub fn links(&self) -> Result<Vec<Link>, NetnsError> {
+        self.netlink(|h| async move { nl::links(&h).await })
+    }
+
+    pub fn addresses(&self) -> Result<Vec<Address>, NetnsError> {
+        self.netlink(|h| async move { nl::addresses(&h, None).await })
+    }
+
+    /// Routes of every table, both families.
+    pub fn routes(&self) -> Result<Vec<Route>, NetnsError> {
+        self.netlink(|h| async move { nl::all_routes(&h).await })
+    }
+
+    /// Links, addresses and routes in one netlink session.
+    pub fn snapshot(&self) -> Result<NetState, NetnsError> {
+        self.netlink(|h| async move { NetState::read(&h).await })
+    }
+
+    /// Deletes the namespace now (the plugin then sees a stale `CNI_NETNS`).
+    pub fn delete(mut self) -> Result<(), NetnsError> {
+        // Already deleted, or never ours to delete (`machine`).
+        if std::mem::replace(&mut self.deleted, true) {
+            return Ok(());
+        }
+        remove_mount(&self.path).map_err(|reason| NetnsError::Delete {
+            name: self.name.clone(),
+            reason,
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        if !self.deleted {
+            if let Err(e) = remove_mount(&self.path) {
+                eprintln!("cnilab: cannot delete netns {}: {e}", self.name);
+            }
+        }
+    }
+}
+
+/// Makes `/run/netns` exist and be a shared mount, as iproute2 does, so that
+/// namespace mounts made here propagate to other mount namespaces.
+fn prepare_netns_dir() -> Result<(), NetnsError> {
+    let dir = Path::new(NETNS_DIR);
+    std::fs::create_dir_all(dir).map_err(|e| NetnsError::Prepare(e.to_string()))?;
+    let shared = MsFlags::MS_SHARED | MsFlags::MS_REC;
+    loop {
+        match mount(None::<&str>, dir, None::<&str>, shared, None::<&str>) {
+            Ok(()) => return Ok(()),
+            // Not a mount point yet: bind it onto itself, then retry.
+            Err(Errno::EINVAL) => {
+                mount(
+                    Some(dir),
+                    dir,
+                    None::<&str>,
+                    MsFlags::MS_BIND | MsFlags::MS_REC,
+                    None::<&str>,
+                )
+                .map_err(|e| NetnsError::Prepare(format!("bind {NETNS_DIR} onto itself: {e}")))?;
+            }
+            Err(e) => return Err(NetnsError::Prepare(e.to_string())),
+        }
+    }
+}
+
+fn remove_mount(path: &Path) -> Result<(), String> {
+    match umount2(path, MntFlags::MNT_DETACH) {
+        Ok(()) | Err(Errno::EINVAL) | Err(Errno::ENOENT) => {}
+        Err(e) => return Err(format!("umount {}: {e}", path.display())),
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("remove {}: {e}", path.display())),
+    }
+}
+
+/// Removes every named namespace for which `doomed(name)` holds; returns
+/// the names removed, sorted.
+pub fn remove_matching(doomed: impl Fn(&str) -> bool) -> Result<Vec<String>, NetnsError> {
+    let mut removed = Vec::new();
+    let entries = match std::fs::read_dir(NETNS_DIR) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(removed),
+        Err(e) => return Err(NetnsError::Prepare(format!("read {NETNS_DIR}: {e}"))),
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !doomed(&name) {
+            continue;
+        }
+        remove_mount(&entry.path()).map_err(|reason| NetnsError::Delete {
+            name: name.clone(),
+            reason,
+        })?;
+        removed.push(name);
+    }
+    removed.sort();
+    Ok(removed)
+}
+
+/// Removes every namespace whose name starts with `prefix`, whoever made
+/// it (a lab's own namespaces on Ctrl-C, or a persistent lab on `lab down`).
+pub fn remove_prefixed(prefix: &str) -> Result<Vec<String>, NetnsError> {
+    remove_matching(|name| !prefix.is_empty() && name.starts_with(prefix))
+}
+
+/// Removes namespaces named `<prefix><pid>-…` whose pid is no longer
+/// running. Returns the names it removed. `prefix` is normally [`PREFIX`].
+pub fn sweep(prefix: &str) -> Result<Vec<String>, NetnsError> {
+    remove_matching(|name| {
+        let pid = name
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+    })
+}
+
+/// A neighbour (ARP/NDP) entry.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Neighbour {
+    pub addr: IpAddr,
+    /// `aa:bb:cc:dd:ee:ff`; `None` while unresolved.
+    pub mac: Option<String>,
+    /// The link it is on.
+    pub index: u32,
+}
+
+/// Every neighbour entry with an IP address, with the message that deletes it.
+async fn neighbour_dump(
+    h: &rtnetlink::Handle,
+) -> Result<
+    Vec<(
+        Neighbour,
+        rtnetlink::packet_route::neighbour::NeighbourMessage,
+    )>,
+    rtnetlink::Error,
+> {
+    use rtnetlink::packet_route::neighbour::{NeighbourAddress, NeighbourAttribute};
+    let mut stream = h.neighbours().get().execute();
+    let mut out = Vec::new();
+    while let Some(msg) = stream.try_next().await? {
+        let mut addr = None;
+        let mut mac = None;
+        for a in &msg.attributes {
+            match a {
+                NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
+                    addr = Some(IpAddr::V4(*v4))
+                }
+                NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
+                    addr = Some(IpAddr::V6(*v6))
+                }
+                NeighbourAttribute::LinkLayerAddress(bytes) => mac = Some(nl::mac_string(bytes)),
+                _ => {}
+            }
+        }
+        if let Some(addr) = addr {
+            let index = msg.header.ifindex;
+            out.push((Neighbour { addr, mac, index }, msg));
+        }
+    }
+    Ok(out)
+}
