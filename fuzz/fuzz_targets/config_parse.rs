@@ -5,7 +5,7 @@
 #![no_main]
 
 use cnilab_plugin::config::{self, IpamPlan};
-use cnilab_plugin::spec::{check_ifname, code, Version};
+use cnilab_net::spec::{check_ifname, code, Version};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -59,7 +59,7 @@ fuzz_target!(|data: &[u8]| {
                             assert_eq!(r.start.is_ipv4(), v4, "one family per set");
                             assert_eq!(r.end.is_ipv4(), v4);
                             assert_eq!(r.gateway.is_ipv4(), v4);
-                            assert!(config::to_u128(r.start) <= config::to_u128(r.end));
+                            assert!(cnilab_net::naming::to_u128(r.start) <= cnilab_net::naming::to_u128(r.end));
                             assert!(r.subnet.contains(&r.start) && r.subnet.contains(&r.end));
                             assert!(r.subnet.contains(&r.gateway));
                             assert_ne!(r.start, r.subnet.network(), "network address handed out");

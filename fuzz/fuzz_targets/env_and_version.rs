@@ -8,7 +8,7 @@
 
 use cnilab_plugin::commands;
 use cnilab_plugin::env::{parse_args, CniEnv, Command};
-use cnilab_plugin::spec::{
+use cnilab_net::spec::{
     check_ifname, valid_container_id, ErrorBody, VersionInfo, SUPPORTED_VERSIONS,
 };
 use libfuzzer_sys::fuzz_target;

@@ -6,7 +6,7 @@
 #![no_main]
 
 use cnilab_plugin::ipam::parse_record;
-use cnilab_plugin::spec::{check_ifname, valid_container_id};
+use cnilab_net::spec::{check_ifname, valid_container_id};
 use libfuzzer_sys::fuzz_target;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

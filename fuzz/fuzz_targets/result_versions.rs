@@ -6,7 +6,7 @@
 
 #![no_main]
 
-use cnilab_plugin::spec::{CniResult, ErrorBody, Version, SUPPORTED_VERSIONS};
+use cnilab_net::spec::{CniResult, ErrorBody, Version, SUPPORTED_VERSIONS};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,5 +1,10 @@
 //! cnilab harness: throwaway namespaces, a CNI runtime that drives any plugin
 //! binary, lifecycle and conformance checks, and a benchmark.
+//!
+//! Namespaces, netlink, nft, CNI types and snapshots of what a namespace
+//! holds come from `cnilab_net`: [`netns`] and [`testing`] here re-export
+//! them (plus the harness's runtime fixture); [`host_state`] reads a
+//! host-local store.
 
 pub mod bench;
 pub mod cli;

@@ -87,11 +87,7 @@ impl Netns {
 
     /// Creates `cnilab-<pid>-<n>-<label>`; the label shows in `ip netns list`.
     pub fn with_label(label: &str) -> Result<Netns, NetnsError> {
-        let ok = !label.is_empty()
-            && label.len() <= 12
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        let ok = name_chars_ok(label, 12);
         if !ok {
             return Err(NetnsError::BadLabel(label.to_string()));
         }
@@ -112,11 +108,7 @@ impl Netns {
     /// outlive the process (`cnilab lab up`); the name must start with
     /// [`PREFIX`] and not with a pid, so [`sweep`] leaves it alone.
     pub fn persistent(name: &str) -> Result<Netns, NetnsError> {
-        let ok = name.starts_with(PREFIX)
-            && name.len() <= 60
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        let ok = name.starts_with(PREFIX) && name_chars_ok(name, 60);
         if !ok {
             return Err(NetnsError::BadLabel(name.to_string()));
         }
@@ -393,6 +385,15 @@ impl Drop for Netns {
             }
         }
     }
+}
+
+/// A non-empty name of at most `max` bytes from `[A-Za-z0-9_-]`.
+fn name_chars_ok(name: &str, max: usize) -> bool {
+    !name.is_empty()
+        && name.len() <= max
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// Makes `/run/netns` exist and be a shared mount, as iproute2 does, so that
