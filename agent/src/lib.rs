@@ -3,9 +3,11 @@
 //! pod CIDRs via that node's InternalIP, and sets this node up for the
 //! cnilab-bridge plugin (conflist, forwarding, masquerade).
 //!
-//! Where things happen: [`plan`] decides route changes, [`routes`] makes
-//! them, [`reconcile`] runs one pass, [`run`] holds the loop, [`source`] the
-//! node sources, [`nftables`] and [`cni_config`] the node setup.
+//! Where things happen: [`plan`] decides route changes, [`routes`] reads
+//! the table (through `cnilab_net::nl`) and makes them, [`reconcile`] runs
+//! one pass, [`run`] holds the loop, [`source`] the node sources,
+//! [`nftables`] (loaded with `cnilab_net::nft`) and [`cni_config`] the node
+//! setup. Namespaces and netlink connections come from `cnilab_net::netns`.
 
 pub mod cli;
 pub mod cni_config;
