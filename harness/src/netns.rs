@@ -4,5 +4,5 @@
 //! `cnilab_net::nl` and `cnilab_net::snapshot`.
 
 pub use cnilab_net::netns::*;
-pub use cnilab_net::nl::{Address, Link, Route};
+pub use cnilab_net::nl::{Address, Link, Neighbour, Route};
 pub use cnilab_net::snapshot::NetState;

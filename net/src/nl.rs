@@ -7,6 +7,7 @@ use futures_util::TryStreamExt;
 use ipnet::IpNet;
 use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
 use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
+use rtnetlink::packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage};
 use rtnetlink::packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteType,
 };
@@ -449,4 +450,48 @@ pub async fn restore_routes(handle: &Handle, routes: Vec<Route>) -> Result<(), E
         }
     }
     Ok(())
+}
+
+/// A neighbour (ARP/NDP) entry.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Neighbour {
+    pub addr: IpAddr,
+    /// `aa:bb:cc:dd:ee:ff`; `None` while unresolved.
+    pub mac: Option<String>,
+    /// The link it is on.
+    pub index: u32,
+    /// The kernel's message (what deletes the entry).
+    #[serde(skip)]
+    pub message: NeighbourMessage,
+}
+
+/// Every neighbour entry with an IP address.
+pub async fn neighbours(handle: &Handle) -> Result<Vec<Neighbour>, Error> {
+    let msgs: Vec<NeighbourMessage> = handle.neighbours().get().execute().try_collect().await?;
+    let mut out = Vec::new();
+    for msg in msgs {
+        let mut addr = None;
+        let mut mac = None;
+        for a in &msg.attributes {
+            match a {
+                NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
+                    addr = Some(IpAddr::V4(*v4))
+                }
+                NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
+                    addr = Some(IpAddr::V6(*v6))
+                }
+                NeighbourAttribute::LinkLayerAddress(bytes) => mac = Some(mac_string(bytes)),
+                _ => {}
+            }
+        }
+        if let Some(addr) = addr {
+            out.push(Neighbour {
+                addr,
+                mac,
+                index: msg.header.ifindex,
+                message: msg,
+            });
+        }
+    }
+    Ok(out)
 }

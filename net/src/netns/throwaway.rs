@@ -8,7 +8,7 @@
 //! dedicated threads.
 
 use super as plugin_netns;
-use crate::nl::{self, Address, Link, Route};
+use crate::nl::{self, Address, Link, Neighbour, Route};
 use crate::snapshot::NetState;
 use futures_util::TryStreamExt;
 use nix::errno::Errno;
@@ -272,13 +272,7 @@ impl Netns {
 
     /// The neighbour (ARP/NDP) entries that map an address to a MAC.
     pub fn neighbours(&self) -> Result<Vec<Neighbour>, NetnsError> {
-        self.netlink(|h| async move {
-            Ok(neighbour_dump(&h)
-                .await?
-                .into_iter()
-                .map(|(n, _)| n)
-                .collect())
-        })
+        self.netlink(|h| async move { nl::neighbours(&h).await })
     }
 
     /// Deletes the neighbour (ARP/NDP) entries for `addr` on every link, so
@@ -287,11 +281,11 @@ impl Netns {
     pub fn forget_neighbour(&self, addr: IpAddr) -> Result<usize, NetnsError> {
         self.netlink(|h| async move {
             let mut deleted = 0;
-            for (n, msg) in neighbour_dump(&h).await? {
+            for n in nl::neighbours(&h).await? {
                 if n.addr != addr {
                     continue;
                 }
-                match h.neighbours().del(msg).execute().await {
+                match h.neighbours().del(n.message).execute().await {
                     Ok(()) => deleted += 1,
                     // Gone meanwhile (garbage-collected): nothing to forget.
                     Err(rtnetlink::Error::NetlinkError(e))
@@ -473,50 +467,4 @@ pub fn sweep(prefix: &str) -> Result<Vec<String>, NetnsError> {
             .and_then(|p| p.parse::<u32>().ok());
         pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
     })
-}
-
-/// A neighbour (ARP/NDP) entry.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Neighbour {
-    pub addr: IpAddr,
-    /// `aa:bb:cc:dd:ee:ff`; `None` while unresolved.
-    pub mac: Option<String>,
-    /// The link it is on.
-    pub index: u32,
-}
-
-/// Every neighbour entry with an IP address, with the message that deletes it.
-async fn neighbour_dump(
-    h: &rtnetlink::Handle,
-) -> Result<
-    Vec<(
-        Neighbour,
-        rtnetlink::packet_route::neighbour::NeighbourMessage,
-    )>,
-    rtnetlink::Error,
-> {
-    use rtnetlink::packet_route::neighbour::{NeighbourAddress, NeighbourAttribute};
-    let mut stream = h.neighbours().get().execute();
-    let mut out = Vec::new();
-    while let Some(msg) = stream.try_next().await? {
-        let mut addr = None;
-        let mut mac = None;
-        for a in &msg.attributes {
-            match a {
-                NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
-                    addr = Some(IpAddr::V4(*v4))
-                }
-                NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
-                    addr = Some(IpAddr::V6(*v6))
-                }
-                NeighbourAttribute::LinkLayerAddress(bytes) => mac = Some(nl::mac_string(bytes)),
-                _ => {}
-            }
-        }
-        if let Some(addr) = addr {
-            let index = msg.header.ifindex;
-            out.push((Neighbour { addr, mac, index }, msg));
-        }
-    }
-    Ok(out)
 }
