@@ -253,15 +253,14 @@ pub fn listed(network: &str) -> Result<Vec<IpAddr>> {
     let table = table_name(network);
     let mut out = Vec::new();
     for set in ["pods4", "pods6"] {
-        let o = Command::new("nft")
-            .args(["list", "set", "inet", &table, set])
-            .stderr(Stdio::null())
-            .output()
-            .map_err(|e| CniError::kernel("run nft", e))?;
-        if !o.status.success() {
-            continue;
-        }
-        let text = String::from_utf8_lossy(&o.stdout);
+        use cnilab_net::nft::{self, NftError};
+        let args = ["list", "set", "inet", &table, set];
+        let text = match nft::run(Path::new("nft"), None, &args, None) {
+            Ok(text) => text,
+            // No such table or set yet: nothing masqueraded.
+            Err(NftError::Failed { .. }) => continue,
+            Err(e) => return Err(CniError::kernel("run nft", e)),
+        };
         if let Some(body) = text.split("elements = {").nth(1) {
             let body = body.split('}').next().unwrap_or("");
             out.extend(
