@@ -71,6 +71,10 @@ enum Cmd {
         /// Hostile-input corpus whose generic cases make check X1 (default: tests/corpus when present).
         #[arg(long)]
         corpus: Option<PathBuf>,
+        /// Shell script run (`sh FILE`) inside each fresh host namespace before every group,
+        /// e.g. to create the macvlan/ipvlan master: harness/examples/macvlan-host-setup.sh.
+        #[arg(long, value_name = "FILE")]
+        host_setup: Option<PathBuf>,
     },
     /// Run one pod's full lifecycle (ADD, verify, CHECK, tamper, DEL, cleanup, DEL variants).
     Lifecycle {
@@ -309,6 +313,7 @@ fn main() -> ExitCode {
             junit,
             timeout,
             corpus,
+            host_setup,
         } => cnilab_harness::cli::conform(
             &cnilab_harness::conform::ConformOptions {
                 plugin_dir,
@@ -320,6 +325,7 @@ fn main() -> ExitCode {
                     let default = PathBuf::from("tests/corpus");
                     default.is_dir().then_some(default)
                 }),
+                host_setup,
             },
             format,
             junit.as_deref(),

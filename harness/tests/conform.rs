@@ -20,6 +20,7 @@ fn run(plugin_dir: &str, config: &Path, only: Option<&[&str]>) -> ConformReport 
         only: only.map(|ids| ids.iter().map(|s| s.to_string()).collect()),
         timeout: Duration::from_secs(60),
         corpus: Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus")),
+        host_setup: None,
     };
     conform::run(&opts, &mut |_| {}).expect("the suite runs")
 }

@@ -4,8 +4,8 @@
 //! and leave the host namespace and the store unchanged.
 
 use super::suite::Suite;
+use crate::corpus::{self, Expect, Lab};
 use crate::netns::Netns;
-use crate::soak::corpus::{self, Expect, Lab};
 use crate::verdict::Finding;
 use serde_json::Value;
 use std::path::Path;
@@ -43,26 +43,12 @@ pub(crate) fn run(s: &Suite<'_>, dir: Option<&Path>) -> Vec<Finding> {
                 .unwrap_or_else(|_| d.to_string())
         })
         .collect();
-    let pod = match Netns::with_label("corpus") {
-        Ok(p) => p,
-        Err(e) => return vec![Finding::fail("X1", format!("harness: {e}"))],
-    };
     let a_file = s.scratch.join("corpus-regular-file");
     if let Err(e) = std::fs::write(&a_file, b"not a namespace") {
         return vec![Finding::fail("X1", format!("harness: {e}"))];
     }
     let base = Value::Object(s.net.plugin_stdin(0, None, None));
-    let lab = Lab {
-        host: s.host,
-        pod: &pod,
-        plugin: &plugin,
-        cni_path: cni_path.join(":"),
-        base: &base,
-        data_dir: &s.data_dir,
-        a_file: &a_file,
-        watched: &s.scratch,
-        timeout: Duration::from_secs(20),
-    };
+    let cni_path = cni_path.join(":");
     // A crash (a signal the plugin raised itself) or an error that is not
     // the spec's JSON object on stdout breaks the spec: FAIL. Other
     // mishandling (another code, an accepted input, a hang on endless stdin)
@@ -71,7 +57,63 @@ pub(crate) fn run(s: &Suite<'_>, dir: Option<&Path>) -> Vec<Finding> {
     let mut broken = Vec::new();
     let mut mishandled = Vec::new();
     for case in &cases {
-        match corpus::run_case(case, &lab, Expect::Generic) {
+        // A fresh pod namespace per case: an input one plugin accepts must
+        // not make the next case fail on the interface it left behind.
+        let pod = match Netns::with_label("corpus") {
+            Ok(p) => p,
+            Err(e) => return vec![Finding::fail("X1", format!("harness: {e}"))],
+        };
+        let lab = Lab {
+            host: s.host,
+            pod: &pod,
+            plugin: &plugin,
+            cni_path: cni_path.clone(),
+            base: &base,
+            data_dir: &s.data_dir,
+            a_file: &a_file,
+            watched: &s.scratch,
+            timeout: Duration::from_secs(20),
+        };
+        let links_before = s.host.links().unwrap_or_default();
+        let outcome = corpus::run_case(case, &lab, Expect::Generic);
+        // An accepted input is undone as a runtime would (DEL), and the
+        // host settles before the next case, so no case inherits another's
+        // leftovers.
+        if let Ok(run) = &outcome {
+            if run.exit_code == Some(0) {
+                // A doubled variable: whichever the plugin read, one DEL
+                // names the same attachment.
+                for last_wins in [false, true] {
+                    let mut env: Vec<(String, String)> = Vec::new();
+                    for (k, v) in &run.env {
+                        let v = if k == "CNI_COMMAND" { "DEL" } else { v };
+                        match env.iter_mut().find(|(key, _)| key == k) {
+                            Some(slot) if last_wins => slot.1 = v.to_string(),
+                            Some(_) => {}
+                            None => env.push((k.clone(), v.to_string())),
+                        }
+                    }
+                    let _ = s.runtime.exec_raw(&plugin, &env, run.stdin.as_bytes());
+                }
+            }
+        }
+        drop(lab);
+        drop(pod);
+        // Veths go with their pod namespace, asynchronously.
+        let names = |l: &[crate::netns::Link]| {
+            let mut n: Vec<String> = l
+                .iter()
+                .filter(|l| l.kind.as_deref() == Some("veth"))
+                .map(|l| l.name.clone())
+                .collect();
+            n.sort();
+            n
+        };
+        let want = names(&links_before);
+        crate::lifecycle::wait_for(|| {
+            (names(&s.host.links().unwrap_or_default()) == want).then_some(())
+        });
+        match outcome {
             Ok(run) if run.passed() => {}
             Ok(run) => {
                 let crashed = run.signal.is_some() && !run.timed_out;

@@ -34,6 +34,11 @@ pub enum ConformError {
     UnknownIds(String),
     #[error("--ifname {0:?} is not a valid interface name: {1}")]
     BadIfname(String, &'static str),
+    #[error("--host-setup {path}: {reason}")]
+    HostSetup { path: PathBuf, reason: String },
+    /// The first ADD failed for a reason of the machine, not the plugin.
+    #[error("the environment cannot run this config, so nothing was checked: {0}")]
+    Environment(String),
 }
 
 /// The checklist: ID and one-line name, in report order.
@@ -101,6 +106,111 @@ pub struct ConformOptions {
     pub timeout: Duration,
     /// The hostile-input corpus (`tests/corpus`); its generic cases are X1.
     pub corpus: Option<PathBuf>,
+    /// A shell script run (`sh FILE`) inside each fresh host namespace
+    /// before its group, e.g. to create the master link macvlan needs.
+    pub host_setup: Option<PathBuf>,
+}
+
+impl ConformOptions {
+    /// Defaults for everything but the plugin and its config.
+    pub fn new(plugin_dir: &str, config: &std::path::Path) -> ConformOptions {
+        ConformOptions {
+            plugin_dir: plugin_dir.to_string(),
+            config: config.to_path_buf(),
+            ifname: "eth0".into(),
+            only: None,
+            timeout: crate::runtime::DEFAULT_TIMEOUT,
+            corpus: None,
+            host_setup: None,
+        }
+    }
+}
+
+/// One group's own world: a fresh host namespace (set up by
+/// `--host-setup`), a runtime in it and a fresh IPAM `dataDir`, so that
+/// what one check leaves behind cannot fail another.
+struct World {
+    host: Netns,
+    runtime: Runtime,
+    net: NetworkConfig,
+    data_dir: PathBuf,
+}
+
+fn world(
+    opts: &ConformOptions,
+    net: &NetworkConfig,
+    scratch: &std::path::Path,
+    n: usize,
+) -> Result<World, ConformError> {
+    let data_dir = scratch.join(format!("ipam-{n}"));
+    let mut net = net.clone();
+    net.set_ipam_data_dir(&data_dir);
+    let host = Netns::with_label("host")?;
+    host.set_lo_up()?;
+    if let Some(script) = &opts.host_setup {
+        let bad = |reason: String| ConformError::HostSetup {
+            path: script.clone(),
+            reason,
+        };
+        let out = host
+            .command("sh")
+            .arg(script)
+            .output()
+            .map_err(|e| bad(format!("cannot run: {e}")))?;
+        if !out.status.success() {
+            return Err(bad(format!(
+                "exited with {}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+    }
+    let runtime = Runtime::new(&opts.plugin_dir)
+        .in_netns(&host)
+        .map_err(Box::new)?
+        .with_timeout(opts.timeout);
+    Ok(World {
+        host,
+        runtime,
+        net,
+        data_dir,
+    })
+}
+
+/// Why an ADD error is the machine's, not the plugin's: the text to show
+/// and what to provide. `None` when it may well be the plugin's.
+pub fn environment_reason(msg: &str) -> Option<&'static str> {
+    let m = msg.to_lowercase();
+    if m.contains("operation not supported") || m.contains("not supported by the kernel") {
+        Some("a kernel feature or module the plugin needs is missing (load the module, e.g. `modprobe ipvlan`, or use a kernel that has it)")
+    } else if m.contains("link not found") || m.contains("failed to lookup master") {
+        Some("a link the config names (e.g. the macvlan/ipvlan \"master\") does not exist in the harness's host namespace: create it with --host-setup FILE (see harness/examples/macvlan-host-setup.sh)")
+    } else if m.contains("failed to find plugin") || m.contains("not found in cni_path") {
+        Some("a plugin binary the config names is missing from --plugin-dir")
+    } else {
+        None
+    }
+}
+
+/// The first ADD of the run: when it fails for a reason of the machine,
+/// nothing else can be judged.
+fn preflight(w: &World, ifname: &str) -> Result<(), ConformError> {
+    let pod = Netns::with_label("pod")?;
+    let rt = crate::runtime::RuntimeConf::new("cnilab-preflight", Some(pod.path()), ifname);
+    let added = w.runtime.add(&w.net, &rt);
+    let _ = w.runtime.del(&w.net, &rt);
+    match added {
+        Err(e) => {
+            let text = crate::accounting::error_text(&e);
+            match environment_reason(&text) {
+                Some(what) => Err(ConformError::Environment(format!(
+                    "the first ADD failed with \"{text}\": {what}"
+                ))),
+                None => Ok(()),
+            }
+        }
+        Ok(_) => Ok(()),
+    }
 }
 
 /// A progress event, for the live progress line.
@@ -148,19 +258,20 @@ pub fn run(
     }
     let wanted = |id: &str| only.as_ref().is_none_or(|ids| ids.iter().any(|i| i == id));
 
-    let mut net = NetworkConfig::load(&opts.config).map_err(Box::new)?;
+    let net = NetworkConfig::load(&opts.config).map_err(Box::new)?;
     let scratch = ScratchDir::new("conform")?;
-    let data_dir = scratch.path().join("ipam");
-    net.set_ipam_data_dir(&data_dir);
-    let host = Netns::with_label("host")?;
-    host.set_lo_up()?;
-    let runtime = Runtime::new(&opts.plugin_dir)
-        .in_netns(&host)
-        .map_err(Box::new)?
-        .with_timeout(opts.timeout);
-    runtime.find_plugins(&net).map_err(Box::new)?;
+    let first = world(opts, &net, scratch.path(), 0)?;
+    first.runtime.find_plugins(&net).map_err(Box::new)?;
     let started = Instant::now();
-    let suite = suite::Suite::new(&runtime, &host, &net, opts, scratch.path(), &data_dir)?;
+    let suite = suite::Suite::new(
+        &first.runtime,
+        &first.host,
+        &first.net,
+        opts,
+        scratch.path(),
+        &first.data_dir,
+    )?;
+    preflight(&first, &opts.ifname)?;
 
     let groups: Vec<&Group> = checks::GROUPS
         .iter()
@@ -168,6 +279,7 @@ pub fn run(
         .collect();
     let mut findings: Vec<Finding> = suite.version_findings.clone();
     let mut group_times = Vec::new();
+    let mut timings = first.runtime.timings();
     let with_corpus = wanted("X1");
     let total = groups.len() + usize::from(with_corpus);
     for (n, group) in groups.iter().enumerate() {
@@ -178,7 +290,11 @@ pub fn run(
             elapsed: None,
         });
         let t = Instant::now();
-        match (group.run)(&suite) {
+        let w = world(opts, &net, scratch.path(), n + 1)?;
+        let gsuite = suite.for_world(&w.runtime, &w.host, &w.net, &w.data_dir);
+        let outcome = (group.run)(&gsuite);
+        timings.extend(w.runtime.timings());
+        match outcome {
             Ok(mut f) => findings.append(&mut f),
             Err(e) => {
                 for id in group.ids {
@@ -206,7 +322,9 @@ pub fn run(
             elapsed: None,
         });
         let t = Instant::now();
-        findings.extend(corpus::run(&suite, opts.corpus.as_deref()));
+        let w = world(opts, &net, scratch.path(), groups.len() + 1)?;
+        let gsuite = suite.for_world(&w.runtime, &w.host, &w.net, &w.data_dir);
+        findings.extend(corpus::run(&gsuite, opts.corpus.as_deref()));
         group_times.push((name.to_string(), t.elapsed()));
         progress(Progress {
             done: total,
@@ -228,7 +346,7 @@ pub fn run(
         &net,
         suite.plugin_versions(),
         checks,
-        &runtime.timings(),
+        &timings,
         group_times,
         started.elapsed(),
     ))
