@@ -169,6 +169,17 @@ fn world(
         .in_netns(&host)
         .map_err(Box::new)?
         .with_timeout(opts.timeout);
+    // A warm-up pod, so that what a plugin keeps per network (its bridge)
+    // exists before the checks and is not counted as their doing.
+    let pod = Netns::with_label("pod")?;
+    let rt = crate::runtime::RuntimeConf::new(
+        &format!("cnilab-warmup-{n}"),
+        Some(pod.path()),
+        &opts.ifname,
+    );
+    if runtime.add(&net, &rt).is_ok() {
+        let _ = runtime.del(&net, &rt);
+    }
     Ok(World {
         host,
         runtime,
