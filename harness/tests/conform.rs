@@ -128,6 +128,10 @@ fn cnilab_bridge_passes() {
         Verdict::Pass,
         "1.1.0 GC must be exercised"
     );
+    // Skips are not passes: built-in IPAM skips A9, K6, S3, G3, G4 (and a
+    // single plugin A8); everything else must pass with evidence.
+    assert!(report.summary.passed >= 43, "{}", report.summary_line());
+    assert!(report.summary.skipped <= 6, "{}", report.summary_line());
 }
 
 #[rstest]
@@ -168,6 +172,127 @@ fn broken_plugins_fail_the_rule_they_break(#[case] plugin: &str, #[case] ids: &[
         );
     }
     assert!(!report.passed());
+}
+
+/// The reference bridge with a bash IPAM plugin from `tests/broken-plugins`
+/// that keeps its own store (not host-local's layout) in a /28.
+fn own_store_config(dir: &Path, ipam: &str, subnet: &str) -> PathBuf {
+    let path = dir.join(format!("{ipam}.conflist"));
+    let text = serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": format!("own-{ipam}"),
+        "plugins": [{
+            "type": "bridge",
+            "bridge": "cnilab-own0",
+            "isGateway": true,
+            "ipam": {"type": ipam, "subnet": subnet, "routes": [{"dst": "0.0.0.0/0"}]}
+        }]
+    });
+    std::fs::write(&path, text.to_string()).expect("write config");
+    path
+}
+
+fn failed_ids(report: &ConformReport) -> Vec<String> {
+    report
+        .checks
+        .iter()
+        .filter(|c| c.verdict == Verdict::Fail)
+        .map(|c| c.id.clone())
+        .collect()
+}
+
+/// Plugins with their own store layout: the correct one passes (its
+/// releases proven by addresses handed out again), each broken one fails
+/// exactly the rules it breaks and no other.
+#[rstest]
+#[case::correct("leasefile-ipam", &[])]
+#[case::del_forgets_the_lease("leasefile-ipam-forgets", &["A10", "D4", "D5", "D6", "D7"])]
+#[case::no_lock_in_add("counter-ipam-nolock", &["A12"])]
+fn own_store_plugins_fail_exactly_the_rules_they_break(
+    #[case] ipam: &str,
+    #[case] expected: &[&str],
+) {
+    require_reference();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = own_store_config(tmp.path(), ipam, "10.93.0.0/28");
+    let plugin_dir = format!("{}:{REFERENCE_DIR}", broken_plugins_dir().display());
+    let report = run(&plugin_dir, &config, None);
+    assert_eq!(failed_ids(&report), expected, "{}", report.table());
+    for id in expected {
+        let check = report.checks.iter().find(|c| c.id == *id).expect("check");
+        assert!(
+            check.details.iter().any(|d| d.starts_with("FAIL")),
+            "a failure must say why: {:?}",
+            check.details
+        );
+    }
+    let details = |id: &str| {
+        report
+            .checks
+            .iter()
+            .find(|c| c.id == id)
+            .map(|c| c.details.join("\n"))
+            .unwrap_or_default()
+    };
+    match ipam {
+        // A release is only a PASS with evidence: the address came back.
+        "leasefile-ipam" => {
+            for id in ["D4", "D5", "D7"] {
+                assert_eq!(verdict(&report, id), Verdict::Pass, "{}", report.table());
+                assert!(
+                    details(id).contains("was handed out again"),
+                    "{id}: {}",
+                    details(id)
+                );
+            }
+        }
+        "leasefile-ipam-forgets" => {
+            assert!(
+                details("D7").contains("the range ran out"),
+                "{}",
+                details("D7")
+            );
+        }
+        _ => {
+            // The clashing pods are named.
+            let a12 = details("A12");
+            assert!(
+                a12.contains("handed to cnilab-a12-") && a12.contains(" and cnilab-a12-"),
+                "{a12}"
+            );
+        }
+    }
+}
+
+/// cnilab-bridge with its IPAM delegated to host-local: A8-style skips of
+/// the built-in config become real checks (A9, K6), and A6's rollback is
+/// exercised through a real IPAM.
+#[test]
+fn cnilab_bridge_with_host_local_passes_with_evidence() {
+    require_reference();
+    let dir = cnilab_bridge_dir();
+    // host-local next to cnilab-bridge.
+    std::os::unix::fs::symlink(
+        Path::new(REFERENCE_DIR).join("host-local"),
+        dir.join("host-local"),
+    )
+    .expect("symlink");
+    let report = run(
+        &dir.display().to_string(),
+        &examples_dir().join("cnilab-bridge-host-local.conflist"),
+        None,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failed_ids(&report).is_empty(), "{}", report.table());
+    for id in ["A6", "A9", "A10", "A11", "K6", "D4", "D5", "D7"] {
+        assert_eq!(
+            verdict(&report, id),
+            Verdict::Pass,
+            "{id}:\n{}",
+            report.table()
+        );
+    }
+    assert!(report.summary.passed >= 39, "{}", report.summary_line());
 }
 
 #[test]
