@@ -41,6 +41,9 @@ pub enum ConformError {
     Environment(String),
 }
 
+/// Groups (and the corpus) run this many at once, each in its own world.
+const GROUP_WORKERS: usize = 4;
+
 /// The checklist: ID and one-line name, in report order.
 pub const CATALOG: &[(&str, &str)] = &[
     ("E1", "unknown CNI_COMMAND -> code 4"),
@@ -289,60 +292,93 @@ pub fn run(
         .filter(|g| g.ids.iter().any(|id| wanted(id)))
         .collect();
     let mut findings: Vec<Finding> = suite.version_findings.clone();
-    let mut group_times = Vec::new();
     let mut timings = first.runtime.timings();
     let with_corpus = wanted("X1");
-    let total = groups.len() + usize::from(with_corpus);
-    for (n, group) in groups.iter().enumerate() {
-        progress(Progress {
-            done: n,
-            total,
-            group: group.name,
-            elapsed: None,
-        });
-        let t = Instant::now();
-        let w = world(opts, &net, scratch.path(), n + 1)?;
-        let gsuite = suite.for_world(&w.runtime, &w.host, &w.net, &w.data_dir);
-        let outcome = (group.run)(&gsuite);
-        timings.extend(w.runtime.timings());
-        match outcome {
-            Ok(mut f) => findings.append(&mut f),
-            Err(e) => {
-                for id in group.ids {
-                    findings.push(Finding::fail(
-                        id,
-                        format!("harness could not run this check: {e}"),
-                    ));
+    // Every group runs in a world of its own, so groups are independent:
+    // a few run at once. Results come back in any order; the report
+    // merges per check ID, and group times keep the catalog's order.
+    let mut tasks: Vec<(&'static str, Option<&Group>)> =
+        groups.iter().map(|g| (g.name, Some(*g))).collect();
+    if with_corpus {
+        tasks.push(("hostile-input corpus", None));
+    }
+    let total = tasks.len();
+    progress(Progress {
+        done: 0,
+        total,
+        group: tasks.first().map(|t| t.0).unwrap_or(""),
+        elapsed: None,
+    });
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut done: Vec<Option<(Duration, Vec<Finding>)>> = vec![None; total];
+    let mut setup_error = None;
+    std::thread::scope(|scope| {
+        for _ in 0..GROUP_WORKERS.min(total) {
+            let tx = tx.clone();
+            let (tasks, next, suite, net) = (&tasks, &next, &suite, &net);
+            let scratch = scratch.path();
+            scope.spawn(move || loop {
+                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((_, group)) = tasks.get(n) else {
+                    break;
+                };
+                let t = Instant::now();
+                let result = world(opts, net, scratch, n + 1).map(|w| {
+                    let gsuite = suite.for_world(&w.runtime, &w.host, &w.net, &w.data_dir);
+                    let found = match group {
+                        Some(g) => match (g.run)(&gsuite) {
+                            Ok(f) => f,
+                            Err(e) => g
+                                .ids
+                                .iter()
+                                .map(|id| {
+                                    Finding::fail(
+                                        id,
+                                        format!("harness could not run this check: {e}"),
+                                    )
+                                })
+                                .collect(),
+                        },
+                        None => corpus::run(&gsuite, opts.corpus.as_deref()),
+                    };
+                    (found, w.runtime.timings())
+                });
+                if tx.send((n, t.elapsed(), result)).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        let mut finished = 0;
+        for (n, took, result) in rx {
+            finished += 1;
+            match result {
+                Ok((found, t)) => {
+                    done[n] = Some((took, found));
+                    timings.extend(t);
+                }
+                Err(e) => {
+                    setup_error.get_or_insert(e);
                 }
             }
+            progress(Progress {
+                done: finished,
+                total,
+                group: tasks[n].0,
+                elapsed: Some(took),
+            });
         }
-        group_times.push((group.name.to_string(), t.elapsed()));
-        progress(Progress {
-            done: n + 1,
-            total,
-            group: group.name,
-            elapsed: Some(t.elapsed()),
-        });
+    });
+    if let Some(e) = setup_error {
+        return Err(e);
     }
-    if with_corpus {
-        let name = "hostile-input corpus";
-        progress(Progress {
-            done: groups.len(),
-            total,
-            group: name,
-            elapsed: None,
-        });
-        let t = Instant::now();
-        let w = world(opts, &net, scratch.path(), groups.len() + 1)?;
-        let gsuite = suite.for_world(&w.runtime, &w.host, &w.net, &w.data_dir);
-        findings.extend(corpus::run(&gsuite, opts.corpus.as_deref()));
-        group_times.push((name.to_string(), t.elapsed()));
-        progress(Progress {
-            done: total,
-            total,
-            group: name,
-            elapsed: Some(t.elapsed()),
-        });
+    let mut group_times = Vec::new();
+    for ((name, _), slot) in tasks.iter().zip(done) {
+        if let Some((took, mut found)) = slot {
+            findings.append(&mut found);
+            group_times.push((name.to_string(), took));
+        }
     }
     let checks = CATALOG
         .iter()
