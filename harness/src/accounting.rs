@@ -112,6 +112,28 @@ pub fn capacity(net: &NetworkConfig) -> Option<u128> {
         .min()
 }
 
+/// Whether the config's IPAM section names `ip` itself (static IPAM's
+/// `addresses`, an `ips`/`address` field): handing it out again, or to
+/// several pods, is then by design.
+pub fn configured(net: &NetworkConfig, ip: IpAddr) -> bool {
+    fn walk(v: &Value, ip: &str) -> bool {
+        match v {
+            Value::String(t) => t == ip || t.split('/').next() == Some(ip),
+            Value::Array(a) => a.iter().any(|x| walk(x, ip)),
+            Value::Object(o) => o
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "gateway" | "gw" | "dst" | "subnet"))
+                .any(|(_, x)| walk(x, ip)),
+            _ => false,
+        }
+    }
+    let ip = ip.to_string();
+    net.plugins
+        .first()
+        .and_then(|p| p.get("ipam"))
+        .is_some_and(|ipam| walk(ipam, &ip))
+}
+
 /// Whether an ADD error reads like a range that ran out.
 pub fn looks_exhausted(msg: &str) -> bool {
     let m = msg.to_lowercase();

@@ -86,8 +86,25 @@ impl<'a> Lab<'a> {
         pending: &[Pending],
         live: &BTreeMap<IpAddr, String>,
     ) -> Vec<Finding> {
+        // An address the config assigns by name (static IPAM) has no
+        // allocation to release: nothing to judge.
+        let (fixed, pending): (Vec<&Pending>, Vec<&Pending>) = pending
+            .iter()
+            .partition(|p| accounting::configured(self.net, p.ip));
+        let mut out: Vec<Finding> = fixed
+            .iter()
+            .map(|p| {
+                Finding::skip(
+                    p.id,
+                    format!(
+                        "{}: not applicable: {} is assigned by the config (static IPAM), there is no allocation to release",
+                        p.what, p.ip
+                    ),
+                )
+            })
+            .collect();
         if pending.is_empty() {
-            return Vec::new();
+            return out;
         }
         let wanted: BTreeSet<IpAddr> = pending.iter().map(|p| p.ip).collect();
         let budget = accounting::capacity(self.net)
@@ -101,16 +118,12 @@ impl<'a> Lab<'a> {
             budget,
         };
         let outcome = probe.run(&wanted, live);
-        let mut out: Vec<Finding> = outcome
-            .duplicates
-            .iter()
-            .map(|(ip, a, b)| {
-                Finding::fail(
-                    "A12",
-                    format!("{ip} was handed to probe pod {b} while pod {a} still held it"),
-                )
-            })
-            .collect();
+        out.extend(outcome.duplicates.iter().map(|(ip, a, b)| {
+            Finding::fail(
+                "A12",
+                format!("{ip} was handed to probe pod {b} while pod {a} still held it"),
+            )
+        }));
         for p in pending {
             out.push(release_finding(p, outcome.release_of(p.ip)));
         }

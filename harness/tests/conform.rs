@@ -12,6 +12,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 fn run(plugin_dir: &str, config: &Path, only: Option<&[&str]>) -> ConformReport {
+    run_with(plugin_dir, config, only, None)
+}
+
+fn run_with(
+    plugin_dir: &str,
+    config: &Path,
+    only: Option<&[&str]>,
+    host_setup: Option<PathBuf>,
+) -> ConformReport {
     require_root();
     let opts = ConformOptions {
         plugin_dir: plugin_dir.to_string(),
@@ -20,7 +29,7 @@ fn run(plugin_dir: &str, config: &Path, only: Option<&[&str]>) -> ConformReport 
         only: only.map(|ids| ids.iter().map(|s| s.to_string()).collect()),
         timeout: Duration::from_secs(60),
         corpus: Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus")),
-        host_setup: None,
+        host_setup,
     };
     conform::run(&opts, &mut |_| {}).expect("the suite runs")
 }
@@ -293,6 +302,94 @@ fn cnilab_bridge_with_host_local_passes_with_evidence() {
         );
     }
     assert!(report.summary.passed >= 39, "{}", report.summary_line());
+}
+
+/// Debian's plugins in the configs of `harness/examples/debian-*`: no false
+/// FAIL; what they genuinely do differently is a WARN or SKIP with the
+/// reason (the README lists them).
+#[rstest]
+#[case::ptp("debian-ptp.conflist", None, 26)]
+#[case::macvlan("debian-macvlan.conflist", Some("macvlan-host-setup.sh"), 28)]
+#[case::bridge_and_four_chained("debian-bridge-chain.conflist", None, 27)]
+#[case::static_ipam("debian-static.conflist", None, 21)]
+#[case::dual_stack("debian-dual-stack.conflist", None, 28)]
+fn debian_plugins_get_no_false_fail(
+    #[case] config: &str,
+    #[case] setup: Option<&str>,
+    #[case] min_passed: usize,
+) {
+    require_reference();
+    let report = run_with(
+        REFERENCE_DIR,
+        &examples_dir().join(config),
+        None,
+        setup.map(|f| examples_dir().join(f)),
+    );
+    assert!(failed_ids(&report).is_empty(), "{}", report.table());
+    assert!(
+        report.summary.passed >= min_passed,
+        "{}",
+        report.summary_line()
+    );
+    let first = |id: &str| {
+        report
+            .checks
+            .iter()
+            .find(|c| c.id == id)
+            .map(|c| (c.verdict, c.details.join("\n")))
+            .expect("check reported")
+    };
+    match config {
+        // A second interface in one container is refused cleanly: a WARN
+        // naming why, and D8 depends on it.
+        "debian-ptp.conflist" | "debian-bridge-chain.conflist" => {
+            let (v, why) = first("A7");
+            assert_eq!(v, Verdict::Warn, "{why}");
+            assert!(why.contains("refuses a second interface"), "{why}");
+            let (v, why) = first("D8");
+            assert_eq!(v, Verdict::Skip, "{why}");
+            assert!(why.contains("depends on A7"), "{why}");
+        }
+        "debian-static.conflist" => {
+            for id in ["A7", "A12"] {
+                let (v, why) = first(id);
+                assert_eq!(v, Verdict::Skip, "{why}");
+                assert!(why.contains("static IPAM"), "{why}");
+            }
+        }
+        _ => {
+            for id in ["A7", "D4", "D5", "D7"] {
+                assert_eq!(first(id).0, Verdict::Pass, "{id}: {}", report.table());
+            }
+        }
+    }
+}
+
+/// macvlan without its master link: one clear environment error naming
+/// what to provide, not a FAIL per check.
+#[test]
+fn a_missing_master_link_is_an_environment_error() {
+    require_root();
+    require_reference();
+    let mut opts = ConformOptions::new(
+        REFERENCE_DIR,
+        &examples_dir().join("debian-macvlan.conflist"),
+    );
+    opts.timeout = Duration::from_secs(60);
+    match conform::run(&opts, &mut |_| {}) {
+        Err(e @ conform::ConformError::Environment(_)) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("Link not found") && text.contains("--host-setup"),
+                "{text}"
+            );
+        }
+        Err(e) => panic!("expected an environment error, got {e}"),
+        Ok(r) => panic!(
+            "expected an environment error, got a report:\n{}",
+            r.table()
+        ),
+    }
 }
 
 #[test]

@@ -489,23 +489,7 @@ impl<'a> Suite<'a> {
     /// Whether the config names `ip` itself (static IPAM's `addresses`, an
     /// `ips`/`address` field): handing it out twice is then by design.
     pub fn configured_address(&self, ip: std::net::IpAddr) -> bool {
-        fn walk(v: &Value, ip: &str) -> bool {
-            match v {
-                Value::String(t) => t == ip || t.split('/').next() == Some(ip),
-                Value::Array(a) => a.iter().any(|x| walk(x, ip)),
-                Value::Object(o) => o
-                    .iter()
-                    .filter(|(k, _)| !matches!(k.as_str(), "gateway" | "gw" | "dst" | "subnet"))
-                    .any(|(_, x)| walk(x, ip)),
-                _ => false,
-            }
-        }
-        let ip = ip.to_string();
-        self.net
-            .plugins
-            .first()
-            .and_then(|p| p.get("ipam"))
-            .is_some_and(|ipam| walk(ipam, &ip))
+        crate::accounting::configured(self.net, ip)
     }
 
     /// The first plugin's `ipam.type`, when it delegates IPAM.
