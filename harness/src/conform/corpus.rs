@@ -60,12 +60,8 @@ pub(crate) fn run(s: &Suite<'_>, dir: Option<&Path>) -> Vec<Finding> {
     // and the others are split in two. No world sees another's changes.
     let (endless, others): (Vec<&corpus::Case>, Vec<&corpus::Case>) =
         cases.iter().partition(|c| c.is_endless());
-    let (odd, even): (Vec<(usize, &corpus::Case)>, Vec<(usize, &corpus::Case)>) = others
-        .into_iter()
-        .enumerate()
-        .partition(|(i, _)| i % 2 == 1);
-    let odd: Vec<&corpus::Case> = odd.into_iter().map(|(_, c)| c).collect();
-    let even: Vec<&corpus::Case> = even.into_iter().map(|(_, c)| c).collect();
+    let odd: Vec<&corpus::Case> = others.iter().skip(1).step_by(2).copied().collect();
+    let even: Vec<&corpus::Case> = others.iter().step_by(2).copied().collect();
     let results: Vec<Result<Vec<Outcome<'_>>, String>> = std::thread::scope(|scope| {
         let handles: Vec<_> = [&endless, &odd, &even]
             .into_iter()

@@ -350,9 +350,7 @@ pub fn run(
             });
         }
         drop(tx);
-        let mut finished = 0;
-        for (n, took, result) in rx {
-            finished += 1;
+        for (finished, (n, took, result)) in (1..).zip(rx) {
             match result {
                 Ok((found, t)) => {
                     done[n] = Some((took, found));
