@@ -410,3 +410,20 @@ pub(crate) fn worst(findings: &[&Finding]) -> Verdict {
         .max()
         .unwrap_or(Verdict::Pass)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::environment_reason;
+
+    #[test]
+    fn environment_failures_are_told_from_plugin_failures() {
+        let link = environment_reason("code 999: Link not found").expect("missing master");
+        assert!(link.contains("--host-setup"), "{link}");
+        let module = environment_reason("failed to create ipvlan: operation not supported")
+            .expect("missing kernel feature");
+        assert!(module.contains("module"), "{module}");
+        assert!(environment_reason("failed to find plugin \"x\" in path [/opt]").is_some());
+        assert!(environment_reason("no IP addresses available in range set").is_none());
+        assert!(environment_reason("code 7: missing network name").is_none());
+    }
+}
