@@ -440,17 +440,33 @@ fn the_duplicate_address_detector_fires() {
     );
 }
 
+/// A bridge-style config of a broken plugin of `tests/broken-plugins`, with
+/// host-local (or built-in) IPAM in `subnet`.
+fn detector_config(
+    dir: &Path,
+    version: &str,
+    plugin: &str,
+    subnet: &str,
+    host_local: bool,
+) -> PathBuf {
+    let mut ipam = serde_json::json!({"ranges": [[{"subnet": subnet}]]});
+    if host_local {
+        ipam["type"] = "host-local".into();
+    }
+    let conf = dir.join(format!("{plugin}.conf"));
+    let text = serde_json::json!({
+        "cniVersion": version, "name": format!("soak-{plugin}"), "type": plugin,
+        "bridge": format!("sk-{}", &plugin[..plugin.len().min(12)]), "ipam": ipam
+    });
+    std::fs::write(&conf, text.to_string()).expect("write config");
+    conf
+}
+
 #[test]
 fn the_left_in_pod_netns_detector_fires() {
     let _soaks = require_root();
     let tmp = tempfile::tempdir().expect("tmp");
-    let conf = tmp.path().join("left.conf");
-    std::fs::write(
-        &conf,
-        r#"{"cniVersion":"1.0.0","name":"soak-left","type":"leaky-del","bridge":"soakleft0",
-            "ipam":{"type":"host-local","ranges":[[{"subnet":"10.98.0.0/24"}]]}}"#,
-    )
-    .expect("write config");
+    let conf = detector_config(tmp.path(), "1.0.0", "leaky-del", "10.98.0.0/24", true);
     let mut o = options(&broken_dir_with_reference(), &conf, 12);
     o.kill_rate = 0.0;
     let r = soak::run(&o).expect("soak runs");
@@ -463,13 +479,7 @@ fn the_left_in_pod_netns_detector_fires() {
 fn the_leaked_rule_detector_fires() {
     let _soaks = require_root();
     let tmp = tempfile::tempdir().expect("tmp");
-    let conf = tmp.path().join("rule.conf");
-    std::fs::write(
-        &conf,
-        r#"{"cniVersion":"1.0.0","name":"soak-rule","type":"rule-leak","bridge":"soakrule0",
-            "ipam":{"type":"host-local","ranges":[[{"subnet":"10.99.0.0/24"}]]}}"#,
-    )
-    .expect("write config");
+    let conf = detector_config(tmp.path(), "1.0.0", "rule-leak", "10.99.0.0/24", true);
     let mut o = options(&broken_dir_with_reference(), &conf, 4);
     o.kill_rate = 0.0;
     let r = soak::run(&o).expect("soak runs");
@@ -482,13 +492,14 @@ fn the_leaked_rule_detector_fires() {
 fn the_live_attachment_broken_detector_fires() {
     let _soaks = require_root();
     let tmp = tempfile::tempdir().expect("tmp");
-    let conf = tmp.path().join("gc.conf");
-    std::fs::write(
-        &conf,
-        r#"{"cniVersion":"1.1.0","name":"soak-gc","type":"gc-ignores-list","bridge":"soakgc0",
-            "ipam":{"ranges":[[{"subnet":"10.100.0.0/24"}]]}}"#,
-    )
-    .expect("write config");
+    // cnilab-bridge's built-in IPAM (no ipam.type): it speaks 1.1.0 (GC).
+    let conf = detector_config(
+        tmp.path(),
+        "1.1.0",
+        "gc-ignores-list",
+        "10.100.0.0/24",
+        false,
+    );
     let dir = format!(
         "{}/tests/broken-plugins:{}",
         env!("CARGO_MANIFEST_DIR"),

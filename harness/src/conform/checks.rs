@@ -5,7 +5,7 @@ use super::suite::{reserved, Expect, Suite, SPY_NAME};
 use super::{ConformError, Group};
 use crate::lifecycle::{clip, del_finding, error_finding, Lab, Lifecycle, Pending};
 use crate::netns::Netns;
-use crate::runtime::{CniCommand, GcKey, Runtime, RuntimeConf};
+use crate::runtime::{CniCommand, GcKey, RuntimeConf};
 use crate::verdict::{Finding, Verdict};
 use cnilab_plugin::spec::{code, Attachment, CniResult, Version};
 use serde_json::{json, Map, Value};
@@ -826,7 +826,7 @@ fn chaining(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
 
 fn delegation(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
     let mut out = Vec::new();
-    let Some(ipam) = s.ipam_type() else {
+    let Some(spied) = s.spied(s.net)? else {
         for id in ["A9", "K6", "S3", "G3", "G4"] {
             out.push(Finding::skip(
                 id,
@@ -835,16 +835,7 @@ fn delegation(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
         }
         return Ok(out);
     };
-    let real = s.runtime.find_plugin(&ipam).map_err(Box::new)?;
-    let spy = s.spy_ipam(&real)?;
-    let runtime = Runtime::new(&spy.cni_path(&s.plugin_dir))
-        .in_netns(s.host)
-        .map_err(Box::new)?
-        .with_timeout(s.runtime.timeout());
-    let mut net = s.net.clone();
-    if let Some(Value::Object(ipam)) = net.plugins[0].get_mut("ipam") {
-        ipam.insert("type".into(), json!(SPY_NAME));
-    }
+    let (spy, runtime, net) = (&spied.spy, &spied.runtime, &spied.net);
     let pod = s.pod()?;
     let cid = s.cid("a9");
     let rt = RuntimeConf::new(&cid, Some(pod.path()), &s.ifname);
