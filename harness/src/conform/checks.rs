@@ -1551,7 +1551,16 @@ fn gc(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
         container_id: confs[0].container_id.clone(),
         ifname: s.ifname.clone(),
     };
-    if let Err(e) = s.runtime.add(&net, &confs[0]) {
+    let layout = s.layout_applies();
+    let kept = s.runtime.add(&net, &confs[0]);
+    let kept_ips: std::collections::BTreeMap<std::net::IpAddr, String> = kept
+        .as_ref()
+        .map(|a| crate::lifecycle::ips_of(&a.result))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|ip| (ip, keep.container_id.clone()))
+        .collect();
+    if let Err(e) = kept {
         out.push(error_finding("G2", "setup ADD must succeed", &e));
         out.push(Finding::skip("G1", "depends on G2: its setup ADD failed"));
         let _ = s.runtime.del(&net, &confs[0]);
@@ -1585,7 +1594,7 @@ fn gc(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
                     .with_all(&execs),
                 );
                 let mut problems = Vec::new();
-                if reserved(&lab, &keep.container_id, &s.ifname).is_empty() {
+                if layout && reserved(&lab, &keep.container_id, &s.ifname).is_empty() {
                     problems.push(format!(
                         "kept attachment {} lost its reservation",
                         keep.container_id
@@ -1602,7 +1611,7 @@ fn gc(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
                         keep.container_id
                     ));
                 }
-                if !reserved(&lab, &stale.container_id, &s.ifname).is_empty() {
+                if layout && !reserved(&lab, &stale.container_id, &s.ifname).is_empty() {
                     problems.push(format!("stale {} still reserved", stale.container_id));
                 }
                 let links = s.host.links().unwrap_or_default();
@@ -1620,6 +1629,24 @@ fn gc(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
                         format!("GC ({label}): {}", problems.join("; "))
                     },
                 ));
+                if !layout {
+                    // The store is not host-local's: whether GC released the
+                    // stale address (and not the kept one) later ADDs show.
+                    let pending: Vec<Pending> = crate::lifecycle::ips_of(&added.result)
+                        .into_iter()
+                        .map(|ip| Pending {
+                            id: "G2",
+                            ip,
+                            what: format!("GC ({label}) of stale {}", stale.container_id),
+                        })
+                        .collect();
+                    out.extend(lab.judge_releases_beside(
+                        &s.ifname,
+                        &stale.container_id,
+                        &pending,
+                        &kept_ips,
+                    ));
+                }
             }
             Err(e) => {
                 out.push(error_finding(
