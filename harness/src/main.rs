@@ -46,6 +46,12 @@ enum Cmd {
         json: bool,
     },
     /// Check a plugin against the CNI conformance checklist (exit 0 iff no check fails).
+    #[command(after_help = "Examples:\n  \
+        cnilab conform --plugin-dir /usr/lib/cni --config harness/examples/reference-bridge.conflist\n  \
+        cnilab conform --plugin-dir /usr/lib/cni --config harness/examples/debian-macvlan.conflist \\\n      \
+        --host-setup harness/examples/macvlan-host-setup.sh\n\n\
+        Exit codes: 0 no check failed, 1 a check failed, 2 usage or environment (the first ADD \
+        failed for want of a kernel module, a master link or a plugin binary: nothing was judged)")]
     Conform {
         /// Directory (or colon-separated list, like CNI_PATH) with the plugin binaries.
         #[arg(long)]

@@ -390,6 +390,16 @@ fn a_missing_master_link_is_an_environment_error() {
             r.table()
         ),
     }
+    // From the command line: exit 2 and one message, no table of FAILs.
+    let out = assert_cmd::Command::new(env!("CARGO_BIN_EXE_cnilab"))
+        .args(["conform", "--plugin-dir", REFERENCE_DIR, "--config"])
+        .arg(examples_dir().join("debian-macvlan.conflist"))
+        .output()
+        .expect("cnilab runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--host-setup"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("FAIL"));
 }
 
 #[test]
