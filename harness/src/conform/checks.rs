@@ -841,7 +841,7 @@ fn delegation(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
     let rt = RuntimeConf::new(&cid, Some(pod.path()), &s.ifname);
 
     // A9: same env, whole config.
-    match runtime.add(&net, &rt) {
+    match runtime.add(net, &rt) {
         Ok(added) => {
             let calls = spy.calls();
             let add = calls.iter().find(|c| c.command == "ADD");
@@ -895,7 +895,7 @@ fn delegation(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
             if s.best_version_at_least(Version::V0_4_0).is_some() && net.version >= Version::V0_4_0
             {
                 let before = spy.calls().iter().filter(|c| c.command == "CHECK").count();
-                match runtime.check(&net, &rt) {
+                match runtime.check(net, &rt) {
                     Ok(_) => {
                         let after = spy.calls().iter().filter(|c| c.command == "CHECK").count();
                         out.push(Finding::check(
@@ -911,7 +911,7 @@ fn delegation(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
                     )),
                 }
                 spy.fail("CHECK", true);
-                match runtime.check(&net, &rt) {
+                match runtime.check(net, &rt) {
                     Ok(execs) => out.push(
                         Finding::fail("K6", "IPAM CHECK failed but the plugin's CHECK exited 0")
                             .with_all(&execs),
@@ -935,7 +935,7 @@ fn delegation(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
             out.push(Finding::skip("K6", "depends on A9: ADD failed"));
         }
     }
-    let _ = runtime.del(&net, &rt);
+    let _ = runtime.del(net, &rt);
 
     // A9: a missing IPAM binary makes ADD fail.
     let mut missing = s.net.clone();
@@ -997,7 +997,7 @@ fn delegation(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
 
     // G3: GC reaches IPAM. G4: an IPAM GC failure is reported, and the
     // plugin still removed its own stale host resources.
-    let lab11 = Lab::new(&runtime, s.host, &net11);
+    let lab11 = Lab::new(runtime, s.host, &net11);
     let stale_pod = s.pod()?;
     let stale = RuntimeConf::new(&s.cid("g4"), Some(stale_pod.path()), &s.ifname);
     let added = runtime.add(&net11, &stale);
