@@ -402,6 +402,34 @@ fn a_missing_master_link_is_an_environment_error() {
     assert!(!String::from_utf8_lossy(&out.stdout).contains("FAIL"));
 }
 
+/// ipvlan (with its master from `--host-setup`): on a kernel with ipvlan no
+/// false FAIL; on one without, one environment error naming the module,
+/// never a FAIL per check. Which of the two depends on the kernel; both
+/// outcomes are asserted to be right.
+#[test]
+fn ipvlan_runs_or_names_the_missing_kernel_feature() {
+    require_root();
+    require_reference();
+    let mut opts = ConformOptions::new(
+        REFERENCE_DIR,
+        &examples_dir().join("debian-ipvlan.conflist"),
+    );
+    opts.timeout = Duration::from_secs(60);
+    opts.host_setup = Some(examples_dir().join("macvlan-host-setup.sh"));
+    opts.corpus = Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus"));
+    match conform::run(&opts, &mut |_| {}) {
+        Ok(report) => assert!(failed_ids(&report).is_empty(), "{}", report.table()),
+        Err(e @ conform::ConformError::Environment(_)) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("operation not supported") && text.contains("modprobe ipvlan"),
+                "{text}"
+            );
+        }
+        Err(e) => panic!("expected a report or an environment error, got {e}"),
+    }
+}
+
 #[test]
 fn evidence_of_a_failure_names_command_env_stdin_and_output() {
     require_reference();
