@@ -1,6 +1,9 @@
 //! The conformance suite against real plugins: the reference bridge passes
-//! with warnings only, cnilab-bridge passes, and each deliberately broken
-//! plugin in `tests/broken-plugins/` fails exactly the rule it breaks.
+//! with warnings only, cnilab-bridge passes (built-in and host-local IPAM),
+//! Debian's other plugins get no false FAIL, each deliberately broken plugin
+//! in `tests/broken-plugins/` fails the rule it breaks (the own-store IPAM
+//! plugins exactly those rules and no other), and an environment the config
+//! cannot run in is one environment error.
 
 mod common;
 

@@ -1,7 +1,8 @@
 //! Root tests of `cnilab soak`: a short soak of cnilab-bridge finds nothing;
 //! planted leaks are reclaimed by GC and reported without it; a plugin that
-//! leaks on purpose is caught, with a replay that reproduces the leak. Each
-//! soak is a few seconds long.
+//! leaks on purpose is caught, with a replay that reproduces the leak, also
+//! when it keeps its own store; every detector fires on a plugin made to
+//! trigger it. Each soak is a few seconds long.
 
 use cnilab_harness::soak::{self, Budget, FindingKind, SoakOptions, SoakReport};
 use std::os::unix::fs::PermissionsExt;
