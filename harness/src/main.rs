@@ -81,6 +81,10 @@ enum Cmd {
         /// e.g. to create the macvlan/ipvlan master: harness/examples/macvlan-host-setup.sh.
         #[arg(long, value_name = "FILE")]
         host_setup: Option<PathBuf>,
+        /// Check groups run at once, each in its own namespaces and store (1 for a plugin
+        /// that keeps state outside ipam.dataDir).
+        #[arg(long, default_value_t = cnilab_harness::conform::DEFAULT_JOBS)]
+        jobs: usize,
     },
     /// Run one pod's full lifecycle (ADD, verify, CHECK, tamper, DEL, cleanup, DEL variants).
     Lifecycle {
@@ -320,6 +324,7 @@ fn main() -> ExitCode {
             timeout,
             corpus,
             host_setup,
+            jobs,
         } => cnilab_harness::cli::conform(
             &cnilab_harness::conform::ConformOptions {
                 plugin_dir,
@@ -332,6 +337,7 @@ fn main() -> ExitCode {
                     default.is_dir().then_some(default)
                 }),
                 host_setup,
+                jobs,
             },
             format,
             junit.as_deref(),

@@ -33,6 +33,7 @@ fn run_with(
         timeout: Duration::from_secs(60),
         corpus: Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus")),
         host_setup,
+        jobs: conform::DEFAULT_JOBS,
     };
     conform::run(&opts, &mut |_| {}).expect("the suite runs")
 }

@@ -41,8 +41,9 @@ pub enum ConformError {
     Environment(String),
 }
 
-/// Groups (and the corpus) run this many at once, each in its own world.
-const GROUP_WORKERS: usize = 4;
+/// Groups (and the corpus) run this many at once by default, each in its
+/// own world.
+pub const DEFAULT_JOBS: usize = 4;
 
 /// The checklist: ID and one-line name, in report order.
 pub const CATALOG: &[(&str, &str)] = &[
@@ -112,6 +113,9 @@ pub struct ConformOptions {
     /// A shell script run (`sh FILE`) inside each fresh host namespace
     /// before its group, e.g. to create the master link macvlan needs.
     pub host_setup: Option<PathBuf>,
+    /// Check groups run at once (each in its own namespaces and store); 1
+    /// for a plugin that keeps state outside `ipam.dataDir`.
+    pub jobs: usize,
 }
 
 impl ConformOptions {
@@ -125,6 +129,7 @@ impl ConformOptions {
             timeout: crate::runtime::DEFAULT_TIMEOUT,
             corpus: None,
             host_setup: None,
+            jobs: DEFAULT_JOBS,
         }
     }
 }
@@ -314,7 +319,7 @@ pub fn run(
     let mut done: Vec<Option<(Duration, Vec<Finding>)>> = vec![None; total];
     let mut setup_error = None;
     std::thread::scope(|scope| {
-        for _ in 0..GROUP_WORKERS.min(total) {
+        for _ in 0..opts.jobs.clamp(1, total.max(1)) {
             let tx = tx.clone();
             let (tasks, next, suite, net) = (&tasks, &next, &suite, &net);
             let scratch = scratch.path();
