@@ -6,9 +6,11 @@
 //! them (plus the harness's runtime fixture); [`host_state`] reads a
 //! host-local store.
 
+pub mod accounting;
 pub mod bench;
 pub mod cli;
 pub mod conform;
+pub mod corpus;
 pub mod e2e;
 pub mod host_state;
 pub mod lab;
