@@ -70,7 +70,7 @@ pub fn bench(opts: &BenchOptions, json: bool) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `cnilab soak`: exit 0 iff no leak and no duplicate address.
+/// `cnilab soak`: exit 0 iff no finding (leak, duplicate address, failed ADD, ...).
 pub fn soak(opts: &crate::soak::SoakOptions, format: Format, log: Option<&Path>) -> CliResult {
     netns::require_root()?;
     eprintln!(

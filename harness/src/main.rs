@@ -46,6 +46,12 @@ enum Cmd {
         json: bool,
     },
     /// Check a plugin against the CNI conformance checklist (exit 0 iff no check fails).
+    #[command(after_help = "Examples:\n  \
+        cnilab conform --plugin-dir /usr/lib/cni --config harness/examples/reference-bridge.conflist\n  \
+        cnilab conform --plugin-dir /usr/lib/cni --config harness/examples/debian-macvlan.conflist \\\n      \
+        --host-setup harness/examples/macvlan-host-setup.sh\n\n\
+        Exit codes: 0 no check failed, 1 a check failed, 2 usage or environment (the first ADD \
+        failed for want of a kernel module, a master link or a plugin binary: nothing was judged)")]
     Conform {
         /// Directory (or colon-separated list, like CNI_PATH) with the plugin binaries.
         #[arg(long)]
@@ -71,6 +77,14 @@ enum Cmd {
         /// Hostile-input corpus whose generic cases make check X1 (default: tests/corpus when present).
         #[arg(long)]
         corpus: Option<PathBuf>,
+        /// Shell script run (`sh FILE`) inside each fresh host namespace before every group,
+        /// e.g. to create the macvlan/ipvlan master: harness/examples/macvlan-host-setup.sh.
+        #[arg(long, value_name = "FILE")]
+        host_setup: Option<PathBuf>,
+        /// Check groups run at once, each in its own namespaces and store (1 for a plugin
+        /// that keeps state outside ipam.dataDir).
+        #[arg(long, default_value_t = cnilab_harness::conform::DEFAULT_JOBS)]
+        jobs: usize,
     },
     /// Run one pod's full lifecycle (ADD, verify, CHECK, tamper, DEL, cleanup, DEL variants).
     Lifecycle {
@@ -309,6 +323,8 @@ fn main() -> ExitCode {
             junit,
             timeout,
             corpus,
+            host_setup,
+            jobs,
         } => cnilab_harness::cli::conform(
             &cnilab_harness::conform::ConformOptions {
                 plugin_dir,
@@ -320,6 +336,8 @@ fn main() -> ExitCode {
                     let default = PathBuf::from("tests/corpus");
                     default.is_dir().then_some(default)
                 }),
+                host_setup,
+                jobs,
             },
             format,
             junit.as_deref(),

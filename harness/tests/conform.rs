@@ -1,6 +1,9 @@
 //! The conformance suite against real plugins: the reference bridge passes
-//! with warnings only, cnilab-bridge passes, and each deliberately broken
-//! plugin in `tests/broken-plugins/` fails exactly the rule it breaks.
+//! with warnings only, cnilab-bridge passes (built-in and host-local IPAM),
+//! Debian's other plugins get no false FAIL, each deliberately broken plugin
+//! in `tests/broken-plugins/` fails the rule it breaks (the own-store IPAM
+//! plugins exactly those rules and no other), and an environment the config
+//! cannot run in is one environment error.
 
 mod common;
 
@@ -12,6 +15,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 fn run(plugin_dir: &str, config: &Path, only: Option<&[&str]>) -> ConformReport {
+    run_with(plugin_dir, config, only, None)
+}
+
+fn run_with(
+    plugin_dir: &str,
+    config: &Path,
+    only: Option<&[&str]>,
+    host_setup: Option<PathBuf>,
+) -> ConformReport {
     require_root();
     let opts = ConformOptions {
         plugin_dir: plugin_dir.to_string(),
@@ -20,6 +32,8 @@ fn run(plugin_dir: &str, config: &Path, only: Option<&[&str]>) -> ConformReport 
         only: only.map(|ids| ids.iter().map(|s| s.to_string()).collect()),
         timeout: Duration::from_secs(60),
         corpus: Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus")),
+        host_setup,
+        jobs: conform::DEFAULT_JOBS,
     };
     conform::run(&opts, &mut |_| {}).expect("the suite runs")
 }
@@ -127,6 +141,10 @@ fn cnilab_bridge_passes() {
         Verdict::Pass,
         "1.1.0 GC must be exercised"
     );
+    // Skips are not passes: built-in IPAM skips A9, K6, S3, G3, G4 (and a
+    // single plugin A8); everything else must pass with evidence.
+    assert!(report.summary.passed >= 43, "{}", report.summary_line());
+    assert!(report.summary.skipped <= 6, "{}", report.summary_line());
 }
 
 #[rstest]
@@ -167,6 +185,253 @@ fn broken_plugins_fail_the_rule_they_break(#[case] plugin: &str, #[case] ids: &[
         );
     }
     assert!(!report.passed());
+}
+
+/// The reference bridge with a bash IPAM plugin from `tests/broken-plugins`
+/// that keeps its own store (not host-local's layout) in a /28.
+fn own_store_config(dir: &Path, ipam: &str, subnet: &str) -> PathBuf {
+    let path = dir.join(format!("{ipam}.conflist"));
+    let text = serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": format!("own-{ipam}"),
+        "plugins": [{
+            "type": "bridge",
+            "bridge": "cnilab-own0",
+            "isGateway": true,
+            "ipam": {"type": ipam, "subnet": subnet, "routes": [{"dst": "0.0.0.0/0"}]}
+        }]
+    });
+    std::fs::write(&path, text.to_string()).expect("write config");
+    path
+}
+
+fn failed_ids(report: &ConformReport) -> Vec<String> {
+    report
+        .checks
+        .iter()
+        .filter(|c| c.verdict == Verdict::Fail)
+        .map(|c| c.id.clone())
+        .collect()
+}
+
+/// Plugins with their own store layout: the correct one passes (its
+/// releases proven by addresses handed out again), each broken one fails
+/// exactly the rules it breaks and no other.
+#[rstest]
+#[case::correct("leasefile-ipam", &[])]
+#[case::del_forgets_the_lease("leasefile-ipam-forgets", &["A10", "D4", "D5", "D6", "D7"])]
+#[case::no_lock_in_add("counter-ipam-nolock", &["A12"])]
+fn own_store_plugins_fail_exactly_the_rules_they_break(
+    #[case] ipam: &str,
+    #[case] expected: &[&str],
+) {
+    require_reference();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = own_store_config(tmp.path(), ipam, "10.93.0.0/28");
+    let plugin_dir = format!("{}:{REFERENCE_DIR}", broken_plugins_dir().display());
+    let report = run(&plugin_dir, &config, None);
+    assert_eq!(failed_ids(&report), expected, "{}", report.table());
+    for id in expected {
+        let check = report.checks.iter().find(|c| c.id == *id).expect("check");
+        assert!(
+            check.details.iter().any(|d| d.starts_with("FAIL")),
+            "a failure must say why: {:?}",
+            check.details
+        );
+    }
+    let details = |id: &str| {
+        report
+            .checks
+            .iter()
+            .find(|c| c.id == id)
+            .map(|c| c.details.join("\n"))
+            .unwrap_or_default()
+    };
+    match ipam {
+        // A release is only a PASS with evidence: the address came back.
+        "leasefile-ipam" => {
+            for id in ["D4", "D5", "D7"] {
+                assert_eq!(verdict(&report, id), Verdict::Pass, "{}", report.table());
+                assert!(
+                    details(id).contains("was handed out again"),
+                    "{id}: {}",
+                    details(id)
+                );
+            }
+        }
+        "leasefile-ipam-forgets" => {
+            assert!(
+                details("D7").contains("the range ran out"),
+                "{}",
+                details("D7")
+            );
+        }
+        _ => {
+            // The clashing pods are named.
+            let a12 = details("A12");
+            assert!(
+                a12.contains("handed to cnilab-a12-") && a12.contains(" and cnilab-a12-"),
+                "{a12}"
+            );
+        }
+    }
+}
+
+/// cnilab-bridge with its IPAM delegated to host-local: A8-style skips of
+/// the built-in config become real checks (A9, K6), and A6's rollback is
+/// exercised through a real IPAM.
+#[test]
+fn cnilab_bridge_with_host_local_passes_with_evidence() {
+    require_reference();
+    let dir = cnilab_bridge_dir();
+    // host-local next to cnilab-bridge.
+    std::os::unix::fs::symlink(
+        Path::new(REFERENCE_DIR).join("host-local"),
+        dir.join("host-local"),
+    )
+    .expect("symlink");
+    let report = run(
+        &dir.display().to_string(),
+        &examples_dir().join("cnilab-bridge-host-local.conflist"),
+        None,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failed_ids(&report).is_empty(), "{}", report.table());
+    for id in ["A6", "A9", "A10", "A11", "K6", "D4", "D5", "D7"] {
+        assert_eq!(
+            verdict(&report, id),
+            Verdict::Pass,
+            "{id}:\n{}",
+            report.table()
+        );
+    }
+    assert!(report.summary.passed >= 39, "{}", report.summary_line());
+}
+
+/// Debian's plugins in the configs of `harness/examples/debian-*`: no false
+/// FAIL; what they genuinely do differently is a WARN or SKIP with the
+/// reason (the README lists them).
+#[rstest]
+#[case::ptp("debian-ptp.conflist", None, 26)]
+#[case::macvlan("debian-macvlan.conflist", Some("macvlan-host-setup.sh"), 28)]
+#[case::bridge_and_four_chained("debian-bridge-chain.conflist", None, 27)]
+#[case::static_ipam("debian-static.conflist", None, 21)]
+#[case::dual_stack("debian-dual-stack.conflist", None, 28)]
+fn debian_plugins_get_no_false_fail(
+    #[case] config: &str,
+    #[case] setup: Option<&str>,
+    #[case] min_passed: usize,
+) {
+    require_reference();
+    let report = run_with(
+        REFERENCE_DIR,
+        &examples_dir().join(config),
+        None,
+        setup.map(|f| examples_dir().join(f)),
+    );
+    assert!(failed_ids(&report).is_empty(), "{}", report.table());
+    assert!(
+        report.summary.passed >= min_passed,
+        "{}",
+        report.summary_line()
+    );
+    let first = |id: &str| {
+        report
+            .checks
+            .iter()
+            .find(|c| c.id == id)
+            .map(|c| (c.verdict, c.details.join("\n")))
+            .expect("check reported")
+    };
+    match config {
+        // A second interface in one container is refused cleanly: a WARN
+        // naming why, and D8 depends on it.
+        "debian-ptp.conflist" | "debian-bridge-chain.conflist" => {
+            let (v, why) = first("A7");
+            assert_eq!(v, Verdict::Warn, "{why}");
+            assert!(why.contains("refuses a second interface"), "{why}");
+            let (v, why) = first("D8");
+            assert_eq!(v, Verdict::Skip, "{why}");
+            assert!(why.contains("depends on A7"), "{why}");
+        }
+        "debian-static.conflist" => {
+            for id in ["A7", "A12"] {
+                let (v, why) = first(id);
+                assert_eq!(v, Verdict::Skip, "{why}");
+                assert!(why.contains("static IPAM"), "{why}");
+            }
+        }
+        _ => {
+            for id in ["A7", "D4", "D5", "D7"] {
+                assert_eq!(first(id).0, Verdict::Pass, "{id}: {}", report.table());
+            }
+        }
+    }
+}
+
+/// macvlan without its master link: one clear environment error naming
+/// what to provide, not a FAIL per check.
+#[test]
+fn a_missing_master_link_is_an_environment_error() {
+    require_root();
+    require_reference();
+    let mut opts = ConformOptions::new(
+        REFERENCE_DIR,
+        &examples_dir().join("debian-macvlan.conflist"),
+    );
+    opts.timeout = Duration::from_secs(60);
+    match conform::run(&opts, &mut |_| {}) {
+        Err(e @ conform::ConformError::Environment(_)) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("Link not found") && text.contains("--host-setup"),
+                "{text}"
+            );
+        }
+        Err(e) => panic!("expected an environment error, got {e}"),
+        Ok(r) => panic!(
+            "expected an environment error, got a report:\n{}",
+            r.table()
+        ),
+    }
+    // From the command line: exit 2 and one message, no table of FAILs.
+    let out = assert_cmd::Command::new(env!("CARGO_BIN_EXE_cnilab"))
+        .args(["conform", "--plugin-dir", REFERENCE_DIR, "--config"])
+        .arg(examples_dir().join("debian-macvlan.conflist"))
+        .output()
+        .expect("cnilab runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--host-setup"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("FAIL"));
+}
+
+/// ipvlan (with its master from `--host-setup`): on a kernel with ipvlan no
+/// false FAIL; on one without, one environment error naming the module,
+/// never a FAIL per check. Which of the two depends on the kernel; both
+/// outcomes are asserted to be right.
+#[test]
+fn ipvlan_runs_or_names_the_missing_kernel_feature() {
+    require_root();
+    require_reference();
+    let mut opts = ConformOptions::new(
+        REFERENCE_DIR,
+        &examples_dir().join("debian-ipvlan.conflist"),
+    );
+    opts.timeout = Duration::from_secs(60);
+    opts.host_setup = Some(examples_dir().join("macvlan-host-setup.sh"));
+    opts.corpus = Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus"));
+    match conform::run(&opts, &mut |_| {}) {
+        Ok(report) => assert!(failed_ids(&report).is_empty(), "{}", report.table()),
+        Err(e @ conform::ConformError::Environment(_)) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("operation not supported") && text.contains("modprobe ipvlan"),
+                "{text}"
+            );
+        }
+        Err(e) => panic!("expected a report or an environment error, got {e}"),
+    }
 }
 
 #[test]

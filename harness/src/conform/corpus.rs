@@ -4,12 +4,16 @@
 //! and leave the host namespace and the store unchanged.
 
 use super::suite::Suite;
+use crate::corpus::{self, Expect, Lab};
 use crate::netns::Netns;
-use crate::soak::corpus::{self, Expect, Lab};
 use crate::verdict::Finding;
 use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
+
+/// Per case; cases with an endless stdin are bounded much shorter (see
+/// [`corpus::ENDLESS_STDIN_BOUND`]).
+const CASE_TIMEOUT: Duration = Duration::from_secs(20);
 
 pub(crate) fn run(s: &Suite<'_>, dir: Option<&Path>) -> Vec<Finding> {
     let Some(dir) = dir else {
@@ -43,26 +47,7 @@ pub(crate) fn run(s: &Suite<'_>, dir: Option<&Path>) -> Vec<Finding> {
                 .unwrap_or_else(|_| d.to_string())
         })
         .collect();
-    let pod = match Netns::with_label("corpus") {
-        Ok(p) => p,
-        Err(e) => return vec![Finding::fail("X1", format!("harness: {e}"))],
-    };
-    let a_file = s.scratch.join("corpus-regular-file");
-    if let Err(e) = std::fs::write(&a_file, b"not a namespace") {
-        return vec![Finding::fail("X1", format!("harness: {e}"))];
-    }
-    let base = Value::Object(s.net.plugin_stdin(0, None, None));
-    let lab = Lab {
-        host: s.host,
-        pod: &pod,
-        plugin: &plugin,
-        cni_path: cni_path.join(":"),
-        base: &base,
-        data_dir: &s.data_dir,
-        a_file: &a_file,
-        watched: &s.scratch,
-        timeout: Duration::from_secs(20),
-    };
+    let cni_path = cni_path.join(":");
     // A crash (a signal the plugin raised itself) or an error that is not
     // the spec's JSON object on stdout breaks the spec: FAIL. Other
     // mishandling (another code, an accepted input, a hang on endless stdin)
@@ -70,8 +55,36 @@ pub(crate) fn run(s: &Suite<'_>, dir: Option<&Path>) -> Vec<Finding> {
     // plugins show several of them.
     let mut broken = Vec::new();
     let mut mishandled = Vec::new();
-    for case in &cases {
-        match corpus::run_case(case, &lab, Expect::Generic) {
+    // The cases run in a few worlds of their own at once: cases whose
+    // stdin never ends only wait (so their bound does not add to the run),
+    // and the others are split in two. No world sees another's changes.
+    let (endless, others): (Vec<&corpus::Case>, Vec<&corpus::Case>) =
+        cases.iter().partition(|c| c.is_endless());
+    let odd: Vec<&corpus::Case> = others.iter().skip(1).step_by(2).copied().collect();
+    let even: Vec<&corpus::Case> = others.iter().step_by(2).copied().collect();
+    let results: Vec<Result<Vec<Outcome<'_>>, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = [&endless, &odd, &even]
+            .into_iter()
+            .map(|part| scope.spawn(|| run_world(s, part, &plugin, &cni_path)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a corpus thread panicked".to_string()))
+            })
+            .collect()
+    });
+    let mut outcomes = Vec::new();
+    for r in results {
+        match r {
+            Ok(mut o) => outcomes.append(&mut o),
+            Err(e) => return vec![Finding::fail("X1", format!("harness: {e}"))],
+        }
+    }
+    outcomes.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+    for (case, outcome) in outcomes {
+        match outcome {
             Ok(run) if run.passed() => {}
             Ok(run) => {
                 let crashed = run.signal.is_some() && !run.timed_out;
@@ -117,4 +130,92 @@ pub(crate) fn run(s: &Suite<'_>, dir: Option<&Path>) -> Vec<Finding> {
             dir.display()
         ),
     )]
+}
+
+type Outcome<'c> = (
+    &'c corpus::Case,
+    Result<corpus::CaseRun, corpus::CorpusError>,
+);
+
+/// Runs `cases` one after another in a world of their own (host namespace
+/// with a runtime in it, store, watched tree), each in a fresh pod
+/// namespace. An accepted input is undone as a runtime would (DEL) and the
+/// host settles before the next case, so no case inherits another's
+/// leftovers.
+fn run_world<'c>(
+    s: &Suite<'_>,
+    cases: &[&'c corpus::Case],
+    plugin: &Path,
+    cni_path: &str,
+) -> Result<Vec<Outcome<'c>>, String> {
+    if cases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let host = Netns::with_label("corpus-host").map_err(|e| err(&e))?;
+    host.set_lo_up().map_err(|e| err(&e))?;
+    let runtime = crate::runtime::Runtime::new(&s.plugin_dir)
+        .in_netns(&host)
+        .map_err(|e| err(&e))?
+        .with_timeout(s.runtime.timeout());
+    let watched = crate::util::ScratchDir::new("corpus").map_err(|e| err(&e))?;
+    let data_dir = watched.path().join("ipam");
+    let a_file = watched.path().join("corpus-regular-file");
+    std::fs::write(&a_file, b"not a namespace").map_err(|e| err(&e))?;
+    let mut net = s.net.clone();
+    net.set_ipam_data_dir(&data_dir);
+    let base = Value::Object(net.plugin_stdin(0, None, None));
+    let mut out = Vec::new();
+    for case in cases {
+        let pod = Netns::with_label("corpus").map_err(|e| err(&e))?;
+        let lab = Lab {
+            host: &host,
+            pod: &pod,
+            plugin,
+            cni_path: cni_path.to_string(),
+            base: &base,
+            data_dir: &data_dir,
+            a_file: &a_file,
+            watched: watched.path(),
+            timeout: CASE_TIMEOUT,
+        };
+        let links_before = host.links().unwrap_or_default();
+        let outcome = corpus::run_case(case, &lab, Expect::Generic);
+        if let Ok(run) = &outcome {
+            if run.exit_code == Some(0) {
+                // A doubled variable: whichever the plugin read, one DEL
+                // names the same attachment.
+                for last_wins in [false, true] {
+                    let mut env: Vec<(String, String)> = Vec::new();
+                    for (k, v) in &run.env {
+                        let v = if k == "CNI_COMMAND" { "DEL" } else { v };
+                        match env.iter_mut().find(|(key, _)| key == k) {
+                            Some(slot) if last_wins => slot.1 = v.to_string(),
+                            Some(_) => {}
+                            None => env.push((k.clone(), v.to_string())),
+                        }
+                    }
+                    let _ = runtime.exec_raw(plugin, &env, run.stdin.as_bytes());
+                }
+            }
+        }
+        drop(lab);
+        drop(pod);
+        // Veths go with their pod namespace, asynchronously.
+        let veths = |l: &[crate::netns::Link]| {
+            let mut n: Vec<String> = l
+                .iter()
+                .filter(|l| l.kind.as_deref() == Some("veth"))
+                .map(|l| l.name.clone())
+                .collect();
+            n.sort();
+            n
+        };
+        let want = veths(&links_before);
+        crate::lifecycle::wait_for(|| {
+            (veths(&host.links().unwrap_or_default()) == want).then_some(())
+        });
+        out.push((*case, outcome));
+    }
+    Ok(out)
 }

@@ -34,7 +34,16 @@ pub enum ConformError {
     UnknownIds(String),
     #[error("--ifname {0:?} is not a valid interface name: {1}")]
     BadIfname(String, &'static str),
+    #[error("--host-setup {path}: {reason}")]
+    HostSetup { path: PathBuf, reason: String },
+    /// The first ADD failed for a reason of the machine, not the plugin.
+    #[error("the environment cannot run this config, so nothing was checked: {0}")]
+    Environment(String),
 }
+
+/// Groups (and the corpus) run this many at once by default, each in its
+/// own world.
+pub const DEFAULT_JOBS: usize = 4;
 
 /// The checklist: ID and one-line name, in report order.
 pub const CATALOG: &[(&str, &str)] = &[
@@ -101,6 +110,126 @@ pub struct ConformOptions {
     pub timeout: Duration,
     /// The hostile-input corpus (`tests/corpus`); its generic cases are X1.
     pub corpus: Option<PathBuf>,
+    /// A shell script run (`sh FILE`) inside each fresh host namespace
+    /// before its group, e.g. to create the master link macvlan needs.
+    pub host_setup: Option<PathBuf>,
+    /// Check groups run at once (each in its own namespaces and store); 1
+    /// for a plugin that keeps state outside `ipam.dataDir`.
+    pub jobs: usize,
+}
+
+impl ConformOptions {
+    /// Defaults for everything but the plugin and its config.
+    pub fn new(plugin_dir: &str, config: &std::path::Path) -> ConformOptions {
+        ConformOptions {
+            plugin_dir: plugin_dir.to_string(),
+            config: config.to_path_buf(),
+            ifname: "eth0".into(),
+            only: None,
+            timeout: crate::runtime::DEFAULT_TIMEOUT,
+            corpus: None,
+            host_setup: None,
+            jobs: DEFAULT_JOBS,
+        }
+    }
+}
+
+/// One group's own world: a fresh host namespace (set up by
+/// `--host-setup`), a runtime in it and a fresh IPAM `dataDir`, so that
+/// what one check leaves behind cannot fail another.
+struct World {
+    host: Netns,
+    runtime: Runtime,
+    net: NetworkConfig,
+    data_dir: PathBuf,
+}
+
+fn world(
+    opts: &ConformOptions,
+    net: &NetworkConfig,
+    scratch: &std::path::Path,
+    n: usize,
+) -> Result<World, ConformError> {
+    let data_dir = scratch.join(format!("ipam-{n}"));
+    let mut net = net.clone();
+    net.set_ipam_data_dir(&data_dir);
+    let host = Netns::with_label("host")?;
+    host.set_lo_up()?;
+    if let Some(script) = &opts.host_setup {
+        let bad = |reason: String| ConformError::HostSetup {
+            path: script.clone(),
+            reason,
+        };
+        let out = host
+            .command("sh")
+            .arg(script)
+            .output()
+            .map_err(|e| bad(format!("cannot run: {e}")))?;
+        if !out.status.success() {
+            return Err(bad(format!(
+                "exited with {}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+    }
+    let runtime = Runtime::new(&opts.plugin_dir)
+        .in_netns(&host)
+        .map_err(Box::new)?
+        .with_timeout(opts.timeout);
+    // A warm-up pod, so that what a plugin keeps per network (its bridge)
+    // exists before the checks and is not counted as their doing.
+    let pod = Netns::with_label("pod")?;
+    let rt = crate::runtime::RuntimeConf::new(
+        &format!("cnilab-warmup-{n}"),
+        Some(pod.path()),
+        &opts.ifname,
+    );
+    if runtime.add(&net, &rt).is_ok() {
+        let _ = runtime.del(&net, &rt);
+    }
+    Ok(World {
+        host,
+        runtime,
+        net,
+        data_dir,
+    })
+}
+
+/// Why an ADD error is the machine's, not the plugin's: the text to show
+/// and what to provide. `None` when it may well be the plugin's.
+pub fn environment_reason(msg: &str) -> Option<&'static str> {
+    let m = msg.to_lowercase();
+    if m.contains("operation not supported") || m.contains("not supported by the kernel") {
+        Some("a kernel feature or module the plugin needs is missing (load the module, e.g. `modprobe ipvlan`, or use a kernel that has it)")
+    } else if m.contains("link not found") || m.contains("failed to lookup master") {
+        Some("a link the config names (e.g. the macvlan/ipvlan \"master\") does not exist in the harness's host namespace: create it with --host-setup FILE (see harness/examples/macvlan-host-setup.sh)")
+    } else if m.contains("failed to find plugin") || m.contains("not found in cni_path") {
+        Some("a plugin binary the config names is missing from --plugin-dir")
+    } else {
+        None
+    }
+}
+
+/// The first ADD of the run: when it fails for a reason of the machine,
+/// nothing else can be judged.
+fn preflight(w: &World, ifname: &str) -> Result<(), ConformError> {
+    let pod = Netns::with_label("pod")?;
+    let rt = crate::runtime::RuntimeConf::new("cnilab-preflight", Some(pod.path()), ifname);
+    let added = w.runtime.add(&w.net, &rt);
+    let _ = w.runtime.del(&w.net, &rt);
+    match added {
+        Err(e) => {
+            let text = crate::accounting::error_text(&e);
+            match environment_reason(&text) {
+                Some(what) => Err(ConformError::Environment(format!(
+                    "the first ADD failed with \"{text}\": {what}"
+                ))),
+                None => Ok(()),
+            }
+        }
+        Ok(_) => Ok(()),
+    }
 }
 
 /// A progress event, for the live progress line.
@@ -148,72 +277,111 @@ pub fn run(
     }
     let wanted = |id: &str| only.as_ref().is_none_or(|ids| ids.iter().any(|i| i == id));
 
-    let mut net = NetworkConfig::load(&opts.config).map_err(Box::new)?;
+    let net = NetworkConfig::load(&opts.config).map_err(Box::new)?;
     let scratch = ScratchDir::new("conform")?;
-    let data_dir = scratch.path().join("ipam");
-    net.set_ipam_data_dir(&data_dir);
-    let host = Netns::with_label("host")?;
-    host.set_lo_up()?;
-    let runtime = Runtime::new(&opts.plugin_dir)
-        .in_netns(&host)
-        .map_err(Box::new)?
-        .with_timeout(opts.timeout);
-    runtime.find_plugins(&net).map_err(Box::new)?;
+    let first = world(opts, &net, scratch.path(), 0)?;
+    first.runtime.find_plugins(&net).map_err(Box::new)?;
     let started = Instant::now();
-    let suite = suite::Suite::new(&runtime, &host, &net, opts, scratch.path(), &data_dir)?;
+    let suite = suite::Suite::new(
+        &first.runtime,
+        &first.host,
+        &first.net,
+        opts,
+        scratch.path(),
+        &first.data_dir,
+    )?;
+    preflight(&first, &opts.ifname)?;
 
     let groups: Vec<&Group> = checks::GROUPS
         .iter()
         .filter(|g| g.ids.iter().any(|id| wanted(id)))
         .collect();
     let mut findings: Vec<Finding> = suite.version_findings.clone();
-    let mut group_times = Vec::new();
+    let mut timings = first.runtime.timings();
     let with_corpus = wanted("X1");
-    let total = groups.len() + usize::from(with_corpus);
-    for (n, group) in groups.iter().enumerate() {
-        progress(Progress {
-            done: n,
-            total,
-            group: group.name,
-            elapsed: None,
-        });
-        let t = Instant::now();
-        match (group.run)(&suite) {
-            Ok(mut f) => findings.append(&mut f),
-            Err(e) => {
-                for id in group.ids {
-                    findings.push(Finding::fail(
-                        id,
-                        format!("harness could not run this check: {e}"),
-                    ));
+    // Every group runs in a world of its own, so groups are independent:
+    // a few run at once. Results come back in any order; the report
+    // merges per check ID, and group times keep the catalog's order.
+    let mut tasks: Vec<(&'static str, Option<&Group>)> =
+        groups.iter().map(|g| (g.name, Some(*g))).collect();
+    if with_corpus {
+        tasks.push(("hostile-input corpus", None));
+    }
+    let total = tasks.len();
+    progress(Progress {
+        done: 0,
+        total,
+        group: tasks.first().map(|t| t.0).unwrap_or(""),
+        elapsed: None,
+    });
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut done: Vec<Option<(Duration, Vec<Finding>)>> = vec![None; total];
+    let mut setup_error = None;
+    std::thread::scope(|scope| {
+        for _ in 0..opts.jobs.clamp(1, total.max(1)) {
+            let tx = tx.clone();
+            let (tasks, next, suite, net) = (&tasks, &next, &suite, &net);
+            let scratch = scratch.path();
+            scope.spawn(move || loop {
+                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((_, group)) = tasks.get(n) else {
+                    break;
+                };
+                let t = Instant::now();
+                let result = world(opts, net, scratch, n + 1).map(|w| {
+                    let gsuite = suite.for_world(&w.runtime, &w.host, &w.net, &w.data_dir);
+                    let found = match group {
+                        Some(g) => match (g.run)(&gsuite) {
+                            Ok(f) => f,
+                            Err(e) => g
+                                .ids
+                                .iter()
+                                .map(|id| {
+                                    Finding::fail(
+                                        id,
+                                        format!("harness could not run this check: {e}"),
+                                    )
+                                })
+                                .collect(),
+                        },
+                        None => corpus::run(&gsuite, opts.corpus.as_deref()),
+                    };
+                    (found, w.runtime.timings())
+                });
+                if tx.send((n, t.elapsed(), result)).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        for (finished, (n, took, result)) in (1..).zip(rx) {
+            match result {
+                Ok((found, t)) => {
+                    done[n] = Some((took, found));
+                    timings.extend(t);
+                }
+                Err(e) => {
+                    setup_error.get_or_insert(e);
                 }
             }
+            progress(Progress {
+                done: finished,
+                total,
+                group: tasks[n].0,
+                elapsed: Some(took),
+            });
         }
-        group_times.push((group.name.to_string(), t.elapsed()));
-        progress(Progress {
-            done: n + 1,
-            total,
-            group: group.name,
-            elapsed: Some(t.elapsed()),
-        });
+    });
+    if let Some(e) = setup_error {
+        return Err(e);
     }
-    if with_corpus {
-        let name = "hostile-input corpus";
-        progress(Progress {
-            done: groups.len(),
-            total,
-            group: name,
-            elapsed: None,
-        });
-        let t = Instant::now();
-        findings.extend(corpus::run(&suite, opts.corpus.as_deref()));
-        group_times.push((name.to_string(), t.elapsed()));
-        progress(Progress {
-            done: total,
-            total,
-            group: name,
-            elapsed: Some(t.elapsed()),
-        });
+    let mut group_times = Vec::new();
+    for ((name, _), slot) in tasks.iter().zip(done) {
+        if let Some((took, mut found)) = slot {
+            findings.append(&mut found);
+            group_times.push((name.to_string(), took));
+        }
     }
     let checks = CATALOG
         .iter()
@@ -228,7 +396,7 @@ pub fn run(
         &net,
         suite.plugin_versions(),
         checks,
-        &runtime.timings(),
+        &timings,
         group_times,
         started.elapsed(),
     ))
@@ -246,4 +414,21 @@ pub(crate) fn worst(findings: &[&Finding]) -> Verdict {
         .map(|f| f.verdict)
         .max()
         .unwrap_or(Verdict::Pass)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::environment_reason;
+
+    #[test]
+    fn environment_failures_are_told_from_plugin_failures() {
+        let link = environment_reason("code 999: Link not found").expect("missing master");
+        assert!(link.contains("--host-setup"), "{link}");
+        let module = environment_reason("failed to create ipvlan: operation not supported")
+            .expect("missing kernel feature");
+        assert!(module.contains("module"), "{module}");
+        assert!(environment_reason("failed to find plugin \"x\" in path [/opt]").is_some());
+        assert!(environment_reason("no IP addresses available in range set").is_none());
+        assert!(environment_reason("code 7: missing network name").is_none());
+    }
 }

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
 
 pub(crate) struct Suite<'a> {
     pub runtime: &'a Runtime,
@@ -29,7 +30,12 @@ pub(crate) struct Suite<'a> {
     pub limits: Vec<String>,
     /// V1/V2 findings, made while discovering the versions.
     pub version_findings: Vec<Finding>,
-    counter: AtomicU32,
+    /// The first plugin's versions narrowed only by its delegated IPAM
+    /// (what a call of the first plugin alone can be held to); `versions`
+    /// is narrowed by the whole chain.
+    pub single_versions: Vec<Version>,
+    counter: Arc<AtomicU32>,
+    layout: OnceLock<bool>,
 }
 
 /// Result of an error-expecting call.
@@ -63,11 +69,40 @@ impl<'a> Suite<'a> {
             version_strings: Vec::new(),
             limits: Vec::new(),
             version_findings: Vec::new(),
-            counter: AtomicU32::new(0),
+            single_versions: Vec::new(),
+            counter: Arc::new(AtomicU32::new(0)),
+            layout: OnceLock::new(),
         };
         suite.discover_versions();
         suite.narrow_to_helpers();
         Ok(suite)
+    }
+
+    /// The same suite in another group's world (host namespace, runtime,
+    /// network with its own `dataDir`); container IDs stay unique.
+    pub fn for_world<'b>(
+        &'b self,
+        runtime: &'b Runtime,
+        host: &'b Netns,
+        net: &'b NetworkConfig,
+        data_dir: &Path,
+    ) -> Suite<'b> {
+        Suite {
+            runtime,
+            host,
+            net,
+            ifname: self.ifname.clone(),
+            plugin_dir: self.plugin_dir.clone(),
+            scratch: self.scratch.clone(),
+            data_dir: data_dir.to_path_buf(),
+            versions: self.versions.clone(),
+            version_strings: self.version_strings.clone(),
+            limits: self.limits.clone(),
+            version_findings: Vec::new(),
+            single_versions: self.single_versions.clone(),
+            counter: Arc::clone(&self.counter),
+            layout: OnceLock::new(),
+        }
     }
 
     pub fn plugin_versions(&self) -> Vec<String> {
@@ -179,6 +214,8 @@ impl<'a> Suite<'a> {
             }
         }
         helpers.dedup();
+        self.single_versions = self.versions.clone();
+        let own_ipam = self.ipam_type();
         let env = vec![("CNI_COMMAND".to_string(), "VERSION".to_string())];
         for helper in helpers {
             let Ok(path) = self.runtime.find_plugin(&helper) else {
@@ -199,6 +236,9 @@ impl<'a> Suite<'a> {
                 .iter()
                 .filter_map(|v| Version::parse(v))
                 .collect();
+            if own_ipam.as_deref() == Some(helper.as_str()) {
+                self.single_versions.retain(|v| theirs.contains(v));
+            }
             let before = self.versions.len();
             self.versions.retain(|v| theirs.contains(v));
             if self.versions.len() != before {
@@ -446,6 +486,12 @@ impl<'a> Suite<'a> {
         }
     }
 
+    /// Whether the config names `ip` itself (static IPAM's `addresses`, an
+    /// `ips`/`address` field): handing it out twice is then by design.
+    pub fn configured_address(&self, ip: std::net::IpAddr) -> bool {
+        crate::accounting::configured(self.net, ip)
+    }
+
     /// The first plugin's `ipam.type`, when it delegates IPAM.
     pub fn ipam_type(&self) -> Option<String> {
         self.net
@@ -477,7 +523,11 @@ impl<'a> Suite<'a> {
                printf '{{\"code\":999,\"msg\":\"cnilab spy IPAM: injected %s failure\"}}' \"$CNI_COMMAND\"\n\
                exit 1\n\
              fi\n\
-             exec '{real}' < \"$d/$n.$CNI_COMMAND.stdin\"\n",
+             out=$('{real}' < \"$d/$n.$CNI_COMMAND.stdin\")\n\
+             rc=$?\n\
+             printf '%s' \"$out\" > \"$d/$n.$CNI_COMMAND.stdout\"\n\
+             printf '%s' \"$out\"\n\
+             exit $rc\n",
             calls = calls.display(),
             dir = dir.display(),
             real = real.display(),
@@ -486,6 +536,50 @@ impl<'a> Suite<'a> {
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
         Ok(Spy { dir, calls })
     }
+}
+
+impl Suite<'_> {
+    /// `net` with its delegated IPAM replaced by a spy, and a runtime that
+    /// finds the spy. `None` when the first plugin does not delegate IPAM.
+    pub fn spied(&self, net: &NetworkConfig) -> Result<Option<Spied>, ConformError> {
+        let Some(ipam) = self.ipam_type() else {
+            return Ok(None);
+        };
+        let real = self.runtime.find_plugin(&ipam).map_err(Box::new)?;
+        let spy = self.spy_ipam(&real)?;
+        let runtime = Runtime::new(&spy.cni_path(&self.plugin_dir))
+            .in_netns(self.host)
+            .map_err(Box::new)?
+            .with_timeout(self.runtime.timeout());
+        let mut net = net.clone();
+        if let Some(Value::Object(ipam)) = net.plugins[0].get_mut("ipam") {
+            ipam.insert("type".into(), Value::String(SPY_NAME.into()));
+        }
+        Ok(Some(Spied { spy, runtime, net }))
+    }
+
+    /// Whether host-local's layout applies to this network's store: one
+    /// sample pod's address shows up in it (asked once per group).
+    pub fn layout_applies(&self) -> bool {
+        *self.layout.get_or_init(|| {
+            let Ok(pod) = self.pod() else { return false };
+            let rt = RuntimeConf::new(&self.cid("layout"), Some(pod.path()), &self.ifname);
+            let lab = self.lab();
+            let applies = self
+                .runtime
+                .add(self.net, &rt)
+                .is_ok_and(|a| lab.layout_applies(&rt.container_id, &a.result));
+            let _ = self.runtime.del(self.net, &rt);
+            applies
+        })
+    }
+}
+
+/// A network whose IPAM calls go through a spy.
+pub(crate) struct Spied {
+    pub spy: Spy,
+    pub runtime: Runtime,
+    pub net: NetworkConfig,
 }
 
 /// The spy IPAM binary's name.
@@ -501,6 +595,8 @@ pub(crate) struct SpyCall {
     pub command: String,
     pub env: Vec<(String, String)>,
     pub stdin: String,
+    /// What the real IPAM printed.
+    pub stdout: String,
 }
 
 impl Spy {
@@ -522,6 +618,8 @@ impl Spy {
                 let env = std::fs::read_to_string(self.calls.join(name)).ok()?;
                 let stdin = std::fs::read_to_string(self.calls.join(format!("{stem}.stdin")))
                     .unwrap_or_default();
+                let stdout = std::fs::read_to_string(self.calls.join(format!("{stem}.stdout")))
+                    .unwrap_or_default();
                 Some(SpyCall {
                     command,
                     env: env
@@ -530,6 +628,7 @@ impl Spy {
                         .map(|(k, v)| (k.to_string(), v.to_string()))
                         .collect(),
                     stdin,
+                    stdout,
                 })
             })
             .collect()

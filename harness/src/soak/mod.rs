@@ -14,12 +14,13 @@
 //! ID `soak-<step>`, so every finding names the step, the exact plan and
 //! the operations log, and `--seed X --replay N` runs that step alone.
 
-pub mod corpus;
+pub use crate::corpus;
 mod inject;
 pub mod plan;
 pub mod report;
 pub mod rng;
 
+use crate::accounting;
 use crate::host_state;
 use crate::netns::{Netns, NetnsError};
 use crate::runtime::{GcKey, NetworkConfig, Runtime, RuntimeConf, RuntimeError};
@@ -253,6 +254,8 @@ struct Soak<'a> {
     gc_runs: AtomicU64,
     next_step: AtomicU64,
     steps_done: AtomicU64,
+    /// Addresses the config's range holds, when it says.
+    capacity: Option<u128>,
 }
 
 /// Runs a soak. Needs root (namespaces).
@@ -347,8 +350,11 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         gc_runs: AtomicU64::new(0),
         next_step: AtomicU64::new(0),
         steps_done: AtomicU64::new(0),
+        capacity: accounting::capacity(&net),
     };
     let mut warm = Vec::new();
+    let store_dir = net.ipam_store_dir();
+    let mut layout = false;
     for i in 0..3 {
         let pod = Netns::with_label("soak-warm")?;
         let id = format!("soak-warmup-{i}");
@@ -365,14 +371,19 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
             ips_of(&added),
             call_of(&added),
         );
-        if let Err(e) = added {
-            let _ = runtime.del(&net, &conf);
-            return Err(SoakError::Warmup {
-                op: "ADD",
-                pod: id,
-                source: Box::new(e),
-            });
-        }
+        let added = match added {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = runtime.del(&net, &conf);
+                return Err(SoakError::Warmup {
+                    op: "ADD",
+                    pod: id,
+                    source: Box::new(e),
+                });
+            }
+        };
+        let ips: Vec<IpAddr> = added.result.ips.iter().map(|i| i.address.addr()).collect();
+        layout |= accounting::layout_applies(store_dir.as_deref(), &id, &ips);
         warm.push(took);
         let t = Instant::now();
         let deleted = runtime.del(&net, &conf);
@@ -398,7 +409,6 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
     soak.kill_window_us = AtomicU64::new(warm_median.as_micros().max(1000) as u64);
     let baseline_links = host.links()?;
     let baseline_rules = host_state::firewall_rules(&host);
-    let store_dir = net.ipam_store_dir();
 
     // Resident pods, added in parallel.
     let residents: Vec<Netns> = (0..opts.pods)
@@ -525,7 +535,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
     }
     let mut store_readable = false;
     let mut leftover_ips: BTreeSet<IpAddr> = BTreeSet::new();
-    if let Some(dir) = &store_dir {
+    if let Some(dir) = store_dir.as_ref().filter(|_| layout) {
         if dir.is_dir() {
             store_readable = true;
             let records = host_state::reservations(dir).map_err(SoakError::Scratch)?;
@@ -579,13 +589,18 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         }
     }
     if !store_readable {
-        notes.push(match &store_dir {
-            Some(dir) => format!(
-                "no host-local-layout store at {}: leaked addresses are only visible through ADD results",
-                dir.display()
-            ),
-            None => "the config has no ipam section: no address store to account".into(),
-        });
+        match &store_dir {
+            Some(dir) => {
+                notes.push(format!(
+                    "the store at {} is not in host-local's layout: addresses are accounted by probing (ADDs after the cleanup until every address handed out came back, or the range ran out)",
+                    dir.display()
+                ));
+                soak.account_by_probing(&mut findings, &mut notes);
+            }
+            None => {
+                notes.push("the config has no ipam section: no address store to account".into())
+            }
+        }
     }
     let without_netns = soak.left_without_netns.load(Ordering::Relaxed);
     if without_netns > 0 {
@@ -776,8 +791,63 @@ impl Soak<'_> {
             // Also an ADD whose kill came too late: a full ADD's duration.
             self.observe_add(t.elapsed());
         }
+        let failed = match &result {
+            Err(e) if !matches!(outcome, OpOutcome::Killed | OpOutcome::Harness { .. }) => {
+                Some(accounting::error_text(e))
+            }
+            _ => None,
+        };
         self.record(who, &op, &conf.container_id, t, outcome, ips, call);
+        if let Some(msg) = failed {
+            self.add_failed(who, &conf.container_id, &msg);
+        }
         ok
+    }
+
+    /// A failed ADD is a finding. One that ran out of addresses while
+    /// fewer pods were live than the range holds is a leak: the live pods
+    /// cannot explain it.
+    fn add_failed(&self, who: Actor, container_id: &str, msg: &str) {
+        // Pods the runtime lost keep their addresses until a GC: they explain
+        // an exhaustion as much as live ones.
+        let live = self.live.lock().map(|l| l.pods.len()).unwrap_or(0)
+            + self.lost.lock().map(|l| l.len()).unwrap_or(0);
+        if accounting::looks_exhausted(msg) {
+            let (kind, why) = match self.capacity {
+                Some(cap) if (live as u128) < cap => (
+                    FindingKind::LeakedAddress,
+                    format!(
+                        "the range ran out while only {live} pods were live and the config's range holds {cap}: {} addresses were not released",
+                        cap - live as u128
+                    ),
+                ),
+                Some(cap) => (
+                    FindingKind::AddFailed,
+                    format!("the range ran out with {live} live pods (it holds {cap}): use a bigger range or fewer --pods/--parallel"),
+                ),
+                None => (
+                    FindingKind::LeakedAddress,
+                    format!(
+                        "the range ran out while {live} pods were live (its size is not in the config, but a churn of at most {} pods at once should not exhaust it)",
+                        self.opts.pods + self.opts.parallel
+                    ),
+                ),
+            };
+            self.finding(
+                kind,
+                format!(
+                    "ADD of {container_id} ({}) failed: {msg}; {why}",
+                    who.label()
+                ),
+                vec![container_id.to_string()],
+            );
+        } else {
+            self.finding(
+                FindingKind::AddFailed,
+                format!("ADD of {container_id} ({}) failed: {msg}", who.label()),
+                vec![container_id.to_string()],
+            );
+        }
     }
 
     /// Marks a pod attached; two live pods with one address is a finding.
@@ -1091,6 +1161,70 @@ impl Soak<'_> {
                 self.left_without_netns.fetch_add(1, Ordering::Relaxed);
             }
             DelVariant::NetnsGone => {}
+        }
+    }
+
+    /// After the final cleanup (no pod is live): ADD probe pods until every
+    /// address the run handed out comes back. One the range ran out
+    /// without is leaked, and attributed to its last owner.
+    fn account_by_probing(&self, findings: &mut Vec<Finding>, notes: &mut Vec<String>) {
+        let mut owner: BTreeMap<IpAddr, String> = BTreeMap::new();
+        if let Ok(log) = self.log.lock() {
+            for r in log.iter().filter(|r| r.op.starts_with("ADD")) {
+                for ip in &r.ips {
+                    owner.insert(ip.addr(), r.container_id.clone());
+                }
+            }
+        }
+        let wanted: BTreeSet<IpAddr> = owner.keys().copied().collect();
+        let budget = match self.capacity {
+            Some(c) => (c.min(1024) as usize) + 1,
+            None => 64,
+        };
+        let probe = accounting::Probe {
+            runtime: self.runtime,
+            net: self.net,
+            ifname: &self.opts.ifname,
+            prefix: "soak-probe".into(),
+            budget,
+        };
+        let outcome = probe.run(&wanted, &BTreeMap::new());
+        for (ip, holder, second) in &outcome.duplicates {
+            findings.push(Finding::new(
+                FindingKind::DuplicateAddress,
+                format!("{ip} was handed to probe pod {second} while probe pod {holder} still held it (after the cleanup)"),
+                Vec::new(),
+            ));
+        }
+        let mut unknown = Vec::new();
+        for ip in &wanted {
+            let id = owner.get(ip).cloned().unwrap_or_default();
+            match outcome.release_of(*ip) {
+                accounting::Release::Released(_) => {}
+                accounting::Release::Held(why) => {
+                    let lost = self.lost.lock().is_ok_and(|l| l.contains(&id));
+                    findings.push(Finding::new(
+                        FindingKind::LeakedAddress,
+                        format!(
+                            "{ip}, last handed to {id}, is still held after every pod was deleted: {why}{}",
+                            if lost {
+                                " — the runtime lost this pod after its ADD was killed: only GC could reclaim it"
+                            } else {
+                                ""
+                            }
+                        ),
+                        vec![id],
+                    ));
+                }
+                accounting::Release::Unknown(why) => unknown.push(why),
+            }
+        }
+        if !unknown.is_empty() {
+            notes.push(format!(
+                "cannot tell whether {} address(es) were released: {}",
+                unknown.len(),
+                unknown[0]
+            ));
         }
     }
 

@@ -174,6 +174,9 @@ pub enum FindingKind {
     DuplicateAddress,
     /// A pod in GC's list of live attachments was damaged by the GC.
     LiveAttachmentBroken,
+    /// An ADD that was not killed failed (the runtime would retry it; the
+    /// pod never started).
+    AddFailed,
 }
 
 impl FindingKind {
@@ -185,6 +188,7 @@ impl FindingKind {
             FindingKind::LeftInPodNetns => "left in pod netns",
             FindingKind::DuplicateAddress => "duplicate address",
             FindingKind::LiveAttachmentBroken => "live pod broken by GC",
+            FindingKind::AddFailed => "failed ADD",
         }
     }
 }
@@ -420,7 +424,7 @@ impl SoakReport {
         }
     }
 
-    /// No leak, no duplicate, no live pod broken.
+    /// No leak, no duplicate, no live pod broken, no failed ADD.
     pub fn passed(&self) -> bool {
         self.findings.is_empty()
     }
@@ -533,7 +537,7 @@ impl SoakReport {
         }
         let _ = writeln!(s);
         if self.findings.is_empty() {
-            let _ = writeln!(s, "findings: none (no leak, no duplicate)");
+            let _ = writeln!(s, "findings: none (no leak, no duplicate, no failed ADD)");
         } else {
             let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
             for f in &self.findings {
@@ -592,7 +596,7 @@ impl SoakReport {
             s,
             "verdict: {}",
             if self.passed() {
-                "PASS (no leak, no duplicate)"
+                "PASS (no leak, no duplicate, no failed ADD)"
             } else {
                 "FAIL"
             }

@@ -139,6 +139,28 @@ pub struct Case {
     pub dir: PathBuf,
 }
 
+/// How long a plugin may keep reading an endless stdin. A plugin that caps
+/// its input answers within milliseconds; one that keeps reading is still
+/// reading after this, and waiting longer cannot change the verdict.
+pub const ENDLESS_STDIN_BOUND: Duration = Duration::from_secs(1);
+
+impl Case {
+    /// Whether stdin never ends.
+    pub fn is_endless(&self) -> bool {
+        matches!(self.stdin, StdinSpec::Mode(StreamMode::Endless))
+    }
+
+    /// The time this case gets: `timeout`, or [`ENDLESS_STDIN_BOUND`] when
+    /// stdin never ends (hang or cap is decided within that bound).
+    pub fn timeout_within(&self, timeout: Duration) -> Duration {
+        if self.is_endless() {
+            timeout.min(ENDLESS_STDIN_BOUND)
+        } else {
+            timeout
+        }
+    }
+}
+
 /// Loads every `*.json` case of `dir`, sorted by name.
 pub fn load_dir(dir: &Path) -> Result<Vec<Case>, CorpusError> {
     let entries = std::fs::read_dir(dir).map_err(|e| CorpusError::Dir {
@@ -446,7 +468,8 @@ pub fn run_case(case: &Case, lab: &Lab<'_>, expect: Expect) -> Result<CaseRun, C
     let pod_before = lab.pod.snapshot()?;
     let tree_before = tree(lab.watched);
     let rules_before = crate::host_state::firewall_rules(lab.host);
-    let raw = spawn(lab, &env, input)?;
+    let timeout = case.timeout_within(lab.timeout);
+    let raw = spawn(lab, &env, input, timeout)?;
     let host_after = lab.host.snapshot()?;
     let pod_after = lab.pod.snapshot()?;
     let tree_after = tree(lab.watched);
@@ -456,8 +479,12 @@ pub fn run_case(case: &Case, lab: &Lab<'_>, expect: Expect) -> Result<CaseRun, C
     let error: Option<ErrorBody> = serde_json::from_slice(raw.stdout.trim_ascii()).ok();
     let stdout = String::from_utf8_lossy(&raw.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&raw.stderr).into_owned();
-    if raw.timed_out {
-        problems.push(format!("no answer within {:?}: killed", lab.timeout));
+    if raw.timed_out && case.is_endless() {
+        problems.push(format!(
+            "still reading an endless stdin after {timeout:?}: killed (a plugin must cap what it reads)"
+        ));
+    } else if raw.timed_out {
+        problems.push(format!("no answer within {timeout:?}: killed"));
     } else if let Some(sig) = raw.signal {
         problems.push(format!("killed by signal {sig}"));
     } else if raw.exit_code == Some(0) {
@@ -542,7 +569,12 @@ struct Raw {
 /// Runs the plugin inside the host namespace with exactly `env` as its
 /// environment block (duplicates included, which `Command::env` cannot
 /// express) and `input` on fd 0. No shell is involved.
-fn spawn(lab: &Lab<'_>, env: &[(String, String)], input: Feed) -> Result<Raw, CorpusError> {
+fn spawn(
+    lab: &Lab<'_>,
+    env: &[(String, String)],
+    input: Feed,
+    timeout: Duration,
+) -> Result<Raw, CorpusError> {
     let fail = |reason: String| CorpusError::Spawn {
         plugin: lab.plugin.to_path_buf(),
         reason,
@@ -594,7 +626,7 @@ fn spawn(lab: &Lab<'_>, env: &[(String, String)], input: Feed) -> Result<Raw, Co
     let started = Instant::now();
     let child = cmd.spawn().map_err(|e| fail(e.to_string()))?;
     drop((argv, envv, envp, program));
-    let out = crate::runtime::collect_child(child, started, lab.timeout, move |mut pipe| {
+    let out = crate::runtime::collect_child(child, started, timeout, move |mut pipe| {
         match input {
             Feed::Bytes(bytes) => {
                 let _ = pipe.write_all(&bytes);
