@@ -11,6 +11,7 @@ pub mod host_state;
 pub mod lab;
 pub mod lifecycle;
 pub mod netns;
+pub mod report;
 pub mod runtime;
 pub mod soak;
 pub mod testing;
