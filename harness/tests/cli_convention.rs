@@ -113,6 +113,8 @@ fn output_flag_is_the_same_everywhere() {
         "scenario list",
         "scenario run",
         "e2e check",
+        "e2e kind",
+        "e2e minikube",
     ] {
         let mut cmd = Cli::command();
         let mut sub = &mut cmd;
@@ -338,4 +340,43 @@ fn conform_json_and_junit_on_stdout() {
         .collect();
     assert_eq!(cases.len(), 2, "{xml}");
     assert!(cases.iter().any(|c| c.starts_with("E1 ")), "{cases:?}");
+}
+
+#[test]
+fn soak_junit_has_one_case_per_kind_of_finding() {
+    let _host = host_untouched();
+    require_root();
+    require_reference();
+    let out = cnilab()
+        .args(["soak", "--plugin-dir", REFERENCE_DIR, "--config"])
+        .arg(examples_dir().join("reference-bridge.conflist"))
+        .args(["--cycles", "4", "--parallel", "2", "--pods", "1"])
+        .args(["--seed", "7", "--timeout", "30s", "-o", "junit"])
+        .output()
+        .expect("runs");
+    let xml = String::from_utf8_lossy(&out.stdout);
+    let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {xml}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let cases: Vec<roxmltree::Node<'_, '_>> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("testcase"))
+        .collect();
+    assert_eq!(cases.len(), 7, "{xml}");
+    let failed = cases
+        .iter()
+        .filter(|c| c.children().any(|n| n.has_tag_name("failure")))
+        .count();
+    assert_eq!(
+        doc.root_element().attribute("failures"),
+        Some(failed.to_string().as_str())
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(if failed == 0 { 0 } else { 1 }),
+        "{xml}"
+    );
 }

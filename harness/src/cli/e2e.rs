@@ -97,6 +97,8 @@ pub struct ProviderArgs {
     /// HTML report of the check [default: …/report.html].
     #[arg(long)]
     pub report: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: CheckOutputArgs,
 }
 
 impl ProviderArgs {
@@ -116,6 +118,8 @@ impl ProviderArgs {
         o.probe_image = self.probe_image.clone();
         o.junit = self.junit.clone();
         o.report = self.report.clone();
+        o.format = self.output.output;
+        o.format = self.output.output;
         o
     }
 }

@@ -77,6 +77,7 @@ impl Soak {
         opts.replay = self.replay;
         opts.ifname = p.ifname.clone();
         opts.timeout = p.timeout;
+        opts.progress = true;
         opts
     }
 

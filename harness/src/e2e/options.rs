@@ -127,6 +127,8 @@ pub struct E2eOptions {
     pub probe_image: String,
     pub junit: Option<PathBuf>,
     pub report: Option<PathBuf>,
+    /// Output format of the check's report on stdout.
+    pub format: crate::report::Format,
 }
 
 impl E2eOptions {
@@ -148,6 +150,7 @@ impl E2eOptions {
             probe_image: DEFAULT_PROBE_IMAGE.to_string(),
             junit: None,
             report: None,
+            format: crate::report::Format::Table,
         }
     }
 
