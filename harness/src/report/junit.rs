@@ -118,6 +118,22 @@ fn time_attr(t: Option<Duration>) -> String {
         .unwrap_or_default()
 }
 
+/// `<testsuites …>` or `<testsuite …>` with its counts.
+fn open_suite(
+    out: &mut String,
+    tag: &str,
+    name: &str,
+    (tests, failures, skipped): (usize, usize, usize),
+    time: Option<Duration>,
+) {
+    let _ = writeln!(
+        out,
+        "{tag} name=\"{}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\"{}>",
+        escape(name),
+        time_attr(time)
+    );
+}
+
 impl Report {
     pub fn new(name: impl Into<String>) -> Report {
         Report {
@@ -134,20 +150,15 @@ impl Report {
             .iter()
             .map(Suite::count)
             .fold((0, 0, 0), |(a, b, c), (x, y, z)| (a + x, b + y, c + z));
-        let _ = writeln!(
-            out,
-            "<testsuites name=\"{}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\"{}>",
-            escape(&self.name),
-            time_attr(self.time)
+        open_suite(
+            &mut out,
+            "<testsuites",
+            &self.name,
+            (tests, failures, skipped),
+            self.time,
         );
         for s in &self.suites {
-            let (tests, failures, skipped) = s.count();
-            let _ = writeln!(
-                out,
-                "  <testsuite name=\"{}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\"{}>",
-                escape(&s.name),
-                time_attr(s.time)
-            );
+            open_suite(&mut out, "  <testsuite", &s.name, s.count(), s.time);
             for c in &s.cases {
                 let _ = write!(out, "    <testcase name=\"{}\"", escape(&c.name));
                 if let Some(class) = &c.classname {
