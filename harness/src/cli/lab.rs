@@ -84,7 +84,8 @@ pub enum LabCmd {
     },
     /// Build a lab and leave it standing (namespaces cnilab-lab-NAME-*).
     #[command(after_help = concat!("Examples:\n  \
-        cnilab lab up --name demo --nodes 3\n\n",
+        cnilab lab up --name demo --nodes 3\n  \
+        cnilab lab up --name demo --topology lab/topologies/agent.toml -o json\n\n",
         crate::exit_codes_help!()))]
     Up {
         #[command(flatten)]
@@ -92,6 +93,8 @@ pub enum LabCmd {
         /// Lab name.
         #[arg(long, default_value = "default")]
         name: String,
+        #[command(flatten)]
+        output: OutputArgs,
     },
     /// Run the checks against a standing lab.
     #[command(after_help = concat!("Examples:\n  \
@@ -137,9 +140,16 @@ impl Lab {
                 &output.only,
                 &output.outputs(),
             ),
-            LabCmd::Up { topology, name } => {
-                lab::up(&topology.args(), topology.plugin_dir.clone(), &name)
-            }
+            LabCmd::Up {
+                topology,
+                name,
+                output,
+            } => lab::up(
+                &topology.args(),
+                topology.plugin_dir.clone(),
+                &name,
+                output.output,
+            ),
             LabCmd::Check { name, output } => lab::check(&name, &output.only, &output.outputs()),
             LabCmd::Status { name, output } => lab::status(name.as_deref(), output.output),
             LabCmd::Down { name } => lab::down(&name),

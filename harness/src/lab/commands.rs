@@ -124,7 +124,12 @@ pub fn run(
 }
 
 /// `cnilab lab up`.
-pub fn up(args: &TopologyArgs, plugin_dir: Option<String>, name: &str) -> CliResult {
+pub fn up(
+    args: &TopologyArgs,
+    plugin_dir: Option<String>,
+    name: &str,
+    format: Format,
+) -> CliResult {
     netns::require_root()?;
     state::check_name(name)?;
     if state::load_state(name).is_ok() {
@@ -152,6 +157,17 @@ pub fn up(args: &TopologyArgs, plugin_dir: Option<String>, name: &str) -> CliRes
         .map(|(p, d)| format!("{p} {} ms", d.as_millis()))
         .collect();
     let saved = state::persist(lab)?;
+    if format != Format::Table {
+        let labs = vec![LabStatus {
+            name: name.to_string(),
+            nodes: saved.nodes.len(),
+            pods: saved.nodes.iter().map(|x| x.pods.len()).sum(),
+            missing: Vec::new(),
+            state: saved,
+        }];
+        println!("{}", report::json("LabStatus", &StatusReport { labs }));
+        return Ok(ExitCode::SUCCESS);
+    }
     println!("lab {name} is up ({})", phases.join(", "));
     print_state(&saved);
     println!("next: `cnilab lab check --name {name}`, `ip netns exec <namespace> sh` to look around, `cnilab lab down --name {name}` to remove it");
