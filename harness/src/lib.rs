@@ -1,5 +1,11 @@
 //! cnilab harness: throwaway namespaces, a CNI runtime that drives any plugin
 //! binary, lifecycle and conformance checks, and a benchmark.
+//!
+//! - `cli/`: the `cnilab` command line, one file per subcommand (its flags,
+//!   examples and what it runs); shared flag groups in `cli/args.rs`.
+//! - `report/`: the one output convention (`-o table|json|junit`, JSON
+//!   `schemaVersion`, the JUnit writer and XML escaper, the shell quoter,
+//!   TTY progress, exit codes 0/1/2/3).
 
 pub mod accounting;
 pub mod bench;

@@ -178,7 +178,7 @@ impl Report {
             if self.failures.len() > 40 {
                 let _ = writeln!(
                     s,
-                    "  … and {} more failed probes (see --format json)",
+                    "  … and {} more failed probes (see -o json)",
                     self.failures.len() - 40
                 );
             }
