@@ -41,6 +41,8 @@ pub struct BenchOptions {
     /// Colon-separated plugin directories (CNI_PATH).
     pub plugin_dir: String,
     pub config: PathBuf,
+    /// Container interface name of the measured pods.
+    pub ifname: String,
     pub pods: usize,
     pub parallel: usize,
     /// A second plugin to compare with (usually the reference bridge).
@@ -127,12 +129,14 @@ fn bench_plugin(
     let confs = |round: &str| -> Vec<RuntimeConf> {
         pods.iter()
             .enumerate()
-            .map(|(i, ns)| RuntimeConf::new(&format!("bench-{round}-{i}"), Some(ns.path()), "eth0"))
+            .map(|(i, ns)| {
+                RuntimeConf::new(&format!("bench-{round}-{i}"), Some(ns.path()), &opts.ifname)
+            })
             .collect()
     };
 
     // A warm-up pod, so that bridge creation is not counted as an ADD.
-    let warm = RuntimeConf::new("bench-warmup", Some(pods[0].path()), "eth0");
+    let warm = RuntimeConf::new("bench-warmup", Some(pods[0].path()), &opts.ifname);
     runtime
         .add(&net, &warm)
         .map_err(|e| op_err("ADD", "bench-warmup", e))?;

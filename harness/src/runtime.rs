@@ -169,23 +169,12 @@ impl Execution {
     pub fn shell_line(&self) -> String {
         let mut line = String::new();
         for (k, v) in &self.env {
-            line.push_str(&format!("{k}={} ", shell_quote(v)));
+            line.push_str(&format!("{k}={} ", crate::report::quote(v)));
         }
-        line.push_str(&shell_quote(&self.plugin.to_string_lossy()));
+        line.push_str(&crate::report::quote(&self.plugin.to_string_lossy()));
         line.push_str(" <<< ");
-        line.push_str(&shell_quote(&self.stdin));
+        line.push_str(&crate::report::quote(&self.stdin));
         line
-    }
-}
-
-fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"/._-=:,".contains(&b))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
 

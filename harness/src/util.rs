@@ -98,6 +98,31 @@ impl Percentiles {
     }
 }
 
+/// A duration flag: `<n>ms`, `<n>s`, `<n>m` or `<n>h` (`30s`, `2m`); a bare
+/// number is seconds (the older spelling). Zero is refused. Hand-written:
+/// four units do not need a crate.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (number, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a duration like 500ms, 30s, 2m or 1h"))?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        _ => return Err(format!("{text:?}: the unit must be ms, s, m or h")),
+    };
+    if d.is_zero() {
+        return Err(format!("{text:?}: must be more than zero"));
+    }
+    Ok(d)
+}
+
 /// `12.3 ms`.
 pub fn fmt_ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
@@ -106,6 +131,19 @@ pub fn fmt_ms(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_one_way() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("3d").is_err());
+        assert!(parse_duration("m").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
 
     #[test]
     fn percentiles_use_nearest_rank() {

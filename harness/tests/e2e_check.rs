@@ -626,7 +626,9 @@ async fn healthy_cluster_passes_every_group() {
     );
     let junit = report.junit();
     assert!(
-        junit.contains("<testsuite name=\"hairpin\" tests=\"3\" failures=\"0\">"),
+        junit.contains(
+            "<testsuite name=\"hairpin\" tests=\"3\" failures=\"0\" errors=\"0\" skipped=\"0\">"
+        ),
         "{junit}"
     );
     let json: Value = serde_json::from_str(&report.json()).expect("json");

@@ -823,14 +823,23 @@ fn scenario_junit_marks_the_scenario_that_misbehaved() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let xml = std::fs::read_to_string(&junit).expect("junit");
     let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("{e}\n{xml}"));
+    // One writer for every JUnit report: <testsuites> around one <testsuite>.
     let root = doc.root_element();
-    assert_eq!(root.tag_name().name(), "testsuite", "{xml}");
-    assert_eq!(
-        (root.attribute("tests"), root.attribute("failures")),
-        (Some("2"), Some("1")),
-        "{xml}"
-    );
-    let cases: Vec<(&str, bool)> = root
+    assert_eq!(root.tag_name().name(), "testsuites", "{xml}");
+    let suites: Vec<_> = root
+        .children()
+        .filter(|n| n.has_tag_name("testsuite"))
+        .collect();
+    assert_eq!(suites.len(), 1, "{xml}");
+    let suite = suites[0];
+    for node in [root, suite] {
+        assert_eq!(
+            (node.attribute("tests"), node.attribute("failures")),
+            (Some("2"), Some("1")),
+            "{xml}"
+        );
+    }
+    let cases: Vec<(&str, bool)> = suite
         .children()
         .filter(|n| n.has_tag_name("testcase"))
         .map(|c| {

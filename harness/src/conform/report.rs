@@ -1,5 +1,5 @@
 //! The conformance report: per-check verdicts, evidence, timing; rendered
-//! as a terminal table, JSON, or JUnit XML (written by hand: no XML crate).
+//! as a terminal table, JSON, or JUnit XML (through `crate::report`).
 
 use super::ConformOptions;
 use crate::lifecycle::clip;
@@ -259,71 +259,43 @@ impl ConformReport {
     }
 
     pub fn json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        crate::report::json("ConformReport", self)
     }
 
     /// JUnit XML: one testcase per check; WARN passes with system-out.
     pub fn junit(&self) -> String {
-        let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-        let s = &self.summary;
-        let _ = writeln!(
-            out,
-            "<testsuites name=\"cnilab conform\" tests=\"{}\" failures=\"{}\" skipped=\"{}\" time=\"{:.3}\">",
-            s.checks,
-            s.failed,
-            s.skipped,
-            self.wall_time.as_secs_f64()
-        );
-        let _ = writeln!(
-            out,
-            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"{}\" time=\"{:.3}\">",
-            xml(&format!("cnilab conform {} ({})", self.plugin, self.plugin_dir)),
-            s.checks,
-            s.failed,
-            s.skipped,
-            self.wall_time.as_secs_f64()
-        );
+        use crate::report::junit::{Case, Outcome, Report, Suite};
+        let mut suite = Suite::new(format!(
+            "cnilab conform {} ({})",
+            self.plugin, self.plugin_dir
+        ));
+        suite.time = Some(self.wall_time);
         for c in &self.checks {
-            let _ = write!(
-                out,
-                "    <testcase classname=\"cnilab.conform\" name=\"{}\"",
-                xml(&format!("{} {}", c.id, c.name))
-            );
             let details = c.details.join("\n");
-            match c.verdict {
-                Verdict::Pass => {
-                    let _ = writeln!(out, "/>");
-                }
-                Verdict::Skip => {
-                    let _ = writeln!(
-                        out,
-                        ">\n      <skipped message=\"{}\"/>\n    </testcase>",
-                        xml(&one_line(&details, 200))
-                    );
-                }
-                Verdict::Warn => {
-                    let _ = writeln!(
-                        out,
-                        ">\n      <system-out>{}</system-out>\n    </testcase>",
-                        xml(&details)
-                    );
-                }
+            let name = format!("{} {}", c.id, c.name);
+            let case = match c.verdict {
+                Verdict::Pass => Case::pass(name),
+                Verdict::Skip => Case::new(
+                    name,
+                    Outcome::Skipped {
+                        message: one_line(&details, 200),
+                    },
+                ),
+                Verdict::Warn => Case::pass(name).system_out(details),
                 Verdict::Fail => {
                     let mut body = details.clone();
                     for e in &c.evidence {
                         write_evidence(&mut body, e);
                     }
-                    let _ = writeln!(
-                        out,
-                        ">\n      <failure message=\"{}\">{}</failure>\n    </testcase>",
-                        xml(&one_line(&details, 200)),
-                        xml(&body)
-                    );
+                    Case::failure(name, one_line(&details, 200), body)
                 }
-            }
+            };
+            suite.cases.push(case.classname("cnilab.conform"));
         }
-        out.push_str("  </testsuite>\n</testsuites>\n");
-        out
+        let mut report = Report::new("cnilab conform");
+        report.time = Some(self.wall_time);
+        report.suites.push(suite);
+        report.to_xml()
     }
 }
 
@@ -350,33 +322,9 @@ fn one_line(s: &str, max: usize) -> String {
     }
 }
 
-/// Escapes text for XML attributes and content; drops characters XML 1.0
-/// cannot carry.
-fn xml(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            '\n' | '\t' | '\r' => out.push(c),
-            c if (c as u32) < 0x20 => {}
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn xml_escapes_markup_and_drops_control_chars() {
-        assert_eq!(xml("a<b>&\"'\u{1}"), "a&lt;b&gt;&amp;&quot;&apos;");
-    }
 
     #[test]
     fn worst_finding_decides_and_empty_is_a_failure() {

@@ -3,7 +3,6 @@
 //! plans that `--dry-run` prints, and an in-cluster connectivity check that
 //! works against any cluster (lab/e2e-plan.md is the contract).
 
-pub mod args;
 pub mod check;
 pub mod options;
 pub mod plan;

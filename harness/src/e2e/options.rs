@@ -127,6 +127,8 @@ pub struct E2eOptions {
     pub probe_image: String,
     pub junit: Option<PathBuf>,
     pub report: Option<PathBuf>,
+    /// Output format of the check's report on stdout.
+    pub format: crate::report::Format,
 }
 
 impl E2eOptions {
@@ -148,6 +150,7 @@ impl E2eOptions {
             probe_image: DEFAULT_PROBE_IMAGE.to_string(),
             junit: None,
             report: None,
+            format: crate::report::Format::Table,
         }
     }
 
@@ -279,27 +282,8 @@ impl E2eOptions {
     }
 }
 
-/// `180s`, `3m`, `1h`, `90` (seconds).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let (number, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => t.split_at(i),
-        None => (t, "s"),
-    };
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?}: expected a duration like 180s, 3m or 1h"))?;
-    let secs = match unit {
-        "s" => n,
-        "m" => n.saturating_mul(60),
-        "h" => n.saturating_mul(3600),
-        _ => return Err(format!("{text:?}: the unit must be s, m or h")),
-    };
-    if secs == 0 {
-        return Err(format!("{text:?}: must be more than zero"));
-    }
-    Ok(Duration::from_secs(secs))
-}
+/// Durations are written one way everywhere (`180s`, `3m`).
+pub use crate::util::parse_duration;
 
 #[cfg(test)]
 mod tests {

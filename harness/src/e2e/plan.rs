@@ -59,14 +59,10 @@ impl Cmd {
 /// Quotes a word for display only when a shell would need it. A run-time
 /// placeholder such as `<agent-pod>` is shown as is.
 pub fn quote(word: &str) -> String {
-    let safe = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
-    if !word.is_empty() && word.chars().all(safe) {
-        return word.to_string();
-    }
     if is_placeholder(word) {
         return word.to_string();
     }
-    format!("'{}'", word.replace('\'', r"'\''"))
+    crate::report::quote(word)
 }
 
 fn is_placeholder(word: &str) -> bool {

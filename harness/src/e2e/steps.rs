@@ -475,6 +475,8 @@ pub fn check_options(opts: &E2eOptions) -> CheckOptions {
     let mut check = CheckOptions::new(opts.kubeconfig());
     check.ip_family = opts.ip_family;
     check.probe_image = opts.probe_image.clone();
+    check.format = opts.format;
+    check.format = opts.format;
     check.junit = Some(
         opts.junit
             .clone()

@@ -599,10 +599,21 @@ impl Lab {
     /// Creates and ADDs the pods of every node, in parallel.
     fn attach_pods(&mut self) -> Result<(), LabError> {
         let per_node = self.topo.pods_per_node;
-        for i in 0..self.nodes.len() {
-            self.add_pods(i, per_node)?;
+        let bar = crate::report::progress::Progress::stderr();
+        let total = self.nodes.len();
+        let mut attached = Ok(());
+        for i in 0..total {
+            bar.status(&format!(
+                "⌛ attaching {per_node} pods on node {}/{total}",
+                i + 1
+            ));
+            attached = self.add_pods(i, per_node);
+            if attached.is_err() {
+                break;
+            }
         }
-        Ok(())
+        bar.clear();
+        attached
     }
 
     /// Adds `count` pods to node `i`.

@@ -7,14 +7,9 @@ use super::state;
 use super::topology::Topology;
 use crate::cli::CliResult;
 use crate::netns;
+use crate::report::{self, Format};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum LabFormat {
-    Table,
-    Json,
-}
 
 /// Where the lab comes from.
 #[derive(Clone, Debug, Default)]
@@ -27,7 +22,7 @@ pub struct TopologyArgs {
 /// Where reports go.
 #[derive(Clone, Debug, Default)]
 pub struct Outputs {
-    pub format: Option<LabFormat>,
+    pub format: Format,
     pub junit: Option<PathBuf>,
     pub report: Option<PathBuf>,
 }
@@ -65,9 +60,10 @@ fn default_plugin_check(
 }
 
 fn emit(report: &Report, out: &Outputs) -> Result<(), Box<dyn std::error::Error>> {
-    match out.format.unwrap_or(LabFormat::Table) {
-        LabFormat::Table => print!("{}", report.table()),
-        LabFormat::Json => println!("{}", report.json()),
+    match out.format {
+        Format::Table => print!("{}", report.table()),
+        Format::Json => println!("{}", report.json()),
+        Format::Junit => print!("{}", report.junit()),
     }
     if let Some(path) = &out.junit {
         write(path, &report.junit())?;
@@ -80,10 +76,7 @@ fn emit(report: &Report, out: &Outputs) -> Result<(), Box<dyn std::error::Error>
 }
 
 fn write(path: &Path, text: &str) -> Result<(), Box<dyn std::error::Error>> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()).into())
+    Ok(report::write_file(path, text)?)
 }
 
 fn header(topo: &Topology, plugin_dir: Option<&str>) {
@@ -100,12 +93,8 @@ fn header(topo: &Topology, plugin_dir: Option<&str>) {
     );
 }
 
-fn verdict(report: &Report) -> ExitCode {
-    if report.passed() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+fn verdict(r: &Report) -> ExitCode {
+    report::verdict(r.passed())
 }
 
 /// `cnilab lab run`.
@@ -135,7 +124,12 @@ pub fn run(
 }
 
 /// `cnilab lab up`.
-pub fn up(args: &TopologyArgs, plugin_dir: Option<String>, name: &str) -> CliResult {
+pub fn up(
+    args: &TopologyArgs,
+    plugin_dir: Option<String>,
+    name: &str,
+    format: Format,
+) -> CliResult {
     netns::require_root()?;
     state::check_name(name)?;
     if state::load_state(name).is_ok() {
@@ -163,6 +157,17 @@ pub fn up(args: &TopologyArgs, plugin_dir: Option<String>, name: &str) -> CliRes
         .map(|(p, d)| format!("{p} {} ms", d.as_millis()))
         .collect();
     let saved = state::persist(lab)?;
+    if format != Format::Table {
+        let labs = vec![LabStatus {
+            name: name.to_string(),
+            nodes: saved.nodes.len(),
+            pods: saved.nodes.iter().map(|x| x.pods.len()).sum(),
+            missing: Vec::new(),
+            state: saved,
+        }];
+        println!("{}", report::json("LabStatus", &StatusReport { labs }));
+        return Ok(ExitCode::SUCCESS);
+    }
     println!("lab {name} is up ({})", phases.join(", "));
     print_state(&saved);
     println!("next: `cnilab lab check --name {name}`, `ip netns exec <namespace> sh` to look around, `cnilab lab down --name {name}` to remove it");
@@ -213,19 +218,32 @@ pub fn check(name: &str, groups: &[String], out: &Outputs) -> CliResult {
     Ok(verdict(&report))
 }
 
+/// One standing lab as `cnilab lab status -o json` shows it.
+#[derive(serde::Serialize)]
+struct LabStatus {
+    name: String,
+    nodes: usize,
+    pods: usize,
+    /// Namespaces the lab's state names that are gone.
+    missing: Vec<String>,
+    state: state::LabState,
+}
+
+#[derive(serde::Serialize)]
+struct StatusReport {
+    labs: Vec<LabStatus>,
+}
+
 /// `cnilab lab status`.
-pub fn status(name: Option<&str>) -> CliResult {
+pub fn status(name: Option<&str>, format: Format) -> CliResult {
     let names = match name {
         Some(n) => vec![n.to_string()],
         None => state::list(),
     };
-    if names.is_empty() {
-        println!("no lab is up (start one with `cnilab lab up --name NAME`)");
-        return Ok(ExitCode::SUCCESS);
-    }
+    let mut labs = Vec::new();
     for n in names {
         let s = state::load_state(&n)?;
-        let missing: Vec<&str> = std::iter::once(s.switch.as_str())
+        let missing: Vec<String> = std::iter::once(s.switch.as_str())
             .chain(s.nodes.iter().map(|x| x.netns.as_str()))
             .chain(
                 s.nodes
@@ -233,18 +251,37 @@ pub fn status(name: Option<&str>) -> CliResult {
                     .flat_map(|x| x.pods.iter().map(|p| p.netns.as_str())),
             )
             .filter(|ns| !Path::new(netns::NETNS_DIR).join(ns).exists())
+            .map(str::to_string)
             .collect();
+        labs.push(LabStatus {
+            name: n,
+            nodes: s.nodes.len(),
+            pods: s.nodes.iter().map(|x| x.pods.len()).sum(),
+            missing,
+            state: s,
+        });
+    }
+    if format != Format::Table {
+        println!("{}", report::json("LabStatus", &StatusReport { labs }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if labs.is_empty() {
+        println!("no lab is up (start one with `cnilab lab up --name NAME`)");
+        return Ok(ExitCode::SUCCESS);
+    }
+    for l in labs {
         println!(
-            "lab {n}: {} nodes, {} pods{}",
-            s.nodes.len(),
-            s.nodes.iter().map(|x| x.pods.len()).sum::<usize>(),
-            if missing.is_empty() {
+            "lab {}: {} nodes, {} pods{}",
+            l.name,
+            l.nodes,
+            l.pods,
+            if l.missing.is_empty() {
                 String::new()
             } else {
-                format!(" — MISSING namespaces: {}", missing.join(", "))
+                format!(" — MISSING namespaces: {}", l.missing.join(", "))
             }
         );
-        print_state(&s);
+        print_state(&l.state);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -283,26 +320,104 @@ pub fn scenario_files(dir: &Path) -> Result<Vec<PathBuf>, Box<dyn std::error::Er
 }
 
 /// `cnilab scenario list`.
-pub fn scenario_list(dir: &Path) -> CliResult {
+pub fn scenario_list(dir: &Path, format: Format) -> CliResult {
+    #[derive(serde::Serialize)]
+    struct Entry {
+        file: PathBuf,
+        name: Option<String>,
+        summary: Option<String>,
+        /// Why the file is not a valid scenario.
+        error: Option<String>,
+    }
+    #[derive(serde::Serialize)]
+    struct List {
+        scenarios: Vec<Entry>,
+    }
+    let mut scenarios = Vec::new();
     for path in scenario_files(dir)? {
-        match Scenario::load(&path) {
-            Ok(s) => println!("{:<28} {}  [{}]", s.name, s.summary, path.display()),
-            Err(e) => println!("{:<28} INVALID: {e}", path.display()),
+        let entry = match Scenario::load(&path) {
+            Ok(s) => Entry {
+                file: path,
+                name: Some(s.name),
+                summary: Some(s.summary),
+                error: None,
+            },
+            Err(e) => Entry {
+                file: path,
+                name: None,
+                summary: None,
+                error: Some(e.to_string()),
+            },
+        };
+        scenarios.push(entry);
+    }
+    if format != Format::Table {
+        println!("{}", report::json("ScenarioList", &List { scenarios }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    for e in scenarios {
+        match (e.name, e.summary, e.error) {
+            (Some(name), Some(summary), None) => {
+                println!("{name:<28} {summary}  [{}]", e.file.display())
+            }
+            (_, _, error) => println!(
+                "{:<28} INVALID: {}",
+                e.file.display(),
+                error.unwrap_or_default()
+            ),
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One replayed scenario, as `-o json` shows it.
+#[derive(serde::Serialize)]
+struct ScenarioResult {
+    name: String,
+    file: PathBuf,
+    passed: bool,
+    /// The steps (or the error that stopped the scenario).
+    detail: Vec<String>,
+}
+
+#[derive(serde::Serialize)]
+struct ScenarioReport {
+    passed: usize,
+    failed: usize,
+    scenarios: Vec<ScenarioResult>,
+}
+
+impl ScenarioReport {
+    fn junit(&self) -> String {
+        use crate::report::junit::{Case, Report as Junit, Suite};
+        let mut suite = Suite::new("cnilab scenarios");
+        for r in &self.scenarios {
+            suite.cases.push(if r.passed {
+                Case::pass(&r.name)
+            } else {
+                Case::failure(
+                    &r.name,
+                    "scenario did not behave as written",
+                    r.detail.join("\n"),
+                )
+            });
+        }
+        let mut doc = Junit::new("cnilab scenarios");
+        doc.suites.push(suite);
+        doc.to_xml()
+    }
 }
 
 /// `cnilab scenario run FILE…`: exit 0 iff every scenario behaved as written.
 pub fn scenario_run(
     files: &[PathBuf],
     plugin_dir: Option<String>,
+    format: Format,
     junit: Option<&Path>,
 ) -> CliResult {
     netns::require_root()?;
     super::cleanup_on_interrupt(None);
-    let mut cases = String::new();
-    let mut failed = 0;
+    let mut results = Vec::new();
     for path in files {
         let s = Scenario::load(path)?;
         eprintln!("🎬 scenario {}: {}", s.name, s.summary);
@@ -316,47 +431,44 @@ pub fn scenario_run(
             );
         };
         let (passed, detail) = match scenario::run(&s, plugin_dir.clone(), &mut log) {
-            Ok(result) => {
-                let detail: Vec<String> = result
+            Ok(result) => (
+                result.passed,
+                result
                     .steps
                     .iter()
                     .map(|l| format!("step {}: {} — {}", l.step, l.what, l.detail))
-                    .collect();
-                (result.passed, detail.join("\n"))
-            }
-            Err(e) => (false, e.to_string()),
+                    .collect(),
+            ),
+            Err(e) => (false, vec![e.to_string()]),
         };
-        println!(
-            "{} scenario {}",
-            if passed { "✅ PASS" } else { "❌ FAIL" },
-            s.name
-        );
-        if passed {
-            cases.push_str(&format!(
-                "  <testcase name=\"{}\"/>\n",
-                super::report::xml(&s.name)
-            ));
-        } else {
-            failed += 1;
-            cases.push_str(&format!(
-                "  <testcase name=\"{}\"><failure message=\"scenario did not behave as written\">{}</failure></testcase>\n",
-                super::report::xml(&s.name),
-                super::report::xml(&detail)
-            ));
+        if format == Format::Table {
+            println!(
+                "{} scenario {}",
+                if passed { "✅ PASS" } else { "❌ FAIL" },
+                s.name
+            );
         }
+        results.push(ScenarioResult {
+            name: s.name,
+            file: path.clone(),
+            passed,
+            detail,
+        });
     }
+    let failed = results.iter().filter(|r| !r.passed).count();
+    let summary = ScenarioReport {
+        passed: results.len() - failed,
+        failed,
+        scenarios: results,
+    };
     if let Some(path) = junit {
-        let xml = format!(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"cnilab scenarios\" tests=\"{}\" failures=\"{failed}\">\n{cases}</testsuite>\n",
-            files.len()
-        );
-        write(path, &xml)?;
+        write(path, &summary.junit())?;
     }
     let _ = std::fs::remove_dir_all(super::scratch_run_dir());
-    println!("{} passed, {failed} failed", files.len() - failed);
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    match format {
+        Format::Table => println!("{} passed, {failed} failed", summary.passed),
+        Format::Json => println!("{}", report::json("ScenarioReport", &summary)),
+        Format::Junit => print!("{}", summary.junit()),
+    }
+    Ok(report::verdict(failed == 0))
 }

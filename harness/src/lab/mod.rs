@@ -17,7 +17,6 @@ pub mod topology;
 
 use build::Lab;
 use report::{Failure, Report};
-use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -82,15 +81,16 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
     checks::start_responders(lab, rt.handle()).map_err(LabError::Setup)?;
     let specs = checks::plan(lab, groups);
     let neighbours_before = diagnose::neighbours_before(lab);
-    let tty = progress && std::io::stderr().is_terminal();
+    let bar = if progress {
+        crate::report::progress::Progress::stderr()
+    } else {
+        crate::report::progress::Progress::quiet()
+    };
     let show = |done: usize, total: usize| {
-        if tty && (done.is_multiple_of(25) || done == total) {
-            let mut err = std::io::stderr();
-            let _ = write!(err, "\r\x1b[2K⌛ probes {done}/{total}");
-            if done == total {
-                let _ = write!(err, "\r\x1b[2K");
-            }
-            let _ = err.flush();
+        if done == total {
+            bar.clear();
+        } else if done.is_multiple_of(25) {
+            bar.status(&format!("⌛ probes {done}/{total}"));
         }
     };
     let outcomes = checks::run(lab, &specs, &rt, 256, &show);

@@ -5,6 +5,7 @@
 use super::build::Lab;
 use super::checks::{ProbeOutcome, GROUPS};
 use super::diagnose::Diagnosis;
+use crate::report::escape as xml;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -28,7 +29,17 @@ pub struct NodeView {
     pub name: String,
     pub address: String,
     pub pod_cidr: Vec<String>,
+    /// JSON: `[{"name": …, "ips": […]}]`.
+    #[serde(serialize_with = "pods")]
     pub pods: Vec<(String, Vec<String>)>,
+}
+
+fn pods<S: serde::Serializer>(v: &[(String, Vec<String>)], s: S) -> Result<S::Ok, S::Error> {
+    crate::report::pairs_as_objects(v, "name", "ips", s)
+}
+
+fn phases<S: serde::Serializer>(v: &[(String, f64)], s: S) -> Result<S::Ok, S::Error> {
+    crate::report::pairs_as_objects(v, "phase", "ms", s)
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -40,6 +51,8 @@ pub struct Report {
     pub groups: Vec<GroupResult>,
     pub failures: Vec<Failure>,
     pub probes: usize,
+    /// JSON: `[{"phase": …, "ms": …}]`.
+    #[serde(serialize_with = "phases")]
     pub phases_ms: Vec<(String, f64)>,
     #[serde(skip)]
     pub outcomes: Vec<ProbeOutcome>,
@@ -165,7 +178,7 @@ impl Report {
             if self.failures.len() > 40 {
                 let _ = writeln!(
                     s,
-                    "  … and {} more failed probes (see --format json)",
+                    "  … and {} more failed probes (see -o json)",
                     self.failures.len() - 40
                 );
             }
@@ -184,26 +197,15 @@ impl Report {
     }
 
     pub fn json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        crate::report::json("LabReport", self)
     }
 
+    /// JUnit XML: one suite per check group, one case per probe.
     pub fn junit(&self) -> String {
-        let mut s = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-        let _ = writeln!(
-            s,
-            "<testsuites name=\"cnilab lab {}\" tests=\"{}\" failures=\"{}\">",
-            xml(&self.lab),
-            self.probes,
-            self.failures.len()
-        );
+        use crate::report::junit::{Case, Report as Junit, Suite};
+        let mut doc = Junit::new(format!("cnilab lab {}", self.lab));
         for g in &self.groups {
-            let _ = writeln!(
-                s,
-                "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\">",
-                xml(&g.name),
-                g.probes,
-                g.probes - g.passed
-            );
+            let mut suite = Suite::new(&g.name);
             for (i, o) in self
                 .outcomes
                 .iter()
@@ -216,15 +218,8 @@ impl Report {
                     o.spec.to.name,
                     o.spec.proto.as_str()
                 );
-                let time = o.rtt_ms.unwrap_or(0.0) / 1000.0;
-                match &o.error {
-                    None => {
-                        let _ = writeln!(
-                            s,
-                            "    <testcase name=\"{}\" time=\"{time:.4}\"/>",
-                            xml(&name)
-                        );
-                    }
+                let case = match &o.error {
+                    None => Case::pass(name),
                     Some(err) => {
                         let diag: Vec<String> = self
                             .failures
@@ -236,20 +231,16 @@ impl Report {
                                     .map(|d| format!("{}: {}", d.id, d.message))
                             })
                             .collect();
-                        let _ = writeln!(
-                            s,
-                            "    <testcase name=\"{}\" time=\"{time:.4}\"><failure message=\"{}\">{}</failure></testcase>",
-                            xml(&name),
-                            xml(err),
-                            xml(&diag.join("\n"))
-                        );
+                        Case::failure(name, err, diag.join("\n"))
                     }
-                }
+                };
+                suite.cases.push(case.time(Duration::from_secs_f64(
+                    o.rtt_ms.unwrap_or(0.0).max(0.0) / 1000.0,
+                )));
             }
-            let _ = writeln!(s, "  </testsuite>");
+            doc.suites.push(suite);
         }
-        s.push_str("</testsuites>\n");
-        s
+        doc.to_xml()
     }
 
     /// One self-contained HTML page: topology drawing, matrix, diagnoses.
@@ -365,12 +356,4 @@ fn group_results(groups: &[&str], outcomes: &[ProbeOutcome]) -> Vec<GroupResult>
         })
         .filter(|g| g.probes > 0)
         .collect()
-}
-
-/// Escapes text for XML and HTML.
-pub fn xml(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }

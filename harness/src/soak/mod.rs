@@ -96,6 +96,8 @@ pub struct SoakOptions {
     pub ifname: String,
     /// Per-call timeout.
     pub timeout: Duration,
+    /// A status line of finished steps on stderr when it is a TTY.
+    pub progress: bool,
 }
 
 impl SoakOptions {
@@ -115,6 +117,7 @@ impl SoakOptions {
             replay: None,
             ifname: "eth0".into(),
             timeout: crate::runtime::DEFAULT_TIMEOUT,
+            progress: false,
         }
     }
 
@@ -439,6 +442,15 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
     let churn_started = Instant::now();
     let steps: Option<Vec<u64>> = opts.replay.map(|s| vec![s]);
     let workers = if steps.is_some() { 1 } else { opts.parallel };
+    let bar = if opts.progress {
+        crate::report::progress::Progress::stderr()
+    } else {
+        crate::report::progress::Progress::quiet()
+    };
+    let of = match opts.budget {
+        Budget::Cycles(c) => format!("/{c}"),
+        Budget::Duration(d) => format!(" in {}s", d.as_secs()),
+    };
     std::thread::scope(|s| {
         for _ in 0..workers {
             s.spawn(|| loop {
@@ -453,10 +465,14 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
                     _ => break,
                 };
                 soak.cycle(&CyclePlan::new(&opts.knobs(), step));
-                soak.steps_done.fetch_add(1, Ordering::Relaxed);
+                let done = soak.steps_done.fetch_add(1, Ordering::Relaxed) + 1;
+                if done.is_multiple_of(10) {
+                    bar.status(&format!("⌛ soak: {done}{of} steps"));
+                }
             });
         }
     });
+    bar.clear();
     let churn_time = churn_started.elapsed();
 
     // A runtime that loses pods relies on GC: one last GC with the live

@@ -180,6 +180,17 @@ pub enum FindingKind {
 }
 
 impl FindingKind {
+    /// Every kind, in report order.
+    pub const ALL: [FindingKind; 7] = [
+        FindingKind::LeakedAddress,
+        FindingKind::LeakedLink,
+        FindingKind::LeakedRule,
+        FindingKind::LeftInPodNetns,
+        FindingKind::DuplicateAddress,
+        FindingKind::LiveAttachmentBroken,
+        FindingKind::AddFailed,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             FindingKind::LeakedAddress => "leaked address",
@@ -282,7 +293,9 @@ pub struct SoakReport {
     pub config: PathBuf,
     pub network: String,
     pub config_version: String,
-    /// Each plugin of the chain and the versions its VERSION lists.
+    /// Each plugin of the chain and the versions its VERSION lists
+    /// (JSON: `[{"plugin": …, "versions": […]}]`).
+    #[serde(serialize_with = "plugin_versions")]
     pub plugin_versions: Vec<(String, Vec<String>)>,
     pub seed: u64,
     pub parallel: usize,
@@ -313,6 +326,13 @@ pub struct SoakReport {
     /// Every operation (written with `--log`, not part of the JSON report).
     #[serde(skip)]
     pub log: Vec<OpRecord>,
+}
+
+fn plugin_versions<S: serde::Serializer>(
+    v: &[(String, Vec<String>)],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    crate::report::pairs_as_objects(v, "plugin", "versions", s)
 }
 
 /// What [`SoakReport::build`] summarizes.
@@ -381,7 +401,7 @@ impl SoakReport {
         findings.sort_by(|a, b| a.kind.cmp(&b.kind).then(a.steps.cmp(&b.steps)));
         let budget = match opts.budget {
             Budget::Cycles(c) => format!("--cycles {c}"),
-            Budget::Duration(d) => format!("--duration {}", d.as_secs()),
+            Budget::Duration(d) => format!("--duration {}s", d.as_secs()),
         };
         SoakReport {
             plugin_dir: opts.plugin_dir.clone(),
@@ -434,7 +454,40 @@ impl SoakReport {
     }
 
     pub fn json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        crate::report::json("SoakReport", self)
+    }
+
+    /// JUnit XML: one test case per kind of finding (failed when the soak
+    /// found one), with the details and replay commands.
+    pub fn junit(&self) -> String {
+        use crate::report::junit::{Case, Report, Suite};
+        let mut suite = Suite::new(format!(
+            "cnilab soak {} (seed {})",
+            self.plugin_dir, self.seed
+        ));
+        suite.time = Some(Duration::from_secs_f64(self.churn_seconds.max(0.0)));
+        for kind in FindingKind::ALL {
+            let mine: Vec<&Finding> = self.findings.iter().filter(|f| f.kind == kind).collect();
+            let name = format!("no {}", kind.label());
+            suite.cases.push(if mine.is_empty() {
+                Case::pass(name).classname("cnilab.soak")
+            } else {
+                let body: Vec<String> = mine
+                    .iter()
+                    .map(|f| format!("{}\n  {}", f.detail, f.replay.join("\n  ")))
+                    .collect();
+                Case::failure(
+                    name,
+                    format!("{} {}", mine.len(), kind.label()),
+                    body.join("\n"),
+                )
+                .classname("cnilab.soak")
+            });
+        }
+        let mut report = Report::new("cnilab soak");
+        report.time = suite.time;
+        report.suites.push(suite);
+        report.to_xml()
     }
 
     /// The whole operations log, one JSON object per line.

@@ -12,6 +12,7 @@ use super::options::{IpFamily, DEFAULT_PROBE_IMAGE};
 use super::plan::quote;
 use super::E2eError;
 use crate::lab::report::{Failure, NodeView, Report};
+use crate::report::Format;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{self, StreamExt};
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, Service};
@@ -23,21 +24,13 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// Output format of the check's report on stdout.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum CheckFormat {
-    #[default]
-    Table,
-    Json,
-}
-
 #[derive(Clone, Debug, PartialEq)]
 pub struct CheckOptions {
     pub kubeconfig: PathBuf,
     pub ip_family: IpFamily,
     pub probe_image: String,
     pub namespace: String,
-    pub format: CheckFormat,
+    pub format: Format,
     pub junit: Option<PathBuf>,
     /// HTML report.
     pub report: Option<PathBuf>,
@@ -60,7 +53,7 @@ impl CheckOptions {
             ip_family: IpFamily::Ipv4,
             probe_image: DEFAULT_PROBE_IMAGE.to_string(),
             namespace: "cnilab-e2e".into(),
-            format: CheckFormat::Table,
+            format: Format::Table,
             junit: None,
             report: None,
             json: None,
@@ -249,8 +242,9 @@ pub async fn client_from(path: &std::path::Path) -> Result<kube::Client, E2eErro
 
 fn emit(report: &Report, opts: &CheckOptions) -> Result<(), E2eError> {
     match opts.format {
-        CheckFormat::Table => print!("{}", report.table()),
-        CheckFormat::Json => println!("{}", report.json()),
+        Format::Table => print!("{}", report.table()),
+        Format::Json => println!("{}", report.json()),
+        Format::Junit => print!("{}", report.junit()),
     }
     let write = |path: &PathBuf, text: String| -> Result<(), E2eError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

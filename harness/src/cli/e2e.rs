@@ -1,23 +1,48 @@
-//! The `cnilab e2e` command line (lab/e2e-plan.md, "Commands and flags").
-//! Every provider step accepts every option, so a workflow can pass the
-//! same flags to each step.
+//! `cnilab e2e …`: real clusters (kind, minikube) and the in-cluster check.
 
-use super::check::{CheckFormat, CheckOptions};
-use super::options::{
-    parse_duration, E2eOptions, IpFamily, Provider, Step, DEFAULT_IMAGE, DEFAULT_PROBE_IMAGE,
+use super::args::CheckOutputArgs;
+use super::CliResult;
+use crate::e2e::check::CheckOptions;
+use crate::e2e::options::{
+    E2eOptions, IpFamily, Provider, Step, DEFAULT_IMAGE, DEFAULT_PROBE_IMAGE,
 };
-use super::E2eError;
+use crate::e2e::E2eError;
+use crate::util::parse_duration;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::Duration;
 
+/// Real clusters: kind and minikube step by step, and the in-cluster check.
+#[derive(clap::Args)]
+#[command(after_help = concat!("Examples:\n  \
+    cnilab e2e kind --dry-run\n  \
+    cnilab e2e check --kubeconfig ~/.kube/config -o junit > e2e.xml\n\n",
+    crate::exit_codes_help!()))]
+pub struct E2e {
+    #[command(subcommand)]
+    pub command: E2eCmd,
+}
+
+/// Every provider step accepts every option, so a workflow can pass the
+/// same flags to each step (lab/e2e-plan.md, "Commands and flags").
 #[derive(clap::Subcommand)]
 pub enum E2eCmd {
     /// A kind cluster (1 control plane + N workers, no default CNI).
+    #[command(after_help = concat!("Examples:\n  \
+        cnilab e2e kind\n  \
+        cnilab e2e kind create --workers 3 --timeout 5m --dry-run\n\n",
+        crate::exit_codes_help!()))]
     Kind(ProviderArgs),
     /// A minikube cluster (docker driver, containerd, --cni=false).
+    #[command(after_help = concat!("Examples:\n  \
+        cnilab e2e minikube\n  \
+        cnilab e2e minikube check -o json\n\n",
+        crate::exit_codes_help!()))]
     Minikube(ProviderArgs),
     /// Only the in-cluster connectivity check, against any cluster.
+    #[command(after_help = concat!("Examples:\n  \
+        cnilab e2e check --kubeconfig ~/.kube/config\n  \
+        cnilab e2e check --kubeconfig kc.yaml --ip-family dual -o json --junit e2e.xml\n\n",
+        crate::exit_codes_help!()))]
     Check(CheckArgs),
 }
 
@@ -36,6 +61,7 @@ pub struct ProviderArgs {
     /// Kubernetes version [kind: v1.37.0, minikube: v1.34.0].
     #[arg(long)]
     pub k8s_version: Option<String>,
+    /// Address family of the cluster.
     #[arg(long, value_enum, default_value_t = IpFamily::Ipv4)]
     pub ip_family: IpFamily,
     /// kind node image (default: the digest-pinned image for --k8s-version).
@@ -71,6 +97,8 @@ pub struct ProviderArgs {
     /// HTML report of the check [default: …/report.html].
     #[arg(long)]
     pub report: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: CheckOutputArgs,
 }
 
 impl ProviderArgs {
@@ -90,14 +118,18 @@ impl ProviderArgs {
         o.probe_image = self.probe_image.clone();
         o.junit = self.junit.clone();
         o.report = self.report.clone();
+        o.format = self.output.output;
+        o.format = self.output.output;
         o
     }
 }
 
 #[derive(clap::Args)]
 pub struct CheckArgs {
+    /// Kubeconfig of the cluster to check.
     #[arg(long)]
     pub kubeconfig: PathBuf,
+    /// Address family of the probes.
     #[arg(long, value_enum, default_value_t = IpFamily::Ipv4)]
     pub ip_family: IpFamily,
     /// Image of the probe pods (must provide agnhost's netexec, curl and ping).
@@ -106,8 +138,8 @@ pub struct CheckArgs {
     /// Namespace the check creates and deletes.
     #[arg(long, default_value = "cnilab-e2e")]
     pub namespace: String,
-    #[arg(long, value_enum, default_value_t = CheckFormat::Table)]
-    pub format: CheckFormat,
+    #[command(flatten)]
+    pub output: CheckOutputArgs,
     /// Also write JUnit XML to this file.
     #[arg(long)]
     pub junit: Option<PathBuf>,
@@ -140,7 +172,7 @@ impl CheckArgs {
         o.ip_family = self.ip_family;
         o.probe_image = self.image.clone();
         o.namespace = self.namespace.clone();
-        o.format = self.format;
+        o.format = self.output.output;
         o.junit = self.junit.clone();
         o.report = self.report.clone();
         o.timeout = self.timeout;
@@ -150,10 +182,13 @@ impl CheckArgs {
     }
 }
 
-pub fn dispatch(cmd: E2eCmd) -> Result<ExitCode, E2eError> {
-    match cmd {
-        E2eCmd::Kind(a) => super::command(&a.options(Provider::Kind), a.step),
-        E2eCmd::Minikube(a) => super::command(&a.options(Provider::Minikube), a.step),
-        E2eCmd::Check(a) => super::check_command(&a.options()?, a.dry_run),
+impl E2e {
+    pub fn run(self) -> CliResult {
+        let code = match self.command {
+            E2eCmd::Kind(a) => crate::e2e::command(&a.options(Provider::Kind), a.step),
+            E2eCmd::Minikube(a) => crate::e2e::command(&a.options(Provider::Minikube), a.step),
+            E2eCmd::Check(a) => crate::e2e::check_command(&a.options()?, a.dry_run),
+        }?;
+        Ok(code)
     }
 }

@@ -1,0 +1,158 @@
+//! `cnilab lab …`: simulated multi-node clusters in namespaces.
+
+use super::args::{CheckOutputArgs, OutputArgs};
+use super::CliResult;
+use crate::lab::commands::{self as lab, Outputs, TopologyArgs};
+use clap::Subcommand;
+use std::path::PathBuf;
+
+/// Simulated multi-node clusters in namespaces: build, check, tear down.
+#[derive(clap::Args)]
+#[command(after_help = concat!("Examples:\n  \
+    cnilab lab run --nodes 3\n  \
+    cnilab lab up --name demo && cnilab lab check --name demo -o junit > lab.xml\n\n",
+    crate::exit_codes_help!()))]
+pub struct Lab {
+    #[command(subcommand)]
+    pub command: LabCmd,
+}
+
+#[derive(clap::Args)]
+pub struct TopologyFlags {
+    /// Topology file (TOML; examples in lab/topologies/).
+    #[arg(long, conflicts_with = "nodes")]
+    pub topology: Option<PathBuf>,
+    /// Number of nodes (instead of a topology file) [default: 2].
+    #[arg(long)]
+    pub nodes: Option<usize>,
+    /// Pods per node [default: 2, or the topology's].
+    #[arg(long)]
+    pub pods_per_node: Option<usize>,
+    /// Plugin directory (default: the topology's, else the bundled cnilab-bridge next to this binary).
+    #[arg(long)]
+    pub plugin_dir: Option<String>,
+}
+
+impl TopologyFlags {
+    fn args(&self) -> TopologyArgs {
+        TopologyArgs {
+            topology: self.topology.clone(),
+            nodes: self.nodes,
+            pods_per_node: self.pods_per_node,
+        }
+    }
+}
+
+/// Where the check's report goes, and which checks run.
+#[derive(clap::Args)]
+pub struct ReportFlags {
+    #[command(flatten)]
+    pub output: CheckOutputArgs,
+    /// Also write JUnit XML to this file.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Also write a self-contained HTML report to this file.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Only these check groups (prefixes, comma-separated), e.g. pod-to-pod,mtu.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+}
+
+impl ReportFlags {
+    fn outputs(&self) -> Outputs {
+        Outputs {
+            format: self.output.output,
+            junit: self.junit.clone(),
+            report: self.report.clone(),
+        }
+    }
+}
+
+#[derive(Subcommand)]
+pub enum LabCmd {
+    /// Build a lab, run the connectivity checks, tear it down (exit 0 iff all passed).
+    #[command(after_help = concat!("Examples:\n  \
+        cnilab lab run\n  \
+        cnilab lab run --topology lab/topologies/agent.toml --only pod-to-pod -o json\n\n",
+        crate::exit_codes_help!()))]
+    Run {
+        #[command(flatten)]
+        topology: TopologyFlags,
+        #[command(flatten)]
+        output: ReportFlags,
+    },
+    /// Build a lab and leave it standing (namespaces cnilab-lab-NAME-*).
+    #[command(after_help = concat!("Examples:\n  \
+        cnilab lab up --name demo --nodes 3\n  \
+        cnilab lab up --name demo --topology lab/topologies/agent.toml -o json\n\n",
+        crate::exit_codes_help!()))]
+    Up {
+        #[command(flatten)]
+        topology: TopologyFlags,
+        /// Lab name.
+        #[arg(long, default_value = "default")]
+        name: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Run the checks against a standing lab.
+    #[command(after_help = concat!("Examples:\n  \
+        cnilab lab check --name demo\n  \
+        cnilab lab check --name demo -o junit > lab.xml\n\n",
+        crate::exit_codes_help!()))]
+    Check {
+        /// Lab name.
+        #[arg(long, default_value = "default")]
+        name: String,
+        #[command(flatten)]
+        output: ReportFlags,
+    },
+    /// Show standing labs.
+    #[command(after_help = concat!("Examples:\n  \
+        cnilab lab status\n  \
+        cnilab lab status --name demo -o json\n\n",
+        crate::exit_codes_help!()))]
+    Status {
+        /// Only this lab (default: every standing lab).
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Remove a standing lab.
+    #[command(after_help = concat!("Examples:\n  \
+        cnilab lab down --name demo\n\n",
+        crate::exit_codes_help!()))]
+    Down {
+        /// Lab name.
+        #[arg(long, default_value = "default")]
+        name: String,
+    },
+}
+
+impl Lab {
+    pub fn run(self) -> CliResult {
+        match self.command {
+            LabCmd::Run { topology, output } => lab::run(
+                &topology.args(),
+                topology.plugin_dir.clone(),
+                &output.only,
+                &output.outputs(),
+            ),
+            LabCmd::Up {
+                topology,
+                name,
+                output,
+            } => lab::up(
+                &topology.args(),
+                topology.plugin_dir.clone(),
+                &name,
+                output.output,
+            ),
+            LabCmd::Check { name, output } => lab::check(&name, &output.only, &output.outputs()),
+            LabCmd::Status { name, output } => lab::status(name.as_deref(), output.output),
+            LabCmd::Down { name } => lab::down(&name),
+        }
+    }
+}

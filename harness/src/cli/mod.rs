@@ -1,0 +1,81 @@
+//! The `cnilab` command line: one file per subcommand (its flags, examples
+//! and what it does once parsed), shared flag groups in [`args`], and the
+//! one output convention from [`crate::report`]: `-o table|json[|junit]`,
+//! `schemaVersion` in JSON, the same exit codes everywhere.
+
+pub mod args;
+pub mod bench;
+pub mod completions;
+pub mod conform;
+pub mod e2e;
+pub mod lab;
+pub mod lifecycle;
+pub mod scenario;
+pub mod soak;
+pub mod sweep;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+pub use crate::report::Format;
+
+/// A command failure, printed by [`main`] as `cnilab: <message>`, exit 2.
+pub type CliResult = Result<ExitCode, Box<dyn std::error::Error>>;
+
+#[derive(Parser)]
+#[command(
+    name = "cnilab",
+    version,
+    about = "Write, test and debug Kubernetes CNI plugins",
+    after_help = concat!(
+        "Examples:\n  \
+        cnilab conform --plugin-dir /usr/lib/cni --config harness/examples/reference-bridge.conflist\n  \
+        cnilab lab run --nodes 3 -o json\n\n",
+        crate::exit_codes_help!()
+    )
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    Bench(bench::Bench),
+    Conform(conform::Conform),
+    Lifecycle(lifecycle::Lifecycle),
+    Lab(lab::Lab),
+    Scenario(scenario::Scenario),
+    Soak(soak::Soak),
+    Sweep(sweep::Sweep),
+    E2e(e2e::E2e),
+    Completions(completions::Completions),
+}
+
+impl Cli {
+    pub fn run(self) -> CliResult {
+        match self.command {
+            Cmd::Bench(c) => c.run(),
+            Cmd::Conform(c) => c.run(),
+            Cmd::Lifecycle(c) => c.run(),
+            Cmd::Lab(c) => c.run(),
+            Cmd::Scenario(c) => c.run(),
+            Cmd::Soak(c) => c.run(),
+            Cmd::Sweep(c) => c.run(),
+            Cmd::E2e(c) => c.run(),
+            Cmd::Completions(c) => c.run(),
+        }
+    }
+}
+
+/// Parses the command line, runs the command, maps errors to exit 2.
+/// (clap's own usage errors exit 2 too.)
+pub fn main() -> ExitCode {
+    match Cli::parse().run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("cnilab: {e}");
+            ExitCode::from(crate::report::exit::USAGE)
+        }
+    }
+}

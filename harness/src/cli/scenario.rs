@@ -1,0 +1,83 @@
+//! `cnilab scenario …`: replay bug scenarios.
+
+use super::args::{CheckOutputArgs, OutputArgs};
+use super::CliResult;
+use crate::lab::commands as lab;
+use clap::Subcommand;
+use std::path::PathBuf;
+
+/// Replay bug scenarios (`lab/scenarios/*.toml`).
+#[derive(clap::Args)]
+#[command(after_help = concat!("Examples:\n  \
+    cnilab scenario list\n  \
+    cnilab scenario run lab/scenarios -o junit > scenarios.xml\n\n",
+    crate::exit_codes_help!()))]
+pub struct Scenario {
+    #[command(subcommand)]
+    pub command: ScenarioCmd,
+}
+
+#[derive(Subcommand)]
+pub enum ScenarioCmd {
+    /// List the scenarios in a directory.
+    #[command(after_help = concat!("Examples:\n  \
+        cnilab scenario list\n  \
+        cnilab scenario list --dir my/scenarios -o json\n\n",
+        crate::exit_codes_help!()))]
+    List {
+        /// Directory of scenario files.
+        #[arg(long, default_value = "lab/scenarios")]
+        dir: PathBuf,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Replay scenario files (exit 0 iff each behaved as written).
+    #[command(after_help = concat!("Examples:\n  \
+        cnilab scenario run lab/scenarios/missing-route.toml\n  \
+        cnilab scenario run lab/scenarios --plugin-dir target/debug -o json\n\n",
+        crate::exit_codes_help!()))]
+    Run {
+        /// Scenario files (or a directory of them).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Plugin directory (default: the bundled cnilab-bridge).
+        #[arg(long)]
+        plugin_dir: Option<String>,
+        #[command(flatten)]
+        output: CheckOutputArgs,
+        /// Also write JUnit XML to this file.
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
+    },
+}
+
+fn scenario_paths(files: &[PathBuf]) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>> {
+    let mut out = Vec::new();
+    for f in files {
+        if f.is_dir() {
+            out.extend(lab::scenario_files(f)?);
+        } else {
+            out.push(f.clone());
+        }
+    }
+    Ok(out)
+}
+
+impl Scenario {
+    pub fn run(self) -> CliResult {
+        match self.command {
+            ScenarioCmd::List { dir, output } => lab::scenario_list(&dir, output.output),
+            ScenarioCmd::Run {
+                files,
+                plugin_dir,
+                output,
+                junit,
+            } => lab::scenario_run(
+                &scenario_paths(&files)?,
+                plugin_dir,
+                output.output,
+                junit.as_deref(),
+            ),
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! `cnilab sweep`.
+
+use super::args::OutputArgs;
+use super::CliResult;
+use crate::netns;
+use crate::report::{self, Format};
+use std::path::PathBuf;
+
+/// Remove namespaces left behind by killed cnilab runs.
+#[derive(clap::Args)]
+#[command(after_help = concat!("Examples:\n  \
+    cnilab sweep\n  \
+    cnilab sweep -o json\n\n",
+    crate::exit_codes_help!()))]
+pub struct Sweep {
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(serde::Serialize)]
+struct Agent {
+    pid: u32,
+    pidfile: PathBuf,
+}
+
+#[derive(serde::Serialize)]
+struct Swept {
+    agents: Vec<Agent>,
+    namespaces: Vec<String>,
+    run_dirs: Vec<PathBuf>,
+    scratch_dirs: Vec<PathBuf>,
+}
+
+impl Sweep {
+    pub fn run(self) -> CliResult {
+        netns::require_root()?;
+        let swept = crate::lab::sweep::sweep(
+            std::path::Path::new(crate::lab::sweep::RUN_ROOT),
+            netns::PREFIX,
+        )?;
+        let scratch = crate::util::sweep_scratch().map_err(|e| {
+            format!(
+                "cannot sweep scratch directories in {}: {e}",
+                std::env::temp_dir().display()
+            )
+        })?;
+        let out = Swept {
+            agents: swept
+                .agents
+                .iter()
+                .map(|(pid, pidfile)| Agent {
+                    pid: *pid,
+                    pidfile: pidfile.clone(),
+                })
+                .collect(),
+            namespaces: swept.namespaces,
+            run_dirs: swept.dirs,
+            scratch_dirs: scratch,
+        };
+        if self.output.output != Format::Table {
+            println!("{}", report::json("SweepReport", &out));
+            return Ok(report::verdict(true));
+        }
+        if out.agents.is_empty()
+            && out.namespaces.is_empty()
+            && out.run_dirs.is_empty()
+            && out.scratch_dirs.is_empty()
+        {
+            println!(
+                "nothing to sweep: no {}* namespace, run directory, agent or scratch directory of a dead process",
+                netns::PREFIX
+            );
+        }
+        for a in &out.agents {
+            println!(
+                "stopped agent {} (proved by {})",
+                a.pid,
+                a.pidfile.display()
+            );
+        }
+        for name in &out.namespaces {
+            println!("removed netns {name}");
+        }
+        for dir in &out.run_dirs {
+            println!("removed run directory {}", dir.display());
+        }
+        for path in &out.scratch_dirs {
+            println!("removed scratch directory {}", path.display());
+        }
+        Ok(report::verdict(true))
+    }
+}

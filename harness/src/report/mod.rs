@@ -1,0 +1,183 @@
+//! One output convention for every `cnilab` command (issue 15, "One CLI
+//! convention"):
+//! - [`Format`]: `-o, --output table|json|junit`;
+//! - [`json`]: the JSON envelope (`schemaVersion`, `kind`, then the report's
+//!   own fields, objects rather than tuple arrays);
+//! - [`junit`]: the one JUnit writer and the one XML escaper;
+//! - [`quote`]: the one shell quoter (command lines shown to the user);
+//! - [`progress`]: progress on a TTY, quiet when piped;
+//! - [`exit`]: the exit codes, the same for every command.
+
+pub mod junit;
+pub mod progress;
+
+pub use junit::escape;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+/// Version of every JSON document `-o json` prints. Bump it when a field is
+/// renamed or removed (adding a field keeps it).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// What a command prints on stdout.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// A table for people.
+    #[default]
+    Table,
+    /// One JSON document with `schemaVersion`.
+    Json,
+    /// JUnit XML (commands whose result is a list of checks).
+    Junit,
+}
+
+#[derive(serde::Serialize)]
+struct Envelope<'a, T: serde::Serialize> {
+    #[serde(rename = "schemaVersion")]
+    schema_version: u32,
+    kind: &'a str,
+    #[serde(flatten)]
+    body: &'a T,
+}
+
+/// `value` as pretty JSON with `schemaVersion` and `kind` ahead of its own
+/// fields (`value` must serialize as an object).
+pub fn json<T: serde::Serialize>(kind: &str, value: &T) -> String {
+    let envelope = Envelope {
+        schema_version: SCHEMA_VERSION,
+        kind,
+        body: value,
+    };
+    serde_json::to_string_pretty(&envelope).unwrap_or_else(|e| {
+        format!(
+            "{{\"schemaVersion\":{SCHEMA_VERSION},\"kind\":\"{}\",\"error\":\"{}\"}}",
+            kind,
+            e.to_string().replace('"', "'")
+        )
+    })
+}
+
+/// Serializes `[(name, value), …]` as `[{"name": name, <field>: value}, …]`
+/// (objects, not tuple arrays). Use with `#[serde(serialize_with)]` through
+/// a small wrapper that names the field.
+pub fn pairs_as_objects<S, A, B>(
+    pairs: &[(A, B)],
+    first: &'static str,
+    second: &'static str,
+    s: S,
+) -> Result<S::Ok, S::Error>
+where
+    S: serde::Serializer,
+    A: serde::Serialize,
+    B: serde::Serialize,
+{
+    use serde::ser::{SerializeMap, SerializeSeq};
+    struct Pair<'a, A, B>(&'a A, &'a B, &'static str, &'static str);
+    impl<A: serde::Serialize, B: serde::Serialize> serde::Serialize for Pair<'_, A, B> {
+        fn serialize<S2: serde::Serializer>(&self, s: S2) -> Result<S2::Ok, S2::Error> {
+            let mut m = s.serialize_map(Some(2))?;
+            m.serialize_entry(self.2, self.0)?;
+            m.serialize_entry(self.3, self.1)?;
+            m.end()
+        }
+    }
+    let mut seq = s.serialize_seq(Some(pairs.len()))?;
+    for (a, b) in pairs {
+        seq.serialize_element(&Pair(a, b, first, second))?;
+    }
+    seq.end()
+}
+
+/// Writes a report file, creating its directory.
+pub fn write_file(path: &Path, text: &str) -> Result<(), String> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Quotes a word for a shell command line shown to the user, only when a
+/// shell would need it.
+pub fn quote(word: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
+    if !word.is_empty() && word.chars().all(safe) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// The exit codes of every `cnilab` command.
+pub mod exit {
+    /// Everything judged passed.
+    pub const PASS: u8 = 0;
+    /// A check failed (a plugin or lab defect was seen).
+    pub const FAIL: u8 = 1;
+    /// Usage or environment error: bad flags or input, not root, a missing
+    /// kernel feature or binary. Nothing was judged. (clap's usage errors
+    /// exit 2 as well.)
+    pub const USAGE: u8 = 2;
+    /// Inconclusive: the run finished but could not tell (every check was
+    /// skipped).
+    pub const INCONCLUSIVE: u8 = 3;
+}
+
+/// The exit-code paragraph of every `--help` and the README.
+#[macro_export]
+macro_rules! exit_codes_help {
+    () => {
+        "Exit codes: 0 pass, 1 a check failed, 2 usage or environment error, 3 inconclusive"
+    };
+}
+
+/// Exit code of a verdict: 0 when `passed`, else 1.
+pub fn verdict(passed: bool) -> ExitCode {
+    ExitCode::from(if passed { exit::PASS } else { exit::FAIL })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_has_schema_version_and_kind_first() {
+        #[derive(serde::Serialize)]
+        struct R {
+            a: u32,
+        }
+        let text = json("Thing", &R { a: 7 });
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(v["schemaVersion"], SCHEMA_VERSION);
+        assert_eq!(v["kind"], "Thing");
+        assert_eq!(v["a"], 7);
+        assert!(text.find("schemaVersion") < text.find("\"a\""), "{text}");
+    }
+
+    #[test]
+    fn pairs_become_objects() {
+        #[derive(serde::Serialize)]
+        struct R {
+            #[serde(serialize_with = "phases")]
+            p: Vec<(String, f64)>,
+        }
+        fn phases<S: serde::Serializer>(p: &[(String, f64)], s: S) -> Result<S::Ok, S::Error> {
+            pairs_as_objects(p, "phase", "ms", s)
+        }
+        let text = serde_json::to_string(&R {
+            p: vec![("up".into(), 1.5)],
+        })
+        .expect("json");
+        assert_eq!(text, r#"{"p":[{"phase":"up","ms":1.5}]}"#);
+    }
+
+    #[test]
+    fn quote_only_when_needed() {
+        assert_eq!(quote("/usr/lib/cni"), "/usr/lib/cni");
+        assert_eq!(quote("a b"), "'a b'");
+        assert_eq!(quote(""), "''");
+        assert_eq!(quote("it's"), r"'it'\''s'");
+    }
+}
