@@ -1,10 +1,24 @@
 //! cnilab harness: throwaway namespaces, a CNI runtime that drives any plugin
 //! binary, lifecycle and conformance checks, and a benchmark.
+//!
+//! Where things happen, floor by floor (a module uses only floors below it;
+//! no subcommand imports another):
+//! - below everything: [`util`] (scratch dirs, clipping, polling), [`verdict`],
+//!   [`netns`] (throwaway namespaces), [`host_state`], [`accounting`],
+//!   [`corpus`] (the hostile-input corpus);
+//! - [`runtime`]: config loading, plugin exec, the result cache, and the
+//!   one setup block (`runtime::session`) conform, soak and bench share;
+//! - [`lifecycle`]: one pod's whole life as findings (conform builds on it);
+//! - [`connectivity`]: probe specs, the pair matrix, diagnoses and node
+//!   sanity rules, the report: shared by `lab` and `e2e`;
+//! - the subcommands: [`conform`], [`soak`], [`bench`], [`lab`], [`e2e`];
+//! - [`cli`] (and `main.rs`): parse, dispatch, print.
 
 pub mod accounting;
 pub mod bench;
 pub mod cli;
 pub mod conform;
+pub mod connectivity;
 pub mod corpus;
 pub mod e2e;
 pub mod host_state;

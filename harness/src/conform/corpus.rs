@@ -212,9 +212,7 @@ fn run_world<'c>(
             n
         };
         let want = veths(&links_before);
-        crate::lifecycle::wait_for(|| {
-            (veths(&host.links().unwrap_or_default()) == want).then_some(())
-        });
+        crate::util::wait_for(|| (veths(&host.links().unwrap_or_default()) == want).then_some(()));
         out.push((*case, outcome));
     }
     Ok(out)

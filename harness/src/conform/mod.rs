@@ -1,4 +1,6 @@
-//! `cnilab conform`: every check of the CNI conformance checklist that
+//! `cnilab conform`: a plugin against the CNI conformance checklist.
+//!
+//! Every check of the CNI conformance checklist that
 //! applies to a plugin, each PASS / WARN / FAIL / SKIP with evidence.
 //!
 //! The suite plays the runtime ([`Runtime`]) inside a throwaway host
@@ -11,6 +13,7 @@ pub mod report;
 mod suite;
 
 use crate::netns::{Netns, NetnsError};
+use crate::runtime::session::Session;
 use crate::runtime::{NetworkConfig, Runtime, RuntimeError};
 use crate::util::ScratchDir;
 use crate::verdict::{Finding, Verdict};
@@ -150,11 +153,18 @@ fn world(
     scratch: &std::path::Path,
     n: usize,
 ) -> Result<World, ConformError> {
-    let data_dir = scratch.join(format!("ipam-{n}"));
-    let mut net = net.clone();
-    net.set_ipam_data_dir(&data_dir);
-    let host = Netns::with_label("host")?;
-    host.set_lo_up()?;
+    let Session {
+        net,
+        data_dir,
+        host,
+        runtime,
+    } = Session::open::<ConformError>(
+        &opts.plugin_dir,
+        net,
+        &scratch.join(format!("ipam-{n}")),
+        "host",
+        opts.timeout,
+    )?;
     if let Some(script) = &opts.host_setup {
         let bad = |reason: String| ConformError::HostSetup {
             path: script.clone(),
@@ -173,10 +183,6 @@ fn world(
             )));
         }
     }
-    let runtime = Runtime::new(&opts.plugin_dir)
-        .in_netns(&host)
-        .map_err(Box::new)?
-        .with_timeout(opts.timeout);
     // A warm-up pod, so that what a plugin keeps per network (its bridge)
     // exists before the checks and is not counted as their doing.
     let pod = Netns::with_label("pod")?;
