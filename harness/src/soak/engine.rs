@@ -119,6 +119,68 @@ pub(super) fn call_of<T>(r: &Result<T, RuntimeError>) -> Option<String> {
 }
 
 impl Soak<'_> {
+    /// Warm-up: a few plain ADD/DELs, one at a time. They create what the
+    /// plugin keeps between pods (bridge, firewall tables), which is then
+    /// the baseline, and they time an ADD for the kill window. Returns
+    /// whether host-local's store layout applies to `store_dir`.
+    pub(super) fn warm_up(&mut self, store_dir: Option<&Path>) -> Result<bool, SoakError> {
+        let mut warm = Vec::new();
+        let mut layout = false;
+        for i in 0..3 {
+            let pod = Netns::with_label("soak-warm")?;
+            let id = format!("soak-warmup-{i}");
+            let conf = RuntimeConf::new(&id, Some(pod.path()), &self.opts.ifname);
+            let t = Instant::now();
+            let added = self.runtime.add(self.net, &conf);
+            let took = t.elapsed();
+            self.record(
+                Actor::Warmup(i),
+                "ADD",
+                &id,
+                t,
+                outcome_of(&added, false),
+                ips_of(&added),
+                call_of(&added),
+            );
+            let added = match added {
+                Ok(a) => a,
+                Err(e) => {
+                    let _ = self.runtime.del(self.net, &conf);
+                    return Err(SoakError::Warmup {
+                        op: "ADD",
+                        pod: id,
+                        source: Box::new(e),
+                    });
+                }
+            };
+            let ips: Vec<IpAddr> = added.result.ips.iter().map(|i| i.address.addr()).collect();
+            layout |= accounting::layout_applies(store_dir, &id, &ips);
+            warm.push(took);
+            let t = Instant::now();
+            let deleted = self.runtime.del(self.net, &conf);
+            self.record(
+                Actor::Warmup(i),
+                "DEL",
+                &id,
+                t,
+                outcome_of(&deleted, false),
+                Vec::new(),
+                call_of(&deleted),
+            );
+            if let Err(e) = deleted {
+                return Err(SoakError::Warmup {
+                    op: "DEL",
+                    pod: id,
+                    source: Box::new(e),
+                });
+            }
+        }
+        warm.sort();
+        let warm_median = warm.get(warm.len() / 2).copied().unwrap_or_default();
+        self.kill_window_us = AtomicU64::new(warm_median.as_micros().max(1000) as u64);
+        Ok(layout)
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn record(
         &self,

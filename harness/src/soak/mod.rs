@@ -37,7 +37,7 @@ use crate::runtime::session::Session;
 use crate::runtime::{GcKey, NetworkConfig, Runtime, RuntimeConf, RuntimeError};
 use crate::util::ScratchDir;
 use cnilab_plugin::spec::Attachment;
-use engine::{call_of, ips_of, outcome_of, Actor, Live, LivePod, Soak};
+use engine::{Actor, Live, LivePod, Soak};
 use ipnet::IpNet;
 use plan::{CyclePlan, DelVariant, PlanKnobs};
 use preflight::Preflight;
@@ -216,9 +216,8 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         gc_supported,
     } = preflight::preflight(opts, &runtime, &net)?;
 
-    // Warm-up: a few plain ADD/DELs, one at a time. They create what the
-    // plugin keeps between pods (bridge, firewall tables), which is then
-    // the baseline, and they time an ADD for the kill window.
+    // The shared state, then the warm-up ([`Soak::warm_up`]): what it
+    // leaves is the baseline, and it times an ADD for the kill window.
     let mut soak = Soak {
         opts,
         runtime: &runtime,
@@ -242,61 +241,8 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         steps_done: AtomicU64::new(0),
         capacity: accounting::capacity(&net),
     };
-    let mut warm = Vec::new();
     let store_dir = net.ipam_store_dir();
-    let mut layout = false;
-    for i in 0..3 {
-        let pod = Netns::with_label("soak-warm")?;
-        let id = format!("soak-warmup-{i}");
-        let conf = RuntimeConf::new(&id, Some(pod.path()), &opts.ifname);
-        let t = Instant::now();
-        let added = runtime.add(&net, &conf);
-        let took = t.elapsed();
-        soak.record(
-            Actor::Warmup(i),
-            "ADD",
-            &id,
-            t,
-            outcome_of(&added, false),
-            ips_of(&added),
-            call_of(&added),
-        );
-        let added = match added {
-            Ok(a) => a,
-            Err(e) => {
-                let _ = runtime.del(&net, &conf);
-                return Err(SoakError::Warmup {
-                    op: "ADD",
-                    pod: id,
-                    source: Box::new(e),
-                });
-            }
-        };
-        let ips: Vec<IpAddr> = added.result.ips.iter().map(|i| i.address.addr()).collect();
-        layout |= accounting::layout_applies(store_dir.as_deref(), &id, &ips);
-        warm.push(took);
-        let t = Instant::now();
-        let deleted = runtime.del(&net, &conf);
-        soak.record(
-            Actor::Warmup(i),
-            "DEL",
-            &id,
-            t,
-            outcome_of(&deleted, false),
-            Vec::new(),
-            call_of(&deleted),
-        );
-        if let Err(e) = deleted {
-            return Err(SoakError::Warmup {
-                op: "DEL",
-                pod: id,
-                source: Box::new(e),
-            });
-        }
-    }
-    warm.sort();
-    let warm_median = warm.get(warm.len() / 2).copied().unwrap_or_default();
-    soak.kill_window_us = AtomicU64::new(warm_median.as_micros().max(1000) as u64);
+    let layout = soak.warm_up(store_dir.as_deref())?;
     let baseline_links = host.links()?;
     let baseline_rules = host_state::firewall_rules(&host);
 
