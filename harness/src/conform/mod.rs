@@ -14,7 +14,7 @@ mod suite;
 
 use crate::netns::{Netns, NetnsError};
 use crate::runtime::session::Session;
-use crate::runtime::{NetworkConfig, Runtime, RuntimeError};
+use crate::runtime::{NetworkConfig, RuntimeError};
 use crate::util::ScratchDir;
 use crate::verdict::{Finding, Verdict};
 use cnilab_plugin::spec::Version;
@@ -140,12 +140,7 @@ impl ConformOptions {
 /// One group's own world: a fresh host namespace (set up by
 /// `--host-setup`), a runtime in it and a fresh IPAM `dataDir`, so that
 /// what one check leaves behind cannot fail another.
-struct World {
-    host: Netns,
-    runtime: Runtime,
-    net: NetworkConfig,
-    data_dir: PathBuf,
-}
+type World = Session;
 
 fn world(
     opts: &ConformOptions,
@@ -153,12 +148,7 @@ fn world(
     scratch: &std::path::Path,
     n: usize,
 ) -> Result<World, ConformError> {
-    let Session {
-        net,
-        data_dir,
-        host,
-        runtime,
-    } = Session::open::<ConformError>(
+    let w = Session::open::<ConformError>(
         &opts.plugin_dir,
         net,
         &scratch.join(format!("ipam-{n}")),
@@ -170,7 +160,8 @@ fn world(
             path: script.clone(),
             reason,
         };
-        let out = host
+        let out = w
+            .host
             .command("sh")
             .arg(script)
             .output()
@@ -191,15 +182,10 @@ fn world(
         Some(pod.path()),
         &opts.ifname,
     );
-    if runtime.add(&net, &rt).is_ok() {
-        let _ = runtime.del(&net, &rt);
+    if w.runtime.add(&w.net, &rt).is_ok() {
+        let _ = w.runtime.del(&w.net, &rt);
     }
-    Ok(World {
-        host,
-        runtime,
-        net,
-        data_dir,
-    })
+    Ok(w)
 }
 
 /// Why an ADD error is the machine's, not the plugin's: the text to show
