@@ -3,7 +3,8 @@
 //! inside a throwaway host namespace, with a bare-veth baseline.
 
 use crate::netns::{Netns, NetnsError};
-use crate::runtime::{NetworkConfig, Runtime, RuntimeConf, RuntimeError};
+use crate::runtime::session::Session;
+use crate::runtime::{NetworkConfig, RuntimeConf, RuntimeError};
 use crate::util::{fmt_ms, Percentiles, ScratchDir};
 use rtnetlink::packet_route::link::{InfoData, InfoKind, InfoVeth};
 use rtnetlink::{LinkMessageBuilder, LinkUnspec, LinkVeth};
@@ -105,15 +106,14 @@ fn bench_plugin(
     config: &std::path::Path,
     opts: &BenchOptions,
 ) -> Result<PluginBench, BenchError> {
-    let mut net = NetworkConfig::load(config).map_err(Box::new)?;
+    let net = NetworkConfig::load(config).map_err(Box::new)?;
     let store = ScratchDir::new("bench-ipam").map_err(BenchError::Scratch)?;
-    net.set_ipam_data_dir(store.path());
-    let host = Netns::with_label("bench-host")?;
-    host.set_lo_up()?;
-    let runtime = Runtime::new(plugin_dir)
-        .in_netns(&host)
-        .map_err(Box::new)?
-        .with_timeout(opts.timeout);
+    let Session {
+        net,
+        host: _host,
+        runtime,
+        ..
+    } = Session::open::<BenchError>(plugin_dir, &net, store.path(), "bench-host", opts.timeout)?;
     // Resolve the plugins first, so a wrong --plugin-dir fails fast.
     runtime.find_plugins(&net).map_err(Box::new)?;
     let label = format!("{} ({plugin_dir})", net.plugin_type(0));

@@ -1,21 +1,32 @@
 //! cnilab harness: throwaway namespaces, a CNI runtime that drives any plugin
 //! binary, lifecycle and conformance checks, and a benchmark.
 //!
+//! Where things happen, floor by floor (a module uses only floors below it;
+//! no subcommand imports another):
+//! - below everything: [`util`] (scratch dirs, clipping, polling), [`verdict`],
+//!   [`netns`] (throwaway namespaces), [`host_state`], [`accounting`],
+//!   [`corpus`] (the hostile-input corpus), [`report`] (the one output
+//!   convention: `-o table|json|junit`, JSON `schemaVersion`, the JUnit
+//!   writer and XML escaper, the shell quoter, TTY progress, exit codes);
+//! - [`runtime`]: config loading, plugin exec, the result cache, and the
+//!   one setup block (`runtime::session`) conform, soak and bench share;
+//! - [`lifecycle`]: one pod's whole life as findings (conform builds on it);
+//! - [`connectivity`]: probe specs, the pair matrix, diagnoses and node
+//!   sanity rules, the report: shared by `lab` and `e2e`;
+//! - the subcommands: [`conform`], [`soak`], [`bench`], [`lab`], [`e2e`];
+//! - [`cli`] (and `main.rs`): parse, dispatch, print; one file per
+//!   subcommand, shared flag groups in `cli/args.rs`.
+//!
 //! Namespaces, netlink, nft, CNI types and snapshots of what a namespace
 //! holds come from `cnilab_net`: [`netns`] and [`testing`] here re-export
 //! them (plus the harness's runtime fixture); [`host_state`] reads a
 //! host-local store.
-//!
-//! - `cli/`: the `cnilab` command line, one file per subcommand (its flags,
-//!   examples and what it runs); shared flag groups in `cli/args.rs`.
-//! - `report/`: the one output convention (`-o table|json|junit`, JSON
-//!   `schemaVersion`, the JUnit writer and XML escaper, the shell quoter,
-//!   TTY progress, exit codes 0/1/2/3).
 
 pub mod accounting;
 pub mod bench;
 pub mod cli;
 pub mod conform;
+pub mod connectivity;
 pub mod corpus;
 pub mod e2e;
 pub mod host_state;

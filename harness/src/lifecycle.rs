@@ -8,6 +8,7 @@ use crate::accounting::{self, Release};
 use crate::host_state::{self, Reservation};
 use crate::netns::{NetState, Netns, NetnsError};
 use crate::runtime::{Execution, NetworkConfig, Runtime, RuntimeConf, RuntimeError};
+use crate::util::{clip, wait_for};
 use crate::verdict::{Finding, Verdict};
 use cnilab_net::nl;
 use cnilab_net::spec::{CniResult, Version};
@@ -506,19 +507,6 @@ pub fn error_finding(id: &'static str, expected: &str, err: &RuntimeError) -> Fi
     }
 }
 
-pub(crate) fn clip(s: &str) -> String {
-    let s = s.trim();
-    if s.len() > 300 {
-        let mut end = 300;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        format!("{}…", &s[..end])
-    } else {
-        s.to_string()
-    }
-}
-
 /// The full lifecycle of one pod.
 pub struct Lifecycle<'a> {
     lab: &'a Lab<'a>,
@@ -919,17 +907,6 @@ impl<'a> Lifecycle<'a> {
             },
         ))
     }
-}
-
-/// Polls `f` up to ~2 s (the kernel tears down namespaces asynchronously).
-pub(crate) fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    for _ in 0..40 {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    None
 }
 
 /// Whether every finding passed or only warned/skipped.

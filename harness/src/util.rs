@@ -128,6 +128,32 @@ pub fn fmt_ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
+/// Trims `s` and cuts it to at most 300 bytes (on a character boundary),
+/// marking the cut with `…`: evidence lines stay readable.
+pub fn clip(s: &str) -> String {
+    let s = s.trim();
+    if s.len() > 300 {
+        let mut end = 300;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}…", &s[..end])
+    } else {
+        s.to_string()
+    }
+}
+
+/// Polls `f` up to ~2 s (the kernel tears down namespaces asynchronously).
+pub fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    for _ in 0..40 {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

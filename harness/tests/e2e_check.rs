@@ -5,10 +5,10 @@
 //! refuses) or a scripted stand-in for the API server's exec endpoint that
 //! models a cluster's network.
 
+use cnilab_harness::connectivity::report::Report;
 use cnilab_harness::e2e::check::nodes::{self, ClusterNode};
 use cnilab_harness::e2e::check::probes::ExecOutput;
 use cnilab_harness::e2e::check::{self, CheckOptions, KubeExec, PodExec};
-use cnilab_harness::lab::report::Report;
 use futures_util::future::BoxFuture;
 use http::{Request, Response};
 use kube::client::Body;
@@ -446,7 +446,10 @@ async fn run_with(exec: &dyn PodExec, nodes: Vec<Value>) -> (Report, Arc<Mutex<A
     (report, state)
 }
 
-fn group<'a>(report: &'a Report, name: &str) -> &'a cnilab_harness::lab::report::GroupResult {
+fn group<'a>(
+    report: &'a Report,
+    name: &str,
+) -> &'a cnilab_harness::connectivity::report::GroupResult {
     report
         .groups
         .iter()

@@ -4,8 +4,10 @@
 //! and leave the host namespace and the store unchanged.
 
 use super::suite::Suite;
+use super::ConformError;
 use crate::corpus::{self, Expect, Lab};
 use crate::netns::Netns;
+use crate::runtime::session::Session;
 use crate::verdict::Finding;
 use serde_json::Value;
 use std::path::Path;
@@ -152,18 +154,22 @@ fn run_world<'c>(
         return Ok(Vec::new());
     }
     let err = |e: &dyn std::fmt::Display| e.to_string();
-    let host = Netns::with_label("corpus-host").map_err(|e| err(&e))?;
-    host.set_lo_up().map_err(|e| err(&e))?;
-    let runtime = crate::runtime::Runtime::new(&s.plugin_dir)
-        .in_netns(&host)
-        .map_err(|e| err(&e))?
-        .with_timeout(s.runtime.timeout());
     let watched = crate::util::ScratchDir::new("corpus").map_err(|e| err(&e))?;
-    let data_dir = watched.path().join("ipam");
+    let Session {
+        net,
+        data_dir,
+        host,
+        runtime,
+    } = Session::open::<ConformError>(
+        &s.plugin_dir,
+        s.net,
+        &watched.path().join("ipam"),
+        "corpus-host",
+        s.runtime.timeout(),
+    )
+    .map_err(|e| err(&e))?;
     let a_file = watched.path().join("corpus-regular-file");
     std::fs::write(&a_file, b"not a namespace").map_err(|e| err(&e))?;
-    let mut net = s.net.clone();
-    net.set_ipam_data_dir(&data_dir);
     let base = Value::Object(net.plugin_stdin(0, None, None));
     let mut out = Vec::new();
     for case in cases {
@@ -212,9 +218,7 @@ fn run_world<'c>(
             n
         };
         let want = veths(&links_before);
-        crate::lifecycle::wait_for(|| {
-            (veths(&host.links().unwrap_or_default()) == want).then_some(())
-        });
+        crate::util::wait_for(|| (veths(&host.links().unwrap_or_default()) == want).then_some(()));
         out.push((*case, outcome));
     }
     Ok(out)

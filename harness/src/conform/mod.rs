@@ -1,4 +1,6 @@
-//! `cnilab conform`: every check of the CNI conformance checklist that
+//! `cnilab conform`: a plugin against the CNI conformance checklist.
+//!
+//! Every check of the CNI conformance checklist that
 //! applies to a plugin, each PASS / WARN / FAIL / SKIP with evidence.
 //!
 //! The suite plays the runtime ([`Runtime`]) inside a throwaway host
@@ -11,7 +13,8 @@ pub mod report;
 mod suite;
 
 use crate::netns::{Netns, NetnsError};
-use crate::runtime::{NetworkConfig, Runtime, RuntimeError};
+use crate::runtime::session::Session;
+use crate::runtime::{NetworkConfig, RuntimeError};
 use crate::util::ScratchDir;
 use crate::verdict::{Finding, Verdict};
 use cnilab_net::spec::Version;
@@ -137,12 +140,7 @@ impl ConformOptions {
 /// One group's own world: a fresh host namespace (set up by
 /// `--host-setup`), a runtime in it and a fresh IPAM `dataDir`, so that
 /// what one check leaves behind cannot fail another.
-struct World {
-    host: Netns,
-    runtime: Runtime,
-    net: NetworkConfig,
-    data_dir: PathBuf,
-}
+type World = Session;
 
 fn world(
     opts: &ConformOptions,
@@ -150,17 +148,20 @@ fn world(
     scratch: &std::path::Path,
     n: usize,
 ) -> Result<World, ConformError> {
-    let data_dir = scratch.join(format!("ipam-{n}"));
-    let mut net = net.clone();
-    net.set_ipam_data_dir(&data_dir);
-    let host = Netns::with_label("host")?;
-    host.set_lo_up()?;
+    let w = Session::open::<ConformError>(
+        &opts.plugin_dir,
+        net,
+        &scratch.join(format!("ipam-{n}")),
+        "host",
+        opts.timeout,
+    )?;
     if let Some(script) = &opts.host_setup {
         let bad = |reason: String| ConformError::HostSetup {
             path: script.clone(),
             reason,
         };
-        let out = host
+        let out = w
+            .host
             .command("sh")
             .arg(script)
             .output()
@@ -173,10 +174,6 @@ fn world(
             )));
         }
     }
-    let runtime = Runtime::new(&opts.plugin_dir)
-        .in_netns(&host)
-        .map_err(Box::new)?
-        .with_timeout(opts.timeout);
     // A warm-up pod, so that what a plugin keeps per network (its bridge)
     // exists before the checks and is not counted as their doing.
     let pod = Netns::with_label("pod")?;
@@ -185,15 +182,10 @@ fn world(
         Some(pod.path()),
         &opts.ifname,
     );
-    if runtime.add(&net, &rt).is_ok() {
-        let _ = runtime.del(&net, &rt);
+    if w.runtime.add(&w.net, &rt).is_ok() {
+        let _ = w.runtime.del(&w.net, &rt);
     }
-    Ok(World {
-        host,
-        runtime,
-        net,
-        data_dir,
-    })
+    Ok(w)
 }
 
 /// Why an ADD error is the machine's, not the plugin's: the text to show

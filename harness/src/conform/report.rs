@@ -2,8 +2,8 @@
 //! as a terminal table, JSON, or JUnit XML (through `crate::report`).
 
 use super::ConformOptions;
-use crate::lifecycle::clip;
 use crate::runtime::{Execution, NetworkConfig, Timing};
+use crate::util::clip;
 use crate::util::{fmt_ms, Percentiles};
 use crate::verdict::{Finding, Verdict};
 use std::fmt::Write as _;

@@ -3,9 +3,10 @@
 
 use super::ConformError;
 use crate::host_state;
-use crate::lifecycle::{clip, HostSnapshot, Lab};
+use crate::lifecycle::{HostSnapshot, Lab};
 use crate::netns::Netns;
 use crate::runtime::{CniCommand, Execution, NetworkConfig, Runtime, RuntimeConf};
+use crate::util::clip;
 use crate::verdict::Finding;
 use cnilab_net::spec::Version;
 use serde_json::{Map, Value};

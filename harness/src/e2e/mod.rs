@@ -1,4 +1,6 @@
-//! `cnilab e2e`: cnilab on real Kubernetes. kind and minikube clusters
+//! `cnilab e2e`: kind/minikube plans and the in-cluster check.
+//!
+//! cnilab on real Kubernetes. kind and minikube clusters
 //! driven step by step (create, load, deploy, wait, check, dump, delete) from
 //! plans that `--dry-run` prints, and an in-cluster connectivity check that
 //! works against any cluster (lab/e2e-plan.md is the contract).

@@ -3,10 +3,12 @@
 //! peer saw, which proves masquerade or its absence).
 
 use super::build::Lab;
-use super::probe::{self, Proto, Reply};
+use super::probe::{self, Reply};
+use crate::connectivity::matrix::{self, Slot};
+use crate::connectivity::report::{Failure, NodeView, Report};
+use crate::connectivity::{Endpoint, ExpectSource, ProbeOutcome, ProbeSpec, Proto};
 use futures_util::stream::{self, StreamExt};
 use std::fs::File;
-use std::net::IpAddr;
 use std::time::Duration;
 
 /// Check groups, in report order.
@@ -31,65 +33,6 @@ pub fn check_groups(groups: &[String]) -> Result<(), String> {
             GROUPS.join(", ")
         )),
         None => Ok(()),
-    }
-}
-
-/// Where a probe starts or ends.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Endpoint {
-    /// `node1/node1-pod0`, `node2`, `external`.
-    pub name: String,
-    /// The node it is on (pods and nodes), by index.
-    pub node: Option<usize>,
-    pub pod: Option<usize>,
-    pub ip: IpAddr,
-    pub external: bool,
-}
-
-/// What the responder must report as our source address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case", tag = "kind", content = "address")]
-pub enum ExpectSource {
-    /// No NAT: the source pod's own address.
-    Unchanged(IpAddr),
-    /// Masqueraded to the node's underlay address.
-    Masqueraded(IpAddr),
-}
-
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct ProbeSpec {
-    pub group: &'static str,
-    pub from: Endpoint,
-    pub to: Endpoint,
-    pub proto: Proto,
-    pub expect_source: Option<ExpectSource>,
-}
-
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct ProbeOutcome {
-    pub spec: ProbeSpec,
-    /// `None` when the probe passed.
-    pub error: Option<String>,
-    pub seen_source: Option<IpAddr>,
-    pub rtt_ms: Option<f64>,
-}
-
-impl ProbeOutcome {
-    pub fn passed(&self) -> bool {
-        self.error.is_none()
-    }
-
-    /// `from (ip) → to (ip) proto: error`, for reports and logs.
-    pub fn describe(&self) -> String {
-        format!(
-            "{} ({}) → {} ({}) {}: {}",
-            self.spec.from.name,
-            self.spec.from.ip,
-            self.spec.to.name,
-            self.spec.to.ip,
-            self.spec.proto.as_str(),
-            self.error.as_deref().unwrap_or("")
-        )
     }
 }
 
@@ -142,39 +85,26 @@ pub fn plan(lab: &Lab, groups: &[String]) -> Vec<ProbeSpec> {
     };
     let all = [Proto::Icmp, Proto::Tcp, Proto::Udp];
     let nodes = lab.nodes.len();
+    let counts: Vec<usize> = lab.nodes.iter().map(|n| n.pods.len()).collect();
     for n in 0..nodes {
         let count = lab.nodes[n].pods.len();
         for p in 0..count {
             let Some(src) = pod_endpoint(lab, n, p) else {
                 continue;
             };
-            if count > 1 {
-                if let Some(peer) = pod_endpoint(lab, n, (p + 1) % count) {
-                    push(
-                        "pod-to-pod/same-node",
-                        &src,
-                        &peer,
-                        &all,
-                        Some(ExpectSource::Unchanged(src.ip)),
-                    );
-                }
-            }
-            for m in (0..nodes).filter(|m| *m != n) {
-                let other = lab.nodes[m].pods.len();
-                if other == 0 {
+            for peer in matrix::peers(&counts, Slot { node: n, pos: p }) {
+                let Some(dst) = pod_endpoint(lab, peer.to.node, peer.to.pos) else {
                     continue;
-                }
-                if let Some(peer) = pod_endpoint(lab, m, p % other) {
-                    push(
-                        "pod-to-pod/cross-node",
-                        &src,
-                        &peer,
-                        &all,
-                        Some(ExpectSource::Unchanged(src.ip)),
-                    );
-                    if m == (n + 1) % nodes {
-                        push("mtu/df-cross-node", &src, &peer, &[Proto::Df], None);
-                    }
+                };
+                push(
+                    peer.group,
+                    &src,
+                    &dst,
+                    &all,
+                    Some(ExpectSource::Unchanged(src.ip)),
+                );
+                if peer.df {
+                    push("mtu/df-cross-node", &src, &dst, &[Proto::Df], None);
                 }
             }
             for m in 0..nodes {
@@ -211,6 +141,44 @@ pub fn plan(lab: &Lab, groups: &[String]) -> Vec<ProbeSpec> {
         }
     }
     out
+}
+
+/// The lab's report: its nodes and pods, the outcomes by group (in
+/// [`GROUPS`] order) and the time each build phase took.
+pub fn report(lab: &Lab, outcomes: Vec<ProbeOutcome>, failures: Vec<Failure>) -> Report {
+    let nodes = lab
+        .nodes
+        .iter()
+        .map(|n| NodeView {
+            name: n.spec.name.clone(),
+            address: n.spec.address.to_string(),
+            pod_cidr: n.spec.pod_cidr.iter().map(|c| c.to_string()).collect(),
+            pods: n
+                .pods
+                .iter()
+                .map(|p| {
+                    (
+                        p.name.clone(),
+                        p.ips.iter().map(|i| i.addr().to_string()).collect(),
+                    )
+                })
+                .collect(),
+        })
+        .collect();
+    let routing = format!("{:?}", lab.topo.routing).to_lowercase();
+    let mut report = Report::from_parts(
+        &lab.topo.name,
+        &lab.plugin_dir,
+        &routing,
+        nodes,
+        GROUPS,
+        outcomes,
+        failures,
+    );
+    for (phase, took) in &lab.phases {
+        report.add_phase(phase, *took);
+    }
+    report
 }
 
 fn ns_of<'a>(lab: &'a Lab, e: &Endpoint) -> Option<&'a File> {
@@ -318,6 +286,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::IpAddr;
 
     fn spec(expect: Option<ExpectSource>) -> ProbeSpec {
         let e = Endpoint {

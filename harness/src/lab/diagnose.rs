@@ -4,32 +4,11 @@
 //! overlapping pod CIDRs, strict rp_filter).
 
 use super::build::Lab;
-use super::checks::{ExpectSource, ProbeOutcome};
-use super::probe::Proto;
+pub use crate::connectivity::Diagnosis;
+use crate::connectivity::{ExpectSource, ProbeOutcome, Proto};
 use crate::netns::Route;
 use ipnet::IpNet;
 use std::net::IpAddr;
-
-/// One likely cause, with a stable id that scenarios assert on.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Diagnosis {
-    pub id: &'static str,
-    pub message: String,
-}
-
-impl Diagnosis {
-    /// Id of the diagnosis given to a failed probe that no rule explains.
-    pub const UNDIAGNOSED: &'static str = "undiagnosed";
-
-    /// For a failed probe that no rule explains: says so, with the probe and
-    /// its error, so that the failure is never reported without a cause line.
-    pub fn undiagnosed(o: &ProbeOutcome) -> Diagnosis {
-        Diagnosis {
-            id: Self::UNDIAGNOSED,
-            message: format!("no known cause matched: {}", o.describe()),
-        }
-    }
-}
 
 /// What the diagnosis reads from a node.
 #[derive(Clone, Debug, Default)]
@@ -234,23 +213,19 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
     }
 
     // Overlapping pod CIDRs: two nodes claim the same addresses.
-    for (i, a) in facts.iter().enumerate() {
-        for b in facts.iter().skip(i + 1) {
-            for ca in &a.pod_cidr {
-                for cb in &b.pod_cidr {
-                    if ca.contains(&cb.network()) || cb.contains(&ca.network()) {
-                        let involved = [spec.from.ip, spec.to.ip]
-                            .iter()
-                            .any(|ip| ca.contains(ip) || cb.contains(ip));
-                        if involved {
-                            out.push(Diagnosis {
-                                id: "podcidr-overlap",
-                                message: format!("{} has podCIDR {ca} and {} has {cb}: they overlap, so one node's pods are unreachable from the other", a.name, b.name),
-                            });
-                        }
-                    }
-                }
-            }
+    let cidrs: Vec<(&str, &[IpNet])> = facts
+        .iter()
+        .map(|f| (f.name.as_str(), f.pod_cidr.as_slice()))
+        .collect();
+    for (a, ca, b, cb) in crate::connectivity::diagnosis::overlapping_cidrs(&cidrs) {
+        let involved = [spec.from.ip, spec.to.ip]
+            .iter()
+            .any(|ip| ca.contains(ip) || cb.contains(ip));
+        if involved {
+            out.push(Diagnosis {
+                id: "podcidr-overlap",
+                message: format!("{a} has podCIDR {ca} and {b} has {cb}: they overlap, so one node's pods are unreachable from the other"),
+            });
         }
     }
 

@@ -1,4 +1,6 @@
-//! `cnilab lab`: a multi-node cluster's data plane simulated in network
+//! `cnilab lab`: a multi-node data plane in namespaces, checked end to end.
+//!
+//! A multi-node cluster's data plane simulated in network
 //! namespaces, with real kernel objects, the real plugin binary and real
 //! routes and firewall rules; a connectivity matrix with diagnoses; bug
 //! scenarios that can be saved as files and replayed.
@@ -9,7 +11,6 @@ pub mod commands;
 pub mod diagnose;
 pub mod pidfile;
 pub mod probe;
-pub mod report;
 pub mod scenario;
 pub mod state;
 pub mod sweep;
@@ -20,6 +21,8 @@ use report::{Failure, Report};
 use std::sync::Mutex;
 use std::time::Instant;
 
+/// The report lives with the connectivity checks (e2e writes the same one).
+pub use crate::connectivity::report;
 pub use build::{LabError, UpOptions};
 pub use topology::Topology;
 
@@ -94,7 +97,7 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
         }
     };
     let outcomes = checks::run(lab, &specs, &rt, 256, &show);
-    let failed: Vec<(usize, &checks::ProbeOutcome)> = outcomes
+    let failed: Vec<(usize, &crate::connectivity::ProbeOutcome)> = outcomes
         .iter()
         .enumerate()
         .filter(|(_, o)| !o.passed())
@@ -127,7 +130,7 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
             .collect()
     };
     rt.shutdown_background();
-    let mut report = Report::new(lab, outcomes, failures);
+    let mut report = checks::report(lab, outcomes, failures);
     report.add_phase("checks", started.elapsed());
     Ok(report)
 }

@@ -7,6 +7,7 @@
 //! the checks prove masquerade (or its absence). ICMP echo is answered by
 //! the kernel itself.
 
+pub use crate::connectivity::Proto;
 use cnilab_net::netns::run_in;
 use nix::sys::socket::{socket, AddressFamily, SockFlag, SockProtocol, SockType};
 use std::fs::File;
@@ -18,27 +19,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The port every responder listens on (TCP and UDP).
 pub const PORT: u16 = 7777;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Proto {
-    Icmp,
-    Tcp,
-    Udp,
-    /// UDP with don't-fragment set, sized to the MTU.
-    Df,
-}
-
-impl Proto {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Proto::Icmp => "icmp",
-            Proto::Tcp => "tcp",
-            Proto::Udp => "udp",
-            Proto::Df => "udp-df",
-        }
-    }
-}
 
 /// What a probe saw.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! Lab topologies: TOML files (see `lab/topologies/`) or the flags
 //! `--nodes N --pods-per-node M`, validated before anything is created.
 
+use crate::connectivity::diagnosis::overlaps;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -167,10 +168,6 @@ pub enum Seg {
 struct Invalid {
     field: Vec<Seg>,
     message: String,
-}
-
-fn overlaps(a: &IpNet, b: &IpNet) -> bool {
-    a.contains(&b.network()) || b.contains(&a.network())
 }
 
 /// The 1-based line of the value at `path` in the TOML `text` (or of the

@@ -1,4 +1,6 @@
-//! `cnilab e2e check`: the in-cluster connectivity check, for any CNI.
+//! The in-cluster connectivity check (`cnilab e2e check`).
+//!
+//! For any CNI.
 //! Creates a namespace with probe pods pinned to every node (and a
 //! hostNetwork pod per node) plus ClusterIP services, runs every probe
 //! through the API's exec, diagnoses failures (with what the Node objects
@@ -11,7 +13,7 @@ pub mod probes;
 use super::options::{IpFamily, DEFAULT_PROBE_IMAGE};
 use super::plan::quote;
 use super::E2eError;
-use crate::lab::report::{Failure, NodeView, Report};
+use crate::connectivity::report::{Failure, NodeView, Report};
 use crate::report::Format;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{self, StreamExt};
@@ -470,7 +472,7 @@ async fn probe_cluster(
         cluster.pods.len() + cluster.hosts.len()
     );
     let done = std::sync::atomic::AtomicUsize::new(0);
-    let probed: Vec<crate::lab::checks::ProbeOutcome> = stream::iter(plan.iter())
+    let probed: Vec<crate::connectivity::ProbeOutcome> = stream::iter(plan.iter())
         .map(|probe| async {
             let t = Instant::now();
             let result = exec

@@ -3,11 +3,11 @@
 //! distinct addresses (Vagrant's NAT address 10.0.2.15 on every VM is the
 //! classic way to break routes, logs and exec).
 
-use crate::lab::diagnose::Diagnosis;
+use crate::connectivity::diagnosis::{self, Diagnosis, VIRTUALBOX_NAT};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 /// What the check knows about a node.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -81,9 +81,6 @@ pub struct NodeFinding {
     pub diagnosis: Diagnosis,
 }
 
-/// VirtualBox's NAT interface address: the same on every VM.
-const VIRTUALBOX_NAT: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 2, 15));
-
 /// Checks pod CIDRs and InternalIPs for the families the cluster runs.
 pub fn diagnose(nodes: &[ClusterNode], v4: bool, v6: bool) -> Vec<NodeFinding> {
     let mut out = Vec::new();
@@ -126,23 +123,18 @@ pub fn diagnose(nodes: &[ClusterNode], v4: bool, v6: bool) -> Vec<NodeFinding> {
             ));
         }
     }
-    for (i, a) in nodes.iter().enumerate() {
-        for b in &nodes[i + 1..] {
-            for ca in &a.pod_cidrs {
-                for cb in &b.pod_cidrs {
-                    if overlaps(ca, cb) {
-                        out.push(finding(
-                            vec![a.name.clone(), b.name.clone()],
-                            "podcidr-overlap",
-                            format!(
-                                "podCIDRs overlap: {} has {ca}, {} has {cb}; pods on both nodes can get the same address and routes to one node capture the other's pods",
-                                a.name, b.name
-                            ),
-                        ));
-                    }
-                }
-            }
-        }
+    let cidrs: Vec<(&str, &[IpNet])> = nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.pod_cidrs.as_slice()))
+        .collect();
+    for (a, ca, b, cb) in diagnosis::overlapping_cidrs(&cidrs) {
+        out.push(finding(
+            vec![a.to_string(), b.to_string()],
+            "podcidr-overlap",
+            format!(
+                "podCIDRs overlap: {a} has {ca}, {b} has {cb}; pods on both nodes can get the same address and routes to one node capture the other's pods"
+            ),
+        ));
     }
     let mut by_ip: BTreeMap<IpAddr, Vec<String>> = BTreeMap::new();
     for n in nodes {
@@ -177,10 +169,6 @@ pub fn diagnose(nodes: &[ClusterNode], v4: bool, v6: bool) -> Vec<NodeFinding> {
         }
     }
     out
-}
-
-fn overlaps(a: &IpNet, b: &IpNet) -> bool {
-    a.contains(&b.network()) || b.contains(&a.network())
 }
 
 #[cfg(test)]

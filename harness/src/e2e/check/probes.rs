@@ -7,9 +7,8 @@
 use super::nodes::{ClusterNode, NodeFinding};
 use super::objects::{HTTP_PORT, UDP_PORT};
 use super::NotReady;
-use crate::lab::checks::{Endpoint, ExpectSource, ProbeOutcome, ProbeSpec};
-use crate::lab::diagnose::Diagnosis;
-use crate::lab::probe::Proto;
+use crate::connectivity::matrix::{self, Slot};
+use crate::connectivity::{Diagnosis, Endpoint, ExpectSource, ProbeOutcome, ProbeSpec, Proto};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Check groups, in report order.
@@ -169,6 +168,12 @@ pub fn plan(c: &Cluster, v4: bool, v6: bool) -> Vec<Probe> {
         .map(|(_, f)| *f)
         .collect();
     let pod_names: Vec<String> = c.pods.iter().map(|p| p.name.clone()).collect();
+    let nodes = c.nodes.len();
+    // The pods of each node, by index into `c.pods`.
+    let slots: Vec<Vec<usize>> = (0..nodes)
+        .map(|n| (0..c.pods.len()).filter(|j| c.pods[*j].node == n).collect())
+        .collect();
+    let counts: Vec<usize> = slots.iter().map(Vec::len).collect();
     for (fi, &v6) in families.iter().enumerate() {
         let mut add = |group: &'static str,
                        exec_pod: &str,
@@ -237,41 +242,31 @@ pub fn plan(c: &Cluster, v4: bool, v6: bool) -> Vec<Probe> {
                     Expect::UdpPeer(peer),
                 );
             };
-            // The next pod on the same node.
-            let same: Vec<usize> = (0..c.pods.len())
-                .filter(|j| c.pods[*j].node == src_pod.node)
-                .collect();
+            // The next pod on the same node, and on every other node the pod
+            // with the same position.
+            let same = &slots[src_pod.node];
             if let Some(pos) = same.iter().position(|j| *j == i) {
-                if same.len() > 1 {
-                    to_pod(
-                        &mut add,
-                        "pod-to-pod/same-node",
-                        same[(pos + 1) % same.len()],
-                    );
-                }
-            }
-            // On every other node, the pod with the same position.
-            let nodes = c.nodes.len();
-            for m in (0..nodes).filter(|m| *m != src_pod.node) {
-                let theirs: Vec<usize> =
-                    (0..c.pods.len()).filter(|j| c.pods[*j].node == m).collect();
-                if theirs.is_empty() {
-                    continue;
-                }
-                let k = same.iter().position(|j| *j == i).unwrap_or(0) % theirs.len();
-                let j = theirs[k];
-                to_pod(&mut add, "pod-to-pod/cross-node", j);
-                if m == (src_pod.node + 1) % nodes {
-                    if let (Some(dst), Some(mtu)) = (pod_endpoint(c, j, v6), src_pod.mtu) {
-                        add(
-                            "mtu/df-cross-node",
-                            &src_pod.name,
-                            &src,
-                            &dst,
-                            Proto::Df,
-                            df_ping(dst.ip, mtu),
-                            Expect::Success,
-                        );
+                for peer in matrix::peers(
+                    &counts,
+                    Slot {
+                        node: src_pod.node,
+                        pos,
+                    },
+                ) {
+                    let j = slots[peer.to.node][peer.to.pos];
+                    to_pod(&mut add, peer.group, j);
+                    if peer.df {
+                        if let (Some(dst), Some(mtu)) = (pod_endpoint(c, j, v6), src_pod.mtu) {
+                            add(
+                                "mtu/df-cross-node",
+                                &src_pod.name,
+                                &src,
+                                &dst,
+                                Proto::Df,
+                                df_ping(dst.ip, mtu),
+                                Expect::Success,
+                            );
+                        }
                     }
                 }
             }

@@ -1,10 +1,9 @@
-//! The lab's report: a terminal summary in the spirit of `cilium
+//! The connectivity report (lab and `e2e check`): a terminal summary in the spirit of `cilium
 //! connectivity test`, JSON, JUnit XML, and one self-contained HTML file
 //! (inline SVG, no external assets) to attach to bug reports.
 
-use super::build::Lab;
-use super::checks::{ProbeOutcome, GROUPS};
-use super::diagnose::Diagnosis;
+use super::diagnosis::Diagnosis;
+use super::probe::ProbeOutcome;
 use crate::report::escape as xml;
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -59,43 +58,6 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn new(lab: &Lab, outcomes: Vec<ProbeOutcome>, failures: Vec<Failure>) -> Report {
-        let groups = group_results(GROUPS, &outcomes);
-        Report {
-            lab: lab.topo.name.clone(),
-            plugin_dir: lab.plugin_dir.clone(),
-            routing: format!("{:?}", lab.topo.routing).to_lowercase(),
-            nodes: lab
-                .nodes
-                .iter()
-                .map(|n| NodeView {
-                    name: n.spec.name.clone(),
-                    address: n.spec.address.to_string(),
-                    pod_cidr: n.spec.pod_cidr.iter().map(|c| c.to_string()).collect(),
-                    pods: n
-                        .pods
-                        .iter()
-                        .map(|p| {
-                            (
-                                p.name.clone(),
-                                p.ips.iter().map(|i| i.addr().to_string()).collect(),
-                            )
-                        })
-                        .collect(),
-                })
-                .collect(),
-            groups,
-            failures,
-            probes: outcomes.len(),
-            phases_ms: lab
-                .phases
-                .iter()
-                .map(|(p, d)| (p.clone(), d.as_secs_f64() * 1000.0))
-                .collect(),
-            outcomes,
-        }
-    }
-
     /// A report of probes that did not run in a namespace lab (the
     /// in-cluster check of `cnilab e2e`): its own nodes, groups and subject.
     pub fn from_parts(

@@ -1,0 +1,221 @@
+//! An existing ifname and a second ifname (A6, A7, D8).
+
+use super::*;
+
+fn interface_state(pod: &Netns, ifname: &str) -> Option<(Option<String>, Vec<String>)> {
+    let state = pod.snapshot().ok()?;
+    let link = state.link(ifname)?;
+    // IPv6 link-local addresses come from the kernel itself, some time after
+    // the link is up; they are not the plugin's doing.
+    let mut addrs: Vec<String> = state
+        .addresses_of(link.index)
+        .iter()
+        .filter(|a| !matches!(a.addr(), std::net::IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80))
+        .map(ToString::to_string)
+        .collect();
+    addrs.sort();
+    Some((link.mac.clone(), addrs))
+}
+
+pub(super) fn interfaces(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
+    let mut out = Vec::new();
+    let lab = s.lab();
+    let pod = s.pod()?;
+    let cid = s.cid("a6");
+    let rt = RuntimeConf::new(&cid, Some(pod.path()), &s.ifname);
+    let first = match s.runtime.add(s.net, &rt) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = s.runtime.del(s.net, &rt);
+            out.push(error_finding("A6", "setup ADD must succeed", &e));
+            for id in ["A7", "D8"] {
+                out.push(Finding::skip(id, "depends on A6: its setup ADD failed"));
+            }
+            return Ok(out);
+        }
+    };
+    let intact = interface_state(&pod, &s.ifname);
+    let reservations_before = lab.reservations().len();
+    // The same (container, ifname) again; then another container, same ifname.
+    let stdin = to_bytes(&s.stdin_of(s.net));
+    for (other, what) in [
+        (cid.clone(), "second ADD of the same (container, ifname)"),
+        (
+            s.cid("a6-other"),
+            "ADD of another container with an ifname that exists in the netns",
+        ),
+    ] {
+        let env = s.env(CniCommand::Add, &other, Some(pod.path()), &s.ifname);
+        let Ok(plugin) = s.first_plugin() else {
+            continue;
+        };
+        match s.runtime.exec_raw(&plugin, &env, &stdin) {
+            Ok(exec) => {
+                let mut problems = Vec::new();
+                if exec.success() {
+                    problems.push("ADD exited 0".to_string());
+                } else if exec.error_body().is_none() {
+                    problems.push(format!(
+                        "no CNI error body on stdout: {:?}",
+                        clip(&exec.stdout)
+                    ));
+                }
+                if interface_state(&pod, &s.ifname) != intact {
+                    problems.push(format!(
+                        "existing {} changed: before {:?}, after {:?}",
+                        s.ifname,
+                        intact,
+                        interface_state(&pod, &s.ifname)
+                    ));
+                }
+                let now = lab.reservations().len();
+                if now != reservations_before {
+                    problems.push(format!(
+                        "reservations went from {reservations_before} to {now}"
+                    ));
+                }
+                out.push(
+                    Finding::check(
+                        "A6",
+                        problems.is_empty(),
+                        if problems.is_empty() {
+                            format!("{what}: failed, existing attachment intact")
+                        } else {
+                            format!("{what}: {}", problems.join("; "))
+                        },
+                    )
+                    .with(&exec),
+                );
+            }
+            Err(e) => out.push(Finding::fail("A6", format!("could not run: {e}"))),
+        }
+    }
+
+    // A7: same container, second interface.
+    let second_if = if s.ifname == "cnilab1" {
+        "cnilab2"
+    } else {
+        "cnilab1"
+    };
+    let rt2 = RuntimeConf::new(&cid, Some(pod.path()), second_if);
+    match s.runtime.add(s.net, &rt2) {
+        Ok(second) => {
+            let a: HashSet<_> = first.result.ips.iter().map(|i| i.address.addr()).collect();
+            let b: Vec<_> = second.result.ips.iter().map(|i| i.address.addr()).collect();
+            let shared: Vec<_> = b.iter().filter(|ip| a.contains(ip)).collect();
+            let by_design: Vec<_> = shared
+                .iter()
+                .filter(|ip| s.configured_address(***ip))
+                .collect();
+            let broken = interface_state(&pod, &s.ifname) != intact;
+            let f = if broken {
+                Finding::fail(
+                    "A7",
+                    format!(
+                        "adding {second_if} changed the first attachment {}: before {:?}, after {:?}",
+                        s.ifname,
+                        intact,
+                        interface_state(&pod, &s.ifname)
+                    ),
+                )
+            } else if !shared.is_empty() && shared.len() == by_design.len() {
+                Finding::skip(
+                    "A7",
+                    format!(
+                        "not applicable: {second_if} got {shared:?} again, an address the config assigns by name (static IPAM): the same address is the point"
+                    ),
+                )
+            } else {
+                Finding::check(
+                    "A7",
+                    !b.is_empty() && shared.is_empty(),
+                    format!(
+                        "{} (container {cid}): {:?}, {second_if} (same container): {:?}{}",
+                        s.ifname,
+                        a,
+                        b,
+                        if shared.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; {shared:?} handed to both")
+                        }
+                    ),
+                )
+            };
+            out.push(f.with_all(&second.executions));
+            // D8: DEL the second only.
+            let keep_before = reserved(&lab, &cid, &s.ifname);
+            let (f, ok) = del_finding(&lab, &rt2, "D8", &format!("DEL of {second_if}"));
+            if !ok {
+                out.push(f);
+            } else {
+                let mut problems = Vec::new();
+                if interface_state(&pod, &s.ifname) != intact {
+                    problems.push(format!("{} changed", s.ifname));
+                }
+                if reserved(&lab, &cid, &s.ifname) != keep_before {
+                    problems.push(format!("reservation of {} changed", s.ifname));
+                }
+                if !reserved(&lab, &cid, second_if).is_empty() {
+                    problems.push(format!("{second_if} still reserved"));
+                }
+                if pod
+                    .links()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|l| l.name == second_if)
+                {
+                    problems.push(format!("{second_if} still exists"));
+                }
+                out.push(Finding::check(
+                    "D8",
+                    problems.is_empty(),
+                    if problems.is_empty() {
+                        format!("DEL of {second_if} left {} and its address alone", s.ifname)
+                    } else {
+                        problems.join("; ")
+                    },
+                ));
+            }
+        }
+        Err(e) => {
+            let _ = s.runtime.del(s.net, &rt2);
+            // A runtime may add a second interface to a container; a
+            // plugin may decline. Declining cleanly is a WARN; breaking the
+            // first attachment on the way is a FAIL.
+            let now = interface_state(&pod, &s.ifname);
+            let f = if now != intact {
+                Finding::fail(
+                    "A7",
+                    format!(
+                        "ADD of {second_if} in the same container failed ({e}) and changed the first attachment {}: before {intact:?}, after {now:?}",
+                        s.ifname
+                    ),
+                )
+            } else if e.error_body().is_some() {
+                Finding::warn(
+                    "A7",
+                    format!(
+                        "the plugin refuses a second interface ({second_if}) in the same container, cleanly, with the first intact: {e} (a runtime may ask for this)"
+                    ),
+                )
+            } else {
+                error_finding(
+                    "A7",
+                    &format!("ADD of the same container with ifname {second_if} must succeed or fail with a CNI error"),
+                    &e,
+                )
+            };
+            out.push(match e.execution() {
+                Some(x) if f.executions.is_empty() => f.with(x),
+                _ => f,
+            });
+            out.push(Finding::skip(
+                "D8",
+                "depends on A7: the second interface could not be added",
+            ));
+        }
+    }
+    let _ = s.runtime.del(s.net, &rt);
+    Ok(out)
+}
