@@ -19,7 +19,7 @@ pub mod topology;
 use build::Lab;
 use report::{Failure, Report};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The report lives with the connectivity checks (e2e writes the same one).
 pub use crate::connectivity::report;
@@ -129,7 +129,11 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
             })
             .collect()
     };
-    rt.shutdown_background();
+    // Wait until the responders' tasks are dropped, so their sockets are
+    // closed before the next check binds the same port (a background
+    // shutdown let a scenario's second check race the first's UDP socket:
+    // "Address already in use"). Bounded: a stuck probe cannot hang the run.
+    rt.shutdown_timeout(Duration::from_secs(5));
     let mut report = checks::report(lab, outcomes, failures);
     report.add_phase("checks", started.elapsed());
     Ok(report)
