@@ -19,8 +19,7 @@ use std::process::ExitCode;
 
 pub use crate::report::Format;
 
-/// A command failure, printed by [`main`] as `cnilab: <message>`, exit 2.
-pub type CliResult = Result<ExitCode, Box<dyn std::error::Error>>;
+pub use crate::report::CliResult;
 
 #[derive(Parser)]
 #[command(

@@ -13,6 +13,10 @@ pub mod progress;
 
 pub use junit::escape;
 
+/// What a `cnilab` command returns: its exit code, or a failure that the CLI
+/// prints as `cnilab: <message>` with exit code 2.
+pub type CliResult = Result<std::process::ExitCode, Box<dyn std::error::Error>>;
+
 use std::path::Path;
 use std::process::ExitCode;
 

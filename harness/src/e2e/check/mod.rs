@@ -11,9 +11,9 @@ pub mod objects;
 pub mod probes;
 
 use super::options::{IpFamily, DEFAULT_PROBE_IMAGE};
-use super::plan::quote;
 use super::E2eError;
 use crate::connectivity::report::{Failure, NodeView, Report};
+use crate::report::quote;
 use crate::report::Format;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{self, StreamExt};
