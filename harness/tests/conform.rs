@@ -25,6 +25,7 @@ fn run_with(
     host_setup: Option<PathBuf>,
 ) -> ConformReport {
     require_root();
+    let _host = host_untouched();
     let opts = ConformOptions {
         plugin_dir: plugin_dir.to_string(),
         config: config.to_path_buf(),
@@ -374,6 +375,7 @@ fn debian_plugins_get_no_false_fail(
 #[test]
 fn a_missing_master_link_is_an_environment_error() {
     require_root();
+    let _host = host_untouched();
     require_reference();
     let mut opts = ConformOptions::new(
         REFERENCE_DIR,
@@ -413,6 +415,7 @@ fn a_missing_master_link_is_an_environment_error() {
 #[test]
 fn ipvlan_runs_or_names_the_missing_kernel_feature() {
     require_root();
+    let _host = host_untouched();
     require_reference();
     let mut opts = ConformOptions::new(
         REFERENCE_DIR,

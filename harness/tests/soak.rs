@@ -12,10 +12,20 @@ use std::path::{Path, PathBuf};
 /// namespaces left behind: it runs alone (write), so it sees only its own.
 static SOAKS: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
+/// What a root soak test holds until it ends: a shared hold on [`SOAKS`],
+/// and the check that the machine's own network is unchanged afterwards.
+struct RootTest {
+    _soaks: std::sync::RwLockReadGuard<'static, ()>,
+    _host: cnilab_harness::testing::HostUntouched,
+}
+
 /// The workspace's one root check, then a shared hold on [`SOAKS`].
-fn require_root() -> std::sync::RwLockReadGuard<'static, ()> {
+fn require_root() -> RootTest {
     cnilab_harness::testing::require_root();
-    SOAKS.read().unwrap_or_else(|e| e.into_inner())
+    RootTest {
+        _soaks: SOAKS.read().unwrap_or_else(|e| e.into_inner()),
+        _host: cnilab_harness::testing::host_untouched(),
+    }
 }
 
 /// `cnilab-bridge`, built next to `cnilab` by `cargo test --workspace`.
@@ -73,6 +83,7 @@ fn no_namespaces_of_this_process_left() {
 fn short_soak_of_cnilab_bridge_finds_no_leak() {
     drop(require_root());
     let _alone = SOAKS.write().unwrap_or_else(|e| e.into_inner());
+    let _host = cnilab_harness::testing::host_untouched();
     let tmp = tempfile::tempdir().expect("tmp");
     let mut o = options(&bridge_dir(), &bridge_config(tmp.path()), 60);
     o.kill_rate = 0.25;
