@@ -298,8 +298,7 @@ impl Runtime {
         let mut executions = Vec::new();
         for index in 0..net.plugins.len() {
             let stdin = net.plugin_stdin(index, prev.as_ref(), Some(rt));
-            let exec =
-                self.exec_plugin_until(net, index, CniCommand::Add, Some(rt), &stdin, kill_at)?;
+            let exec = self.exec_plugin(net, index, CniCommand::Add, Some(rt), &stdin, kill_at)?;
             let value: Value = match serde_json::from_str(&exec.stdout) {
                 Ok(v) => v,
                 Err(e) => {
@@ -343,19 +342,12 @@ impl Runtime {
         net: &NetworkConfig,
         rt: &RuntimeConf,
     ) -> Result<Vec<Execution>, RuntimeError> {
-        if net.version < Version::V0_4_0 {
-            return Err(RuntimeError::VersionTooLow {
-                command: "CHECK",
-                need: Version::V0_4_0,
-                have: net.version,
-            });
-        }
-        if net.disable_check {
-            return Err(RuntimeError::Disabled {
-                command: "CHECK",
-                key: "disableCheck",
-            });
-        }
+        gate(
+            net,
+            "CHECK",
+            Version::V0_4_0,
+            Some(("disableCheck", net.disable_check)),
+        )?;
         let _guard = self.lock_container(&rt.container_id);
         let prev = self
             .cached(net, rt)?
@@ -402,7 +394,7 @@ impl Runtime {
         let mut execs = Vec::new();
         for index in order {
             let stdin = net.plugin_stdin(index, prev, rt);
-            execs.push(self.exec_plugin(net, index, command, rt, &stdin)?);
+            execs.push(self.exec_plugin(net, index, command, rt, &stdin, None)?);
         }
         Ok(execs)
     }
@@ -441,13 +433,7 @@ impl Runtime {
 
     /// STATUS through the chain (1.1.0).
     pub fn status(&self, net: &NetworkConfig) -> Result<Vec<Execution>, RuntimeError> {
-        if net.version < Version::V1_1_0 {
-            return Err(RuntimeError::VersionTooLow {
-                command: "STATUS",
-                need: Version::V1_1_0,
-                have: net.version,
-            });
-        }
+        gate(net, "STATUS", Version::V1_1_0, None)?;
         self.run_chain(net, CniCommand::Status, None, None, false)
     }
 
@@ -459,19 +445,12 @@ impl Runtime {
         keep: &[spec::Attachment],
         key: GcKey,
     ) -> Result<Vec<Execution>, RuntimeError> {
-        if net.version < Version::V1_1_0 {
-            return Err(RuntimeError::VersionTooLow {
-                command: "GC",
-                need: Version::V1_1_0,
-                have: net.version,
-            });
-        }
-        if net.disable_gc {
-            return Err(RuntimeError::Disabled {
-                command: "GC",
-                key: "disableGC",
-            });
-        }
+        gate(
+            net,
+            "GC",
+            Version::V1_1_0,
+            Some(("disableGC", net.disable_gc)),
+        )?;
         // Exclusive: wait until no container operation runs, and hold the
         // lock so that none starts.
         let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
@@ -488,11 +467,33 @@ impl Runtime {
             if matches!(key, GcKey::Attachments | GcKey::Both) {
                 stdin.insert("cni.dev/attachments".into(), list.clone());
             }
-            execs.push(self.exec_plugin(net, index, CniCommand::Gc, None, &stdin)?);
+            execs.push(self.exec_plugin(net, index, CniCommand::Gc, None, &stdin, None)?);
         }
         drop(busy);
         Ok(execs)
     }
+}
+
+/// Refuses a verb the network's config cannot run: its version is older
+/// than `need` (checked first), or `disabled` names the config key that
+/// turned it off and whether it is set.
+fn gate(
+    net: &NetworkConfig,
+    command: &'static str,
+    need: Version,
+    disabled: Option<(&'static str, bool)>,
+) -> Result<(), RuntimeError> {
+    if net.version < need {
+        return Err(RuntimeError::VersionTooLow {
+            command,
+            need,
+            have: net.version,
+        });
+    }
+    if let Some((key, true)) = disabled {
+        return Err(RuntimeError::Disabled { command, key });
+    }
+    Ok(())
 }
 
 struct ContainerGuard<'a> {
