@@ -108,21 +108,9 @@ impl Runtime {
     }
 
     /// Runs one plugin of the chain and classifies the outcome: success with
-    /// stdout, a CNI error, a crash, or a timeout.
+    /// stdout, a CNI error, a crash, or a timeout. With `kill_at`, the plugin
+    /// is SIGKILLed at that moment (see [`Runtime::add_killed_after`]).
     pub(super) fn exec_plugin(
-        &self,
-        net: &NetworkConfig,
-        index: usize,
-        command: CniCommand,
-        rt: Option<&RuntimeConf>,
-        stdin: &Map<String, Value>,
-    ) -> Result<Execution, RuntimeError> {
-        self.exec_plugin_until(net, index, command, rt, stdin, None)
-    }
-
-    /// [`Runtime::exec_plugin`] with an optional moment at which the plugin
-    /// is SIGKILLed (see [`Runtime::add_killed_after`]).
-    pub(super) fn exec_plugin_until(
         &self,
         net: &NetworkConfig,
         index: usize,
