@@ -148,28 +148,26 @@ impl Reconciler {
         // Quiet when a resync finds nothing to do; every change is logged above.
         let noteworthy = outcome.added + outcome.replaced + outcome.deleted + outcome.failed > 0
             || self.metrics.reconciles.load(Ordering::Relaxed) == 0;
+        // `tracing` wants the level as a constant: one summary, two levels.
+        macro_rules! reconciled {
+            ($level:expr) => {
+                tracing::event!(
+                    $level,
+                    nodes = nodes.len(),
+                    desired = plan.desired.len(),
+                    managed = outcome.managed,
+                    added = outcome.added,
+                    replaced = outcome.replaced,
+                    deleted = outcome.deleted,
+                    failed = outcome.failed,
+                    "reconciled"
+                )
+            };
+        }
         if noteworthy {
-            tracing::info!(
-                nodes = nodes.len(),
-                desired = plan.desired.len(),
-                managed = outcome.managed,
-                added = outcome.added,
-                replaced = outcome.replaced,
-                deleted = outcome.deleted,
-                failed = outcome.failed,
-                "reconciled"
-            );
+            reconciled!(tracing::Level::INFO);
         } else {
-            tracing::debug!(
-                nodes = nodes.len(),
-                desired = plan.desired.len(),
-                managed = outcome.managed,
-                added = outcome.added,
-                replaced = outcome.replaced,
-                deleted = outcome.deleted,
-                failed = outcome.failed,
-                "reconciled"
-            );
+            reconciled!(tracing::Level::DEBUG);
         }
         match first_error {
             // Other routes were still applied; the error makes the pass count
