@@ -26,71 +26,56 @@ use cnilab_net::spec::{code, Attachment, CniResult, Version};
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
 
+/// The groups in the order they run: name, the checklist IDs they report, the check.
 pub(crate) const GROUPS: &[Group] = &[
-    Group {
-        name: "lifecycle in every supported version",
-        ids: &[
+    group(
+        "lifecycle in every supported version",
+        &[
             "V3", "A1", "A2", "A3", "A4", "A5", "K2", "K4", "K5", "D1", "D2", "D4", "D5", "D7",
             "S4",
         ],
-        run: lifecycle::lifecycles,
-    },
-    Group {
-        name: "bad environment",
-        ids: &["E1", "E2", "E3", "E4", "E5"],
-        run: environment::environment,
-    },
-    Group {
-        name: "bad or unusual config",
-        ids: &["C1", "C2", "C3", "C4", "C5"],
-        run: config::config,
-    },
-    Group {
-        name: "existing ifname, second ifname",
-        ids: &["A6", "A7", "D8"],
-        run: interfaces::interfaces,
-    },
-    Group {
-        name: "chaining",
-        ids: &["A8"],
-        run: chaining::chaining,
-    },
-    Group {
-        name: "IPAM delegation",
-        ids: &["A9", "K6", "S3", "G3", "G4"],
-        run: delegation::delegation,
-    },
-    Group {
-        name: "failure after IPAM",
-        ids: &["A10", "A11"],
-        run: failed_add::failed_add,
-    },
-    Group {
-        name: "parallel ADD/DEL",
-        ids: &["A12", "D7"],
-        run: parallel::parallel,
-    },
-    Group {
-        name: "DEL variants",
-        ids: &["D3", "D6"],
-        run: del_variants::del_variants,
-    },
-    Group {
-        name: "CHECK rules",
-        ids: &["K1", "K3"],
-        run: check_rules::check_rules,
-    },
-    Group {
-        name: "STATUS",
-        ids: &["S1", "S2"],
-        run: status::status,
-    },
-    Group {
-        name: "GC",
-        ids: &["G1", "G2", "G5"],
-        run: gc::gc,
-    },
+        lifecycle::lifecycles,
+    ),
+    group(
+        "bad environment",
+        &["E1", "E2", "E3", "E4", "E5"],
+        environment::environment,
+    ),
+    group(
+        "bad or unusual config",
+        &["C1", "C2", "C3", "C4", "C5"],
+        config::config,
+    ),
+    group(
+        "existing ifname, second ifname",
+        &["A6", "A7", "D8"],
+        interfaces::interfaces,
+    ),
+    group("chaining", &["A8"], chaining::chaining),
+    group(
+        "IPAM delegation",
+        &["A9", "K6", "S3", "G3", "G4"],
+        delegation::delegation,
+    ),
+    group(
+        "failure after IPAM",
+        &["A10", "A11"],
+        failed_add::failed_add,
+    ),
+    group("parallel ADD/DEL", &["A12", "D7"], parallel::parallel),
+    group("DEL variants", &["D3", "D6"], del_variants::del_variants),
+    group("CHECK rules", &["K1", "K3"], check_rules::check_rules),
+    group("STATUS", &["S1", "S2"], status::status),
+    group("GC", &["G1", "G2", "G5"], gc::gc),
 ];
+
+const fn group(
+    name: &'static str,
+    ids: &'static [&'static str],
+    run: fn(&Suite<'_>) -> Result<Vec<Finding>, ConformError>,
+) -> Group {
+    Group { name, ids, run }
+}
 
 /// The addresses an IPAM result (as printed) hands out.
 fn ipam_addresses(stdout: &str) -> Vec<std::net::IpAddr> {
