@@ -13,16 +13,21 @@ fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Runs `cnilab e2e <args> --dry-run` and returns stdout.
-fn dry_run(args: &[&str]) -> String {
-    let out = Command::cargo_bin("cnilab")
+/// Runs `cnilab e2e <args> --dry-run` at the repository root.
+fn run_dry(args: &[&str]) -> std::process::Output {
+    Command::cargo_bin("cnilab")
         .expect("cnilab binary")
         .current_dir(repo_root())
         .arg("e2e")
         .args(args)
         .arg("--dry-run")
         .output()
-        .expect("runs");
+        .expect("runs")
+}
+
+/// Runs `cnilab e2e <args> --dry-run` and returns stdout.
+fn dry_run(args: &[&str]) -> String {
+    let out = run_dry(args);
     assert!(
         out.status.success(),
         "cnilab e2e {args:?} --dry-run: {}",
@@ -32,14 +37,7 @@ fn dry_run(args: &[&str]) -> String {
 }
 
 fn fails(args: &[&str]) -> String {
-    let out = Command::cargo_bin("cnilab")
-        .expect("cnilab binary")
-        .current_dir(repo_root())
-        .arg("e2e")
-        .args(args)
-        .arg("--dry-run")
-        .output()
-        .expect("runs");
+    let out = run_dry(args);
     assert!(!out.status.success(), "{args:?} should fail");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
