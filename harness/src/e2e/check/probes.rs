@@ -159,6 +159,39 @@ fn node_endpoint(c: &Cluster, n: usize, v6: bool) -> Option<Endpoint> {
 type AddProbe<'a> =
     dyn FnMut(&'static str, &str, &Endpoint, &Endpoint, Proto, Vec<String>, Expect) + 'a;
 
+/// An ICMP echo from `from` to `to` (run in `exec_pod`) that must be answered.
+fn ping_probe(
+    add: &mut AddProbe<'_>,
+    group: &'static str,
+    exec_pod: &str,
+    from: &Endpoint,
+    to: &Endpoint,
+) {
+    add(
+        group,
+        exec_pod,
+        from,
+        to,
+        Proto::Icmp,
+        ping(to.ip),
+        Expect::Success,
+    );
+}
+
+/// An HTTP GET of `to`'s `/hostname` on `port`, judged by `expect`.
+fn hostname_probe(
+    add: &mut AddProbe<'_>,
+    group: &'static str,
+    exec_pod: &str,
+    from: &Endpoint,
+    to: &Endpoint,
+    port: u16,
+    expect: Expect,
+) {
+    let command = curl(vec![url(to.ip, port, "/hostname")]);
+    add(group, exec_pod, from, to, Proto::Tcp, command, expect);
+}
+
 /// The probe plan for the families asked for.
 pub fn plan(c: &Cluster, v4: bool, v6: bool) -> Vec<Probe> {
     let mut out = Vec::new();
@@ -208,15 +241,7 @@ pub fn plan(c: &Cluster, v4: bool, v6: bool) -> Vec<Probe> {
                     return;
                 };
                 let peer = c.pods[j].name.clone();
-                add(
-                    group,
-                    &src_pod.name,
-                    &src,
-                    &dst,
-                    Proto::Icmp,
-                    ping(dst.ip),
-                    Expect::Success,
-                );
+                ping_probe(add, group, &src_pod.name, &src, &dst);
                 add(
                     group,
                     &src_pod.name,
@@ -272,22 +297,14 @@ pub fn plan(c: &Cluster, v4: bool, v6: bool) -> Vec<Probe> {
             }
             for m in 0..nodes {
                 if let Some(dst) = node_endpoint(c, m, v6) {
-                    add(
+                    ping_probe(&mut add, "pod-to-node", &src_pod.name, &src, &dst);
+                    hostname_probe(
+                        &mut add,
                         "pod-to-node",
                         &src_pod.name,
                         &src,
                         &dst,
-                        Proto::Icmp,
-                        ping(dst.ip),
-                        Expect::Success,
-                    );
-                    add(
-                        "pod-to-node",
-                        &src_pod.name,
-                        &src,
-                        &dst,
-                        Proto::Tcp,
-                        curl(vec![url(dst.ip, HTTP_PORT, "/hostname")]),
+                        HTTP_PORT,
                         Expect::Success,
                     );
                 }
@@ -300,13 +317,13 @@ pub fn plan(c: &Cluster, v4: bool, v6: bool) -> Vec<Probe> {
                     ip,
                     external: false,
                 };
-                add(
+                hostname_probe(
+                    &mut add,
                     "pod-to-service",
                     &src_pod.name,
                     &src,
                     &dst,
-                    Proto::Tcp,
-                    curl(vec![url(ip, 80, "/hostname")]),
+                    80,
                     Expect::OneOf(pod_names.clone()),
                 );
                 if fi == 0 {
@@ -343,13 +360,13 @@ pub fn plan(c: &Cluster, v4: bool, v6: bool) -> Vec<Probe> {
                         ip,
                         external: false,
                     };
-                    add(
+                    hostname_probe(
+                        &mut add,
                         "hairpin",
                         &src_pod.name,
                         &src,
                         &dst,
-                        Proto::Tcp,
-                        curl(vec![url(ip, 80, "/hostname")]),
+                        80,
                         Expect::OneOf(vec![src_pod.name.clone()]),
                     );
                 }
@@ -363,22 +380,14 @@ pub fn plan(c: &Cluster, v4: bool, v6: bool) -> Vec<Probe> {
                 let Some(dst) = pod_endpoint(c, j, v6) else {
                     continue;
                 };
-                add(
+                ping_probe(&mut add, "node-to-pod", &host.name, &src, &dst);
+                hostname_probe(
+                    &mut add,
                     "node-to-pod",
                     &host.name,
                     &src,
                     &dst,
-                    Proto::Icmp,
-                    ping(dst.ip),
-                    Expect::Success,
-                );
-                add(
-                    "node-to-pod",
-                    &host.name,
-                    &src,
-                    &dst,
-                    Proto::Tcp,
-                    curl(vec![url(dst.ip, HTTP_PORT, "/hostname")]),
+                    HTTP_PORT,
                     Expect::OneOf(vec![c.pods[j].name.clone()]),
                 );
             }
