@@ -323,11 +323,7 @@ fn pods_lost_after_killed_adds_leak_without_gc_and_not_with_it() {
     o.lose_rate = 1.0;
     let r = soak::run(&o).expect("soak runs");
     assert!(r.lost_pods > 0, "{}", explain(&r));
-    let leaks: Vec<_> = r
-        .findings
-        .iter()
-        .filter(|f| f.kind == FindingKind::LeakedAddress)
-        .collect();
+    let leaks: Vec<_> = r.of_kind(FindingKind::LeakedAddress).collect();
     // Where each kill lands decides which leak a lost pod leaves: a record
     // naming it (killed after host-local wrote it) or an empty record
     // (killed between creating and writing it). What holds for every
@@ -388,11 +384,7 @@ fn a_plugin_with_its_own_store_that_leaks_fails_the_soak() {
     let r = soak::run(&o).expect("soak runs");
     assert!(!r.passed(), "{}", explain(&r));
     assert!(r.table().contains("verdict: FAIL"), "{}", explain(&r));
-    let leaks: Vec<_> = r
-        .findings
-        .iter()
-        .filter(|f| f.kind == FindingKind::LeakedAddress)
-        .collect();
+    let leaks: Vec<_> = r.of_kind(FindingKind::LeakedAddress).collect();
     assert!(!leaks.is_empty(), "{}", explain(&r));
     // The /28 holds 13; 3 warm-ups, 2 residents and 10 steps exhaust it
     // although at most 2 + 4 pods are live: the exhaustion is a leak, and
@@ -438,9 +430,8 @@ fn the_duplicate_address_detector_fires() {
         explain(&r)
     );
     let dup = r
-        .findings
-        .iter()
-        .find(|f| f.kind == FindingKind::DuplicateAddress)
+        .of_kind(FindingKind::DuplicateAddress)
+        .next()
         .expect("duplicate");
     assert!(dup.detail.contains("10.95.0.5"), "{}", dup.detail);
     assert_eq!(

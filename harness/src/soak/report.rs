@@ -449,8 +449,13 @@ impl SoakReport {
         self.findings.is_empty()
     }
 
+    /// The findings of one kind, in report order.
+    pub fn of_kind(&self, kind: FindingKind) -> impl Iterator<Item = &Finding> + '_ {
+        self.findings.iter().filter(move |f| f.kind == kind)
+    }
+
     pub fn count(&self, kind: FindingKind) -> usize {
-        self.findings.iter().filter(|f| f.kind == kind).count()
+        self.of_kind(kind).count()
     }
 
     pub fn json(&self) -> String {
@@ -467,7 +472,7 @@ impl SoakReport {
         ));
         suite.time = Some(Duration::from_secs_f64(self.churn_seconds.max(0.0)));
         for kind in FindingKind::ALL {
-            let mine: Vec<&Finding> = self.findings.iter().filter(|f| f.kind == kind).collect();
+            let mine: Vec<&Finding> = self.of_kind(kind).collect();
             let name = format!("no {}", kind.label());
             suite.cases.push(if mine.is_empty() {
                 Case::pass(name).classname("cnilab.soak")
