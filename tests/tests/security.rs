@@ -365,6 +365,16 @@ impl StoreLab {
             store,
         }
     }
+
+    /// `command` for the pod's `eth0` (container `container_id`).
+    fn call<'a>(&'a self, command: &'a str, container_id: &'a str) -> Call<'a> {
+        Call {
+            command,
+            container_id,
+            netns: Some(self.pod.path()),
+            ifname: "eth0",
+        }
+    }
 }
 
 fn mkfifo(path: &Path) {
@@ -380,15 +390,9 @@ fn mkfifo(path: &Path) {
 /// targets stay as they were.
 #[test]
 fn the_store_never_writes_through_a_planted_symlink() {
-    let StoreLab {
-        plugin,
-        host,
-        pod,
-        tmp,
-        data_dir,
-        store,
-    } = StoreLab::new();
-    let victim = tmp.path().join("victim");
+    let lab = StoreLab::new();
+    let store = &lab.store;
+    let victim = lab.tmp.path().join("victim");
     std::fs::write(&victim, "precious\n").expect("victim");
     // This test process's pid: the record temp file the store API below
     // will use; the plugin process's cursor temp files.
@@ -401,17 +405,12 @@ fn the_store_never_writes_through_a_planted_symlink() {
     for name in &links {
         std::os::unix::fs::symlink(&victim, store.join(name)).expect("plant symlink");
     }
-    let conf = config(&data_dir);
-    let call = |command: &'static str| {
+    let conf = config(&lab.data_dir);
+    let call = |command| {
         invoke(
-            &host,
-            &plugin,
-            &Call {
-                command,
-                container_id: "symlinks",
-                netns: Some(pod.path()),
-                ifname: "eth0",
-            },
+            &lab.host,
+            &lab.plugin,
+            &lab.call(command, "symlinks"),
             &conf,
         )
     };
@@ -468,33 +467,19 @@ fn the_store_never_writes_through_a_planted_symlink() {
 /// SIGKILLed and fails the test.
 #[test]
 fn odd_files_in_the_store_never_hang_nor_block_del_and_gc() {
-    let StoreLab {
-        plugin,
-        host,
-        pod,
-        tmp,
-        data_dir,
-        store,
-    } = StoreLab::new();
-    let fifo = tmp.path().join("fifo");
+    let lab = StoreLab::new();
+    let (host, pod, store) = (&lab.host, &lab.pod, &lab.store);
+    let fifo = lab.tmp.path().join("fifo");
     mkfifo(&fifo);
     std::fs::create_dir(store.join("10.67.0.50")).expect("directory record");
     std::os::unix::fs::symlink(&fifo, store.join("10.67.0.51")).expect("fifo record");
     std::os::unix::fs::symlink("/dev/zero", store.join("10.67.0.52")).expect("zero record");
-    let conf = config(&data_dir);
+    let conf = config(&lab.data_dir);
     let limit = LOCK_TIMEOUT + Duration::from_secs(10);
     let run = |command: &str, conf: &Value| {
+        let call = lab.call(command, "odd");
         cnilab_tests::run_limited(
-            cnilab_tests::plugin_command(
-                &host,
-                &plugin,
-                &Call {
-                    command,
-                    container_id: "odd",
-                    netns: Some(pod.path()),
-                    ifname: "eth0",
-                },
-            ),
+            cnilab_tests::plugin_command(&lab.host, &lab.plugin, &call),
             conf,
             limit,
         )
