@@ -15,13 +15,22 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn cnilab(args: &[&str]) -> Output {
+/// `cnilab ARGS` from the repository root (needs root: fails without).
+fn cnilab_command(args: &[&str]) -> Command {
     require_root();
-    Command::new(workspace_bin("cnilab"))
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("cnilab runs")
+    let mut cmd = Command::new(workspace_bin("cnilab"));
+    cmd.args(args).current_dir(repo());
+    cmd
+}
+
+fn cnilab(args: &[&str]) -> Output {
+    cnilab_command(args).output().expect("cnilab runs")
+}
+
+/// Fails when a namespace of process `pid` still exists.
+fn assert_no_leftovers(pid: u32) {
+    let left = leftovers_of(pid);
+    assert!(left.is_empty(), "namespaces left: {left:?}");
 }
 
 fn text(out: &Output) -> String {
@@ -124,10 +133,7 @@ fn junit_parsing_sees_a_failure_in_any_suite() {
 fn default_two_node_lab_passes_and_leaves_nothing() {
     let _host = host_untouched();
     let mut child = {
-        require_root();
-        Command::new(workspace_bin("cnilab"))
-            .args(["lab", "run", "--format", "json"])
-            .current_dir(repo())
+        cnilab_command(&["lab", "run", "--format", "json"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -149,11 +155,7 @@ fn default_two_node_lab_passes_and_leaves_nothing() {
         assert_eq!(g["probes"], g["passed"], "{g}");
         assert!(g["probes"].as_u64().unwrap_or(0) > 0);
     }
-    assert!(
-        leftovers_of(pid).is_empty(),
-        "namespaces left: {:?}",
-        leftovers_of(pid)
-    );
+    assert_no_leftovers(pid);
 }
 
 #[test]
@@ -193,20 +195,16 @@ fn reports_are_written_in_every_format() {
     );
 }
 
-#[test]
-fn reference_plugins_pass_a_two_node_lab() {
+/// Shipped topologies that must pass, each with a line that shows the
+/// topology was really used.
+#[rstest]
+#[case::reference_plugins_pass_a_two_node_lab("lab/topologies/reference.toml", "/usr/lib/cni")]
+#[case::agent_routed_lab_passes("lab/topologies/agent.toml", "routing Agent")]
+fn shipped_topology_passes(#[case] topology: &str, #[case] shows: &str) {
     let _host = host_untouched();
-    let out = cnilab(&["lab", "run", "--topology", "lab/topologies/reference.toml"]);
+    let out = cnilab(&["lab", "run", "--topology", topology]);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("/usr/lib/cni"));
-}
-
-#[test]
-fn agent_routed_lab_passes() {
-    let _host = host_untouched();
-    let out = cnilab(&["lab", "run", "--topology", "lab/topologies/agent.toml"]);
-    assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("routing Agent"));
+    assert!(text(&out).contains(shows), "{}", text(&out));
 }
 
 #[test]
@@ -215,19 +213,16 @@ fn failed_run_reports_and_cleans_up() {
     // No plugin binaries in that directory: the first ADD fails.
     let empty = tempfile::tempdir().expect("tmp");
     let child = {
-        require_root();
-        Command::new(workspace_bin("cnilab"))
-            .args([
-                "lab",
-                "run",
-                "--plugin-dir",
-                empty.path().to_str().expect("utf8"),
-            ])
-            .current_dir(repo())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("runs")
+        cnilab_command(&[
+            "lab",
+            "run",
+            "--plugin-dir",
+            empty.path().to_str().expect("utf8"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs")
     };
     let pid = child.id();
     let out = child.wait_with_output().expect("wait");
@@ -237,20 +232,13 @@ fn failed_run_reports_and_cleans_up() {
         "names the missing plugin: {}",
         text(&out)
     );
-    assert!(
-        leftovers_of(pid).is_empty(),
-        "namespaces left: {:?}",
-        leftovers_of(pid)
-    );
+    assert_no_leftovers(pid);
 }
 
 #[test]
 fn ctrl_c_removes_the_lab() {
     let _host = host_untouched();
-    require_root();
-    let mut child = Command::new(workspace_bin("cnilab"))
-        .args(["lab", "run", "--nodes", "3", "--pods-per-node", "30"])
-        .current_dir(repo())
+    let mut child = cnilab_command(&["lab", "run", "--nodes", "3", "--pods-per-node", "30"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -289,11 +277,7 @@ fn ctrl_c_removes_the_lab() {
     signal(nix::sys::signal::Signal::SIGCONT);
     let status = child.wait().expect("wait");
     assert_eq!(status.code(), Some(130), "exits 130 after Ctrl-C");
-    assert!(
-        leftovers_of(pid).is_empty(),
-        "namespaces left: {:?}",
-        leftovers_of(pid)
-    );
+    assert_no_leftovers(pid);
 }
 
 #[test]
@@ -447,10 +431,7 @@ fn assert_no_process_mentions(needle: &str, context: &str) {
 /// time. Every assertion holds wherever the kill lands.
 #[test]
 fn sweep_after_a_sigkilled_agent_lab() {
-    require_root();
-    let mut child = Command::new(workspace_bin("cnilab"))
-        .args(["lab", "run", "--topology", "lab/topologies/agent.toml"])
-        .current_dir(repo())
+    let mut child = cnilab_command(&["lab", "run", "--topology", "lab/topologies/agent.toml"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -507,11 +488,7 @@ fn sweep_after_a_sigkilled_agent_lab() {
         !fake.exists() || !decoy_alive,
         "the decoy's dead run dir is removed too"
     );
-    assert!(
-        leftovers_of(pid).is_empty(),
-        "namespaces left: {:?}",
-        leftovers_of(pid)
-    );
+    assert_no_leftovers(pid);
     assert_no_process_mentions(&format!("/run/cnilab/run-{pid}/"), &text(&sweep));
 }
 
@@ -525,20 +502,18 @@ fn sweep_after_a_sigkilled_lab_up() {
     require_root();
     let name = format!("k{}", std::process::id());
     let _guard = LabGuard(name.clone());
-    let mut child = Command::new(workspace_bin("cnilab"))
-        .args([
-            "lab",
-            "up",
-            "--name",
-            &name,
-            "--topology",
-            "lab/topologies/agent.toml",
-        ])
-        .current_dir(repo())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("runs");
+    let mut child = cnilab_command(&[
+        "lab",
+        "up",
+        "--name",
+        &name,
+        "--topology",
+        "lab/topologies/agent.toml",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("runs");
     let dir = PathBuf::from(format!("/run/cnilab/labs/{name}"));
     let deadline = Instant::now() + Duration::from_secs(60);
     while !dir.join("node2/agent.pid").exists() && Instant::now() < deadline {
@@ -598,10 +573,8 @@ fn hostile_topology_exits_2_and_creates_nothing(
         format!("{head}[[node]]\nname = \"node1\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"{v6}]\n"),
     )
     .expect("write");
-    let child = Command::new(workspace_bin("cnilab"))
-        .args(["lab", "run", "--topology", file.to_str().expect("utf8")])
+    let child = cnilab_command(&["lab", "run", "--topology", file.to_str().expect("utf8")])
         .args(flags)
-        .current_dir(repo())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -695,12 +668,18 @@ fn a_recreated_node_is_reachable_despite_a_stale_neighbour_entry() {
 }
 
 /// Checks pod-to-pod/cross-node, tears the lab down, and returns the report
-/// of a check that must have failed.
-fn failing_cross_node_check(lab: build::Lab) -> lab::report::Report {
+/// of a check that must have failed with exactly the diagnosis `id`, whose
+/// table shows `line`.
+fn failing_cross_node_check(lab: build::Lab, id: &str, line: &str) -> lab::report::Report {
     let groups = vec!["pod-to-pod/cross-node".to_string()];
     let report = lab::check(&lab, &groups, false).expect("check");
     lab.down();
-    assert!(!report.passed(), "{}", report.table());
+    let table = report.table();
+    assert!(!report.passed(), "{table}");
+    assert!(
+        report.diagnosis_ids() == vec![id] && table.contains(line),
+        "{table}"
+    );
     report
 }
 
@@ -710,12 +689,10 @@ fn failing_cross_node_check(lab: build::Lab) -> lab::report::Report {
 fn a_stale_neighbour_entry_is_diagnosed() {
     let (_run, lab) = lab_in_process(2, 1);
     pin_wrong_mac(&lab, 0, "10.250.0.2");
-    let report = failing_cross_node_check(lab);
-    let table = report.table();
-    assert!(
-        report.diagnosis_ids() == vec!["stale-neighbour"]
-            && table.contains("maps node2's address 10.250.0.2 to MAC 02:00:00:00:00:01"),
-        "{table}"
+    failing_cross_node_check(
+        lab,
+        "stale-neighbour",
+        "maps node2's address 10.250.0.2 to MAC 02:00:00:00:00:01",
     );
 }
 
@@ -731,16 +708,14 @@ fn an_unexplained_failure_says_undiagnosed() {
         "table inet cnilab_test_drop {\n  chain forward {\n    type filter hook forward priority 0; policy accept;\n    ip daddr 10.244.2.0/24 drop\n  }\n}\n",
     )
     .expect("nft");
-    let report = failing_cross_node_check(lab);
+    let report = failing_cross_node_check(
+        lab,
+        "undiagnosed",
+        "undiagnosed: no known cause matched: node1/node1-pod0 (10.244.1.",
+    );
     for f in &report.failures {
         assert!(!f.diagnoses.is_empty(), "{}", report.table());
     }
-    let table = report.table();
-    assert!(
-        report.diagnosis_ids() == vec!["undiagnosed"]
-            && table.contains("undiagnosed: no known cause matched: node1/node1-pod0 (10.244.1."),
-        "{table}"
-    );
 }
 
 #[rstest]
