@@ -27,6 +27,18 @@ fn cnilab(args: &[&str]) -> Output {
     cnilab_command(args).output().expect("cnilab runs")
 }
 
+/// Runs `cnilab ARGS` to its end: its pid (to look for what it left) and
+/// its output.
+fn cnilab_with_pid(args: &[&str]) -> (u32, Output) {
+    let child = cnilab_command(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cnilab runs");
+    let pid = child.id();
+    (pid, child.wait_with_output().expect("wait"))
+}
+
 /// Fails when a namespace of process `pid` still exists.
 fn assert_no_leftovers(pid: u32) {
     let left = leftovers_of(pid);
@@ -132,19 +144,9 @@ fn junit_parsing_sees_a_failure_in_any_suite() {
 #[test]
 fn default_two_node_lab_passes_and_leaves_nothing() {
     let _host = host_untouched();
-    let mut child = {
-        cnilab_command(&["lab", "run", "--format", "json"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("cnilab runs")
-    };
-    let pid = child.id();
-    let status = child.wait().expect("wait");
-    let mut stdout = String::new();
-    std::io::Read::read_to_string(child.stdout.as_mut().expect("stdout"), &mut stdout)
-        .expect("read");
-    assert!(status.success(), "lab run failed: {stdout}");
+    let (pid, out) = cnilab_with_pid(&["lab", "run", "--format", "json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "lab run failed: {stdout}");
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON report");
     assert_eq!(report["nodes"].as_array().map(Vec::len), Some(2));
     assert!(report["failures"].as_array().is_some_and(Vec::is_empty));
@@ -212,20 +214,12 @@ fn failed_run_reports_and_cleans_up() {
     let _host = host_untouched();
     // No plugin binaries in that directory: the first ADD fails.
     let empty = tempfile::tempdir().expect("tmp");
-    let child = {
-        cnilab_command(&[
-            "lab",
-            "run",
-            "--plugin-dir",
-            empty.path().to_str().expect("utf8"),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("runs")
-    };
-    let pid = child.id();
-    let out = child.wait_with_output().expect("wait");
+    let (pid, out) = cnilab_with_pid(&[
+        "lab",
+        "run",
+        "--plugin-dir",
+        empty.path().to_str().expect("utf8"),
+    ]);
     assert!(!out.status.success());
     assert!(
         text(&out).contains("cnilab-bridge"),
@@ -573,14 +567,9 @@ fn hostile_topology_exits_2_and_creates_nothing(
         format!("{head}[[node]]\nname = \"node1\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"{v6}]\n"),
     )
     .expect("write");
-    let child = cnilab_command(&["lab", "run", "--topology", file.to_str().expect("utf8")])
-        .args(flags)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("runs");
-    let pid = child.id();
-    let out = child.wait_with_output().expect("wait");
+    let mut args = vec!["lab", "run", "--topology", file.to_str().expect("utf8")];
+    args.extend_from_slice(flags);
+    let (pid, out) = cnilab_with_pid(&args);
     let msg = text(&out);
     assert_eq!(out.status.code(), Some(2), "{msg}");
     assert!(msg.contains(field) && msg.contains(place), "{msg}");
