@@ -101,11 +101,17 @@ async fn expect_watch(handle: &mut Handle, resource_version: &str, events: &[Str
     respond.send_response(response);
 }
 
-async fn next_snapshot(rx: &mut mpsc::UnboundedReceiver<Snapshot>) -> Vec<String> {
-    let snapshot = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+/// The next published snapshot (within 10s).
+async fn next_full_snapshot(rx: &mut mpsc::UnboundedReceiver<Snapshot>) -> Snapshot {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
         .await
         .expect("a snapshot within 10s")
-        .expect("source alive");
+        .expect("source alive")
+}
+
+/// The node names of the next published snapshot.
+async fn next_snapshot(rx: &mut mpsc::UnboundedReceiver<Snapshot>) -> Vec<String> {
+    let snapshot = next_full_snapshot(rx).await;
     snapshot.iter().map(|n| n.name.clone()).collect()
 }
 
@@ -143,10 +149,7 @@ async fn initial_list_then_watch_add_and_delete() {
         ),
     )
     .await;
-    let first = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-        .await
-        .expect("snapshot")
-        .expect("alive");
+    let first = next_full_snapshot(&mut rx).await;
     assert_eq!(
         first[1],
         NodeInfo::new(
