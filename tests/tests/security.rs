@@ -435,7 +435,7 @@ fn the_store_never_writes_through_a_planted_symlink() {
         cnilab_plugin::config::IpamPlan::Builtin(b) => b.range_sets[0].clone(),
         _ => panic!("builtin IPAM expected"),
     };
-    let s = Store::open_locked(&store, Duration::from_secs(5)).expect("lock");
+    let s = Store::open_locked(store, Duration::from_secs(5)).expect("lock");
     let (ip, _) = s.reserve(0, &set, "api", "eth0").expect("reserve");
     assert_eq!(
         std::fs::read_to_string(&victim).expect("victim"),
@@ -450,7 +450,7 @@ fn the_store_never_writes_through_a_planted_symlink() {
     // A lock that is a symlink is refused (code 5), not followed.
     std::fs::remove_file(store.join("lock")).expect("remove lock");
     std::os::unix::fs::symlink(&victim, store.join("lock")).expect("plant lock symlink");
-    let err = Store::open_locked(&store, Duration::from_secs(1))
+    let err = Store::open_locked(store, Duration::from_secs(1))
         .err()
         .expect("a symlinked lock is refused");
     assert_eq!(err.code, code::IO_FAILURE, "{}", err.msg);
