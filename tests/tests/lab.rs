@@ -209,6 +209,49 @@ fn shipped_topology_passes(#[case] topology: &str, #[case] shows: &str) {
     assert!(text(&out).contains(shows), "{}", text(&out));
 }
 
+/// Dual-stack and IPv6-only labs: every group is probed in each family the
+/// pods have (ICMPv6, TCP and UDP over IPv6, DF at the MTU), over an IPv6
+/// or dual-stack underlay, and every probe passes.
+#[rstest]
+#[case::dual_stack("lab/topologies/dual-stack.toml", &["IPv4", "IPv6"])]
+#[case::ipv6_only("lab/topologies/ipv6-only.toml", &["IPv6"])]
+fn every_address_family_is_probed(#[case] topology: &str, #[case] families: &[&str]) {
+    let _host = host_untouched();
+    let out = cnilab(&["lab", "run", "--topology", topology, "-o", "json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON report");
+    let groups = report["groups"].as_array().expect("groups");
+    let names: Vec<&str> = groups.iter().filter_map(|g| g["name"].as_str()).collect();
+    assert_eq!(names, GROUPS, "every check group ran: {groups:?}");
+    for g in groups {
+        let seen: Vec<&str> = g["families"]
+            .as_array()
+            .expect("families")
+            .iter()
+            .filter_map(|f| f["family"].as_str())
+            .collect();
+        assert_eq!(seen, families, "{g}");
+        for f in g["families"].as_array().expect("families") {
+            assert!(f["probes"].as_u64().unwrap_or(0) > 0, "{g}");
+            assert_eq!(f["probes"], f["passed"], "{g}");
+        }
+    }
+    let matrices: Vec<&str> = report["matrix"]
+        .as_array()
+        .expect("matrix")
+        .iter()
+        .filter_map(|m| m["family"].as_str())
+        .collect();
+    assert_eq!(matrices, families);
+    // The table names the family on every group line.
+    let table = cnilab(&["lab", "run", "--topology", topology]);
+    assert!(table.status.success(), "{}", text(&table));
+    for line in text(&table).lines().filter(|l| l.contains("probes passed")) {
+        assert!(line.contains("IPv6"), "{line}");
+    }
+}
+
 #[test]
 fn failed_run_reports_and_cleans_up() {
     let _host = host_untouched();
@@ -700,7 +743,7 @@ fn an_unexplained_failure_says_undiagnosed() {
     let report = failing_cross_node_check(
         lab,
         "undiagnosed",
-        "undiagnosed: no known cause matched: node1/node1-pod0 (10.244.1.",
+        "undiagnosed ×6: no known cause matched\n      e.g. [pod-to-pod/cross-node] node1/node1-pod0 (10.244.1.",
     );
     for f in &report.failures {
         assert!(!f.diagnoses.is_empty(), "{}", report.table());

@@ -3,13 +3,15 @@
 //! Where things happen: [`probe`] says what a probe is and how it ended,
 //! [`matrix`] which pod probes which, [`diagnosis`] names causes and holds
 //! the node sanity rules (overlapping pod CIDRs, NAT'd addresses),
-//! [`report`] renders the outcomes. Sending probes stays with each caller
+//! [`report`] renders the outcomes, with [`summary`] (failures grouped by
+//! cause, the node × node matrix per family, what a diagnosis is about). Sending probes stays with each caller
 //! (namespaces in `lab`, pod exec in `e2e`).
 
 pub mod diagnosis;
 pub mod matrix;
 pub mod probe;
 pub mod report;
+pub mod summary;
 
 pub use diagnosis::Diagnosis;
 pub use probe::{Endpoint, ExpectSource, ProbeOutcome, ProbeSpec, Proto};

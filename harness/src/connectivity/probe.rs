@@ -3,6 +3,18 @@
 
 use std::net::IpAddr;
 
+/// The address family of `ip`, as reports name it: `IPv4` or `IPv6`.
+pub fn family(ip: &IpAddr) -> &'static str {
+    if ip.is_ipv6() {
+        "IPv6"
+    } else {
+        "IPv4"
+    }
+}
+
+/// The families, in report order.
+pub const FAMILIES: [&str; 2] = ["IPv4", "IPv6"];
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Proto {
@@ -64,19 +76,27 @@ pub struct ProbeOutcome {
     pub rtt_ms: Option<f64>,
 }
 
+impl ProbeSpec {
+    /// `IPv4` or `IPv6`: the family of the destination address.
+    pub fn family(&self) -> &'static str {
+        family(&self.to.ip)
+    }
+}
+
 impl ProbeOutcome {
     pub fn passed(&self) -> bool {
         self.error.is_none()
     }
 
-    /// `from (ip) → to (ip) proto: error`, for reports and logs.
+    /// `from (ip) → to (ip) family proto: error`, for reports and logs.
     pub fn describe(&self) -> String {
         format!(
-            "{} ({}) → {} ({}) {}: {}",
+            "{} ({}) → {} ({}) {} {}: {}",
             self.spec.from.name,
             self.spec.from.ip,
             self.spec.to.name,
             self.spec.to.ip,
+            self.spec.family(),
             self.spec.proto.as_str(),
             self.error.as_deref().unwrap_or("")
         )

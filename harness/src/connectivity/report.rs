@@ -3,7 +3,8 @@
 //! (inline SVG, no external assets) to attach to bug reports.
 
 use super::diagnosis::Diagnosis;
-use super::probe::ProbeOutcome;
+use super::probe::{ProbeOutcome, FAMILIES};
+use super::summary::{self, Cause, FamilyMatrix};
 use crate::report::escape as xml;
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -11,6 +12,15 @@ use std::time::Duration;
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct GroupResult {
     pub name: String,
+    pub probes: usize,
+    pub passed: usize,
+    /// The same counts per address family (`IPv4`, `IPv6`), families without probes left out.
+    pub families: Vec<FamilyResult>,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct FamilyResult {
+    pub family: &'static str,
     pub probes: usize,
     pub passed: usize,
 }
@@ -49,6 +59,15 @@ pub struct Report {
     pub nodes: Vec<NodeView>,
     pub groups: Vec<GroupResult>,
     pub failures: Vec<Failure>,
+    /// The failures grouped by diagnosis, most frequent first.
+    pub causes: Vec<Cause>,
+    /// Node × node reachability, one matrix per family.
+    pub matrix: Vec<FamilyMatrix>,
+    /// Things that work but are wrong (a detour through a third node).
+    pub warnings: Vec<Diagnosis>,
+    /// Why the run could not tell (the simulator hit a host limit): the
+    /// verdict is then neither pass nor fail (exit 3).
+    pub inconclusive: Option<String>,
     pub probes: usize,
     /// JSON: `[{"phase": …, "ms": …}]`.
     #[serde(serialize_with = "phases")]
@@ -69,13 +88,18 @@ impl Report {
         outcomes: Vec<ProbeOutcome>,
         failures: Vec<Failure>,
     ) -> Report {
+        let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
         Report {
             lab: title.to_string(),
             plugin_dir: subject.to_string(),
             routing: routing.to_string(),
             nodes,
             groups: group_results(groups, &outcomes),
+            causes: summary::causes(&failures),
+            matrix: summary::matrices(&names, &outcomes),
             failures,
+            warnings: Vec::new(),
+            inconclusive: None,
             probes: outcomes.len(),
             phases_ms: Vec::new(),
             outcomes,
@@ -88,7 +112,20 @@ impl Report {
     }
 
     pub fn passed(&self) -> bool {
-        self.failures.is_empty() && self.probes > 0
+        self.failures.is_empty() && self.probes > 0 && self.inconclusive.is_none()
+    }
+
+    /// The exit code: 0 pass, 1 fail, 3 inconclusive (the failures may be
+    /// the simulator's, not the plugin's).
+    pub fn exit_code(&self) -> u8 {
+        use crate::report::exit::{FAIL, INCONCLUSIVE, PASS};
+        if self.inconclusive.is_some() {
+            INCONCLUSIVE
+        } else if self.passed() {
+            PASS
+        } else {
+            FAIL
+        }
     }
 
     /// Every diagnosis id found, once each.
@@ -107,13 +144,27 @@ impl Report {
         let mut s = String::new();
         for g in &self.groups {
             let mark = if g.passed == g.probes { "✅" } else { "❌" };
+            let families: Vec<String> = g
+                .families
+                .iter()
+                .map(|f| format!("{} {}/{}", f.family, f.passed, f.probes))
+                .collect();
             let _ = writeln!(
                 s,
-                "{mark} [{}] {}/{} probes passed",
-                g.name, g.passed, g.probes
+                "{mark} [{}] {}/{} probes passed ({})",
+                g.name,
+                g.passed,
+                g.probes,
+                families.join(", ")
             );
         }
         let _ = writeln!(s);
+        for m in &self.matrix {
+            s.push_str(&summary::matrix_table(m));
+        }
+        if !self.matrix.is_empty() {
+            let _ = writeln!(s);
+        }
         let failed_groups = self.groups.iter().filter(|g| g.passed < g.probes).count();
         if self.passed() {
             let _ = writeln!(
@@ -130,24 +181,35 @@ impl Report {
                 self.failures.len(),
                 self.probes
             );
-            for f in self.failures.iter().take(40) {
-                let o = &f.outcome;
-                let _ = writeln!(s, "  [{}] {}", o.spec.group, o.describe());
-                for d in &f.diagnoses {
-                    let _ = writeln!(s, "      ↳ {}: {}", d.id, d.message);
-                }
-            }
-            if self.failures.len() > 40 {
+            let _ = writeln!(
+                s,
+                "Causes ({}; every failed probe is in -o json):",
+                self.causes.len()
+            );
+            for c in self.causes.iter().take(MAX_CAUSES) {
                 let _ = writeln!(
                     s,
-                    "  … and {} more failed probes (see -o json)",
-                    self.failures.len() - 40
+                    "  ↳ {} ×{}: {}\n      e.g. [{}] {}",
+                    c.id, c.count, c.message, c.example_group, c.example
+                );
+            }
+            if self.causes.len() > MAX_CAUSES {
+                let _ = writeln!(
+                    s,
+                    "  … and {} more causes (see -o json)",
+                    self.causes.len() - MAX_CAUSES
                 );
             }
             let ids = self.diagnosis_ids();
             if !ids.is_empty() {
                 let _ = writeln!(s, "Likely causes: {}", ids.join(", "));
             }
+        }
+        for w in &self.warnings {
+            let _ = writeln!(s, "⚠️  WARN {}: {}", w.id, w.message);
+        }
+        if let Some(why) = &self.inconclusive {
+            let _ = writeln!(s, "❔ INCONCLUSIVE: {why}");
         }
         let phases: Vec<String> = self
             .phases_ms
@@ -175,9 +237,10 @@ impl Report {
                 .filter(|(_, o)| o.spec.group == g.name)
             {
                 let name = format!(
-                    "{} -> {} {}",
+                    "{} -> {} {} {}",
                     o.spec.from.name,
                     o.spec.to.name,
+                    o.spec.family(),
                     o.spec.proto.as_str()
                 );
                 let case = match &o.error {
@@ -205,65 +268,195 @@ impl Report {
         doc.to_xml()
     }
 
-    /// One self-contained HTML page: topology drawing, matrix, diagnoses.
+    /// One self-contained HTML page: topology drawing (the nodes a
+    /// diagnosis names are marked, with their causes; pods are drawn as a
+    /// compact grid), the node × node matrix per family, the causes, and
+    /// every failed probe.
     pub fn html(&self) -> String {
+        let names: Vec<&str> = self.nodes.iter().map(|n| n.name.as_str()).collect();
+        // Causes per node (by the node each diagnosis names first) and per pod.
+        let mut node_causes: Vec<Vec<&Cause>> = vec![Vec::new(); self.nodes.len()];
+        let mut bad_pods: Vec<String> = Vec::new();
+        for c in &self.causes {
+            let d = Diagnosis {
+                id: c.id,
+                message: c.message.clone(),
+            };
+            if let Some(i) =
+                summary::subject(&d, &names).and_then(|n| names.iter().position(|x| *x == n))
+            {
+                node_causes[i].push(c);
+            }
+            for node in &self.nodes {
+                for (pod, _) in &node.pods {
+                    if summary::subject(&d, &[pod.as_str()]).is_some() {
+                        bad_pods.push(pod.clone());
+                    }
+                }
+            }
+        }
+        let warned: Vec<usize> = self
+            .warnings
+            .iter()
+            .filter_map(|w| {
+                summary::subject(w, &names).and_then(|n| names.iter().position(|x| *x == n))
+            })
+            .collect();
+        // Per row of the grid: 20 pods as small squares.
+        const PER_ROW: usize = 20;
         let mut svg = String::new();
         let n = self.nodes.len().max(1);
-        let width = 220 * n + 40;
+        let columns = n.min(8);
+        let rows_of_nodes = n.div_ceil(columns);
         let max_pods = self.nodes.iter().map(|x| x.pods.len()).max().unwrap_or(0);
-        let height = 170 + 22 * max_pods;
+        let pod_rows = max_pods.div_ceil(PER_ROW);
+        let max_causes = node_causes.iter().map(Vec::len).max().unwrap_or(0).min(4);
+        let box_h = 70 + 10 * pod_rows + 14 * max_causes;
+        let width = 230 * columns + 40;
+        let height = 60 + (box_h + 40) * rows_of_nodes;
         let _ = write!(svg, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"monospace\" font-size=\"11\">");
         let _ = write!(svg, "<rect x=\"10\" y=\"10\" width=\"{}\" height=\"26\" fill=\"#dfe8f5\" stroke=\"#345\"/><text x=\"20\" y=\"28\">underlay switch</text>", width - 20);
         for (i, node) in self.nodes.iter().enumerate() {
-            let x = 20 + 220 * i;
+            let x = 20 + 230 * (i % columns);
+            let y = 60 + (box_h + 40) * (i / columns);
+            let faulty = !node_causes[i].is_empty();
+            let link_fault = node_causes[i].iter().any(|c| LINK_CAUSES.contains(&c.id));
+            let (stroke, width_px) = if faulty {
+                ("#c00", 3)
+            } else if warned.contains(&i) {
+                ("#d80", 3)
+            } else {
+                ("#345", 1)
+            };
+            let link = if link_fault {
+                "#c00\" stroke-width=\"3"
+            } else {
+                "#345"
+            };
             let _ = write!(
                 svg,
-                "<line x1=\"{}\" y1=\"36\" x2=\"{}\" y2=\"60\" stroke=\"#345\"/>",
+                "<line x1=\"{}\" y1=\"36\" x2=\"{}\" y2=\"{y}\" stroke=\"{link}\"/>",
                 x + 100,
                 x + 100
             );
-            let h = 60 + 22 * node.pods.len();
-            let _ = write!(svg, "<rect x=\"{x}\" y=\"60\" width=\"200\" height=\"{h}\" rx=\"6\" fill=\"#f4f7fb\" stroke=\"#345\"/>");
+            let _ = write!(svg, "<rect x=\"{x}\" y=\"{y}\" width=\"210\" height=\"{box_h}\" rx=\"6\" fill=\"#f4f7fb\" stroke=\"{stroke}\" stroke-width=\"{width_px}\"><title>{}</title></rect>", xml(&node.name));
             let _ = write!(
                 svg,
-                "<text x=\"{}\" y=\"78\" font-weight=\"bold\">{}</text>",
+                "<text x=\"{}\" y=\"{}\" font-weight=\"bold\">{}{}</text>",
                 x + 8,
-                xml(&node.name)
+                y + 16,
+                xml(&node.name),
+                if faulty { " ✗" } else { "" }
             );
             let _ = write!(
                 svg,
-                "<text x=\"{}\" y=\"94\">{} · {}</text>",
+                "<text x=\"{}\" y=\"{}\">{}</text><text x=\"{}\" y=\"{}\">{} · {} pods</text>",
                 x + 8,
+                y + 30,
                 xml(&node.address),
-                xml(&node.pod_cidr.join(","))
+                x + 8,
+                y + 44,
+                xml(&node.pod_cidr.join(",")),
+                node.pods.len()
             );
             for (k, (pod, ips)) in node.pods.iter().enumerate() {
-                let failed = self.failures.iter().any(|f| {
-                    f.outcome.spec.from.name.ends_with(pod.as_str())
-                        || f.outcome.spec.to.name.ends_with(pod.as_str())
-                });
-                let fill = if failed { "#f8d7da" } else { "#d4edda" };
-                let y = 104 + 22 * k;
-                let _ = write!(svg, "<rect x=\"{}\" y=\"{y}\" width=\"184\" height=\"18\" fill=\"{fill}\" stroke=\"#789\"/><text x=\"{}\" y=\"{}\">{} {}</text>", x + 8, x + 12, y + 13, xml(pod), xml(&ips.join(",")));
+                let fill = if bad_pods.contains(pod) {
+                    "#c00"
+                } else {
+                    "#8c8"
+                };
+                let _ = write!(
+                    svg,
+                    "<rect x=\"{}\" y=\"{}\" width=\"8\" height=\"8\" fill=\"{fill}\"><title>{} {}</title></rect>",
+                    x + 8 + 10 * (k % PER_ROW),
+                    y + 52 + 10 * (k / PER_ROW),
+                    xml(pod),
+                    xml(&ips.join(","))
+                );
+            }
+            for (k, c) in node_causes[i].iter().take(4).enumerate() {
+                let _ = write!(
+                    svg,
+                    "<text x=\"{}\" y=\"{}\" fill=\"#c00\">{} ×{}<title>{}</title></text>",
+                    x + 8,
+                    y + 64 + 10 * pod_rows + 14 * k,
+                    xml(c.id),
+                    c.count,
+                    xml(&c.message)
+                );
             }
         }
         svg.push_str("</svg>");
 
-        let mut matrix =
-            String::from("<table><tr><th>check</th><th>probes</th><th>passed</th></tr>");
+        let mut checks = String::from(
+            "<table><tr><th>check</th><th>family</th><th>probes</th><th>passed</th></tr>",
+        );
         for g in &self.groups {
-            let class = if g.passed == g.probes { "ok" } else { "bad" };
+            for f in &g.families {
+                let class = if f.passed == f.probes { "ok" } else { "bad" };
+                let _ = write!(
+                    checks,
+                    "<tr class=\"{class}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    xml(&g.name),
+                    f.family,
+                    f.probes,
+                    f.passed
+                );
+            }
+        }
+        checks.push_str("</table>");
+        let mut matrix = String::new();
+        for m in &self.matrix {
             let _ = write!(
                 matrix,
-                "<tr class=\"{class}\"><td>{}</td><td>{}</td><td>{}</td></tr>",
-                xml(&g.name),
-                g.probes,
-                g.passed
+                "<h3>{} (row: from, column: to; passed/probes)</h3><table class=\"m\"><tr><th></th>",
+                m.family
+            );
+            for name in &m.nodes {
+                let _ = write!(matrix, "<th>{}</th>", xml(name));
+            }
+            matrix.push_str("</tr>");
+            for (i, row) in m.cells.iter().enumerate() {
+                let _ = write!(matrix, "<tr><th>{}</th>", xml(&m.nodes[i]));
+                for (p, ok) in row {
+                    let class = if *p == 0 {
+                        "none"
+                    } else if p == ok {
+                        "ok"
+                    } else {
+                        "bad"
+                    };
+                    let _ = write!(matrix, "<td class=\"{class}\">{ok}/{p}</td>");
+                }
+                matrix.push_str("</tr>");
+            }
+            matrix.push_str("</table>");
+        }
+        let mut causes = String::from(
+            "<table><tr><th>cause</th><th>failed probes</th><th>diagnosis</th><th>example probe</th></tr>",
+        );
+        for c in &self.causes {
+            let _ = write!(
+                causes,
+                "<tr class=\"bad\"><td><b>{}</b></td><td>{}</td><td>{}</td><td>[{}] {}</td></tr>",
+                xml(c.id),
+                c.count,
+                xml(&c.message),
+                xml(&c.example_group),
+                xml(&c.example)
             );
         }
-        matrix.push_str("</table>");
-        let mut pairs = String::from("<table><tr><th>from</th><th>to</th><th>proto</th><th>result</th><th>diagnosis</th></tr>");
-        for f in &self.failures {
+        for w in &self.warnings {
+            let _ = write!(
+                causes,
+                "<tr class=\"warn\"><td><b>WARN {}</b></td><td>0</td><td>{}</td><td></td></tr>",
+                xml(w.id),
+                xml(&w.message)
+            );
+        }
+        causes.push_str("</table>");
+        let mut pairs = String::from("<details><summary>every failed probe</summary><table><tr><th>from</th><th>to</th><th>family</th><th>proto</th><th>result</th><th>diagnosis</th></tr>");
+        for f in self.failures.iter().take(MAX_HTML_FAILURES) {
             let o = &f.outcome;
             let diag: Vec<String> = f
                 .diagnoses
@@ -272,18 +465,29 @@ impl Report {
                 .collect();
             let _ = write!(
                 pairs,
-                "<tr class=\"bad\"><td>{} ({})</td><td>{} ({})</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr class=\"bad\"><td>{} ({})</td><td>{} ({})</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 xml(&o.spec.from.name),
                 o.spec.from.ip,
                 xml(&o.spec.to.name),
                 o.spec.to.ip,
+                o.spec.family(),
                 o.spec.proto.as_str(),
                 xml(o.error.as_deref().unwrap_or("")),
                 diag.join("<br>")
             );
         }
         pairs.push_str("</table>");
-        let verdict = if self.passed() {
+        if self.failures.len() > MAX_HTML_FAILURES {
+            let _ = write!(
+                pairs,
+                "<p>… and {} more (see -o json)</p>",
+                self.failures.len() - MAX_HTML_FAILURES
+            );
+        }
+        pairs.push_str("</details>");
+        let verdict = if let Some(why) = &self.inconclusive {
+            format!("INCONCLUSIVE: {why}")
+        } else if self.passed() {
             format!(
                 "All {} checks ({} probes) passed",
                 self.groups.len(),
@@ -292,17 +496,30 @@ impl Report {
         } else {
             format!("{} of {} probes failed", self.failures.len(), self.probes)
         };
+        let failures = if self.failures.is_empty() && self.warnings.is_empty() {
+            "<p>none</p>".to_string()
+        } else {
+            format!("{causes}{pairs}")
+        };
         format!(
-            "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>cnilab lab {}</title><style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #999;padding:3px 8px;font-size:13px}}tr.ok{{background:#d4edda}}tr.bad{{background:#f8d7da}}</style></head><body><h1>cnilab lab: {}</h1><p>plugin {} · routing {} · <b>{}</b></p><h2>Topology</h2>{svg}<h2>Checks</h2>{matrix}<h2>Failed probes and diagnoses</h2>{}</body></html>\n",
+            "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>cnilab lab {}</title><style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #999;padding:3px 8px;font-size:13px}}tr.ok,td.ok{{background:#d4edda}}tr.bad,td.bad{{background:#f8d7da}}tr.warn{{background:#fff3cd}}td.none{{color:#aaa}}</style></head><body><h1>cnilab lab: {}</h1><p>plugin {} · routing {} · <b>{}</b></p><h2>Topology</h2>{svg}<h2>Checks</h2>{checks}<h2>Reachability</h2>{matrix}<h2>Causes</h2>{failures}</body></html>\n",
             xml(&self.lab),
             xml(&self.lab),
             xml(&self.plugin_dir),
             xml(&self.routing),
             xml(&verdict),
-            if self.failures.is_empty() { "<p>none</p>".to_string() } else { pairs }
         )
     }
 }
+
+/// Causes that are about a node's link to the underlay: the drawing marks the link.
+const LINK_CAUSES: &[&str] = &["mtu-mismatch", "stale-neighbour", "bridge-down"];
+
+/// Failed probes listed one by one in the HTML (JSON has them all).
+const MAX_HTML_FAILURES: usize = 500;
+
+/// How many causes the terminal lists (JSON has them all).
+const MAX_CAUSES: usize = 20;
 
 /// Probes and passes per group, in `groups` order, without empty groups.
 fn group_results(groups: &[&str], outcomes: &[ProbeOutcome]) -> Vec<GroupResult> {
@@ -310,10 +527,24 @@ fn group_results(groups: &[&str], outcomes: &[ProbeOutcome]) -> Vec<GroupResult>
         .iter()
         .map(|g| {
             let mine: Vec<&ProbeOutcome> = outcomes.iter().filter(|o| o.spec.group == *g).collect();
+            let families = FAMILIES
+                .iter()
+                .map(|family| {
+                    let of: Vec<&&ProbeOutcome> =
+                        mine.iter().filter(|o| o.spec.family() == *family).collect();
+                    FamilyResult {
+                        family,
+                        probes: of.len(),
+                        passed: of.iter().filter(|o| o.passed()).count(),
+                    }
+                })
+                .filter(|f| f.probes > 0)
+                .collect();
             GroupResult {
                 name: g.to_string(),
                 probes: mine.len(),
                 passed: mine.iter().filter(|o| o.passed()).count(),
+                families,
             }
         })
         .filter(|g| g.probes > 0)

@@ -105,15 +105,20 @@ where
 }
 
 /// Links `ns` to the switch: veth `port` in the switch, `eth0` in `ns`,
-/// with `address` on eth0.
+/// with `addresses` on eth0 (one per underlay family).
 fn plug(
     switch: &Netns,
     bridge: u32,
     ns: &Netns,
     port: &str,
-    address: IpNet,
+    addresses: Vec<IpNet>,
     mtu: u32,
 ) -> Result<(), LabError> {
+    // An IPv6 underlay address must be usable at once: no duplicate
+    // address detection on the lab's own wires (each address is unique
+    // by validation).
+    plugin_netns::write_sysctl(Some(ns.file()), "net/ipv6/conf/default/accept_dad", "0")
+        .map_err(|e| setup(format!("accept_dad in {}: {e}", ns.name())))?;
     let peer = ns.file();
     netlink(
         switch,
@@ -135,7 +140,9 @@ fn plug(
         let eth0 = nl::link_by_name(&h, "eth0")
             .await?
             .ok_or(rtnetlink::Error::RequestFailed)?;
-        nl::add_address(&h, eth0.index, address).await?;
+        for address in addresses {
+            nl::add_address(&h, eth0.index, address).await?;
+        }
         nl::set_up(&h, eth0.index).await?;
         if let Some(lo) = nl::link_by_name(&h, "lo").await? {
             nl::set_up(&h, lo.index).await?;
@@ -251,7 +258,22 @@ pub fn nodes_file(nodes: &[NodeSpec]) -> String {
     serde_json::to_string_pretty(&list).unwrap_or_else(|_| "[]".into())
 }
 
-/// Installs `podCIDR via nodeIP` for every other node.
+/// Each of `node`'s underlay addresses with the prefix of its underlay.
+pub fn underlay_addresses(topo: &Topology, node: &NodeSpec) -> Result<Vec<IpNet>, LabError> {
+    node.addresses()
+        .into_iter()
+        .map(|a| {
+            let underlay = match topo.underlay6 {
+                Some(u6) if a.is_ipv6() => u6,
+                _ => topo.underlay,
+            };
+            IpNet::new(a, underlay.prefix_len()).map_err(|e| setup(e.to_string()))
+        })
+        .collect()
+}
+
+/// Installs `podCIDR via nodeIP` for every other node, in each family (the
+/// next hop is the peer's underlay address of the pod CIDR's family).
 pub fn install_static_routes(
     node: &Netns,
     me: &NodeSpec,
@@ -263,8 +285,7 @@ pub fn install_static_routes(
         .flat_map(|n| {
             n.pod_cidr
                 .iter()
-                .filter(|c| c.addr().is_ipv4())
-                .map(move |c| (c.trunc(), n.address))
+                .filter_map(move |c| n.address_of(c.addr().is_ipv6()).map(|via| (c.trunc(), via)))
         })
         .collect();
     netlink(node, &format!("routes on {}", me.name), |h| async move {
@@ -313,7 +334,6 @@ impl Lab {
                 .map(|l| l.index)
                 .ok_or(rtnetlink::Error::RequestFailed)
         })?;
-        let prefix = topo.underlay.prefix_len();
         let mut lab = Lab {
             topo: topo.clone(),
             opts: opts.clone(),
@@ -325,8 +345,16 @@ impl Lab {
         };
         if let Some(ext) = &topo.external {
             let ns = make_ns(&opts, "external")?;
-            let addr = IpNet::new(ext.address, prefix).map_err(|e| setup(e.to_string()))?;
-            plug(&lab.switch, bridge, &ns, "p-external", addr, topo.mtu)?;
+            let as_node = NodeSpec {
+                name: "external".into(),
+                address: ext.address,
+                address6: ext.address6,
+                pod_cidr: Vec::new(),
+                mtu: None,
+                sysctls: Default::default(),
+            };
+            let addrs = underlay_addresses(&topo, &as_node)?;
+            plug(&lab.switch, bridge, &ns, "p-external", addrs, topo.mtu)?;
             crate::lab::probe::allow_ping_sockets(ns.file())
                 .map_err(|e| setup(format!("external: {e}")))?;
             lab.external = Some(ns);
@@ -360,14 +388,13 @@ impl Lab {
         // as a re-created node must: neighbours may still cache the old one.
         plugin_netns::write_sysctl(Some(ns.file()), "net/ipv4/conf/default/arp_notify", "1")
             .map_err(|e| setup(format!("arp_notify on {}: {e}", spec.name)))?;
-        let addr = IpNet::new(spec.address, topo.underlay.prefix_len())
-            .map_err(|e| setup(e.to_string()))?;
+        let addrs = underlay_addresses(topo, spec)?;
         plug(
             &self.switch,
             bridge,
             &ns,
             &format!("p-{}", spec.name),
-            addr,
+            addrs,
             spec.mtu.unwrap_or(topo.mtu),
         )?;
         // A provisioned Kubernetes node forwards; scenarios turn it off.
@@ -723,9 +750,11 @@ impl Lab {
             .map(|n| &n.ns)
             .chain(self.external.as_ref())
         {
-            other
-                .forget_neighbour(spec.address)
-                .map_err(|e| setup(format!("forget {} in {}: {e}", spec.address, other.name())))?;
+            for address in spec.addresses() {
+                other
+                    .forget_neighbour(address)
+                    .map_err(|e| setup(format!("forget {address} in {}: {e}", other.name())))?;
+            }
         }
         self.topo.nodes.push(spec);
         self.nodes.push(node);

@@ -36,10 +36,11 @@ pub fn check_groups(groups: &[String]) -> Result<(), String> {
     }
 }
 
-fn pod_endpoint(lab: &Lab, n: usize, p: usize) -> Option<Endpoint> {
+/// Pod `p` of node `n` at its address of one family (`None` when it has none).
+fn pod_endpoint(lab: &Lab, n: usize, p: usize, v6: bool) -> Option<Endpoint> {
     let node = &lab.nodes[n];
     let pod = &node.pods[p];
-    let ip = pod.ips.iter().find(|ip| ip.addr().is_ipv4())?.addr();
+    let ip = pod.ips.iter().find(|ip| ip.addr().is_ipv6() == v6)?.addr();
     Some(Endpoint {
         name: format!("{}/{}", node.spec.name, pod.name),
         node: Some(n),
@@ -49,21 +50,31 @@ fn pod_endpoint(lab: &Lab, n: usize, p: usize) -> Option<Endpoint> {
     })
 }
 
-fn node_endpoint(lab: &Lab, n: usize) -> Endpoint {
-    Endpoint {
+/// Node `n` at its underlay address of one family.
+fn node_endpoint(lab: &Lab, n: usize, v6: bool) -> Option<Endpoint> {
+    Some(Endpoint {
         name: lab.nodes[n].spec.name.clone(),
         node: Some(n),
         pod: None,
-        ip: lab.nodes[n].spec.address,
+        ip: lab.nodes[n].spec.address_of(v6)?,
         external: false,
-    }
+    })
 }
 
-/// The probe plan: every pod to a pod on its own node and to one pod on
-/// every other node (ICMP, TCP, UDP); every node to every pod; every pod to
-/// its node and the others; every pod to the external host; a DF probe at
-/// the MTU from every pod to a pod on the next node.
+/// The probe plan, in each address family the pods have (IPv4, then
+/// IPv6): every pod to a pod on its own node and to one pod on every other
+/// node (ICMP, TCP, UDP); every node to every pod; every pod to its node and
+/// the others; every pod to the external host; a DF probe at the MTU from
+/// every pod to a pod on the next node.
 pub fn plan(lab: &Lab, groups: &[String]) -> Vec<ProbeSpec> {
+    let mut out = Vec::new();
+    for v6 in [false, true] {
+        out.extend(plan_family(lab, groups, v6));
+    }
+    out
+}
+
+fn plan_family(lab: &Lab, groups: &[String], v6: bool) -> Vec<ProbeSpec> {
     let wanted = |g: &str| groups.is_empty() || groups.iter().any(|w| g.starts_with(w.as_str()));
     let mut out = Vec::new();
     let mut push = |group: &'static str,
@@ -89,11 +100,11 @@ pub fn plan(lab: &Lab, groups: &[String]) -> Vec<ProbeSpec> {
     for n in 0..nodes {
         let count = lab.nodes[n].pods.len();
         for p in 0..count {
-            let Some(src) = pod_endpoint(lab, n, p) else {
+            let Some(src) = pod_endpoint(lab, n, p, v6) else {
                 continue;
             };
             for peer in matrix::peers(&counts, Slot { node: n, pos: p }) {
-                let Some(dst) = pod_endpoint(lab, peer.to.node, peer.to.pos) else {
+                let Some(dst) = pod_endpoint(lab, peer.to.node, peer.to.pos, v6) else {
                     continue;
                 };
                 push(
@@ -108,18 +119,19 @@ pub fn plan(lab: &Lab, groups: &[String]) -> Vec<ProbeSpec> {
                 }
             }
             for m in 0..nodes {
-                let dst = node_endpoint(lab, m);
-                push("pod-to-node", &src, &dst, &[Proto::Icmp, Proto::Tcp], None);
+                if let Some(dst) = node_endpoint(lab, m, v6) {
+                    push("pod-to-node", &src, &dst, &[Proto::Icmp, Proto::Tcp], None);
+                }
             }
-            if let Some(ext) = &lab.topo.external {
+            let ext = lab.topo.external.as_ref().and_then(|e| e.address_of(v6));
+            if let (Some(ext), Some(node_ip)) = (ext, lab.nodes[n].spec.address_of(v6)) {
                 let dst = Endpoint {
                     name: "external".into(),
                     node: None,
                     pod: None,
-                    ip: ext.address,
+                    ip: ext,
                     external: true,
                 };
-                let node_ip = lab.nodes[n].spec.address;
                 push(
                     "pod-to-external",
                     &src,
@@ -131,10 +143,12 @@ pub fn plan(lab: &Lab, groups: &[String]) -> Vec<ProbeSpec> {
         }
     }
     for m in 0..nodes {
-        let src = node_endpoint(lab, m);
+        let Some(src) = node_endpoint(lab, m, v6) else {
+            continue;
+        };
         for n in 0..nodes {
             for p in 0..lab.nodes[n].pods.len() {
-                if let Some(dst) = pod_endpoint(lab, n, p) {
+                if let Some(dst) = pod_endpoint(lab, n, p, v6) {
                     push("node-to-pod", &src, &dst, &[Proto::Icmp, Proto::Tcp], None);
                 }
             }
@@ -151,7 +165,13 @@ pub fn report(lab: &Lab, outcomes: Vec<ProbeOutcome>, failures: Vec<Failure>) ->
         .iter()
         .map(|n| NodeView {
             name: n.spec.name.clone(),
-            address: n.spec.address.to_string(),
+            address: n
+                .spec
+                .addresses()
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
             pod_cidr: n.spec.pod_cidr.iter().map(|c| c.to_string()).collect(),
             pods: n
                 .pods
@@ -205,7 +225,10 @@ pub fn start_responders(lab: &Lab, rt: &tokio::runtime::Handle) -> Result<(), St
         targets.push(("external".into(), ext.file()));
     }
     for (name, ns) in targets {
-        probe::start_responders(ns, false, rt, &name)
+        // One dual-stack socket ([::]) answers both families; a kernel
+        // without IPv6 gets an IPv4 one.
+        probe::start_responders(ns, true, rt, &name)
+            .or_else(|_| probe::start_responders(ns, false, rt, &name))
             .map_err(|e| format!("responder in {name}: {e}"))?;
     }
     Ok(())

@@ -94,7 +94,7 @@ fn header(topo: &Topology, plugin_dir: Option<&str>) {
 }
 
 fn verdict(r: &Report) -> ExitCode {
-    report::verdict(r.passed())
+    ExitCode::from(r.exit_code())
 }
 
 /// `cnilab lab run`.

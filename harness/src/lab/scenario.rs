@@ -431,6 +431,7 @@ fn apply(lab: &mut Lab, fault: &Fault) -> Result<Undo, LabError> {
             let spec = NodeSpec {
                 name: name.clone(),
                 address: *address,
+                address6: None,
                 pod_cidr: pod_cidr.clone(),
                 mtu: None,
                 sysctls: BTreeMap::new(),

@@ -37,8 +37,11 @@ pub enum Masquerade {
 #[serde(deny_unknown_fields)]
 pub struct NodeSpec {
     pub name: String,
-    /// Underlay address (IPv4).
+    /// Underlay address, in `underlay` (IPv4 or IPv6).
     pub address: IpAddr,
+    /// Second underlay address, in `underlay6` (a dual-stack underlay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address6: Option<IpAddr>,
     /// Pod CIDRs, one per family.
     pub pod_cidr: Vec<IpNet>,
     /// MTU of the node's underlay interface.
@@ -76,6 +79,42 @@ pub struct AgentSpec {
 #[serde(deny_unknown_fields)]
 pub struct ExternalSpec {
     pub address: IpAddr,
+    /// Its address in `underlay6` (a dual-stack underlay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address6: Option<IpAddr>,
+}
+
+impl ExternalSpec {
+    /// Its address of one family, if it has one.
+    pub fn address_of(&self, v6: bool) -> Option<IpAddr> {
+        [Some(self.address), self.address6]
+            .into_iter()
+            .flatten()
+            .find(|a| a.is_ipv6() == v6)
+    }
+}
+
+impl NodeSpec {
+    /// Its underlay addresses (one per family).
+    pub fn addresses(&self) -> Vec<IpAddr> {
+        [Some(self.address), self.address6]
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// Its underlay address of one family, if it has one.
+    pub fn address_of(&self, v6: bool) -> Option<IpAddr> {
+        self.addresses().into_iter().find(|a| a.is_ipv6() == v6)
+    }
+
+    /// Its pod CIDR of one family, if it has one.
+    pub fn pod_cidr_of(&self, v6: bool) -> Option<IpNet> {
+        self.pod_cidr
+            .iter()
+            .find(|c| c.addr().is_ipv6() == v6)
+            .map(IpNet::trunc)
+    }
 }
 
 /// A whole lab.
@@ -91,9 +130,13 @@ pub struct Topology {
     /// The cluster CIDR(s): traffic to them is never masqueraded.
     #[serde(default = "default_cluster_cidr")]
     pub cluster_cidr: Vec<IpNet>,
-    /// The underlay subnet the nodes share.
+    /// The underlay subnet the nodes share (IPv4 or IPv6).
     #[serde(default = "default_underlay")]
     pub underlay: IpNet,
+    /// A second, IPv6 underlay subnet (dual-stack underlay): each node then
+    /// has `address6` in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub underlay6: Option<IpNet>,
     /// MTU of the pods' interfaces (and the default underlay MTU).
     #[serde(default = "default_mtu")]
     pub mtu: u32,
@@ -133,6 +176,7 @@ fn default_timeout() -> u64 {
 fn default_external() -> Option<ExternalSpec> {
     Some(ExternalSpec {
         address: IpAddr::from([10, 250, 0, 254]),
+        address6: None,
     })
 }
 
@@ -220,6 +264,7 @@ impl Topology {
             masquerade: Masquerade::Plugin,
             cluster_cidr: default_cluster_cidr(),
             underlay: default_underlay(),
+            underlay6: None,
             mtu: default_mtu(),
             pods_per_node: pods,
             probe_timeout_ms: default_timeout(),
@@ -236,6 +281,7 @@ impl Topology {
             topo.nodes.push(NodeSpec {
                 name: format!("node{i}"),
                 address: IpAddr::from([10, 250, 0, i8]),
+                address6: None,
                 pod_cidr: vec![net(&format!("10.244.{i}.0/24"))],
                 mtu: None,
                 sysctls: BTreeMap::new(),
@@ -355,25 +401,41 @@ impl Topology {
                 ),
             ));
         }
-        if !self.underlay.addr().is_ipv4() || self.underlay.prefix_len() > 30 {
+        if self.underlay.addr().is_ipv4() && self.underlay.prefix_len() > 30
+            || self.underlay.addr().is_ipv6() && self.underlay.prefix_len() > 126
+        {
             return Err(top(
                 "underlay",
                 format!(
-                    "underlay = {}: use an IPv4 subnet of at least 4 addresses (/30 or larger)",
+                    "underlay = {}: use a subnet of at least 4 addresses (/30 or larger for IPv4, /126 for IPv6)",
                     self.underlay
                 ),
             ));
         }
+        if let Some(u6) = &self.underlay6 {
+            if !u6.addr().is_ipv6() || u6.prefix_len() > 126 || self.underlay.addr().is_ipv6() {
+                return Err(top(
+                    "underlay6",
+                    format!(
+                        "underlay6 = {u6}: a second underlay must be an IPv6 subnet (/126 or larger) next to an IPv4 `underlay`"
+                    ),
+                ));
+            }
+        }
+        let underlays: Vec<IpNet> = std::iter::once(self.underlay)
+            .chain(self.underlay6)
+            .collect();
         for c in &self.cluster_cidr {
-            if overlaps(c, &self.underlay) {
+            if let Some(u) = underlays.iter().find(|u| overlaps(c, u)) {
                 return Err(top(
                     "cluster_cidr",
-                    format!("cluster_cidr {c} overlaps the underlay {}", self.underlay),
+                    format!("cluster_cidr {c} overlaps the underlay {u}"),
                 ));
             }
         }
         // The underlay's network and broadcast addresses belong to no host.
         let reserved = [self.underlay.network(), self.underlay.broadcast()];
+        let underlay_of = |v6: bool| underlays.iter().find(|u| u.addr().is_ipv6() == v6);
         let mut seen_names = Vec::new();
         let mut seen_addrs = Vec::new();
         for (i, node) in self.nodes.iter().enumerate() {
@@ -399,14 +461,41 @@ impl Topology {
                 return Err(bad("name", "duplicate node name".into()));
             }
             seen_names.push(node.name.clone());
-            if !self.underlay.contains(&node.address) || !node.address.is_ipv4() {
+            if !self.underlay.contains(&node.address) {
                 return Err(bad(
                     "address",
                     format!(
-                        "address {} is not an IPv4 address in underlay {}",
+                        "address {} is not an address in underlay {}",
                         node.address, self.underlay
                     ),
                 ));
+            }
+            match (&self.underlay6, node.address6) {
+                (Some(u6), Some(a6)) if !u6.contains(&a6) || a6 == u6.network() => {
+                    return Err(bad(
+                        "address6",
+                        format!("address6 {a6} is not a host address in underlay6 {u6}"),
+                    ))
+                }
+                (Some(u6), None) => {
+                    return Err(bad(
+                        "address",
+                        format!("underlay6 {u6} is set: give this node an address6 in it"),
+                    ))
+                }
+                (None, Some(a6)) => {
+                    return Err(bad(
+                        "address6",
+                        format!("address6 {a6} needs an `underlay6` subnet"),
+                    ))
+                }
+                _ => {}
+            }
+            if let Some(a6) = node.address6 {
+                if seen_addrs.contains(&a6) {
+                    return Err(bad("address6", format!("address {a6} is used twice")));
+                }
+                seen_addrs.push(a6);
             }
             if reserved.contains(&node.address) {
                 return Err(bad(
@@ -447,12 +536,20 @@ impl Topology {
                         format!("pod_cidr {c} is too small for pods"),
                     ));
                 }
-                if overlaps(c, &self.underlay) {
+                if let Some(u) = underlays.iter().find(|u| overlaps(c, u)) {
                     return Err(bad(
                         "pod_cidr",
                         format!(
-                            "pod_cidr {c} overlaps the underlay {}: pods would take node addresses",
-                            self.underlay
+                            "pod_cidr {c} overlaps the underlay {u}: pods would take node addresses"
+                        ),
+                    ));
+                }
+                if underlay_of(c.addr().is_ipv6()).is_none() {
+                    let fam = crate::connectivity::probe::family(&c.addr());
+                    return Err(bad(
+                        "pod_cidr",
+                        format!(
+                            "pod_cidr {c} is {fam} but the underlay has no {fam} subnet: nodes could not route it (add `underlay6` and `address6` for a dual-stack underlay)"
                         ),
                     ));
                 }
@@ -472,6 +569,23 @@ impl Topology {
             }
         }
         if let Some(ext) = &self.external {
+            let bad6 = match (ext.address6, &self.underlay6) {
+                (Some(a6), Some(u6)) => !u6.contains(&a6) || seen_addrs.contains(&a6),
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            if bad6 {
+                return Err(Invalid {
+                    field: vec![Seg::Key("external"), Seg::Key("address6")],
+                    message: format!(
+                        "external address6 {} must be a free host address in underlay6 ({})",
+                        ext.address6.map(|a| a.to_string()).unwrap_or_default(),
+                        self.underlay6
+                            .map(|u| u.to_string())
+                            .unwrap_or_else(|| "not set".into())
+                    ),
+                });
+            }
             if !self.underlay.contains(&ext.address)
                 || seen_addrs.contains(&ext.address)
                 || reserved.contains(&ext.address)
@@ -528,6 +642,7 @@ mod tests {
 name = "demo"
 routing = "static"
 masquerade = "node"
+underlay6 = "fd00:250::/64"
 pods_per_node = 3
 [plugin]
 dir = "/usr/lib/cni"
@@ -535,12 +650,14 @@ config = "lab/configs/reference.conflist.tmpl"
 [[node]]
 name = "a"
 address = "10.250.0.1"
+address6 = "fd00:250::1"
 pod_cidr = ["10.244.1.0/24", "fd00:244:1::/64"]
 mtu = 1400
 sysctls = { "net/ipv4/conf/all/rp_filter" = "1" }
 [[node]]
 name = "b"
 address = "10.250.0.2"
+address6 = "fd00:250::2"
 pod_cidr = ["10.244.2.0/24"]
 "#,
             Path::new("demo.toml"),
@@ -607,9 +724,19 @@ pod_cidr = ["10.244.2.0/24"]
         4
     )]
     #[case::mtu_576_with_ipv6_pods(
-        "mtu = 576\n[[node]]\nname = \"node1\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\", \"fd00:244:1::/64\"]\n",
+        "mtu = 576\nunderlay6 = \"fd00:250::/64\"\n[[node]]\nname = \"node1\"\naddress = \"10.250.0.1\"\naddress6 = \"fd00:250::1\"\npod_cidr = [\"10.244.1.0/24\", \"fd00:244:1::/64\"]\n",
         "mtu",
         1
+    )]
+    #[case::ipv6_pods_without_ipv6_underlay(
+        "[[node]]\nname = \"node1\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\", \"fd00:244:1::/64\"]\n",
+        "underlay6",
+        4
+    )]
+    #[case::address6_outside_underlay6(
+        "underlay6 = \"fd00:250::/64\"\n[[node]]\nname = \"node1\"\naddress = \"10.250.0.1\"\naddress6 = \"fd00:9::1\"\npod_cidr = [\"10.244.1.0/24\"]\n",
+        "address6",
+        5
     )]
     #[case::external_broadcast(&format!("{TWO_NODES}[external]\naddress = \"10.250.0.255\"\n"), "address", 10)]
     #[case::cluster_cidr_overlaps_underlay(&format!("cluster_cidr = [\"10.0.0.0/8\"]\n{TWO_NODES}"), "cluster_cidr", 1)]

@@ -1,0 +1,304 @@
+//! Summaries that make a report readable when something breaks: failures
+//! grouped by cause (one line per diagnosis, with its count and one example
+//! probe), the node × node reachability matrix per address family, and the
+//! node (or pod) a diagnosis is about, which the HTML drawing marks.
+
+use super::diagnosis::Diagnosis;
+use super::probe::{ProbeOutcome, FAMILIES};
+use super::report::Failure;
+use std::fmt::Write as _;
+
+/// One cause: a diagnosis, how many failed probes it explains, and one of them.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Cause {
+    pub id: &'static str,
+    pub message: String,
+    /// Failed probes this diagnosis was given to.
+    pub count: usize,
+    /// One of them (`from (ip) → to (ip) family proto: error`).
+    pub example: String,
+    /// The example's check group.
+    pub example_group: String,
+}
+
+/// The failures grouped by diagnosis (same id and message), most frequent
+/// first; ties keep the order in which they were first seen.
+pub fn causes(failures: &[Failure]) -> Vec<Cause> {
+    let mut out: Vec<Cause> = Vec::new();
+    for f in failures {
+        for d in &f.diagnoses {
+            // Unexplained failures are one cause ("nothing matched"); the
+            // example names a probe, JSON has each.
+            let message = if d.id == Diagnosis::UNDIAGNOSED {
+                "no known cause matched".to_string()
+            } else {
+                d.message.clone()
+            };
+            match out
+                .iter_mut()
+                .find(|c| c.id == d.id && c.message == message)
+            {
+                Some(c) => c.count += 1,
+                None => out.push(Cause {
+                    id: d.id,
+                    message,
+                    count: 1,
+                    example: f.outcome.describe(),
+                    example_group: f.outcome.spec.group.to_string(),
+                }),
+            }
+        }
+    }
+    // Stable: equal counts keep their first-seen order.
+    out.sort_by(|a, b| b.count.cmp(&a.count));
+    out
+}
+
+/// Probes between the nodes (and their pods) of one family, as a square
+/// matrix: `cells[from][to] = (probes, passed)`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct FamilyMatrix {
+    pub family: &'static str,
+    pub nodes: Vec<String>,
+    pub cells: Vec<Vec<(usize, usize)>>,
+}
+
+impl FamilyMatrix {
+    pub fn failed(&self) -> usize {
+        self.cells.iter().flatten().map(|(p, ok)| p - ok).sum()
+    }
+}
+
+/// One matrix per family that has probes between nodes. A probe counts for
+/// the node of its source and the node of its destination (pods count for
+/// the node they run on).
+pub fn matrices(nodes: &[String], outcomes: &[ProbeOutcome]) -> Vec<FamilyMatrix> {
+    let n = nodes.len();
+    FAMILIES
+        .iter()
+        .filter_map(|family| {
+            let mut cells = vec![vec![(0usize, 0usize); n]; n];
+            let mut any = false;
+            for o in outcomes.iter().filter(|o| o.spec.family() == *family) {
+                let (Some(a), Some(b)) = (o.spec.from.node, o.spec.to.node) else {
+                    continue;
+                };
+                if a >= n || b >= n {
+                    continue;
+                }
+                any = true;
+                cells[a][b].0 += 1;
+                if o.passed() {
+                    cells[a][b].1 += 1;
+                }
+            }
+            any.then(|| FamilyMatrix {
+                family,
+                nodes: nodes.to_vec(),
+                cells,
+            })
+        })
+        .collect()
+}
+
+/// The widest matrix the terminal shows; larger labs are shown by their
+/// failing rows only.
+const TERMINAL_MATRIX_NODES: usize = 16;
+
+/// The matrix for a terminal: `ok` where every probe passed, `passed/probes`
+/// where some failed, `·` where nothing was probed. Large labs show only
+/// rows and columns with failures.
+pub fn matrix_table(m: &FamilyMatrix) -> String {
+    let n = m.nodes.len();
+    let bad_row = |i: usize| m.cells[i].iter().any(|(p, ok)| p != ok);
+    let bad_col = |j: usize| m.cells.iter().any(|r| r[j].0 != r[j].1);
+    let (rows, cols): (Vec<usize>, Vec<usize>) = if n <= TERMINAL_MATRIX_NODES {
+        ((0..n).collect(), (0..n).collect())
+    } else {
+        (
+            (0..n).filter(|i| bad_row(*i)).collect(),
+            (0..n).filter(|j| bad_col(*j)).collect(),
+        )
+    };
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} reachability, node × node (row: from, column: to){}",
+        m.family,
+        if n > TERMINAL_MATRIX_NODES {
+            format!(
+                ": {n} nodes, {} with failures shown (the HTML report draws all)",
+                rows.len().max(cols.len())
+            )
+        } else {
+            String::new()
+        }
+    );
+    if rows.is_empty() {
+        let _ = writeln!(s, "  every probe between the {n} nodes passed");
+        return s;
+    }
+    let cell = |(p, ok): (usize, usize)| {
+        if p == 0 {
+            "·".to_string()
+        } else if p == ok {
+            "ok".to_string()
+        } else {
+            format!("{ok}/{p}")
+        }
+    };
+    let width = cols
+        .iter()
+        .map(|j| m.nodes[*j].chars().count())
+        .chain(
+            rows.iter()
+                .flat_map(|i| cols.iter().map(|j| cell(m.cells[*i][*j]).len())),
+        )
+        .max()
+        .unwrap_or(2)
+        .max(2);
+    let first = rows
+        .iter()
+        .map(|i| m.nodes[*i].chars().count())
+        .max()
+        .unwrap_or(4);
+    let _ = write!(s, "  {:first$}", "");
+    for j in &cols {
+        let _ = write!(s, " {:>width$}", m.nodes[*j]);
+    }
+    let _ = writeln!(s);
+    for i in &rows {
+        let _ = write!(s, "  {:first$}", m.nodes[*i]);
+        for j in &cols {
+            let _ = write!(s, " {:>width$}", cell(m.cells[*i][*j]));
+        }
+        let _ = writeln!(s);
+    }
+    s
+}
+
+/// Whether `word` occurs in `text` on its own (not inside a longer name:
+/// `node1` is not in `node10`).
+fn position_of_word(text: &str, word: &str) -> Option<usize> {
+    let is_name = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    let mut from = 0;
+    while let Some(at) = text.get(from..)?.find(word) {
+        let start = from + at;
+        let end = start + word.len();
+        let before = text[..start]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !is_name(c));
+        let after = text[end..].chars().next().is_none_or(|c| !is_name(c));
+        if before && after {
+            return Some(start);
+        }
+        from = end;
+    }
+    None
+}
+
+/// The one of `names` a diagnosis is about: the one its message names first.
+pub fn subject<'a>(d: &Diagnosis, names: &[&'a str]) -> Option<&'a str> {
+    names
+        .iter()
+        .filter_map(|n| position_of_word(&d.message, n).map(|at| (at, *n)))
+        .min_by_key(|(at, _)| *at)
+        .map(|(_, n)| n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connectivity::{Endpoint, ProbeSpec, Proto};
+    use std::net::IpAddr;
+
+    fn outcome(from: usize, to: usize, ip: &str, ok: bool) -> ProbeOutcome {
+        let ep = |n: usize| Endpoint {
+            name: format!("node{}/p", n + 1),
+            node: Some(n),
+            pod: Some(0),
+            ip: ip.parse::<IpAddr>().expect("ip"),
+            external: false,
+        };
+        ProbeOutcome {
+            spec: ProbeSpec {
+                group: "pod-to-pod/cross-node",
+                from: ep(from),
+                to: ep(to),
+                proto: Proto::Icmp,
+                expect_source: None,
+            },
+            error: (!ok).then(|| "timed out".to_string()),
+            seen_source: None,
+            rtt_ms: None,
+        }
+    }
+
+    fn failure(o: ProbeOutcome, id: &'static str, message: &str) -> Failure {
+        Failure {
+            index: 0,
+            outcome: o,
+            diagnoses: vec![Diagnosis {
+                id,
+                message: message.into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn failures_are_grouped_by_cause_with_a_count_and_an_example() {
+        let route = "node1 has no route to 10.244.2.0/24";
+        let mut failures: Vec<Failure> = (0..20)
+            .map(|_| failure(outcome(0, 1, "10.244.2.2", false), "missing-route", route))
+            .collect();
+        failures.push(failure(
+            outcome(1, 0, "fd00::2", false),
+            "rp-filter",
+            "strict on node1",
+        ));
+        let got = causes(&failures);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!((got[0].id, got[0].count), ("missing-route", 20));
+        assert!(
+            got[0].example.contains("IPv4 icmp: timed out"),
+            "{:?}",
+            got[0]
+        );
+        assert_eq!((got[1].id, got[1].count), ("rp-filter", 1));
+        assert!(got[1].example.contains("IPv6"), "{:?}", got[1]);
+    }
+
+    #[test]
+    fn matrix_counts_per_family_and_marks_failures() {
+        let nodes = vec!["node1".to_string(), "node2".to_string()];
+        let outcomes = vec![
+            outcome(0, 1, "10.244.2.2", false),
+            outcome(0, 1, "10.244.2.2", true),
+            outcome(1, 0, "10.244.1.2", true),
+            outcome(1, 1, "fd00::3", true),
+        ];
+        let m = matrices(&nodes, &outcomes);
+        assert_eq!(m.len(), 2);
+        assert_eq!((m[0].family, m[1].family), ("IPv4", "IPv6"));
+        assert_eq!(m[0].cells[0][1], (2, 1));
+        assert_eq!(m[0].failed(), 1);
+        let table = matrix_table(&m[0]);
+        assert!(table.contains("1/2") && table.contains("ok"), "{table}");
+        assert_eq!(m[1].cells[1][1], (1, 1));
+    }
+
+    #[test]
+    fn subject_is_the_first_node_named() {
+        let d = Diagnosis {
+            id: "missing-route",
+            message: "node10 has no route to node1's podCIDR".into(),
+        };
+        assert_eq!(subject(&d, &["node1", "node10"]), Some("node10"));
+        let none = Diagnosis {
+            id: "x",
+            message: "nothing".into(),
+        };
+        assert_eq!(subject(&none, &["node1"]), None);
+    }
+}
