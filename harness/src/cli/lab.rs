@@ -28,17 +28,31 @@ pub struct TopologyFlags {
     /// Pods per node [default: 2, or the topology's].
     #[arg(long)]
     pub pods_per_node: Option<usize>,
-    /// Plugin directory (default: the topology's, else the bundled cnilab-bridge next to this binary).
-    #[arg(long)]
+    /// Plugin directory, or several joined by ':' (default: the topology's,
+    /// else the bundled cnilab-bridge next to this binary). With your own
+    /// plugin, pass --config too.
+    #[arg(long, value_name = "DIR[:DIR]")]
     pub plugin_dir: Option<String>,
+    /// Plugin config template (a conflist or conf), filled in per node.
+    /// Placeholders: {{node}} the node's name; {{pod_cidr}} its IPv4 pod
+    /// CIDR; {{pod_cidr6}} its IPv6 pod CIDR; {{ranges}} host-local
+    /// `ranges`, one range set per pod CIDR (JSON); {{cluster_cidr}} the
+    /// cluster CIDRs (JSON list); {{data_dir}} a per-node directory for IPAM
+    /// state; {{mtu}} the pods' MTU; {{ip_masq}} true when the plugin is to
+    /// masquerade. An unknown placeholder, or one a node has no value for,
+    /// is an error.
+    #[arg(long, value_name = "TEMPLATE")]
+    pub config: Option<PathBuf>,
 }
 
 impl TopologyFlags {
-    fn args(&self) -> TopologyArgs {
+    fn args(&self, tune_host: bool) -> TopologyArgs {
         TopologyArgs {
             topology: self.topology.clone(),
             nodes: self.nodes,
             pods_per_node: self.pods_per_node,
+            config: self.config.clone(),
+            tune_host,
         }
     }
 }
@@ -74,11 +88,23 @@ pub enum LabCmd {
     /// Build a lab, run the connectivity checks, tear it down (exit 0 iff all passed).
     #[command(after_help = concat!("Examples:\n  \
         cnilab lab run\n  \
-        cnilab lab run --topology lab/topologies/agent.toml --only pod-to-pod -o json\n\n",
+        cnilab lab run --topology lab/topologies/agent.toml --only pod-to-pod -o json\n  \
+        cnilab lab run --topology lab/topologies/dual-stack.toml\n  \
+        cnilab lab run --plugin-dir /usr/lib/cni --config lab/configs/lab-ptp.conflist.tmpl\n  \
+        cnilab lab run --nodes 10 --pods-per-node 100\n\n\
+        Large labs: the host's neighbour tables (one per family for every namespace) hold\n\
+        gc_thresh3 entries; a lab that needs more gets permanent entries for its bulk probe\n\
+        paths (the first pod of each node still resolves through ARP/NDP), or is refused\n\
+        up front with the numbers. A run that hits the limit anyway is INCONCLUSIVE (3).\n\n",
         crate::exit_codes_help!()))]
     Run {
         #[command(flatten)]
         topology: TopologyFlags,
+        /// If the lab needs more neighbour entries than the host's tables
+        /// hold, raise net.ipv4/ipv6.neigh.default.gc_thresh1/2/3 for the
+        /// run; they are restored afterwards, also on Ctrl-C.
+        #[arg(long)]
+        tune_host: bool,
         #[command(flatten)]
         output: ReportFlags,
     },
@@ -134,8 +160,12 @@ pub enum LabCmd {
 impl Lab {
     pub fn run(self) -> CliResult {
         match self.command {
-            LabCmd::Run { topology, output } => lab::run(
-                &topology.args(),
+            LabCmd::Run {
+                topology,
+                tune_host,
+                output,
+            } => lab::run(
+                &topology.args(tune_host),
                 topology.plugin_dir.clone(),
                 &output.only,
                 &output.outputs(),
@@ -145,7 +175,7 @@ impl Lab {
                 name,
                 output,
             } => lab::up(
-                &topology.args(),
+                &topology.args(false),
                 topology.plugin_dir.clone(),
                 &name,
                 output.output,

@@ -159,6 +159,88 @@ fn ranges_json(cidrs: &[IpNet]) -> String {
     format!("[{}]", sets.join(","))
 }
 
+/// The placeholders a plugin config template may use, with what each
+/// becomes (`cnilab lab run --help` and the README list the same).
+pub const PLACEHOLDERS: &[(&str, &str)] = &[
+    ("node", "the node's name"),
+    ("pod_cidr", "the node's IPv4 pod CIDR"),
+    ("pod_cidr6", "the node's IPv6 pod CIDR"),
+    (
+        "ranges",
+        "host-local `ranges`: one range set per pod CIDR (JSON)",
+    ),
+    ("cluster_cidr", "the cluster CIDRs as a JSON list"),
+    ("data_dir", "a per-node directory for IPAM state"),
+    ("mtu", "the pods' MTU"),
+    (
+        "ip_masq",
+        "true when the plugin is to masquerade (masquerade = \"plugin\")",
+    ),
+];
+
+/// Refuses a template with a placeholder that is not in [`PLACEHOLDERS`],
+/// or one that some node of `topo` has no value for (`{{pod_cidr6}}` on a
+/// node without an IPv6 pod CIDR): the error names the line.
+pub fn check_template(template: &str, topo: &Topology) -> Result<(), String> {
+    for (n, line) in template.lines().enumerate() {
+        let mut rest = line;
+        while let Some(open) = rest.find("{{") {
+            let after = &rest[open + 2..];
+            let Some(close) = after.find("}}") else {
+                return Err(format!(
+                    "line {}: an unclosed placeholder: {}",
+                    n + 1,
+                    line.trim()
+                ));
+            };
+            let name = after[..close].trim();
+            if !PLACEHOLDERS.iter().any(|(p, _)| *p == name) {
+                let known: Vec<String> = PLACEHOLDERS
+                    .iter()
+                    .map(|(p, _)| format!("{{{{{p}}}}}"))
+                    .collect();
+                return Err(format!(
+                    "line {}: unknown placeholder {{{{{name}}}}}; the placeholders are {}",
+                    n + 1,
+                    known.join(", ")
+                ));
+            }
+            for node in &topo.nodes {
+                let v6 = match name {
+                    "pod_cidr" => false,
+                    "pod_cidr6" => true,
+                    _ => continue,
+                };
+                if node.pod_cidr_of(v6).is_none() {
+                    return Err(format!(
+                        "line {}: {{{{{name}}}}} has no value on node {}: it has no {} pod CIDR",
+                        n + 1,
+                        node.name,
+                        if v6 { "IPv6" } else { "IPv4" }
+                    ));
+                }
+            }
+            rest = &after[close + 2..];
+        }
+    }
+    Ok(())
+}
+
+/// The topology's config template (or the bundled one), checked with
+/// [`check_template`]; the error names the file.
+pub fn check_template_of(topo: &Topology) -> Result<(), LabError> {
+    match topo.plugin.as_ref().and_then(|p| p.config.clone()) {
+        Some(path) => {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| setup(format!("plugin config template {}: {e}", path.display())))?;
+            check_template(&text, topo)
+                .map_err(|e| setup(format!("plugin config template {}: {e}", path.display())))
+        }
+        None => check_template(DEFAULT_TEMPLATE, topo)
+            .map_err(|e| setup(format!("the bundled config template: {e}"))),
+    }
+}
+
 /// Fills a config template for `node`.
 pub fn render_template(
     template: &str,
@@ -314,6 +396,8 @@ impl Lab {
                 .map_err(|e| setup(format!("plugin config template {}: {e}", path.display())))?,
             None => DEFAULT_TEMPLATE.to_string(),
         };
+        check_template(&template, &topo)
+            .map_err(|e| setup(format!("plugin config template: {e}")))?;
         std::fs::create_dir_all(&opts.run_dir)
             .map_err(|e| setup(format!("run dir {}: {e}", opts.run_dir.display())))?;
         // Who made this run dir: `cnilab sweep` removes it once that process is gone.

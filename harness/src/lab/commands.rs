@@ -4,7 +4,7 @@ use super::build::{Lab, UpOptions};
 use super::report::Report;
 use super::scenario::{self, Scenario};
 use super::state;
-use super::topology::Topology;
+use super::topology::{Masquerade, Topology};
 use crate::netns;
 use crate::report::CliResult;
 use crate::report::{self, Format};
@@ -17,6 +17,10 @@ pub struct TopologyArgs {
     pub topology: Option<PathBuf>,
     pub nodes: Option<usize>,
     pub pods_per_node: Option<usize>,
+    /// A plugin config template (overrides the topology's).
+    pub config: Option<PathBuf>,
+    /// Raise the host's neighbour-table thresholds for the run if needed.
+    pub tune_host: bool,
 }
 
 /// Where reports go.
@@ -37,15 +41,55 @@ fn topology(args: &TopologyArgs) -> Result<Topology, Box<dyn std::error::Error>>
         topo.pods_per_node = p;
         topo.validate(Path::new("--pods-per-node"))?;
     }
+    if let Some(config) = &args.config {
+        // A generated lab whose template cannot tell the plugin to
+        // masquerade ({{ip_masq}}): the nodes masquerade, as an agent would.
+        let tells_plugin = std::fs::read_to_string(config)
+            .map(|t| t.contains("{{ip_masq}}"))
+            .unwrap_or(true);
+        if args.topology.is_none() && !tells_plugin && topo.masquerade == Masquerade::Plugin {
+            topo.masquerade = Masquerade::Node;
+        }
+        let dir = topo.plugin.as_ref().and_then(|p| p.dir.clone());
+        topo.plugin = Some(super::topology::PluginSpec {
+            dir,
+            config: Some(config.clone()),
+        });
+    }
     Ok(topo)
+}
+
+/// How the lab will fit the host's neighbour tables; printed when it
+/// changes anything.
+fn host_plan(
+    topo: &Topology,
+    tune_host: bool,
+) -> Result<super::neighbours::HostPlan, Box<dyn std::error::Error>> {
+    let plan = super::neighbours::plan(topo, tune_host)?;
+    if plan.pin || !plan.tune.is_empty() {
+        eprintln!("🧮 {}", plan.summary);
+    }
+    Ok(plan)
 }
 
 fn default_plugin_check(
     plugin_dir: &Option<String>,
     topo: &Topology,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let uses_default =
-        plugin_dir.is_none() && topo.plugin.as_ref().and_then(|p| p.dir.as_ref()).is_none();
+    let dir = plugin_dir
+        .clone()
+        .or_else(|| topo.plugin.as_ref().and_then(|p| p.dir.clone()));
+    let template = topo.plugin.as_ref().and_then(|p| p.config.as_ref());
+    if let (Some(dir), None) = (&dir, template) {
+        let has_bridge = std::env::split_paths(dir).any(|d| d.join("cnilab-bridge").is_file());
+        if !has_bridge {
+            return Err(format!(
+                "--plugin-dir {dir} has no cnilab-bridge, which the default config template uses: pass --config TEMPLATE for your plugin (see `cnilab lab run --help` for the placeholders)"
+            )
+            .into());
+        }
+    }
+    let uses_default = dir.is_none();
     if uses_default {
         let dir = super::build::own_dir().unwrap_or_default();
         if !dir.join("cnilab-bridge").is_file() {
@@ -108,15 +152,19 @@ pub fn run(
     super::checks::check_groups(groups)?;
     let topo = topology(args)?;
     default_plugin_check(&plugin_dir, &topo)?;
+    super::build::check_template_of(&topo)?;
     super::cleanup_on_interrupt(None);
     header(&topo, plugin_dir.as_deref());
+    let host = host_plan(&topo, args.tune_host)?;
+    // Restores the thresholds when dropped (and the Ctrl-C handler does).
+    let _tuning = super::neighbours::HostTuning::apply(&host)?;
     let opts = UpOptions {
         plugin_dir,
         persistent: None,
         run_dir: super::scratch_run_dir(),
     };
     let run_dir = opts.run_dir.clone();
-    let report = super::run(topo, opts, groups, true);
+    let report = super::run_planned(topo, opts, groups, true, &host);
     let _ = std::fs::remove_dir_all(&run_dir);
     let report = report?;
     emit(&report, out)?;
@@ -139,6 +187,9 @@ pub fn up(
     }
     let topo = topology(args)?;
     default_plugin_check(&plugin_dir, &topo)?;
+    super::build::check_template_of(&topo)?;
+    // A standing lab outlives this process: it must fit without tuning.
+    let host = host_plan(&topo, false)?;
     let lab_name = name.to_string();
     let nodes: Vec<String> = topo.nodes.iter().map(|n| n.name.clone()).collect();
     super::cleanup_on_interrupt(Some(Box::new(move |ns: &str| {
@@ -150,7 +201,8 @@ pub fn up(
         persistent: Some(name.to_string()),
         run_dir: state::run_dir(name),
     };
-    let lab = Lab::up(topo, opts)?;
+    let mut lab = Lab::up(topo, opts)?;
+    super::pin_if_planned(&mut lab, &host)?;
     let phases: Vec<String> = lab
         .phases
         .iter()

@@ -15,6 +15,8 @@ use std::net::IpAddr;
 pub struct NodeFacts {
     pub name: String,
     pub address: Option<IpAddr>,
+    /// Every address on the node's interfaces (its second addresses too).
+    pub addresses: Vec<IpAddr>,
     pub pod_cidr: Vec<IpNet>,
     pub routes: Vec<Route>,
     pub ip_forward: String,
@@ -79,6 +81,13 @@ pub fn collect(lab: &Lab) -> Vec<NodeFacts> {
             NodeFacts {
                 name: node.spec.name.clone(),
                 address: Some(node.spec.address),
+                addresses: node
+                    .ns
+                    .addresses()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|a| a.addr.addr())
+                    .collect(),
                 pod_cidr: node.spec.pod_cidr.clone(),
                 routes: node.ns.routes().unwrap_or_default(),
                 ip_forward: sysctl("net/ipv4/ip_forward"),
@@ -105,7 +114,7 @@ fn lookup(routes: &[Route], dst: IpAddr) -> Option<&Route> {
         .max_by_key(|r| r.dst.prefix_len())
 }
 
-fn chains_with_drop_policy(ruleset: &str) -> Vec<String> {
+pub(super) fn chains_with_drop_policy(ruleset: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut table = String::new();
     let mut chain = String::new();
@@ -131,14 +140,20 @@ fn masquerade_lines(ruleset: &str) -> Vec<String> {
         .collect()
 }
 
-/// Route check: `node` must reach `dst` (a pod on `owner`) via `owner`'s address.
+/// Route check: `node` must reach `dst` (a pod on `owner`) via `owner`'s
+/// address. A next hop that is any address of `owner` (its second
+/// address) is not stale, nor one of another lab node (a detour, reported
+/// as a warning).
 fn check_route(
     out: &mut Vec<Diagnosis>,
     node: &NodeFacts,
     dst: IpAddr,
     owner: &NodeFacts,
     direction: &str,
+    all: &[NodeFacts],
 ) {
+    let a_node_address =
+        |gw: Option<IpAddr>| gw.is_some_and(|g| all.iter().any(|f| f.addresses.contains(&g)));
     let Some(cidr) = owner.pod_cidr.iter().find(|c| c.contains(&dst)) else {
         return;
     };
@@ -153,7 +168,12 @@ fn check_route(
                 owner.address.map(|a| a.to_string()).unwrap_or_default()
             ),
         }),
-        Some(r) if r.gateway.is_some() && r.gateway != owner.address => out.push(Diagnosis {
+        Some(r)
+            if r.gateway.is_some()
+                && r.gateway != owner.address
+                && !a_node_address(r.gateway) =>
+        {
+            out.push(Diagnosis {
             id: "stale-route",
             message: format!(
                 "{} routes {} via {} but {} is {}: a stale route (podCIDR reused, or the node's address changed)",
@@ -163,7 +183,8 @@ fn check_route(
                 owner.name,
                 owner.address.map(|a| a.to_string()).unwrap_or_default()
             ),
-        }),
+        })
+        }
         Some(_) => {}
     }
 }
@@ -255,10 +276,10 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
     if let (Some(a), Some(b)) = (src, dst) {
         if a.name != b.name {
             if dst_is_pod {
-                check_route(&mut out, a, spec.to.ip, b, "forward");
+                check_route(&mut out, a, spec.to.ip, b, "forward", facts);
             }
             if src_is_pod {
-                check_route(&mut out, b, spec.from.ip, a, "return");
+                check_route(&mut out, b, spec.from.ip, a, "return", facts);
             }
         }
     }
@@ -290,14 +311,7 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
             });
         }
     }
-    if let Some(b) = dst.filter(|_| dst_is_pod) {
-        if b.rp_filter == "1" && src.is_some_and(|a| a.name != b.name) {
-            out.push(Diagnosis {
-                id: "rp-filter",
-                message: format!("net.ipv4.conf.{{all,eth0}}.rp_filter = 1 (strict) on {}: asymmetric return traffic is dropped", b.name),
-            });
-        }
-    }
+    // rp_filter: see diagnose_path (the interface the packet enters).
     if spec.proto == Proto::Df {
         for n in [src, dst].into_iter().flatten() {
             if let Some(mtu) = n.uplink_mtu {
@@ -321,8 +335,8 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
                 out.push(Diagnosis {
                     id: "masquerade-missing",
                     message: format!(
-                        "traffic from {} to the external host {} is not masqueraded on {}: {}",
-                        spec.from.ip,
+                        "traffic from {}'s pods to the external host {} is not masqueraded on {}: {}",
+                        a.name,
                         spec.to.ip,
                         a.name,
                         if masq.is_empty() {

@@ -9,6 +9,8 @@ pub mod build;
 pub mod checks;
 pub mod commands;
 pub mod diagnose;
+pub mod diagnose_path;
+pub mod neighbours;
 pub mod pidfile;
 pub mod probe;
 pub mod scenario;
@@ -63,6 +65,7 @@ pub fn cleanup_on_interrupt(extra: Option<NamespaceFilter>) {
             }
         }
         crate::netns::stop_creating();
+        neighbours::restore_host();
         let own = format!("{}{}-", crate::netns::PREFIX, std::process::id());
         let _ = crate::netns::remove_prefixed(&own);
         if let Some(owned) = &extra {
@@ -96,7 +99,9 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
             bar.status(&format!("⌛ probes {done}/{total}"));
         }
     };
+    let watch = neighbours::Watch::start();
     let outcomes = checks::run(lab, &specs, &rt, 256, &show);
+    let inconclusive = watch.verdict(&outcomes);
     let failed: Vec<(usize, &crate::connectivity::ProbeOutcome)> = outcomes
         .iter()
         .enumerate()
@@ -105,6 +110,9 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
     let failures = if failed.is_empty() {
         Vec::new()
     } else {
+        let failed_outcomes: Vec<&crate::connectivity::ProbeOutcome> =
+            failed.iter().map(|(_, o)| *o).collect();
+        let (paths, pod_routes) = diagnose_path::collect(lab, &failed_outcomes);
         let mut facts = diagnose::collect(lab);
         for (f, before) in facts.iter_mut().zip(neighbours_before) {
             for n in before {
@@ -117,6 +125,11 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
             .into_iter()
             .map(|(index, o)| {
                 let mut diagnoses = diagnose::diagnose(lab, &facts, o);
+                for d in diagnose_path::diagnose(lab, &facts, &paths, &pod_routes, o) {
+                    if !diagnoses.contains(&d) {
+                        diagnoses.push(d);
+                    }
+                }
                 // A failure no rule explains must not pass silently.
                 if diagnoses.is_empty() {
                     diagnoses.push(diagnose::Diagnosis::undiagnosed(o));
@@ -135,6 +148,8 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
     // "Address already in use"). Bounded: a stuck probe cannot hang the run.
     rt.shutdown_timeout(Duration::from_secs(5));
     let mut report = checks::report(lab, outcomes, failures);
+    report.inconclusive = inconclusive;
+    report.warnings = diagnose_path::detours(lab);
     report.add_phase("checks", started.elapsed());
     Ok(report)
 }
@@ -146,12 +161,41 @@ pub fn run(
     groups: &[String],
     progress: bool,
 ) -> Result<Report, LabError> {
-    let lab = Lab::up(topo, opts)?;
+    run_planned(
+        topo,
+        opts,
+        groups,
+        progress,
+        &neighbours::HostPlan::default(),
+    )
+}
+
+/// [`run`] with a plan for the host's neighbour tables (pinning the bulk
+/// paths when the lab would not fit them).
+pub fn run_planned(
+    topo: Topology,
+    opts: UpOptions,
+    groups: &[String],
+    progress: bool,
+    host: &neighbours::HostPlan,
+) -> Result<Report, LabError> {
+    let mut lab = Lab::up(topo, opts)?;
+    pin_if_planned(&mut lab, host)?;
     let report = check(&lab, groups, progress);
     let down = lab.down();
     let mut report = report?;
     report.add_phase("down", down);
     Ok(report)
+}
+
+/// Pins the bulk probe paths when `host` says so (see [`neighbours`]).
+pub fn pin_if_planned(lab: &mut Lab, host: &neighbours::HostPlan) -> Result<(), LabError> {
+    if host.pin {
+        let started = Instant::now();
+        neighbours::pin_bulk(lab)?;
+        lab.phases.push(("pin".into(), started.elapsed()));
+    }
+    Ok(())
 }
 
 /// The default run directory of a throwaway lab.

@@ -1,0 +1,645 @@
+//! The host-wide neighbour tables (ARP for IPv4, NDP for IPv6) and a lab
+//! of any size.
+//!
+//! The kernel keeps ONE neighbour table per family for every namespace of
+//! the machine; `gc_thresh3` (1024 by default) caps its garbage-collectable
+//! entries. A lab of 1,000 pods needs about three entries per pod (the pod's
+//! gateway, its same-node peer, the node's entry for the pod): far more than
+//! the table holds, and the overflow drops packets ("neighbor table
+//! overflow"), which would look like a plugin bug.
+//!
+//! What the lab does about it, before the first probe:
+//! 1. it computes the entries the lab needs ([`need`]) and the room the host
+//!    has (`gc_thresh3` minus the entries in use now);
+//! 2. if the need fits, nothing changes;
+//! 3. if not, the bulk probe paths get PERMANENT entries ([`pin_bulk`]),
+//!    which Linux ≥ 4.20 does not count against `gc_thresh3`: every pod but
+//!    the first of each node ("the sample") and the node's entries for those
+//!    pods. The sample pods and the underlay keep resolving through real
+//!    ARP/NDP, so the plugin's neighbour handling is still proven;
+//! 4. if even that does not fit, the run is refused up front with the numbers
+//!    and the remedy — or, with `--tune-host`, `gc_thresh1/2/3` are raised
+//!    for the run and restored afterwards (also on Ctrl-C).
+//!
+//! During the run the kernel's own counters (`table_fulls` in
+//! `/proc/net/stat/arp_cache` and `ndisc_cache`) and ENOBUFS from probes are
+//! watched: if the simulator hit the limit anyway, failures make the verdict
+//! INCONCLUSIVE, never FAIL.
+
+use super::build::{Lab, LabError};
+use super::topology::Topology;
+use crate::connectivity::ProbeOutcome;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// Entries left free for everything else on the host.
+const MARGIN: u64 = 64;
+
+fn family_name(v6: bool) -> &'static str {
+    if v6 {
+        "IPv6 (NDP)"
+    } else {
+        "IPv4 (ARP)"
+    }
+}
+
+fn sysctl_dir(v6: bool) -> &'static str {
+    if v6 {
+        "/proc/sys/net/ipv6/neigh/default"
+    } else {
+        "/proc/sys/net/ipv4/neigh/default"
+    }
+}
+
+/// `gc_thresh1`, `gc_thresh2`, `gc_thresh3` of one family's table.
+pub fn thresholds(v6: bool) -> Result<[u64; 3], String> {
+    let mut out = [0; 3];
+    for (i, slot) in out.iter_mut().enumerate() {
+        let path = format!("{}/gc_thresh{}", sysctl_dir(v6), i + 1);
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+        *slot = text
+            .trim()
+            .parse()
+            .map_err(|_| format!("{path}: not a number: {text:?}"))?;
+    }
+    Ok(out)
+}
+
+/// The kernel's counters of one family's neighbour table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stat {
+    /// Entries now (every namespace, permanent ones included).
+    pub entries: u64,
+    /// Times an entry could not be made because the table was full.
+    pub table_fulls: u64,
+}
+
+/// Parses `/proc/net/stat/arp_cache` (or `ndisc_cache`): a header, then one
+/// row of hexadecimal counters per CPU; `entries` is the same on every row,
+/// `table_fulls` is per CPU.
+pub fn parse_stat(text: &str) -> Option<Stat> {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next()?.split_whitespace().collect();
+    let entries_col = header.iter().position(|h| *h == "entries")?;
+    let fulls_col = header.iter().position(|h| *h == "table_fulls")?;
+    let mut stat = Stat::default();
+    for (i, line) in lines.enumerate() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        let hex = |c: usize| u64::from_str_radix(cols.get(c)?, 16).ok();
+        if i == 0 {
+            stat.entries = hex(entries_col)?;
+        }
+        stat.table_fulls += hex(fulls_col)?;
+    }
+    Some(stat)
+}
+
+pub fn read_stat(v6: bool) -> Result<Stat, String> {
+    let path = if v6 {
+        "/proc/net/stat/ndisc_cache"
+    } else {
+        "/proc/net/stat/arp_cache"
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    parse_stat(&text).ok_or_else(|| format!("{path}: unexpected format"))
+}
+
+/// Neighbour entries one family of a lab needs at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Need {
+    pub v6: bool,
+    /// Entries that resolve through ARP/NDP (count against `gc_thresh3`)
+    /// when nothing is pinned.
+    pub all_dynamic: u64,
+    /// Dynamic entries left when the bulk paths are pinned.
+    pub dynamic_when_pinned: u64,
+    /// Permanent entries pinning makes.
+    pub pinned: u64,
+}
+
+/// The entries a topology needs, per family its pods have. Per pod: its
+/// gateway, its same-node peer (on-link with a bridge), the node's entry for
+/// it; the underlay: every node knows every other node and the external
+/// host, which knows every node.
+pub fn need(topo: &Topology) -> Vec<Need> {
+    let mut out = Vec::new();
+    for v6 in [false, true] {
+        let nodes = topo
+            .nodes
+            .iter()
+            .filter(|n| n.pod_cidr_of(v6).is_some())
+            .count() as u64;
+        if nodes == 0 {
+            continue;
+        }
+        let with_address = topo
+            .nodes
+            .iter()
+            .filter(|n| n.address_of(v6).is_some())
+            .count() as u64;
+        let external = topo
+            .external
+            .as_ref()
+            .and_then(|e| e.address_of(v6))
+            .is_some() as u64;
+        let underlay = with_address * with_address.saturating_sub(1) + 2 * with_address * external;
+        let pods = topo.pods_per_node as u64;
+        let per_pod = if pods > 1 { 3 } else { 2 };
+        let all = nodes * pods * per_pod + underlay;
+        let sample = nodes * per_pod.min(pods * per_pod);
+        let dynamic = sample + underlay;
+        out.push(Need {
+            v6,
+            all_dynamic: all,
+            dynamic_when_pinned: dynamic,
+            pinned: all - dynamic,
+        });
+    }
+    out
+}
+
+/// How the lab will stay within the host's neighbour tables.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostPlan {
+    /// Pin the bulk paths with permanent entries.
+    pub pin: bool,
+    /// Raise these thresholds (path, new value) for the run.
+    pub tune: Vec<(PathBuf, u64)>,
+    /// What was decided, for the run's header.
+    pub summary: String,
+}
+
+/// The room one family's table has now: `gc_thresh3` minus the entries in
+/// use (permanent ones included, so an overestimate) minus a margin.
+fn room(v6: bool) -> Result<(u64, u64, u64), String> {
+    let [_, _, t3] = thresholds(v6)?;
+    let used = read_stat(v6)?.entries;
+    Ok((t3.saturating_sub(used).saturating_sub(MARGIN), t3, used))
+}
+
+/// Decides, before anything is built, how the lab fits the host's tables;
+/// `Err` (a usage/environment error) with the numbers and the remedies when
+/// it cannot.
+pub fn plan(topo: &Topology, tune_host: bool) -> Result<HostPlan, String> {
+    let needs = need(topo);
+    let mut rooms = Vec::new();
+    for n in &needs {
+        rooms.push((n, room(n.v6)?));
+    }
+    decide(&rooms, tune_host)
+}
+
+fn decide(rooms: &[(&Need, (u64, u64, u64))], tune_host: bool) -> Result<HostPlan, String> {
+    if rooms.iter().all(|(n, (room, _, _))| n.all_dynamic <= *room) {
+        return Ok(HostPlan {
+            summary: "neighbour entries fit the host's tables".into(),
+            ..HostPlan::default()
+        });
+    }
+    if tune_host {
+        let mut tune = Vec::new();
+        for (n, (_, t3, used)) in rooms {
+            let want3 = (used + n.all_dynamic + 2 * MARGIN).max(*t3);
+            if want3 > *t3 {
+                let dir = PathBuf::from(sysctl_dir(n.v6));
+                tune.push((dir.join("gc_thresh1"), want3 / 8));
+                tune.push((dir.join("gc_thresh2"), want3 / 2));
+                tune.push((dir.join("gc_thresh3"), want3));
+            }
+        }
+        let summary = format!(
+            "--tune-host: raising {} for the run (restored afterwards)",
+            tune.iter()
+                .map(|(p, v)| format!("{}={v}", p.display()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return Ok(HostPlan {
+            pin: false,
+            tune,
+            summary,
+        });
+    }
+    if rooms
+        .iter()
+        .all(|(n, (room, _, _))| n.dynamic_when_pinned <= *room)
+    {
+        let pinned: u64 = rooms.iter().map(|(n, _)| n.pinned).sum();
+        return Ok(HostPlan {
+            pin: true,
+            tune: Vec::new(),
+            summary: format!(
+                "the lab needs more neighbour entries than the host's tables hold: {pinned} permanent entries pin the bulk probe paths; the first pod of each node and the underlay resolve through real ARP/NDP"
+            ),
+        });
+    }
+    let lines: Vec<String> = rooms
+        .iter()
+        .map(|(n, (room, t3, used))| {
+            format!(
+                "{}: needs {} entries ({} even with the bulk paths pinned), the table holds gc_thresh3 = {t3} with {used} in use, room for {room}",
+                family_name(n.v6),
+                n.all_dynamic,
+                n.dynamic_when_pinned
+            )
+        })
+        .collect();
+    Err(format!(
+        "this lab does not fit the host's neighbour tables (one per family, shared by every namespace): {}. Remedies: pass --tune-host (raises net.ipv4/ipv6.neigh.default.gc_thresh1/2/3 for the run and restores them), or use fewer nodes (the underlay needs nodes² entries)",
+        lines.join("; ")
+    ))
+}
+
+/// Thresholds to put back (path, old value), also from the Ctrl-C handler.
+static RESTORE: Mutex<Vec<(PathBuf, String)>> = Mutex::new(Vec::new());
+
+/// Puts back every threshold `--tune-host` changed.
+pub fn restore_host() {
+    if let Ok(mut list) = RESTORE.lock() {
+        while let Some((path, old)) = list.pop() {
+            if let Err(e) = std::fs::write(&path, &old) {
+                eprintln!("cnilab: cannot restore {} to {old}: {e}", path.display());
+            }
+        }
+    }
+}
+
+/// Holds the raised thresholds; dropping it restores them.
+pub struct HostTuning(());
+
+impl HostTuning {
+    /// Raises the thresholds of `plan` (nothing when there are none).
+    /// gc_thresh3 is raised first so that the three stay ordered.
+    pub fn apply(plan: &HostPlan) -> Result<HostTuning, String> {
+        let mut order = plan.tune.clone();
+        order.sort_by_key(|(p, _)| std::cmp::Reverse(p.clone()));
+        for (path, value) in order {
+            let old =
+                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            if let Ok(mut list) = RESTORE.lock() {
+                list.insert(0, (path.clone(), old.trim().to_string()));
+            }
+            if let Err(e) = std::fs::write(&path, value.to_string()) {
+                restore_host();
+                return Err(format!("--tune-host: {}: {e}", path.display()));
+            }
+        }
+        Ok(HostTuning(()))
+    }
+}
+
+impl Drop for HostTuning {
+    fn drop(&mut self) {
+        restore_host();
+    }
+}
+
+/// The kernel's counters before the probes, to compare after.
+pub struct Watch {
+    before: [Option<Stat>; 2],
+}
+
+impl Watch {
+    pub fn start() -> Watch {
+        Watch {
+            before: [read_stat(false).ok(), read_stat(true).ok()],
+        }
+    }
+
+    /// Why failures cannot be blamed on the plugin: the host's neighbour
+    /// table overflowed during the run, or a probe got ENOBUFS. `None` when
+    /// nothing failed or the simulator stayed within its limits.
+    pub fn verdict(&self, outcomes: &[ProbeOutcome]) -> Option<String> {
+        if outcomes.iter().all(|o| o.passed()) {
+            return None;
+        }
+        let mut why = Vec::new();
+        for (i, before) in self.before.iter().enumerate() {
+            let v6 = i == 1;
+            let (Some(before), Ok(after)) = (before, read_stat(v6)) else {
+                continue;
+            };
+            if after.table_fulls > before.table_fulls {
+                let t3 = thresholds(v6).map(|t| t[2].to_string()).unwrap_or_default();
+                why.push(format!(
+                    "the host's {} neighbour table overflowed {} time(s) during the run ({} table_fulls; gc_thresh3 = {t3}, {} entries now)",
+                    family_name(v6),
+                    after.table_fulls - before.table_fulls,
+                    if v6 { "/proc/net/stat/ndisc_cache" } else { "/proc/net/stat/arp_cache" },
+                    after.entries
+                ));
+            }
+        }
+        let nobufs = outcomes
+            .iter()
+            .filter(|o| {
+                o.error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("No buffer space") || e.contains("os error 105"))
+            })
+            .count();
+        if nobufs > 0 {
+            why.push(format!(
+                "{nobufs} probe(s) got ENOBUFS (No buffer space available) from the kernel"
+            ));
+        }
+        (!why.is_empty()).then(|| {
+            format!(
+                "{}: the failures may be the simulator's limit, not the plugin's (other labs on this host share the table; re-run, or pass --tune-host)",
+                why.join("; ")
+            )
+        })
+    }
+}
+
+fn mac_bytes(mac: &str) -> Option<Vec<u8>> {
+    let bytes: Option<Vec<u8>> = mac
+        .split(':')
+        .map(|b| u8::from_str_radix(b, 16).ok())
+        .collect();
+    bytes.filter(|b| b.len() == 6)
+}
+
+/// The longest-prefix unicast route of the main table to `dst`.
+fn lookup(routes: &[crate::netns::Route], dst: IpAddr) -> Option<&crate::netns::Route> {
+    routes
+        .iter()
+        .filter(|r| r.table == 254 && r.unicast && r.dst.contains(&dst))
+        .max_by_key(|r| r.dst.prefix_len())
+}
+
+/// One permanent entry to add: in which namespace (node `n`, pod `p` or
+/// the node itself), on which link, for which address, which MAC.
+struct Pin {
+    node: usize,
+    pod: Option<usize>,
+    index: u32,
+    addr: IpAddr,
+    mac: Vec<u8>,
+}
+
+/// What a pod's namespace looks like to the pinning: its `eth0` and routes.
+struct PodView {
+    eth0: Option<(u32, Vec<u8>)>,
+    routes: Vec<crate::netns::Route>,
+}
+
+/// Adds PERMANENT neighbour entries for the bulk probe paths: in every pod
+/// but the first of each node, its gateway and its on-link same-node peer;
+/// in every node, its pods but the first. Found from the kernel objects the
+/// plugin made (the node's route to each pod gives the link, the pod's
+/// route to each destination gives the next hop), so it works for any
+/// plugin; a path it cannot work out is left to ARP/NDP. Returns how many
+/// entries were added.
+pub fn pin_bulk(lab: &Lab) -> Result<usize, LabError> {
+    let setup = |m: String| LabError::Setup(m);
+    let mut pins: Vec<Pin> = Vec::new();
+    // Pods' eth0 and routes, read in parallel.
+    let views: Vec<Vec<PodView>> = std::thread::scope(|s| {
+        let jobs: Vec<Vec<_>> = lab
+            .nodes
+            .iter()
+            .map(|node| {
+                node.pods
+                    .iter()
+                    .map(|pod| {
+                        s.spawn(move || {
+                            pod.ns.netlink(|h| async move {
+                                let eth0 = cnilab_net::nl::link_by_name(&h, "eth0").await?;
+                                let routes = cnilab_net::nl::all_routes(&h).await?;
+                                Ok((eth0, routes))
+                            })
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|node| {
+                node.into_iter()
+                    .map(|j| match j.join() {
+                        Ok(Ok((eth0, routes))) => PodView {
+                            eth0: eth0.and_then(|l| Some((l.index, mac_bytes(l.mac.as_deref()?)?))),
+                            routes,
+                        },
+                        _ => PodView {
+                            eth0: None,
+                            routes: Vec::new(),
+                        },
+                    })
+                    .collect()
+            })
+            .collect()
+    });
+    for (n, node) in lab.nodes.iter().enumerate() {
+        let links = node.ns.links().map_err(|e| setup(e.to_string()))?;
+        let routes = node.ns.routes().map_err(|e| setup(e.to_string()))?;
+        let addresses = node.ns.addresses().map_err(|e| setup(e.to_string()))?;
+        let mac_of: HashMap<u32, Vec<u8>> = links
+            .iter()
+            .filter_map(|l| Some((l.index, mac_bytes(l.mac.as_deref()?)?)))
+            .collect();
+        // Every pod address of this node → (pod, link in the node, pod MAC).
+        let mut owner: HashMap<IpAddr, (usize, u32, Vec<u8>)> = HashMap::new();
+        for (p, pod) in node.pods.iter().enumerate() {
+            let Some((_, pod_mac)) = &views[n][p].eth0 else {
+                continue;
+            };
+            for ip in &pod.ips {
+                let Some(oif) = lookup(&routes, ip.addr()).and_then(|r| r.oif) else {
+                    continue;
+                };
+                owner.insert(ip.addr(), (p, oif, pod_mac.clone()));
+                if p > 0 {
+                    pins.push(Pin {
+                        node: n,
+                        pod: None,
+                        index: oif,
+                        addr: ip.addr(),
+                        mac: pod_mac.clone(),
+                    });
+                }
+            }
+        }
+        for (p, pod) in node.pods.iter().enumerate().skip(1) {
+            let view = &views[n][p];
+            let Some((eth0, _)) = view.eth0 else { continue };
+            for ip in &pod.ips {
+                let v6 = ip.addr().is_ipv6();
+                let Some(&(_, oif, _)) = owner.get(&ip.addr()) else {
+                    continue;
+                };
+                // The gateway: the next hop of the default route (or of the
+                // route to the cluster), when the node has it on that link.
+                let probe_dst = lab
+                    .topo
+                    .cluster_cidr
+                    .iter()
+                    .find(|c| c.addr().is_ipv6() == v6)
+                    .map(|c| c.addr());
+                let gateway = probe_dst
+                    .and_then(|d| lookup(&view.routes, d))
+                    .or_else(|| {
+                        view.routes.iter().find(|r| {
+                            r.table == 254
+                                && r.dst.prefix_len() == 0
+                                && r.dst.addr().is_ipv6() == v6
+                        })
+                    })
+                    .and_then(|r| r.gateway);
+                if let (Some(gw), Some(mac)) = (gateway, mac_of.get(&oif)) {
+                    let on_link = addresses
+                        .iter()
+                        .any(|a| a.index == oif && a.addr.addr() == gw)
+                        || matches!(gw, IpAddr::V6(g) if g.segments()[0] & 0xffc0 == 0xfe80);
+                    if on_link {
+                        pins.push(Pin {
+                            node: n,
+                            pod: Some(p),
+                            index: eth0,
+                            addr: gw,
+                            mac: mac.clone(),
+                        });
+                    }
+                }
+                // On-link same-node peers (a bridge): every other pod of the
+                // node this pod probes directly.
+                let count = node.pods.len();
+                let peer = (p + 1) % count;
+                if peer != p {
+                    for peer_ip in node.pods[peer]
+                        .ips
+                        .iter()
+                        .filter(|i| i.addr().is_ipv6() == v6)
+                    {
+                        let direct = lookup(&view.routes, peer_ip.addr())
+                            .is_some_and(|r| r.gateway.is_none() && r.oif == Some(eth0));
+                        if let (true, Some((_, _, mac))) = (direct, owner.get(&peer_ip.addr())) {
+                            pins.push(Pin {
+                                node: n,
+                                pod: Some(p),
+                                index: eth0,
+                                addr: peer_ip.addr(),
+                                mac: mac.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let total = pins.len();
+    // One netlink session per namespace.
+    let mut by_ns: HashMap<(usize, Option<usize>), Vec<Pin>> = HashMap::new();
+    for pin in pins {
+        by_ns.entry((pin.node, pin.pod)).or_default().push(pin);
+    }
+    let groups: Vec<((usize, Option<usize>), Vec<Pin>)> = by_ns.into_iter().collect();
+    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let jobs: Vec<_> = groups
+            .chunks(groups.len().div_ceil(8).max(1))
+            .map(|chunk| {
+                s.spawn(move || -> Result<(), String> {
+                    for ((n, p), list) in chunk {
+                        let node = &lab.nodes[*n];
+                        let ns = match p {
+                            Some(p) => &node.pods[*p].ns,
+                            None => &node.ns,
+                        };
+                        let list: Vec<(u32, IpAddr, Vec<u8>)> = list
+                            .iter()
+                            .map(|x| (x.index, x.addr, x.mac.clone()))
+                            .collect();
+                        ns.netlink(|h| async move {
+                            use rtnetlink::packet_route::neighbour::NeighbourState;
+                            for (index, addr, mac) in list {
+                                h.neighbours()
+                                    .add(index, addr)
+                                    .link_layer_address(&mac)
+                                    .state(NeighbourState::Permanent)
+                                    .replace()
+                                    .execute()
+                                    .await?;
+                            }
+                            Ok(())
+                        })
+                        .map_err(|e| {
+                            format!("permanent neighbour entries in {}: {e}", ns.name())
+                        })?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|j| {
+                j.join()
+                    .unwrap_or_else(|_| Err("pinning thread panicked".into()))
+            })
+            .collect()
+    });
+    for r in results {
+        r.map_err(setup)?;
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_kernels_counters() {
+        let text = "entries  allocs   destroys hash_grows lookups  hits     res_failed rcv_probes_mcast rcv_probes_ucast periodic_gc_runs forced_gc_runs unresolved_discards table_fulls\n\
+0000001b 00003414 000034fa 00000000   0001adfb 00001b71 00000000   00000000         00000000         00000295         00000000       00000000            00000002\n\
+0000001b 00003229 00003141 00000006   000199ff 00001e2d 00000000   00000000         00000000         00000000         00000000       00000000            0000000a\n";
+        assert_eq!(
+            parse_stat(text),
+            Some(Stat {
+                entries: 27,
+                table_fulls: 12
+            })
+        );
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn a_thousand_pods_need_pinning_and_a_small_lab_does_not() {
+        let big = Topology::generated(10, 100).expect("topology");
+        let n = need(&big);
+        assert_eq!(n.len(), 1, "IPv4 only");
+        // 1,000 pods × 3 + 10 nodes × 9 peers + 2 × 10 for the external host.
+        assert_eq!(n[0].all_dynamic, 3000 + 90 + 20);
+        assert_eq!(n[0].dynamic_when_pinned, 30 + 110);
+        let room = (1024 - 27 - MARGIN, 1024, 27);
+        let plan = decide(&[(&n[0], room)], false).expect("fits when pinned");
+        assert!(plan.pin && plan.tune.is_empty(), "{plan:?}");
+        let small = need(&Topology::generated(2, 2).expect("topology"));
+        let plan = decide(&[(&small[0], room)], false).expect("fits");
+        assert!(!plan.pin, "{plan:?}");
+    }
+
+    #[test]
+    fn a_lab_that_cannot_fit_is_refused_with_numbers_and_remedy() {
+        let n = need(&Topology::generated(40, 10).expect("topology"));
+        // 40 nodes: 40 × 39 underlay entries alone exceed the room.
+        let room = (1024 - 100 - MARGIN, 1024, 100);
+        let err = decide(&[(&n[0], room)], false).expect_err("refused");
+        assert!(
+            err.contains("gc_thresh3 = 1024") && err.contains("--tune-host"),
+            "{err}"
+        );
+        assert!(err.contains(&n[0].dynamic_when_pinned.to_string()), "{err}");
+        let tuned = decide(&[(&n[0], room)], true).expect("tuned");
+        assert!(!tuned.pin);
+        let t3 = tuned
+            .tune
+            .iter()
+            .find(|(p, _)| p.ends_with("gc_thresh3"))
+            .map(|(_, v)| *v)
+            .expect("gc_thresh3 raised");
+        assert!(t3 >= 100 + n[0].all_dynamic, "{tuned:?}");
+    }
+}
