@@ -860,3 +860,333 @@ fn scenario_junit_marks_the_scenario_that_misbehaved() {
         "{xml}"
     );
 }
+
+/// `ip -n NS ARGS…` must succeed (a fault made by hand).
+fn ip_in(ns: &str, args: &[&str]) {
+    let out = Command::new("ip")
+        .args(["-n", ns])
+        .args(args)
+        .output()
+        .expect("ip");
+    assert!(
+        out.status.success(),
+        "ip -n {ns} {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A sysctl written inside node `i`'s namespace.
+fn node_sysctl(lab: &build::Lab, i: usize, key: &str, value: &str) {
+    cnilab_net::netns::write_sysctl(Some(lab.nodes[i].ns.file()), key, value).expect("sysctl");
+}
+
+/// Checks `groups`, tears the lab down, and returns the report, which must
+/// have failed with the diagnosis `id` whose message contains every `part`.
+fn failing_check_with(
+    lab: build::Lab,
+    groups: &[&str],
+    id: &str,
+    parts: &[&str],
+) -> lab::report::Report {
+    let groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
+    let report = lab::check(&lab, &groups, false).expect("check");
+    lab.down();
+    let table = report.table();
+    assert!(!report.passed(), "{table}");
+    let found = report
+        .failures
+        .iter()
+        .flat_map(|f| &f.diagnoses)
+        .any(|d| d.id == id && parts.iter().all(|p| d.message.contains(p)));
+    assert!(found, "no {id} naming {parts:?}:\n{table}");
+    report
+}
+
+/// A node whose pod bridge is down (`ip link set cnilab0 down`).
+#[test]
+fn a_bridge_that_is_down_is_diagnosed() {
+    let (_run, lab) = lab_in_process(2, 2);
+    ip_in(lab.nodes[0].ns.name(), &["link", "set", "cnilab0", "down"]);
+    failing_check_with(
+        lab,
+        &["pod-to-pod"],
+        "bridge-down",
+        &["node1: bridge cnilab0 is down", "2 pod port(s)"],
+    );
+}
+
+/// Same-node pod traffic crosses FORWARD when br_netfilter is on, and a
+/// FORWARD policy DROP kills it.
+#[test]
+fn br_netfilter_forward_drop_between_same_node_pods_is_diagnosed() {
+    let (_run, lab) = lab_in_process(1, 2);
+    node_sysctl(&lab, 0, "net/bridge/bridge-nf-call-iptables", "1");
+    build::nft(
+        &lab.nodes[0].ns,
+        "table ip cnilab_test_filter {\n  chain FORWARD {\n    type filter hook forward priority 0; policy drop;\n  }\n}\n",
+    )
+    .expect("nft");
+    failing_check_with(
+        lab,
+        &["pod-to-pod/same-node"],
+        "br-netfilter-forward-drop",
+        &[
+            "node1: net.bridge.bridge-nf-call-iptables = 1",
+            "chain FORWARD",
+        ],
+    );
+}
+
+/// node2 gets a second uplink (eth1, 10.250.0.102), node1 routes node2's
+/// pods via that address, and node2 filters strictly on eth1 only (all = 0,
+/// eth0 = 0): the packets enter on eth1 but the route back leaves via eth0.
+/// The diagnosis names eth1 and the effective value; the route via node2's
+/// own second address is not called stale.
+#[test]
+fn rp_filter_on_the_ingress_interface_is_diagnosed_and_a_second_address_is_not_stale() {
+    let (_run, lab) = lab_in_process(2, 1);
+    let switch = lab.switch.name().to_string();
+    let node2 = lab.nodes[1].ns.name().to_string();
+    ip_in(
+        &switch,
+        &[
+            "link", "add", "p-node2b", "type", "veth", "peer", "name", "eth1", "netns", &node2,
+        ],
+    );
+    ip_in(
+        &switch,
+        &["link", "set", "p-node2b", "master", "underlay", "up"],
+    );
+    ip_in(&node2, &["addr", "add", "10.250.0.102/24", "dev", "eth1"]);
+    ip_in(&node2, &["link", "set", "eth1", "up"]);
+    node_sysctl(&lab, 1, "net/ipv4/conf/all/arp_ignore", "1");
+    node_sysctl(&lab, 1, "net/ipv4/conf/all/rp_filter", "0");
+    node_sysctl(&lab, 1, "net/ipv4/conf/eth0/rp_filter", "0");
+    node_sysctl(&lab, 1, "net/ipv4/conf/eth1/rp_filter", "1");
+    ip_in(
+        lab.nodes[0].ns.name(),
+        &["route", "replace", "10.244.2.0/24", "via", "10.250.0.102"],
+    );
+    let report = failing_check_with(
+        lab,
+        &["pod-to-pod/cross-node"],
+        "rp-filter",
+        &[
+            "node2 drops packets",
+            "arriving on eth1",
+            "rp_filter on eth1 is 1",
+            "leaves via eth0",
+        ],
+    );
+    assert!(
+        !report.diagnosis_ids().contains(&"stale-route"),
+        "{}",
+        report.table()
+    );
+}
+
+/// Three nodes; node1 routes node2's pods via node3, which forwards them
+/// (redirects off, so node1 keeps the detour).
+fn detour_lab() -> (tempfile::TempDir, build::Lab) {
+    let (run, lab) = lab_in_process(3, 1);
+    for key in ["all", "default", "eth0"] {
+        node_sysctl(&lab, 2, &format!("net/ipv4/conf/{key}/send_redirects"), "0");
+    }
+    ip_in(
+        lab.nodes[0].ns.name(),
+        &["route", "replace", "10.244.2.0/24", "via", "10.250.0.3"],
+    );
+    (run, lab)
+}
+
+/// A route through a third node works, so it is no failure, but it is
+/// wrong: a WARN naming the three nodes.
+#[test]
+fn a_detour_through_a_third_node_is_a_warning() {
+    let (_run, lab) = detour_lab();
+    let groups = vec!["pod-to-pod/cross-node".to_string()];
+    let report = lab::check(&lab, &groups, false).expect("check");
+    lab.down();
+    let table = report.table();
+    assert!(report.passed(), "{table}");
+    assert_eq!(report.warnings.len(), 1, "{table}");
+    let w = &report.warnings[0];
+    assert_eq!(w.id, "detour");
+    assert!(
+        w.message
+            .starts_with("node1 reaches node2's podCIDR 10.244.2.0/24 via node3 (10.250.0.3)"),
+        "{table}"
+    );
+    assert!(table.contains("WARN detour"), "{table}");
+}
+
+/// The detour makes node3 see only one direction of each TCP connection:
+/// conntrack calls the handshake's ACK INVALID, and a `ct state invalid
+/// drop` rule on node3 drops it. The counters name node3 and the rule.
+#[test]
+fn conntrack_invalid_drops_are_diagnosed_from_the_counters() {
+    let (_run, lab) = detour_lab();
+    build::nft(
+        &lab.nodes[2].ns,
+        "table inet cnilab_test_ct {\n  chain forward {\n    type filter hook forward priority -10; policy accept;\n    ct state invalid counter drop\n  }\n}\n",
+    )
+    .expect("nft");
+    failing_check_with(
+        lab,
+        &["pod-to-pod/cross-node"],
+        "conntrack-invalid",
+        &[
+            "node3 drops conntrack INVALID packets",
+            "table inet cnilab_test_ct chain forward",
+        ],
+    );
+}
+
+/// A pod without a default route (deleted by hand) gets a diagnosis that
+/// names its node and its routes.
+#[test]
+fn a_pod_without_a_default_route_is_diagnosed() {
+    let (_run, lab) = lab_in_process(2, 1);
+    ip_in(lab.nodes[0].pods[0].ns.name(), &["route", "del", "default"]);
+    failing_check_with(
+        lab,
+        &["pod-to-pod/cross-node"],
+        "pod-no-route",
+        &[
+            "pods on node1 have no route to the cluster CIDR 10.244.0.0/16",
+            "IPv4",
+        ],
+    );
+}
+
+/// One deleted route fails many probes: the terminal shows one line per
+/// cause with its count and an example, JSON keeps every failed probe.
+#[test]
+fn failures_are_grouped_by_cause() {
+    let (_run, lab) = lab_in_process(2, 4);
+    ip_in(lab.nodes[0].ns.name(), &["route", "del", "10.244.2.0/24"]);
+    let report = failing_check_with(
+        lab,
+        &[],
+        "missing-route",
+        &["node1 has no route to 10.244.2.0/24"],
+    );
+    let table = report.table();
+    let cause_lines: Vec<&str> = table.lines().filter(|l| l.starts_with("  ↳ ")).collect();
+    assert!(report.failures.len() >= 20, "{table}");
+    assert!(
+        !cause_lines.is_empty() && cause_lines.len() <= 3,
+        "one line per cause: {cause_lines:?}"
+    );
+    let counted: usize = report
+        .causes
+        .iter()
+        .filter(|c| c.id == "missing-route")
+        .map(|c| c.count)
+        .sum();
+    assert!(counted >= report.failures.len(), "{:?}", report.causes);
+    assert!(table.contains("e.g. [pod-to-pod/cross-node]"), "{table}");
+    let json: serde_json::Value = serde_json::from_str(&report.json()).expect("json");
+    assert_eq!(
+        json["failures"].as_array().map(Vec::len),
+        Some(report.failures.len())
+    );
+    // The matrix shows where: node1 → node2 fails, node1 → node1 does not.
+    let m = &report.matrix[0];
+    assert!(
+        m.cells[0][1].1 < m.cells[0][1].0 && m.cells[0][0].0 == m.cells[0][0].1,
+        "{m:?}"
+    );
+    let html = report.html();
+    assert!(
+        html.contains("stroke=\"#c00\""),
+        "node1 is marked in the drawing"
+    );
+}
+
+/// Permanent entries for the bulk paths keep the lab working, and the
+/// first pod of each node still resolves its gateway through ARP.
+#[test]
+fn pinned_bulk_paths_pass_and_leave_the_sample_to_arp() {
+    let (_run, lab) = lab_in_process(2, 3);
+    let pinned = lab::neighbours::pin_bulk(&lab).expect("pin");
+    // Per node, pods 1 and 2: gateway + same-node peer in the pod, and the
+    // node's entry for the pod.
+    assert_eq!(pinned, 2 * 2 * 3, "entries pinned");
+    let permanent = |ns: &str| {
+        let out = Command::new("ip")
+            .args(["-n", ns, "neigh", "show", "nud", "permanent"])
+            .output()
+            .expect("ip");
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    assert_eq!(
+        permanent(lab.nodes[0].pods[0].ns.name()),
+        0,
+        "the sample pod"
+    );
+    assert_eq!(permanent(lab.nodes[0].pods[1].ns.name()), 2);
+    let report = lab::check(&lab, &[], false).expect("check");
+    lab.down();
+    assert!(report.passed(), "{}", report.table());
+}
+
+/// A selector that matches no probe of this lab is a usage error (exit 2),
+/// never "0/0 checks failed".
+#[test]
+fn a_selector_that_matches_nothing_exits_2() {
+    let _host = host_untouched();
+    let out = cnilab(&[
+        "lab",
+        "run",
+        "--topology",
+        "lab/topologies/ipv6-only.toml",
+        "--only",
+        "nonsense",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+/// An unknown placeholder in a template is refused before anything is built.
+#[test]
+fn an_unknown_placeholder_exits_2_and_builds_nothing() {
+    let _host = host_untouched();
+    let dir = tempfile::tempdir().expect("tmp");
+    let tmpl = dir.path().join("bad.conflist.tmpl");
+    std::fs::write(
+        &tmpl,
+        "{\"cniVersion\":\"1.0.0\",\"name\":\"x\",\"plugins\":[{\"type\":\"ptp\",\n\"ipam\":{\"type\":\"host-local\",\"subnet\":\"{{podcidr}}\"}}]}\n",
+    )
+    .expect("write");
+    let (pid, out) = cnilab_with_pid(&[
+        "lab",
+        "run",
+        "--plugin-dir",
+        "/usr/lib/cni",
+        "--config",
+        tmpl.to_str().expect("utf8"),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("line 2: unknown placeholder {{podcidr}}"),
+        "{}",
+        text(&out)
+    );
+    assert_no_leftovers(pid);
+}
+
+/// The README's bring-your-own-plugin example: the reference `ptp` plugin.
+#[test]
+fn the_reference_ptp_plugin_runs_from_flags() {
+    let _host = host_untouched();
+    let out = cnilab(&[
+        "lab",
+        "run",
+        "--plugin-dir",
+        "/usr/lib/cni",
+        "--config",
+        "lab/configs/lab-ptp.conflist.tmpl",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+}

@@ -948,6 +948,41 @@ mod tests {
     }
 
     #[test]
+    fn unknown_or_unfilled_placeholders_are_refused_with_the_line() {
+        let topo = Topology::generated(2, 1).expect("topology");
+        let err =
+            check_template("{\n  \"subnet\": \"{{podcidr}}\"\n}", &topo).expect_err("unknown");
+        assert!(
+            err.contains("line 2") && err.contains("{{podcidr}}"),
+            "{err}"
+        );
+        assert!(err.contains("{{pod_cidr}}"), "lists the known ones: {err}");
+        let err = check_template("\"{{pod_cidr6}}\"", &topo).expect_err("no IPv6 pod CIDR");
+        assert!(err.contains("node1") && err.contains("IPv6"), "{err}");
+        check_template(DEFAULT_TEMPLATE, &topo).expect("the bundled template is valid");
+        let ptp = include_str!("../../../lab/configs/lab-ptp.conflist.tmpl");
+        check_template(ptp, &topo).expect("the ptp template is valid");
+    }
+
+    /// `cnilab lab run --help` documents every placeholder the lab fills in.
+    #[test]
+    fn help_lists_every_placeholder() {
+        use clap::CommandFactory;
+        let mut cli = crate::cli::Cli::command();
+        let help = cli
+            .find_subcommand_mut("lab")
+            .and_then(|l| l.find_subcommand_mut("run"))
+            .map(|r| r.render_long_help().to_string())
+            .expect("lab run");
+        for (name, _) in PLACEHOLDERS {
+            assert!(
+                help.contains(&format!("{{{{{name}}}}}")),
+                "{name} missing from:\n{help}"
+            );
+        }
+    }
+
+    #[test]
     fn nat_ruleset_excludes_the_cluster() {
         let topo = Topology::generated(1, 1).expect("topology");
         let rules = node_nat_ruleset(&topo.nodes[0], &topo.cluster_cidr);

@@ -86,6 +86,18 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
         .map_err(|e| LabError::Setup(format!("tokio runtime: {e}")))?;
     checks::start_responders(lab, rt.handle()).map_err(LabError::Setup)?;
     let specs = checks::plan(lab, groups);
+    if specs.is_empty() {
+        // A selector that matches nothing is a usage error, never "0/0 failed".
+        return Err(LabError::Setup(format!(
+            "the check groups {} select no probe in this lab (it has no {})",
+            groups.join(","),
+            if groups.is_empty() {
+                "pods".to_string()
+            } else {
+                groups.join(" or ")
+            }
+        )));
+    }
     let neighbours_before = diagnose::neighbours_before(lab);
     let bar = if progress {
         crate::report::progress::Progress::stderr()

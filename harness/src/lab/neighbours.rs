@@ -621,6 +621,32 @@ mod tests {
         assert!(!plan.pin, "{plan:?}");
     }
 
+    /// What --tune-host raises is put back when the guard goes, and by
+    /// [`restore_host`] (what the Ctrl-C handler calls) if it does not.
+    #[test]
+    fn tuned_thresholds_are_restored() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let t3 = dir.path().join("gc_thresh3");
+        let t2 = dir.path().join("gc_thresh2");
+        std::fs::write(&t3, "1024\n").expect("write");
+        std::fs::write(&t2, "512\n").expect("write");
+        let plan = HostPlan {
+            pin: false,
+            tune: vec![(t2.clone(), 2048), (t3.clone(), 4096)],
+            summary: String::new(),
+        };
+        let guard = HostTuning::apply(&plan).expect("applied");
+        assert_eq!(std::fs::read_to_string(&t3).expect("read"), "4096");
+        assert_eq!(std::fs::read_to_string(&t2).expect("read"), "2048");
+        drop(guard);
+        assert_eq!(std::fs::read_to_string(&t3).expect("read"), "1024");
+        assert_eq!(std::fs::read_to_string(&t2).expect("read"), "512");
+        let guard = HostTuning::apply(&plan).expect("applied");
+        restore_host();
+        assert_eq!(std::fs::read_to_string(&t3).expect("read"), "1024");
+        std::mem::forget(guard);
+    }
+
     #[test]
     fn a_lab_that_cannot_fit_is_refused_with_numbers_and_remedy() {
         let n = need(&Topology::generated(40, 10).expect("topology"));

@@ -239,6 +239,51 @@ impl Scenario {
 }
 
 impl Fault {
+    /// The fault in words, for the step log (`delete node1's route to
+    /// node2's pod CIDR`), never a debug dump.
+    pub fn describe(&self) -> String {
+        match self {
+            Fault::DeleteRoute { node, peer } => {
+                format!("delete {node}'s route to {peer}'s pod CIDR")
+            }
+            Fault::StaleRoute { node, peer, via } => {
+                format!("route {peer}'s pod CIDR on {node} via {via} (a stale next hop)")
+            }
+            Fault::IpForwardOff { node } => format!("turn IP forwarding off on {node}"),
+            Fault::ForwardDrop { node } => {
+                format!("set the FORWARD policy to DROP on {node} (as Docker does)")
+            }
+            Fault::Mtu { node, mtu } => format!("lower {node}'s uplink MTU to {mtu}"),
+            Fault::FlushMasquerade { node } => {
+                format!("flush every masquerade rule on {node}")
+            }
+            Fault::MasqueradeTooBroad { node } => {
+                format!("make {node} masquerade all pod traffic, the cluster's own included")
+            }
+            Fault::RpFilter { node } => {
+                format!("turn on strict reverse-path filtering on {node}")
+            }
+            Fault::ReusePodCidr { node, from } => {
+                format!("re-create {node} with {from}'s pod CIDR")
+            }
+            Fault::AddNode {
+                name,
+                address,
+                pod_cidr,
+                pods,
+            } => {
+                let cidrs: Vec<String> = pod_cidr.iter().map(|c| c.to_string()).collect();
+                format!(
+                    "add node {name} ({address}, pod CIDR {}) with {pods} pod(s)",
+                    cidrs.join(", ")
+                )
+            }
+            Fault::RemoveNode { node } => format!("remove node {node}"),
+            Fault::StopAgent { node } => format!("stop the agent on {node}"),
+            Fault::StartAgent { node } => format!("start the agent on {node}"),
+        }
+    }
+
     /// The nodes this fault names, with the field that names them.
     fn nodes(&self) -> Vec<(&'static str, &String)> {
         match self {
@@ -633,7 +678,7 @@ pub fn run(
                 (what, outcome)
             }
             Step::Fault { fault } => {
-                let what = format!("fault {fault:?}");
+                let what = format!("fault: {}", fault.describe());
                 let outcome = apply(&mut lab, fault).map(|u| {
                     undos.push(u);
                     (true, "injected".to_string())
@@ -742,6 +787,28 @@ mod tests {
             let path = entry.expect("entry").path();
             Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
         }
+    }
+
+    /// Every fault of every shipped scenario reads as words naming its
+    /// node, not as a Rust debug dump.
+    #[test]
+    fn faults_are_described_in_words() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/scenarios");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).expect("scenarios") {
+            let s = Scenario::load(&entry.expect("entry").path()).expect("valid");
+            for step in &s.steps {
+                if let Step::Fault { fault } = step {
+                    let text = fault.describe();
+                    assert!(!text.contains('{') && !text.contains("\""), "{text}");
+                    for (_, node) in fault.nodes() {
+                        assert!(text.contains(node.as_str()), "{text} names {node}");
+                    }
+                    seen += 1;
+                }
+            }
+        }
+        assert!(seen > 5, "faults seen: {seen}");
     }
 
     #[test]
