@@ -1176,17 +1176,14 @@ fn an_unknown_placeholder_exits_2_and_builds_nothing() {
     assert_no_leftovers(pid);
 }
 
-/// The README's bring-your-own-plugin example: the reference `ptp` plugin.
-#[test]
-fn the_reference_ptp_plugin_runs_from_flags() {
+/// The README's bring-your-own-plugin examples: the reference `ptp`
+/// plugin, and a plugin in shell (with host-local from a second directory).
+#[rstest]
+#[case::reference_ptp("/usr/lib/cni", "lab/configs/lab-ptp.conflist.tmpl")]
+#[case::shell_plugin("lab/plugins:/usr/lib/cni", "lab/configs/lab-shell-ptp.conflist.tmpl")]
+fn a_plugin_of_your_own_runs_from_flags(#[case] dirs: &str, #[case] config: &str) {
     let _host = host_untouched();
-    let out = cnilab(&[
-        "lab",
-        "run",
-        "--plugin-dir",
-        "/usr/lib/cni",
-        "--config",
-        "lab/configs/lab-ptp.conflist.tmpl",
-    ]);
+    let out = cnilab(&["lab", "run", "--plugin-dir", dirs, "--config", config]);
     assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("All 6 checks"), "{}", text(&out));
 }
