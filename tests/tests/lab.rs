@@ -1187,3 +1187,27 @@ fn a_plugin_of_your_own_runs_from_flags(#[case] dirs: &str, #[case] config: &str
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("All 6 checks"), "{}", text(&out));
 }
+
+/// Pinning in both families: on a dual-stack lab every bulk pod gets its
+/// IPv4 and its IPv6 gateway and peer pinned, and everything still passes.
+#[test]
+fn pinned_bulk_paths_work_in_both_families() {
+    use cnilab_harness::lab::{build::Lab, Topology, UpOptions};
+    require_root();
+    let run = tempfile::tempdir().expect("run dir");
+    let bin = workspace_bin("cnilab-bridge");
+    let opts = UpOptions {
+        plugin_dir: bin.parent().map(|d| d.display().to_string()),
+        persistent: None,
+        run_dir: run.path().to_path_buf(),
+    };
+    let mut topo =
+        Topology::load(&repo().join("lab/topologies/dual-stack.toml")).expect("topology");
+    topo.pods_per_node = 3;
+    let lab = Lab::up(topo, opts).expect("lab up");
+    let pinned = lab::neighbours::pin_bulk(&lab).expect("pin");
+    assert_eq!(pinned, 2 * 2 * 3 * 2, "entries pinned");
+    let report = lab::check(&lab, &[], false).expect("check");
+    lab.down();
+    assert!(report.passed(), "{}", report.table());
+}
