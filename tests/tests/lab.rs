@@ -647,7 +647,15 @@ fn lab_in_process(
     nodes: usize,
     pods: usize,
 ) -> (tempfile::TempDir, cnilab_harness::lab::build::Lab) {
-    use cnilab_harness::lab::{build::Lab, Topology, UpOptions};
+    let topo = cnilab_harness::lab::Topology::generated(nodes, pods).expect("topology");
+    lab_of(topo)
+}
+
+/// A lab of `topo` built by this test process with the bundled plugin.
+fn lab_of(
+    topo: cnilab_harness::lab::Topology,
+) -> (tempfile::TempDir, cnilab_harness::lab::build::Lab) {
+    use cnilab_harness::lab::{build::Lab, UpOptions};
     require_root();
     let run = tempfile::tempdir().expect("run dir");
     let bin = workspace_bin("cnilab-bridge");
@@ -656,7 +664,6 @@ fn lab_in_process(
         persistent: None,
         run_dir: run.path().to_path_buf(),
     };
-    let topo = Topology::generated(nodes, pods).expect("topology");
     (run, Lab::up(topo, opts).expect("lab up"))
 }
 
@@ -1192,19 +1199,11 @@ fn a_plugin_of_your_own_runs_from_flags(#[case] dirs: &str, #[case] config: &str
 /// IPv4 and its IPv6 gateway and peer pinned, and everything still passes.
 #[test]
 fn pinned_bulk_paths_work_in_both_families() {
-    use cnilab_harness::lab::{build::Lab, Topology, UpOptions};
-    require_root();
-    let run = tempfile::tempdir().expect("run dir");
-    let bin = workspace_bin("cnilab-bridge");
-    let opts = UpOptions {
-        plugin_dir: bin.parent().map(|d| d.display().to_string()),
-        persistent: None,
-        run_dir: run.path().to_path_buf(),
-    };
     let mut topo =
-        Topology::load(&repo().join("lab/topologies/dual-stack.toml")).expect("topology");
+        cnilab_harness::lab::Topology::load(&repo().join("lab/topologies/dual-stack.toml"))
+            .expect("topology");
     topo.pods_per_node = 3;
-    let lab = Lab::up(topo, opts).expect("lab up");
+    let (_run, lab) = lab_of(topo);
     let pinned = lab::neighbours::pin_bulk(&lab).expect("pin");
     assert_eq!(pinned, 2 * 2 * 3 * 2, "entries pinned");
     let report = lab::check(&lab, &[], false).expect("check");
