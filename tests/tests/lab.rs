@@ -1118,9 +1118,9 @@ fn failures_are_grouped_by_cause() {
 fn pinned_bulk_paths_pass_and_leave_the_sample_to_arp() {
     let (_run, lab) = lab_in_process(2, 3);
     let pinned = lab::neighbours::pin_bulk(&lab).expect("pin");
-    // Per node, pods 1 and 2: gateway + same-node peer in the pod, and the
-    // node's entry for the pod.
-    assert_eq!(pinned, 2 * 2 * 3, "entries pinned");
+    // Per node, pods 1 and 2: gateway + both same-node peers in the pod,
+    // and the node's entry for the pod.
+    assert_eq!(pinned, 2 * 2 * 4, "entries pinned");
     let permanent = |ns: &str| {
         let out = Command::new("ip")
             .args(["-n", ns, "neigh", "show", "nud", "permanent"])
@@ -1133,7 +1133,7 @@ fn pinned_bulk_paths_pass_and_leave_the_sample_to_arp() {
         0,
         "the sample pod"
     );
-    assert_eq!(permanent(lab.nodes[0].pods[1].ns.name()), 2);
+    assert_eq!(permanent(lab.nodes[0].pods[1].ns.name()), 3);
     let report = lab::check(&lab, &[], false).expect("check");
     lab.down();
     assert!(report.passed(), "{}", report.table());
@@ -1205,7 +1205,7 @@ fn pinned_bulk_paths_work_in_both_families() {
     topo.pods_per_node = 3;
     let (_run, lab) = lab_of(topo);
     let pinned = lab::neighbours::pin_bulk(&lab).expect("pin");
-    assert_eq!(pinned, 2 * 2 * 3 * 2, "entries pinned");
+    assert_eq!(pinned, 2 * 2 * 4 * 2, "entries pinned");
     let report = lab::check(&lab, &[], false).expect("check");
     lab.down();
     assert!(report.passed(), "{}", report.table());

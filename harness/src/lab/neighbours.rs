@@ -3,8 +3,9 @@
 //!
 //! The kernel keeps ONE neighbour table per family for every namespace of
 //! the machine; `gc_thresh3` (1024 by default) caps its garbage-collectable
-//! entries. A lab of 1,000 pods needs about three entries per pod (the pod's
-//! gateway, its same-node peer, the node's entry for the pod): far more than
+//! entries. A lab of 1,000 pods needs about four entries per pod (the pod's
+//! gateway, its two same-node peers — the one it probes and the one that
+//! probes it —, the node's entry for the pod): far more than
 //! the table holds, and the overflow drops packets ("neighbor table
 //! overflow"), which would look like a plugin bug.
 //!
@@ -120,8 +121,9 @@ pub struct Need {
 }
 
 /// The entries a topology needs, per family its pods have. Per pod: its
-/// gateway, its same-node peer (on-link with a bridge), the node's entry for
-/// it; the underlay: every node knows every other node and the external
+/// gateway, its same-node peers (on-link with a bridge: the next pod, which
+/// it probes, and the previous one, which probes it and gets the replies),
+/// the node's entry for it; the underlay: every node knows every other node and the external
 /// host, which knows every node.
 pub fn need(topo: &Topology) -> Vec<Need> {
     let mut out = Vec::new();
@@ -146,7 +148,11 @@ pub fn need(topo: &Topology) -> Vec<Need> {
             .is_some() as u64;
         let underlay = with_address * with_address.saturating_sub(1) + 2 * with_address * external;
         let pods = topo.pods_per_node as u64;
-        let per_pod = if pods > 1 { 3 } else { 2 };
+        let per_pod = match pods {
+            1 => 2,
+            2 => 3,
+            _ => 4,
+        };
         let all = nodes * pods * per_pod + underlay;
         let sample = nodes * per_pod.min(pods * per_pod);
         let dynamic = sample + underlay;
@@ -504,11 +510,12 @@ pub fn pin_bulk(lab: &Lab) -> Result<usize, LabError> {
                         });
                     }
                 }
-                // On-link same-node peers (a bridge): every other pod of the
-                // node this pod probes directly.
+                // On-link same-node peers (a bridge): the pod this one probes
+                // and the one that probes it (and gets its replies).
                 let count = node.pods.len();
-                let peer = (p + 1) % count;
-                if peer != p {
+                let mut peers = vec![(p + 1) % count, (p + count - 1) % count];
+                peers.dedup();
+                for peer in peers.into_iter().filter(|q| *q != p) {
                     for peer_ip in node.pods[peer]
                         .ips
                         .iter()
@@ -610,9 +617,9 @@ mod tests {
         let big = Topology::generated(10, 100).expect("topology");
         let n = need(&big);
         assert_eq!(n.len(), 1, "IPv4 only");
-        // 1,000 pods × 3 + 10 nodes × 9 peers + 2 × 10 for the external host.
-        assert_eq!(n[0].all_dynamic, 3000 + 90 + 20);
-        assert_eq!(n[0].dynamic_when_pinned, 30 + 110);
+        // 1,000 pods × 4 + 10 nodes × 9 peers + 2 × 10 for the external host.
+        assert_eq!(n[0].all_dynamic, 4000 + 90 + 20);
+        assert_eq!(n[0].dynamic_when_pinned, 40 + 110);
         let room = (1024 - 27 - MARGIN, 1024, 27);
         let plan = decide(&[(&n[0], room)], false).expect("fits when pinned");
         assert!(plan.pin && plan.tune.is_empty(), "{plan:?}");

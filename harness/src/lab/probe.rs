@@ -43,6 +43,61 @@ fn in_ns<R: Send>(ns: &File, f: impl FnOnce() -> io::Result<R> + Send) -> io::Re
     run_in(ns, f)?
 }
 
+/// A job for the socket makers: enter the namespace, run the closure.
+type MakerJob = (File, Box<dyn FnOnce() + Send>);
+
+/// The senders to the socket-maker threads: dedicated OS threads (never a
+/// tokio worker) that enter a probe's source namespace and make its socket.
+/// A thread per probe blocked the runtime's two workers for the length of
+/// a thread start: with tens of thousands of probes that was most of the
+/// check's time.
+fn makers() -> &'static std::sync::Mutex<std::sync::mpsc::Sender<MakerJob>> {
+    use std::sync::{mpsc, Arc, Mutex, OnceLock};
+    static MAKERS: OnceLock<Mutex<mpsc::Sender<MakerJob>>> = OnceLock::new();
+    MAKERS.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<MakerJob>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..2 {
+            let rx = Arc::clone(&rx);
+            let _ = std::thread::Builder::new()
+                .name(format!("cnilab-sockets-{i}"))
+                .spawn(move || loop {
+                    let job = match rx.lock() {
+                        Ok(r) => r.recv(),
+                        Err(_) => return,
+                    };
+                    let Ok((ns, run)) = job else { return };
+                    // On failure the job is dropped: its caller sees the
+                    // closed reply channel.
+                    if nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).is_ok() {
+                        run();
+                    }
+                });
+        }
+        Mutex::new(tx)
+    })
+}
+
+/// Runs `f` inside `ns` on a socket-maker thread, without blocking the
+/// caller's tokio worker.
+async fn in_ns_async<R: Send + 'static>(
+    ns: &File,
+    f: impl FnOnce() -> io::Result<R> + Send + 'static,
+) -> io::Result<R> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let job: Box<dyn FnOnce() + Send> = Box::new(move || {
+        let _ = tx.send(f());
+    });
+    let ns = ns.try_clone()?;
+    makers()
+        .lock()
+        .map_err(|_| io::Error::other("socket makers are gone"))?
+        .send((ns, job))
+        .map_err(|_| io::Error::other("socket makers are gone"))?;
+    rx.await
+        .map_err(|_| io::Error::other("cannot enter the source namespace"))?
+}
+
 /// Allows unprivileged-style ICMP echo sockets for root in this namespace
 /// (new namespaces start with `ping_group_range = 1 0`, which excludes everyone).
 pub fn allow_ping_sockets(ns: &File) -> io::Result<()> {
@@ -152,13 +207,15 @@ pub async fn probe(
 type Answer = Option<(IpAddr, String)>;
 
 async fn tcp_probe(ns: &File, dst: IpAddr) -> Result<Answer, String> {
-    let sock = in_ns(ns, || {
-        if dst.is_ipv6() {
+    let v6 = dst.is_ipv6();
+    let sock = in_ns_async(ns, move || {
+        if v6 {
             tokio::net::TcpSocket::new_v6()
         } else {
             tokio::net::TcpSocket::new_v4()
         }
     })
+    .await
     .map_err(|e| format!("socket: {e}"))?;
     let mut stream = sock
         .connect(SocketAddr::new(dst, PORT))
@@ -204,7 +261,7 @@ fn set_dont_fragment(sock: &std::net::UdpSocket, v6: bool) -> io::Result<()> {
 
 async fn udp_probe(ns: &File, dst: IpAddr, df_mtu: Option<u32>) -> Result<Answer, String> {
     let v6 = dst.is_ipv6();
-    let sock = in_ns(ns, || {
+    let sock = in_ns_async(ns, move || {
         let s = std::net::UdpSocket::bind(SocketAddr::new(unspecified(v6), 0))?;
         s.set_nonblocking(true)?;
         if df_mtu.is_some() {
@@ -212,6 +269,7 @@ async fn udp_probe(ns: &File, dst: IpAddr, df_mtu: Option<u32>) -> Result<Answer
         }
         Ok(s)
     })
+    .await
     .map_err(|e| format!("socket: {e}"))?;
     let sock = tokio::net::UdpSocket::from_std(sock).map_err(|e| format!("socket: {e}"))?;
     let payload = match df_mtu {
@@ -255,7 +313,7 @@ fn icmp_socket(v6: bool) -> io::Result<OwnedFd> {
 
 async fn icmp_probe(ns: &File, dst: IpAddr) -> Result<Answer, String> {
     let v6 = dst.is_ipv6();
-    let fd = in_ns(ns, || icmp_socket(v6)).map_err(|e| {
+    let fd = in_ns_async(ns, move || icmp_socket(v6)).await.map_err(|e| {
         format!("ICMP socket: {e} (is net.ipv4.ping_group_range open in the source namespace?)")
     })?;
     // An ICMP echo socket is a datagram socket: tokio's UdpSocket drives it.
