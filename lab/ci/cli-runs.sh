@@ -57,6 +57,15 @@ step "lab: default 2x2" \
 step "lab: 4 nodes x 25 pods" \
   "$bin/cnilab" lab run --nodes 4 --pods-per-node 25 \
   --report "$reports/lab-4x25.html" --junit "$reports/lab-4x25.xml"
+step "lab: dual-stack" \
+  "$bin/cnilab" lab run --topology lab/topologies/dual-stack.toml \
+  --report "$reports/lab-dual-stack.html" --junit "$reports/lab-dual-stack.xml"
+step "lab: IPv6 only" \
+  "$bin/cnilab" lab run --topology lab/topologies/ipv6-only.toml \
+  --junit "$reports/lab-ipv6-only.xml"
+step "lab: bring your own plugin (reference ptp)" \
+  "$bin/cnilab" lab run --plugin-dir /usr/lib/cni \
+  --config lab/configs/lab-ptp.conflist.tmpl --junit "$reports/lab-ptp.xml"
 step "scenarios: lab/scenarios" \
   "$bin/cnilab" scenario run lab/scenarios \
   --junit "$reports/scenarios.xml"

@@ -313,9 +313,11 @@ fn icmp_socket(v6: bool) -> io::Result<OwnedFd> {
 
 async fn icmp_probe(ns: &File, dst: IpAddr) -> Result<Answer, String> {
     let v6 = dst.is_ipv6();
-    let fd = in_ns_async(ns, move || icmp_socket(v6)).await.map_err(|e| {
-        format!("ICMP socket: {e} (is net.ipv4.ping_group_range open in the source namespace?)")
-    })?;
+    let fd = in_ns_async(ns, move || icmp_socket(v6))
+        .await
+        .map_err(|e| {
+            format!("ICMP socket: {e} (is net.ipv4.ping_group_range open in the source namespace?)")
+        })?;
     // An ICMP echo socket is a datagram socket: tokio's UdpSocket drives it.
     let sock = tokio::net::UdpSocket::from_std(std::net::UdpSocket::from(fd))
         .map_err(|e| format!("socket: {e}"))?;
