@@ -177,12 +177,18 @@ pub struct HostPlan {
     pub summary: String,
 }
 
-/// The room one family's table has now: `gc_thresh3` minus the entries in
-/// use (permanent ones included, so an overestimate) minus a margin.
+/// The room one family's table has for the lab: `gc_thresh3` minus a
+/// margin minus the entries in use now, counted up to a quarter of the
+/// table. The kernel's count includes permanent entries (which do not
+/// count against the limit) and the entries of namespaces being torn down,
+/// and the garbage collector reclaims idle entries once the table passes
+/// `gc_thresh2`: the moment's count is no measure of what others will hold.
+/// Whatever happens during the run, the counters are watched.
 fn room(v6: bool) -> Result<(u64, u64, u64), String> {
     let [_, _, t3] = thresholds(v6)?;
     let used = read_stat(v6)?.entries;
-    Ok((t3.saturating_sub(used).saturating_sub(MARGIN), t3, used))
+    let room = t3.saturating_sub(MARGIN).saturating_sub(used.min(t3 / 4));
+    Ok((room, t3, used))
 }
 
 /// Decides, before anything is built, how the lab fits the host's tables;

@@ -184,21 +184,29 @@ pub async fn probe(
     timeout: Duration,
     mtu: u32,
 ) -> Result<Reply, String> {
+    // The timeout runs from the moment the probe's socket exists: waiting
+    // for a socket maker on a loaded machine is not the network's time.
+    let (answer, rtt) = match proto {
+        Proto::Tcp => tcp_probe(ns, dst, timeout).await,
+        Proto::Udp => udp_probe(ns, dst, None, timeout).await,
+        Proto::Df => udp_probe(ns, dst, Some(mtu), timeout).await,
+        Proto::Icmp => icmp_probe(ns, dst, timeout).await,
+    }?;
+    Ok(Reply {
+        seen_src: answer.as_ref().map(|(ip, _)| *ip),
+        responder: answer.map(|(_, name)| name),
+        rtt,
+    })
+}
+
+/// Runs `exchange` within `timeout`, measuring it.
+async fn timed<F>(timeout: Duration, exchange: F) -> Result<(Answer, Duration), String>
+where
+    F: std::future::Future<Output = Result<Answer, String>>,
+{
     let started = Instant::now();
-    let work = async {
-        match proto {
-            Proto::Tcp => tcp_probe(ns, dst).await,
-            Proto::Udp => udp_probe(ns, dst, None).await,
-            Proto::Df => udp_probe(ns, dst, Some(mtu)).await,
-            Proto::Icmp => icmp_probe(ns, dst).await,
-        }
-    };
-    match tokio::time::timeout(timeout, work).await {
-        Ok(Ok(answer)) => Ok(Reply {
-            seen_src: answer.as_ref().map(|(ip, _)| *ip),
-            responder: answer.map(|(_, name)| name),
-            rtt: started.elapsed(),
-        }),
+    match tokio::time::timeout(timeout, exchange).await {
+        Ok(Ok(answer)) => Ok((answer, started.elapsed())),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(format!("timed out after {timeout:?}")),
     }
@@ -206,9 +214,8 @@ pub async fn probe(
 
 type Answer = Option<(IpAddr, String)>;
 
-async fn tcp_probe(ns: &File, dst: IpAddr) -> Result<Answer, String> {
-    let v6 = dst.is_ipv6();
-    let sock = in_ns_async(ns, move || {
+async fn tcp_socket(ns: &File, v6: bool) -> Result<tokio::net::TcpSocket, String> {
+    in_ns_async(ns, move || {
         if v6 {
             tokio::net::TcpSocket::new_v6()
         } else {
@@ -216,7 +223,37 @@ async fn tcp_probe(ns: &File, dst: IpAddr) -> Result<Answer, String> {
         }
     })
     .await
-    .map_err(|e| format!("socket: {e}"))?;
+    .map_err(|e| format!("socket: {e}"))
+}
+
+/// TCP: connect and read the responder's line. A lost SYN would cost the
+/// kernel's 1 s retransmission timeout, the whole default probe timeout: so
+/// the first attempt gets 40% of it, and a second one, on a fresh socket,
+/// the rest (as UDP and ICMP probes resend within the timeout).
+async fn tcp_probe(
+    ns: &File,
+    dst: IpAddr,
+    timeout: Duration,
+) -> Result<(Answer, Duration), String> {
+    let v6 = dst.is_ipv6();
+    let first = tcp_socket(ns, v6).await?;
+    let started = Instant::now();
+    let first_try = timeout.mul_f32(0.4);
+    let answer = match tokio::time::timeout(first_try, tcp_exchange(first, dst)).await {
+        Ok(done) => done,
+        Err(_) => {
+            let second = tcp_socket(ns, v6).await?;
+            let rest = timeout.saturating_sub(started.elapsed());
+            match tokio::time::timeout(rest, tcp_exchange(second, dst)).await {
+                Ok(done) => done,
+                Err(_) => Err(format!("timed out after {timeout:?}")),
+            }
+        }
+    }?;
+    Ok((answer, started.elapsed()))
+}
+
+async fn tcp_exchange(sock: tokio::net::TcpSocket, dst: IpAddr) -> Result<Answer, String> {
     let mut stream = sock
         .connect(SocketAddr::new(dst, PORT))
         .await
@@ -259,7 +296,12 @@ fn set_dont_fragment(sock: &std::net::UdpSocket, v6: bool) -> io::Result<()> {
     }
 }
 
-async fn udp_probe(ns: &File, dst: IpAddr, df_mtu: Option<u32>) -> Result<Answer, String> {
+async fn udp_probe(
+    ns: &File,
+    dst: IpAddr,
+    df_mtu: Option<u32>,
+    timeout: Duration,
+) -> Result<(Answer, Duration), String> {
     let v6 = dst.is_ipv6();
     let sock = in_ns_async(ns, move || {
         let s = std::net::UdpSocket::bind(SocketAddr::new(unspecified(v6), 0))?;
@@ -280,20 +322,23 @@ async fn udp_probe(ns: &File, dst: IpAddr, df_mtu: Option<u32>) -> Result<Answer
     let to = SocketAddr::new(dst, PORT);
     let mut buf = vec![0u8; 1024];
     // UDP may be lost once (ARP/ND resolution); retry within the timeout.
-    loop {
-        sock.send_to(&payload, to)
-            .await
-            .map_err(|e| format!("send: {e}"))?;
-        match tokio::time::timeout(Duration::from_millis(300), sock.recv_from(&mut buf)).await {
-            Ok(Ok((n, _))) => {
-                return parse_reply(&buf[..n]).map(Some).ok_or_else(|| {
-                    format!("unexpected reply {:?}", String::from_utf8_lossy(&buf[..n]))
-                })
+    timed(timeout, async {
+        loop {
+            sock.send_to(&payload, to)
+                .await
+                .map_err(|e| format!("send: {e}"))?;
+            match tokio::time::timeout(Duration::from_millis(300), sock.recv_from(&mut buf)).await {
+                Ok(Ok((n, _))) => {
+                    return parse_reply(&buf[..n]).map(Some).ok_or_else(|| {
+                        format!("unexpected reply {:?}", String::from_utf8_lossy(&buf[..n]))
+                    })
+                }
+                Ok(Err(e)) => return Err(format!("receive: {e}")),
+                Err(_) => continue,
             }
-            Ok(Err(e)) => return Err(format!("receive: {e}")),
-            Err(_) => continue,
         }
-    }
+    })
+    .await
 }
 
 fn icmp_socket(v6: bool) -> io::Result<OwnedFd> {
@@ -311,7 +356,11 @@ fn icmp_socket(v6: bool) -> io::Result<OwnedFd> {
     .map_err(io::Error::from)
 }
 
-async fn icmp_probe(ns: &File, dst: IpAddr) -> Result<Answer, String> {
+async fn icmp_probe(
+    ns: &File,
+    dst: IpAddr,
+    timeout: Duration,
+) -> Result<(Answer, Duration), String> {
     let v6 = dst.is_ipv6();
     let fd = in_ns_async(ns, move || icmp_socket(v6))
         .await
@@ -343,17 +392,20 @@ async fn icmp_probe(ns: &File, dst: IpAddr) -> Result<Answer, String> {
     let want = if v6 { 129 } else { 0 };
     let to = SocketAddr::new(dst, 0);
     let mut buf = [0u8; 1500];
-    loop {
-        sock.send_to(&request, to)
-            .await
-            .map_err(|e| format!("send: {e}"))?;
-        match tokio::time::timeout(Duration::from_millis(300), sock.recv_from(&mut buf)).await {
-            Ok(Ok((n, _))) if n >= 1 && buf[0] == want => return Ok(None),
-            Ok(Ok(_)) => continue,
-            Ok(Err(e)) => return Err(format!("receive: {e}")),
-            Err(_) => continue,
+    timed(timeout, async {
+        loop {
+            sock.send_to(&request, to)
+                .await
+                .map_err(|e| format!("send: {e}"))?;
+            match tokio::time::timeout(Duration::from_millis(300), sock.recv_from(&mut buf)).await {
+                Ok(Ok((n, _))) if n >= 1 && buf[0] == want => return Ok(None),
+                Ok(Ok(_)) => continue,
+                Ok(Err(e)) => return Err(format!("receive: {e}")),
+                Err(_) => continue,
+            }
         }
-    }
+    })
+    .await
 }
 
 #[cfg(test)]
