@@ -4,7 +4,7 @@
 //! the shared state, each operation and the phases (residents, churn,
 //! teardown), [`plan`] each step's plan, `inject` the planted leaks,
 //! `account` what was left behind, [`report`] the findings; [`run`] calls
-//! the phases in order (about 90 lines).
+//! the phases in order.
 //!
 //! A randomized, reproducible churn of ADD/CHECK/DEL/GC
 //! against any plugin, with ADDs SIGKILLed at random moments, DELs repeated,
