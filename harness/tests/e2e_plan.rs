@@ -77,7 +77,7 @@ const KIND: &[&str] = &[
     "--ip-family",
     "ipv4",
     "--k8s-version",
-    "v1.37.0",
+    "v1.36.1",
     "--image",
     "localhost/cnilab:e2e",
 ];
@@ -97,7 +97,7 @@ fn kind_create_writes_the_lab_config_and_pins_the_node_image() {
     assert_eq!(
         commands(&out),
         [format!(
-            "kind create cluster --name cnilab-ipv4 --config {W}/kind-config.yaml --image kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5 --kubeconfig {W}/kubeconfig --retain"
+            "kind create cluster --name cnilab-ipv4 --config {W}/kind-config.yaml --image kindest/node:v1.36.1@sha256:3489c7674813ba5d8b1a9977baea8a6e553784dab7b84759d1014dbd78f7ebd5 --kubeconfig {W}/kubeconfig --retain"
         )]
     );
     let files = writes(&out);
@@ -135,8 +135,18 @@ fn kind_configs_equal_the_committed_ones_for_every_family() {
 
 #[test]
 fn kind_node_image_follows_the_version_table() {
-    let out = dry_run(&["kind", "create", "--name", "c", "--k8s-version", "1.35.8"]);
-    assert!(out.contains("--image kindest/node:v1.35.8@sha256:07b2536e30b803ed61d1677a79df6115f798ce64c80f9e22f6ed45afd09323c0"), "{out}");
+    // Each pin is the default image of a kind release, as its
+    // pkg/apis/config/defaults/image.go writes it.
+    let out = dry_run(&["kind", "create", "--name", "c", "--k8s-version", "1.35.0"]);
+    assert!(out.contains("--image kindest/node:v1.35.0@sha256:452d707d4862f52530247495d180205e029056831160e22870e37e3f6c1ac31f"), "{out}");
+    let default = dry_run(&["kind", "create", "--name", "c"]);
+    assert!(default.contains("--image kindest/node:v1.36.1@sha256:3489c7674813ba5d8b1a9977baea8a6e553784dab7b84759d1014dbd78f7ebd5"), "{default}");
+    // The digests kind's source does not show are gone.
+    let err = fails(&["kind", "create", "--name", "c", "--k8s-version", "v1.37.0"]);
+    assert!(
+        err.contains("--node-image") && err.contains("v1.36.1 (kind v0.32.0)"),
+        "{err}"
+    );
     let err = fails(&["kind", "create", "--name", "c", "--k8s-version", "v1.29.0"]);
     assert!(err.contains("--node-image"), "{err}");
     let own = dry_run(&[
@@ -248,7 +258,7 @@ fn kind_dual_sets_both_families_everywhere() {
         "--ip-family",
         "dual",
         "--k8s-version",
-        "v1.35.8",
+        "v1.35.0",
     ];
     let create = dry_run(&[&["kind", "create"][..], &args[..]].concat());
     let config = yaml(&writes(&create)[0].1);
@@ -312,11 +322,11 @@ fn kind_dump_collects_everything() {
         format!("{K} get nodes -o yaml > {d}/nodes.yaml"),
         format!("{K} get pods --all-namespaces -o wide > {d}/pods.txt"),
         format!("{K} get events --all-namespaces --sort-by=.lastTimestamp > {d}/events.txt"),
-        format!("{K} --namespace kube-system describe daemonset cnilab-agent > {d}/agent/daemonset.txt"),
-        format!("{K} --namespace kube-system describe pods --selector=app.kubernetes.io/name=cnilab-agent > {d}/agent/pods.txt"),
+        format!("{K} --namespace kube-system describe daemonset cnilab-agent > {d}/workloads/kube-system.cnilab-agent/describe.txt"),
+        format!("{K} --namespace kube-system describe pods --selector=app.kubernetes.io/name=cnilab-agent > {d}/workloads/kube-system.cnilab-agent/pods.txt"),
         format!("{K} --namespace kube-system get pods --selector=app.kubernetes.io/name=cnilab-agent -o name"),
-        format!("{K} --namespace kube-system logs <agent-pod> --all-containers --timestamps > {d}/agent/<agent-pod>.log"),
-        format!("{K} --namespace kube-system logs <agent-pod> --all-containers --timestamps --previous > {d}/agent/<agent-pod>.previous.log"),
+        format!("{K} --namespace kube-system logs <pod> --all-containers --timestamps > {d}/workloads/kube-system.cnilab-agent/<pod>.log"),
+        format!("{K} --namespace kube-system logs <pod> --all-containers --timestamps --previous > {d}/workloads/kube-system.cnilab-agent/<pod>.previous.log"),
         format!("{K} --namespace kube-system describe pods --selector=k8s-app=kube-dns > {d}/coredns.txt"),
         "kind get nodes --name cnilab-ipv4".to_string(),
     ];
@@ -404,7 +414,7 @@ const MK_ARGS: &[&str] = &[
     "--name",
     "cnilab-minikube",
     "--k8s-version",
-    "v1.34.0",
+    "v1.35.1",
     "--image",
     "localhost/cnilab:e2e",
 ];
@@ -418,10 +428,28 @@ fn minikube(step: &str, extra: &[&str]) -> String {
 
 #[test]
 fn minikube_steps() {
+    // The manifests go in as `--cni=FILE`: minikube v1.38.1 refuses
+    // `--cni=false` with containerd unless --force (validateCNI).
+    let create = minikube("create", &[]);
     assert_eq!(
-        commands(&minikube("create", &[])),
-        [format!("{MK} start --profile cnilab-minikube --nodes 2 --cni=false --driver=docker --container-runtime=containerd --kubernetes-version=v1.34.0 --extra-config=kubeadm.pod-network-cidr=10.244.0.0/16 --service-cluster-ip-range=10.96.0.0/16 --wait=apiserver")]
+        commands(&create),
+        [format!("{MK} start --profile cnilab-minikube --nodes 2 --cni=target/cnilab-e2e/cnilab-minikube/cni.yaml --driver=docker --container-runtime=containerd --kubernetes-version=v1.35.1 --extra-config=kubeadm.pod-network-cidr=10.244.0.0/16 --service-cluster-ip-range=10.96.0.0/16 --wait=apiserver")]
     );
+    assert!(!create.contains("--cni=false") && !create.contains("--force"));
+    let files = writes(&create);
+    assert_eq!(files.len(), 1);
+    assert_eq!(files[0].0, "target/cnilab-e2e/cnilab-minikube/cni.yaml");
+    let docs: Vec<Value> = serde_norway::Deserializer::from_str(&files[0].1)
+        .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
+        .filter(|v: &Value| !v.is_null())
+        .collect();
+    let ds = docs
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .expect("the agent DaemonSet in cni.yaml");
+    assert_eq!(ds["metadata"]["name"], "cnilab-agent");
+    assert!(files[0].1.contains("image: localhost/cnilab:e2e"));
+    assert!(!files[0].1.contains("ghcr.io/cnilab/cnilab:dev"));
     assert_eq!(
         commands(&minikube("load", &["--image-archive", "e2e-inputs/cnilab-image.tar"])),
         [
@@ -431,11 +459,16 @@ fn minikube_steps() {
         ]
     );
     let mk_k = "kubectl --kubeconfig target/cnilab-e2e/cnilab-minikube/kubeconfig";
+    // `start` applied the manifests before the image was loaded: deploy
+    // re-applies them and restarts what runs the image.
     assert_eq!(
         commands(&minikube("deploy", &[])),
-        [format!(
-            "{mk_k} apply --filename target/cnilab-e2e/cnilab-minikube/manifests/cnilab.yaml"
-        )]
+        [
+            format!(
+                "{mk_k} apply --filename target/cnilab-e2e/cnilab-minikube/manifests/cnilab.yaml"
+            ),
+            format!("{mk_k} --namespace kube-system rollout restart daemonset/cnilab-agent"),
+        ]
     );
     let wait = commands(&minikube("wait", &[]));
     assert_eq!(wait.len(), 5);
@@ -500,7 +533,7 @@ fn every_workflow_invocation_is_accepted() {
     let vars = [
         ("$CLUSTER", "cnilab-dual"),
         ("$IP_FAMILY", "dual"),
-        ("$K8S_VERSION", "v1.35.8"),
+        ("$K8S_VERSION", "v1.35.0"),
         ("$IMAGE", "localhost/cnilab:e2e"),
     ];
     let mut seen = 0;

@@ -6,12 +6,14 @@
 //! works against any cluster (lab/e2e-plan.md is the contract).
 
 pub mod check;
+pub mod cluster;
+pub mod manifests;
 pub mod options;
 pub mod plan;
 pub mod runner;
 pub mod steps;
 
-use options::{E2eOptions, Step};
+use options::{E2eOptions, Provider, Step};
 use plan::Plan;
 use runner::Runner;
 use std::process::ExitCode;
@@ -57,15 +59,27 @@ pub enum E2eError {
     CheckFailed,
 }
 
+/// The manifests of a run, read and rendered for the cluster.
+pub fn rendered(opts: &E2eOptions) -> Result<manifests::Rendered, E2eError> {
+    let (files, origin) = manifests::read(opts)?;
+    manifests::render(&files, origin, &opts.image, &opts.pod_subnet())
+}
+
 /// The plan of a step, reading the manifests when the step needs them.
 fn plan_for(opts: &E2eOptions, step: Step) -> Result<Plan, E2eError> {
-    let manifests = match step {
-        Step::Deploy | Step::Wait => steps::read_manifests(&opts.manifests)?,
-        // dump must work even with broken manifests: it falls back to the defaults.
-        Step::Dump => steps::read_manifests(&opts.manifests).unwrap_or_default(),
-        _ => Vec::new(),
+    let rendered = match (step, opts.provider) {
+        (Step::Load | Step::Deploy | Step::Wait, _) | (Step::Create, Provider::Minikube) => {
+            rendered(opts)?
+        }
+        // dump must work even with broken manifests: it falls back to the
+        // cnilab agent.
+        (Step::Dump, _) => rendered(opts).unwrap_or_else(|_| manifests::Rendered {
+            files: Vec::new(),
+            workloads: vec![manifests::Workload::cnilab_agent()],
+        }),
+        _ => manifests::Rendered::default(),
     };
-    steps::step_plan(opts, step, &manifests)
+    steps::step_plan(opts, step, &rendered)
 }
 
 fn execute(opts: &E2eOptions, step: Step) -> Result<(), E2eError> {
