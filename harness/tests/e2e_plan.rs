@@ -566,3 +566,222 @@ fn every_workflow_invocation_is_accepted() {
     }
     assert!(seen >= 14, "found {seen} invocations");
 }
+
+const FLANNEL: &str = "---\nkind: Namespace\napiVersion: v1\nmetadata:\n  name: kube-flannel\n---\napiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: kube-flannel-ds\n  namespace: kube-flannel\nspec:\n  selector:\n    matchLabels:\n      app: flannel\n  template:\n    spec:\n      containers:\n      - name: kube-flannel\n        image: ghcr.io/flannel-io/flannel:v0.27.0\n";
+
+fn temp_file(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).expect("write");
+    p.to_string_lossy().into_owned()
+}
+
+#[test]
+fn kind_takes_the_users_own_config() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let own = temp_file(
+        &dir,
+        "own.yaml",
+        "kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\nnetworking:\n  ipFamily: dual\n  disableDefaultCNI: true\n  kubeProxyMode: nftables\n  podSubnet: 10.100.0.0/16,fd00:100::/56\nnodes:\n- role: control-plane\n- role: control-plane\n- role: worker\n",
+    );
+    let create = dry_run(&["kind", "create", "--name", "own", "--config", &own]);
+    assert!(
+        writes(&create).is_empty(),
+        "kind reads the user's file itself"
+    );
+    assert_eq!(
+        commands(&create),
+        [format!("kind create cluster --name own --config {own} --image kindest/node:v1.36.1@sha256:3489c7674813ba5d8b1a9977baea8a6e553784dab7b84759d1014dbd78f7ebd5 --kubeconfig target/cnilab-e2e/own/kubeconfig --retain")]
+    );
+    // Node names, family and pod subnet come from the config.
+    let load = commands(&dry_run(&[
+        "kind",
+        "load",
+        "--name",
+        "own",
+        "--config",
+        &own,
+        "--image-archive",
+        "x.tar",
+    ]));
+    let nodes: Vec<&str> = load
+        .iter()
+        .filter_map(|c| c.strip_prefix("docker exec "))
+        .filter_map(|c| c.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        nodes,
+        ["own-control-plane", "own-control-plane2", "own-worker"]
+    );
+    let deploy = dry_run(&["kind", "deploy", "--name", "own", "--config", &own]);
+    assert!(
+        deploy.contains("value: \"10.100.0.0/16,fd00:100::/56\""),
+        "{deploy}"
+    );
+    let check = dry_run(&["kind", "check", "--name", "own", "--config", &own]);
+    assert!(check.contains("--ip-family dual"), "{check}");
+    assert!(check.contains("\"nodeName\": \"own-control-plane2\""));
+}
+
+#[test]
+fn own_config_conflicts_are_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let head = "kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\n";
+    let dual = temp_file(
+        &dir,
+        "dual.yaml",
+        &format!("{head}networking:\n  ipFamily: dual\n  disableDefaultCNI: true\n"),
+    );
+    let err = fails(&["kind", "create", "--config", &dual, "--ip-family", "ipv4"]);
+    assert!(
+        err.contains("--ip-family ipv4") && err.contains("dual"),
+        "{err}"
+    );
+    let err = fails(&["kind", "create", "--config", &dual, "--workers", "3"]);
+    assert!(
+        err.contains("--workers 3") && err.contains("0 workers"),
+        "{err}"
+    );
+    let err = fails(&["minikube", "create", "--config", &dual]);
+    assert!(err.contains("only `cnilab e2e kind`"), "{err}");
+    let kindnet = temp_file(
+        &dir,
+        "kindnet.yaml",
+        &format!("{head}nodes:\n- role: control-plane\n"),
+    );
+    let err = fails(&["kind", "create", "--config", &kindnet]);
+    assert!(err.contains("disableDefaultCNI"), "{err}");
+    let missing = dir.path().join("missing.yaml");
+    let err = fails(&["kind", "create", "--config", &missing.to_string_lossy()]);
+    assert!(err.contains("cannot read the kind config"), "{err}");
+}
+
+#[test]
+fn any_cni_is_deployed_and_waited_for() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let flannel = temp_file(&dir, "kube-flannel.yml", FLANNEL);
+    let args = |step: &'static str| -> Vec<String> {
+        [
+            "kind",
+            step,
+            "--name",
+            "fl",
+            "--cni-manifest",
+            flannel.as_str(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let run = |step: &'static str, extra: &[&str]| {
+        let mut a = args(step);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        dry_run(&a)
+    };
+    let k = "kubectl --kubeconfig target/cnilab-e2e/fl/kubeconfig";
+    let deploy = run("deploy", &[]);
+    let files = writes(&deploy);
+    assert_eq!(files.len(), 1);
+    assert_eq!(
+        files[0],
+        (
+            "target/cnilab-e2e/fl/manifests/kube-flannel.yml".to_string(),
+            FLANNEL.to_string()
+        )
+    );
+    assert_eq!(
+        commands(&deploy),
+        [format!(
+            "{k} apply --filename target/cnilab-e2e/fl/manifests/kube-flannel.yml"
+        )]
+    );
+    let wait = commands(&run("wait", &[]));
+    assert_eq!(
+        wait[0],
+        format!(
+            "{k} --namespace kube-flannel rollout status daemonset/kube-flannel-ds --timeout=180s"
+        )
+    );
+    assert!(
+        !wait.iter().any(|c| c.contains("cnilab-agent")),
+        "{wait:#?}"
+    );
+    assert_eq!(wait.len(), 3);
+    // Nothing runs the cnilab image: nothing to build or load, unless an
+    // archive is given (your own CNI's image).
+    let load = run("load", &[]);
+    assert!(commands(&load).is_empty(), "{load}");
+    assert!(load.contains("nothing to load"));
+    assert!(commands(&run("load", &["--image-archive", "own.tar"]))[0]
+        .starts_with("kind load image-archive own.tar"));
+    let dump = commands(&run("dump", &["--out", "d"]));
+    assert!(dump.contains(&format!("{k} --namespace kube-flannel describe daemonset kube-flannel-ds > d/workloads/kube-flannel.kube-flannel-ds/describe.txt")), "{dump:#?}");
+    // Several files, in the order given; two with one name are refused.
+    let other = temp_file(
+        &dir,
+        "b.yaml",
+        &FLANNEL.replace("kube-flannel-ds", "second"),
+    );
+    let both = commands(&dry_run(&[
+        "kind",
+        "wait",
+        "--name",
+        "fl",
+        "--cni-manifest",
+        &flannel,
+        "--cni-manifest",
+        &other,
+    ]));
+    assert!(
+        both[0].contains("daemonset/kube-flannel-ds") && both[1].contains("daemonset/second"),
+        "{both:#?}"
+    );
+    let err = fails(&[
+        "kind",
+        "deploy",
+        "--cni-manifest",
+        &flannel,
+        "--cni-manifest",
+        &flannel,
+    ]);
+    assert!(
+        err.contains("two files are named kube-flannel.yml"),
+        "{err}"
+    );
+    // minikube: the same file is its --cni, and nothing needs a restart.
+    let mk = dry_run(&[
+        "minikube",
+        "create",
+        "--name",
+        "fl",
+        "--cni-manifest",
+        &flannel,
+    ]);
+    assert!(writes(&mk)[0].1.contains("name: kube-flannel-ds"));
+    let mk_deploy = commands(&dry_run(&[
+        "minikube",
+        "deploy",
+        "--name",
+        "fl",
+        "--cni-manifest",
+        &flannel,
+    ]));
+    assert!(
+        !mk_deploy.iter().any(|c| c.contains("rollout restart")),
+        "{mk_deploy:#?}"
+    );
+}
+
+#[test]
+fn check_finds_the_cluster_as_kubectl_does() {
+    let out = dry_run(&["check"]);
+    assert!(
+        out.starts_with("# cnilab e2e check --ip-family ipv4\n"),
+        "{out}"
+    );
+    let out = dry_run(&["check", "--context", "kind-x"]);
+    assert!(
+        out.starts_with("# cnilab e2e check --context kind-x --ip-family ipv4\n"),
+        "{out}"
+    );
+}

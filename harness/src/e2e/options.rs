@@ -186,6 +186,11 @@ impl E2eOptions {
 
     /// Rejects what would make a wrong plan before anything runs.
     pub fn validate(&self) -> Result<(), E2eError> {
+        if self.kind_config.is_some() && self.provider != Provider::Kind {
+            return Err(E2eError::Invalid(
+                "--config is a kind config: only `cnilab e2e kind` takes it".into(),
+            ));
+        }
         let name_ok = !self.name.is_empty()
             && self.name.len() <= 40
             && self
@@ -217,11 +222,6 @@ impl E2eOptions {
             self.kind_node_image()?;
         }
         if let Some(config) = &self.kind_config {
-            if self.provider != Provider::Kind {
-                return Err(E2eError::Invalid(
-                    "--config is a kind config: only `cnilab e2e kind` takes it".into(),
-                ));
-            }
             if self.ip_family != config.ip_family {
                 return Err(E2eError::Invalid(format!(
                     "--ip-family {} but {} sets networking.ipFamily {}: drop one",
