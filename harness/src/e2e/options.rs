@@ -259,7 +259,7 @@ impl E2eOptions {
         })
     }
 
-    /// `v1.37.0`, whether or not the user wrote the `v`.
+    /// `v1.36.1`, whether or not the user wrote the `v`.
     pub fn k8s_version(&self) -> String {
         let v = self.k8s_version.clone().unwrap_or_else(|| {
             match self.provider {
