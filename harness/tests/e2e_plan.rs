@@ -785,3 +785,71 @@ fn check_finds_the_cluster_as_kubectl_does() {
         "{out}"
     );
 }
+
+/// `cnilab e2e check` (not a dry run) reads the kubeconfig as kubectl
+/// does; the cluster here is a closed port, so the run stops at the first
+/// API call, after saying which context of which files it used.
+#[test]
+fn check_reads_kubeconfig_like_kubectl() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = |current: Option<&str>, name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Config\n{}clusters:\n- name: {name}\n  cluster:\n    server: https://127.0.0.1:9\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: u\nusers:\n- name: u\n  user:\n    token: t\n",
+            current.map(|c| format!("current-context: {c}\n")).unwrap_or_default()
+        )
+    };
+    let a = temp_file(&dir, "a.yaml", &config(None, "ctx-a"));
+    let b = temp_file(&dir, "b.yaml", &config(Some("ctx-b"), "ctx-b"));
+    let missing = dir
+        .path()
+        .join("missing.yaml")
+        .to_string_lossy()
+        .into_owned();
+    let run = |kubeconfig: &str, extra: &[&str]| {
+        Command::cargo_bin("cnilab")
+            .expect("cnilab binary")
+            .env("KUBECONFIG", kubeconfig)
+            .env("HOME", dir.path())
+            .args(["e2e", "check", "--timeout", "5s"])
+            .args(extra)
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .expect("runs")
+    };
+    // a sets no current-context; b's wins; the missing file is skipped.
+    let out = run(&format!("{missing}:{a}:{b}"), &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("context ctx-b (from {a}:{b})")),
+        "{err}"
+    );
+    assert!(!out.status.success());
+    let out = run(&format!("{a}:{b}"), &["--context", "ctx-a"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("context ctx-a (from "), "{err}");
+    let out = run(&format!("{a}:{b}"), &["--context", "nope"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("\"nope\"") && err.contains("ctx-a, ctx-b"),
+        "{err}"
+    );
+    let out = run(&missing, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("none of them exists"), "{err}");
+    // Unset KUBECONFIG and no ~/.kube/config: a clear error.
+    let out = Command::cargo_bin("cnilab")
+        .expect("cnilab binary")
+        .env_remove("KUBECONFIG")
+        .env("HOME", dir.path())
+        .args(["e2e", "check"])
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(".kube/config") && err.contains("does not exist"),
+        "{err}"
+    );
+}
