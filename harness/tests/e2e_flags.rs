@@ -4,17 +4,12 @@
 //! tag. Covers kind and minikube, every IP family, with and without
 //! `--config`, `--cni-manifest`, `--image-archive` and `--workers`.
 
-use assert_cmd::Command;
+mod e2e_common;
+
+use e2e_common::{dry_run, repo_root, FLANNEL};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -277,25 +272,6 @@ fn the_checker_refuses_what_the_tools_refuse() {
     }
 }
 
-fn dry_run(args: &[String]) -> String {
-    let out = Command::cargo_bin("cnilab")
-        .expect("cnilab binary")
-        .current_dir(repo_root())
-        .arg("e2e")
-        .args(args)
-        .arg("--dry-run")
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "cnilab e2e {args:?} --dry-run: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
-}
-
-const FLANNEL: &str = "---\nkind: Namespace\napiVersion: v1\nmetadata:\n  name: kube-flannel\n---\napiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: kube-flannel-ds\n  namespace: kube-flannel\nspec:\n  selector:\n    matchLabels:\n      app: flannel\n  template:\n    spec:\n      containers:\n      - name: kube-flannel\n        image: ghcr.io/flannel-io/flannel:v0.27.0\n";
-
 fn kind_config(dir: &Path, family: &str) -> PathBuf {
     let path = dir.join(format!("kind-{family}.yaml"));
     std::fs::write(
@@ -364,7 +340,7 @@ fn every_plan(dir: &Path) -> Vec<(Vec<String>, String)> {
     variants
         .into_iter()
         .map(|args| {
-            let out = dry_run(&args);
+            let out = dry_run(&args.iter().map(String::as_str).collect::<Vec<_>>());
             (args, out)
         })
         .collect()

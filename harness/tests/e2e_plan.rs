@@ -2,39 +2,11 @@
 //! every step, as lab/e2e-plan.md writes it and the workflows call it. The
 //! binary runs at the repository root, like the workflows.
 
+mod e2e_common;
+
 use assert_cmd::Command;
+use e2e_common::{dry_run, repo_root, run_dry, FLANNEL};
 use serde_json::Value;
-use std::path::PathBuf;
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
-/// Runs `cnilab e2e <args> --dry-run` at the repository root.
-fn run_dry(args: &[&str]) -> std::process::Output {
-    Command::cargo_bin("cnilab")
-        .expect("cnilab binary")
-        .current_dir(repo_root())
-        .arg("e2e")
-        .args(args)
-        .arg("--dry-run")
-        .output()
-        .expect("runs")
-}
-
-/// Runs `cnilab e2e <args> --dry-run` and returns stdout.
-fn dry_run(args: &[&str]) -> String {
-    let out = run_dry(args);
-    assert!(
-        out.status.success(),
-        "cnilab e2e {args:?} --dry-run: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
-}
 
 fn fails(args: &[&str]) -> String {
     let out = run_dry(args);
@@ -566,8 +538,6 @@ fn every_workflow_invocation_is_accepted() {
     }
     assert!(seen >= 14, "found {seen} invocations");
 }
-
-const FLANNEL: &str = "---\nkind: Namespace\napiVersion: v1\nmetadata:\n  name: kube-flannel\n---\napiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: kube-flannel-ds\n  namespace: kube-flannel\nspec:\n  selector:\n    matchLabels:\n      app: flannel\n  template:\n    spec:\n      containers:\n      - name: kube-flannel\n        image: ghcr.io/flannel-io/flannel:v0.27.0\n";
 
 fn temp_file(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
     let p = dir.path().join(name);
