@@ -94,12 +94,25 @@ impl CheckOptions {
 /// Runs a command in a pod: the API's exec in production, a scripted
 /// stand-in for the API server in tests.
 pub trait PodExec: Send + Sync {
-    fn exec<'a>(
-        &'a self,
-        namespace: &'a str,
-        pod: &'a str,
-        command: Vec<String>,
-    ) -> BoxFuture<'a, Result<ExecOutput, String>>;
+    fn exec(&self, call: PodCommand) -> BoxFuture<'_, Result<ExecOutput, String>>;
+}
+
+/// One command to run in one pod's `probe` container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodCommand {
+    pub namespace: String,
+    pub pod: String,
+    pub command: Vec<String>,
+}
+
+impl PodCommand {
+    pub fn new(namespace: &str, pod: &str, command: Vec<String>) -> Self {
+        Self {
+            namespace: namespace.to_string(),
+            pod: pod.to_string(),
+            command,
+        }
+    }
 }
 
 /// Exec through the API server (websocket).
@@ -109,21 +122,16 @@ pub struct KubeExec {
 }
 
 impl PodExec for KubeExec {
-    fn exec<'a>(
-        &'a self,
-        namespace: &'a str,
-        pod: &'a str,
-        command: Vec<String>,
-    ) -> BoxFuture<'a, Result<ExecOutput, String>> {
+    fn exec(&self, call: PodCommand) -> BoxFuture<'_, Result<ExecOutput, String>> {
         Box::pin(async move {
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &call.namespace);
             let params = AttachParams::default()
                 .container("probe")
                 .stdout(true)
                 .stderr(true);
             let run = async {
                 let mut process = api
-                    .exec(pod, command, &params)
+                    .exec(&call.pod, call.command, &params)
                     .await
                     .map_err(|e| e.to_string())?;
                 let stdout = process.stdout();
@@ -430,7 +438,7 @@ async fn probe_cluster(
     let mtus: Vec<Option<u32>> = stream::iter(cluster.pods.iter())
         .map(|p| async {
             match exec
-                .exec(&opts.namespace, &p.name, probes::mtu_command())
+                .exec(PodCommand::new(&opts.namespace, &p.name, probes::mtu_command()))
                 .await
             {
                 Ok(out) if out.success => out.stdout.trim().parse().ok(),
@@ -468,7 +476,11 @@ async fn probe_cluster(
         .map(|probe| async {
             let t = Instant::now();
             let result = exec
-                .exec(&opts.namespace, &probe.exec_pod, probe.command.clone())
+                .exec(PodCommand::new(
+                    &opts.namespace,
+                    &probe.exec_pod,
+                    probe.command.clone(),
+                ))
                 .await;
             let mut outcome = probes::judge(probe, result);
             if outcome.passed() {
