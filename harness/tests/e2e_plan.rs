@@ -823,3 +823,17 @@ fn check_reads_kubeconfig_like_kubectl() {
         "{err}"
     );
 }
+
+/// The example own config in lab/kind/examples is accepted and planned.
+#[test]
+fn the_example_own_kind_config_plans() {
+    let example = "lab/kind/examples/kube-proxy-nftables.yaml";
+    let out = dry_run(&["kind", "--name", "nft", "--config", example]);
+    assert!(
+        commands(&out)[0].starts_with(&format!(
+            "kind create cluster --name nft --config {example} "
+        )),
+        "{out}"
+    );
+    assert!(out.contains("\"nodeName\": \"nft-worker3\""), "{out}");
+}

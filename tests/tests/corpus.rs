@@ -106,7 +106,9 @@ fn every_corpus_input_is_refused_with_its_code_and_changes_nothing() {
             let id = first(&run.exec.env, "CNI_CONTAINERID")
                 .unwrap_or("corpus-case")
                 .to_string();
-            let ifname = first(&run.exec.env, "CNI_IFNAME").unwrap_or("eth0").to_string();
+            let ifname = first(&run.exec.env, "CNI_IFNAME")
+                .unwrap_or("eth0")
+                .to_string();
             let _ = invoke(
                 &host,
                 &plugin,

@@ -90,8 +90,9 @@ pub(crate) fn run(s: &Suite<'_>, dir: Option<&Path>) -> Vec<Finding> {
             Ok(run) if run.passed() => {}
             Ok(run) => {
                 let crashed = run.exec.signal.is_some() && !run.exec.timed_out;
-                let not_json =
-                    run.exec.exit_code.is_some_and(|c| c != 0) && run.error.is_none() && !run.exec.timed_out;
+                let not_json = run.exec.exit_code.is_some_and(|c| c != 0)
+                    && run.error.is_none()
+                    && !run.exec.timed_out;
                 let line = format!("{}: {}", case.name, run.problems.join("; "));
                 if crashed || not_json {
                     broken.push(line);

@@ -438,7 +438,11 @@ async fn probe_cluster(
     let mtus: Vec<Option<u32>> = stream::iter(cluster.pods.iter())
         .map(|p| async {
             match exec
-                .exec(PodCommand::new(&opts.namespace, &p.name, probes::mtu_command()))
+                .exec(PodCommand::new(
+                    &opts.namespace,
+                    &p.name,
+                    probes::mtu_command(),
+                ))
                 .await
             {
                 Ok(out) if out.success => out.stdout.trim().parse().ok(),
