@@ -266,7 +266,7 @@ fn start(
 }
 
 fn options() -> CheckOptions {
-    let mut o = CheckOptions::new("unused-kubeconfig".into());
+    let mut o = CheckOptions::new(Default::default());
     o.timeout = Duration::from_secs(10);
     o.title = "mock".into();
     o

@@ -6,6 +6,7 @@
 //! through the API's exec, diagnoses failures (with what the Node objects
 //! say), reports like `cnilab lab`, and deletes the namespace.
 
+pub mod access;
 pub mod nodes;
 pub mod objects;
 pub mod probes;
@@ -28,7 +29,8 @@ use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct CheckOptions {
-    pub kubeconfig: PathBuf,
+    /// Which cluster: `--kubeconfig`/`--context`, else as kubectl finds it.
+    pub access: access::Access,
     pub ip_family: IpFamily,
     pub probe_image: String,
     pub namespace: String,
@@ -49,9 +51,9 @@ pub struct CheckOptions {
 }
 
 impl CheckOptions {
-    pub fn new(kubeconfig: PathBuf) -> CheckOptions {
+    pub fn new(access: access::Access) -> CheckOptions {
         CheckOptions {
-            kubeconfig,
+            access,
             ip_family: IpFamily::Ipv4,
             probe_image: DEFAULT_PROBE_IMAGE.to_string(),
             namespace: "cnilab-e2e".into(),
@@ -68,11 +70,14 @@ impl CheckOptions {
 
     /// The equivalent `cnilab e2e check` command line.
     pub fn command_line(&self) -> String {
-        let mut s = format!(
-            "cnilab e2e check --kubeconfig {} --ip-family {}",
-            quote(&self.kubeconfig.to_string_lossy()),
-            self.ip_family.as_str()
-        );
+        let mut s = String::from("cnilab e2e check");
+        if let Some(k) = &self.access.kubeconfig {
+            let _ = write!(s, " --kubeconfig {}", quote(&k.to_string_lossy()));
+        }
+        if let Some(c) = &self.access.context {
+            let _ = write!(s, " --context {}", quote(c));
+        }
+        let _ = write!(s, " --ip-family {}", self.ip_family.as_str());
         if self.probe_image != DEFAULT_PROBE_IMAGE {
             let _ = write!(s, " --image {}", quote(&self.probe_image));
         }
@@ -224,7 +229,9 @@ pub fn run_blocking(opts: &CheckOptions) -> Result<bool, E2eError> {
             source: e,
         })?;
     rt.block_on(async {
-        let client = client_from(&opts.kubeconfig).await?;
+        let resolved = access::resolve(&opts.access)?;
+        eprintln!("cnilab e2e check: {}", resolved.describe());
+        let client = access::client(resolved).await?;
         let exec = KubeExec {
             client: client.clone(),
             timeout: Duration::from_secs(30),
@@ -233,21 +240,6 @@ pub fn run_blocking(opts: &CheckOptions) -> Result<bool, E2eError> {
         emit(&report, opts)?;
         Ok(report.passed())
     })
-}
-
-pub async fn client_from(path: &std::path::Path) -> Result<kube::Client, E2eError> {
-    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| {
-        E2eError::Kube(format!(
-            "cannot read the kubeconfig {}: {e}",
-            path.display()
-        ))
-    })?;
-    let config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .map_err(|e| E2eError::Kube(format!("kubeconfig {}: {e}", path.display())))?;
-    kube::Client::try_from(config)
-        .map_err(|e| E2eError::Kube(format!("cannot build a client: {e}")))
 }
 
 fn emit(report: &Report, opts: &CheckOptions) -> Result<(), E2eError> {
