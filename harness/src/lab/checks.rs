@@ -19,6 +19,10 @@ pub const GROUPS: &[&str] = &[
     "pod-to-node",
     "pod-to-external",
     "mtu/df-cross-node",
+    super::services::SAME_NODE,
+    super::services::CROSS_NODE,
+    super::services::HAIRPIN,
+    super::services::CLUSTER_IP,
 ];
 
 /// Refuses a group filter that selects no group (groups are prefixes:
@@ -140,6 +144,7 @@ pub fn plan(lab: &Lab, groups: &[String]) -> Vec<ProbeSpec> {
             }
         }
     }
+    super::services::plan(lab, &wanted, &mut out);
     out
 }
 
@@ -220,7 +225,10 @@ fn judge(spec: &ProbeSpec, reply: Result<Reply, String>) -> ProbeOutcome {
             rtt_ms: None,
         },
         Ok(reply) => {
-            let wrong_peer = reply.responder.as_ref().filter(|r| **r != spec.to.name);
+            let wrong_peer = reply
+                .responder
+                .as_ref()
+                .filter(|r| **r != spec.to.name && !super::services::may_answer(spec, r));
             let error = match (spec.expect_source, reply.seen_src) {
                 _ if wrong_peer.is_some() => Some(format!(
                     "answered by {}, not by {}: the address {} leads to the wrong endpoint",
@@ -259,7 +267,7 @@ pub fn run(
     let total = specs.len();
     let done = std::sync::atomic::AtomicUsize::new(0);
     // DF probes are sized to the pods' MTU: what the plugin configured.
-    let mtu = lab.topo.mtu;
+    let mtu = lab.topo.pod_mtu();
     rt.block_on(async {
         let jobs = specs.iter().map(|spec| {
             let done = &done;

@@ -17,6 +17,12 @@ pub struct TopologyArgs {
     pub topology: Option<PathBuf>,
     pub nodes: Option<usize>,
     pub pods_per_node: Option<usize>,
+    /// Underlay shape of a generated lab.
+    pub shape: Option<super::underlay::Shape>,
+    /// `routing = "vxlan"`.
+    pub vxlan: bool,
+    /// A `[service]` with its defaults.
+    pub service: bool,
 }
 
 /// Where reports go.
@@ -37,6 +43,7 @@ fn topology(args: &TopologyArgs) -> Result<Topology, Box<dyn std::error::Error>>
         topo.pods_per_node = p;
         topo.validate(Path::new("--pods-per-node"))?;
     }
+    super::underlay::apply_flags(&mut topo, args.shape, args.vxlan, args.service)?;
     Ok(topo)
 }
 

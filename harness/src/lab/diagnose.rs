@@ -25,6 +25,10 @@ pub struct NodeFacts {
     /// The node's ARP entries on its underlay interface.
     pub uplink_neighbours: Vec<crate::netns::Neighbour>,
     pub ruleset: String,
+    /// MTU and MAC of the node's VXLAN device, and its FDB (`lab/vxlan.rs`).
+    pub vxlan_mtu: Option<u32>,
+    pub vxlan_mac: Option<String>,
+    pub vxlan_fdb: Vec<(String, IpAddr)>,
 }
 
 /// A node's ARP entries on its underlay interface.
@@ -54,6 +58,14 @@ pub fn neighbours_before(lab: &Lab) -> Vec<Vec<crate::netns::Neighbour>> {
 
 /// Reads routes, sysctls, the uplink MTU and the firewall ruleset of every node.
 pub fn collect(lab: &Lab) -> Vec<NodeFacts> {
+    let mut facts = collect_nodes(lab);
+    for (i, f) in facts.iter_mut().enumerate() {
+        super::vxlan::facts(lab, i, f);
+    }
+    facts
+}
+
+fn collect_nodes(lab: &Lab) -> Vec<NodeFacts> {
     lab.nodes
         .iter()
         .map(|node| {
@@ -92,6 +104,7 @@ pub fn collect(lab: &Lab) -> Vec<NodeFacts> {
                 uplink_mac: uplink.as_ref().and_then(|l| l.mac.clone()),
                 uplink_neighbours: uplink_neighbours(node),
                 ruleset,
+                ..NodeFacts::default()
             }
         })
         .collect()
@@ -153,7 +166,8 @@ fn check_route(
                 owner.address.map(|a| a.to_string()).unwrap_or_default()
             ),
         }),
-        Some(r) if r.gateway.is_some() && r.gateway != owner.address => out.push(Diagnosis {
+        // A default route (a routed underlay's router) is no stale pod route.
+        Some(r) if r.gateway.is_some() && r.gateway != owner.address && r.dst.prefix_len() > 0 => out.push(Diagnosis {
             id: "stale-route",
             message: format!(
                 "{} routes {} via {} but {} is {}: a stale route (podCIDR reused, or the node's address changed)",
@@ -349,6 +363,9 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
             });
         }
     }
+    super::underlay::diagnose(lab, facts, o, &mut out);
+    super::vxlan::diagnose(lab, facts, o, &mut out);
+    super::services::diagnose(lab, facts, o, &mut out);
     out.dedup();
     out
 }

@@ -12,9 +12,13 @@ pub mod diagnose;
 pub mod pidfile;
 pub mod probe;
 pub mod scenario;
+pub mod services;
+pub mod shape_faults;
 pub mod state;
 pub mod sweep;
 pub mod topology;
+pub mod underlay;
+pub mod vxlan;
 
 use build::Lab;
 use report::{Failure, Report};

@@ -118,6 +118,34 @@ pub enum Fault {
     StartAgent {
         node: String,
     },
+    /// Routed underlay: flannel's host-gw instead of the router's routes
+    /// (the router forgets the pod CIDRs; each node tries `podCIDR via nodeIP`).
+    HostGw {},
+    /// NAT underlay: every node's InternalIP becomes 10.0.2.15 in the node
+    /// list the agents read (the Vagrant bug).
+    NatInternalIp {},
+    /// Every pod interface gets this MTU (an overlay whose pod MTU was not reduced).
+    PodMtu {
+        mtu: u32,
+    },
+    /// VXLAN: `node` leaves and re-joins with a new VTEP MAC; the nodes in
+    /// `missed_by` miss the update and keep no FDB entry for it.
+    VxlanRejoin {
+        node: String,
+        missed_by: Vec<String>,
+    },
+    /// kube-proxy's Service rules are gone from `node`.
+    DnatMissing {
+        node: String,
+    },
+    /// Hairpin mode off on the bridge port of `node`'s Service backend.
+    HairpinOff {
+        node: String,
+    },
+    /// `node`'s Service rules lack the hairpin masquerade.
+    HairpinMasqueradeMissing {
+        node: String,
+    },
 }
 
 fn one() -> usize {
@@ -167,6 +195,7 @@ enum Undo {
     StopAgent {
         node: String,
     },
+    Shape(super::shape_faults::ShapeUndo),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -255,7 +284,16 @@ impl Fault {
             | Fault::RemoveNode { node }
             | Fault::StopAgent { node }
             | Fault::StartAgent { node } => vec![("node", node)],
-            Fault::AddNode { .. } => Vec::new(),
+            Fault::AddNode { .. }
+            | Fault::HostGw {}
+            | Fault::NatInternalIp {}
+            | Fault::PodMtu { .. } => Vec::new(),
+            Fault::VxlanRejoin { node, missed_by } => std::iter::once(("node", node))
+                .chain(missed_by.iter().map(|m| ("missed_by", m)))
+                .collect(),
+            Fault::DnatMissing { node }
+            | Fault::HairpinOff { node }
+            | Fault::HairpinMasqueradeMissing { node } => vec![("node", node)],
         }
     }
 }
@@ -458,6 +496,7 @@ fn apply(lab: &mut Lab, fault: &Fault) -> Result<Undo, LabError> {
             lab.start_agent(i)?;
             Undo::StopAgent { node: node.clone() }
         }
+        _ => Undo::Shape(super::shape_faults::apply(lab, fault)?),
     })
 }
 
@@ -540,6 +579,7 @@ fn undo(lab: &mut Lab, u: Undo) -> Result<(), LabError> {
             lab.stop_agent(i);
             Ok(())
         }
+        Undo::Shape(u) => super::shape_faults::undo(lab, u),
     }
 }
 
