@@ -144,6 +144,12 @@ fn masquerade_lines(ruleset: &str) -> Vec<String> {
         .collect()
 }
 
+/// Neither a default route (a routed underlay's router) nor an overlay
+/// route via the owner's VTEP address (inside its pod CIDR) is stale.
+fn overlay_or_default(r: &Route, cidr: &IpNet) -> bool {
+    r.dst.prefix_len() == 0 || r.gateway.is_some_and(|g| cidr.contains(&g))
+}
+
 /// Route check: `node` must reach `dst` (a pod on `owner`) via `owner`'s address.
 fn check_route(
     out: &mut Vec<Diagnosis>,
@@ -151,11 +157,15 @@ fn check_route(
     dst: IpAddr,
     owner: &NodeFacts,
     direction: &str,
+    default_ok: bool,
 ) {
     let Some(cidr) = owner.pod_cidr.iter().find(|c| c.contains(&dst)) else {
         return;
     };
-    match lookup(&node.routes, dst) {
+    // A default route carries pod traffic only where a router holds the
+    // pod routes (a routed underlay); elsewhere it leads out of the cluster.
+    let found = lookup(&node.routes, dst).filter(|r| default_ok || r.dst.prefix_len() > 0);
+    match found {
         None => out.push(Diagnosis {
             id: "missing-route",
             message: format!(
@@ -166,8 +176,7 @@ fn check_route(
                 owner.address.map(|a| a.to_string()).unwrap_or_default()
             ),
         }),
-        // A default route (a routed underlay's router) is no stale pod route.
-        Some(r) if r.gateway.is_some() && r.gateway != owner.address && r.dst.prefix_len() > 0 => out.push(Diagnosis {
+        Some(r) if r.gateway.is_some() && r.gateway != owner.address && !overlay_or_default(r, cidr) => out.push(Diagnosis {
             id: "stale-route",
             message: format!(
                 "{} routes {} via {} but {} is {}: a stale route (podCIDR reused, or the node's address changed)",
@@ -266,13 +275,14 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
         });
     }
 
+    let default_ok = super::underlay::routes_in_router(&lab.topo);
     if let (Some(a), Some(b)) = (src, dst) {
         if a.name != b.name {
             if dst_is_pod {
-                check_route(&mut out, a, spec.to.ip, b, "forward");
+                check_route(&mut out, a, spec.to.ip, b, "forward", default_ok);
             }
             if src_is_pod {
-                check_route(&mut out, b, spec.from.ip, a, "return");
+                check_route(&mut out, b, spec.from.ip, a, "return", default_ok);
             }
         }
     }

@@ -187,11 +187,20 @@ pub fn bridge_for(lab: &Lab, addr: IpAddr, underlay: u32) -> Result<u32, LabErro
 /// Runs `program -batch -` in `ns` with `script` on its stdin (iproute2's
 /// `ip` or `bridge`: netlink requests, one per line).
 pub fn batch(ns: &Netns, program: &str, script: &str) -> Result<(), LabError> {
+    batch_with(ns, program, &["-batch", "-"], script)
+}
+
+/// [`batch`] that goes on after a failed line (`-force`).
+pub fn batch_force(ns: &Netns, program: &str, script: &str) -> Result<(), LabError> {
+    batch_with(ns, program, &["-force", "-batch", "-"], script)
+}
+
+fn batch_with(ns: &Netns, program: &str, args: &[&str], script: &str) -> Result<(), LabError> {
     use std::io::Write;
     use std::process::Stdio;
     let mut child = ns
         .command(program)
-        .args(["-batch", "-"])
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -251,11 +251,11 @@ pub fn leave(lab: &Lab, name: &str) -> Result<(), LabError> {
         if let Some(vtep) = vtep_address(&spec.pod_cidr) {
             let mut script = String::new();
             for c in spec.pod_cidr.iter().filter(|c| c.addr().is_ipv4()) {
-                let _ = writeln!(script, "-force route del {}", c.trunc());
+                let _ = writeln!(script, "route del {}", c.trunc());
             }
-            let _ = writeln!(script, "-force neigh del {vtep} dev {DEVICE}");
+            let _ = writeln!(script, "neigh del {vtep} dev {DEVICE}");
             // Entries may already be gone; a failure here changes nothing.
-            let _ = batch(&lab.nodes[i].ns, "ip", &script);
+            let _ = super::underlay::batch_force(&lab.nodes[i].ns, "ip", &script);
         }
     }
     Ok(())
@@ -276,9 +276,9 @@ pub fn set_pod_mtu(lab: &mut Lab, mtu: u32) -> Result<(), LabError> {
         // Twice: a bridge follows its ports, so the order matters on the
         // way up; the second pass sets whatever the first could not.
         for name in veths.iter().chain(veths.iter()) {
-            let _ = writeln!(script, "-force link set {name} mtu {mtu}");
+            let _ = writeln!(script, "link set {name} mtu {mtu}");
         }
-        batch(&node.ns, "ip", &script)?;
+        super::underlay::batch_force(&node.ns, "ip", &script)?;
         for pod in &node.pods {
             batch(&pod.ns, "ip", &format!("link set eth0 mtu {mtu}\n"))?;
         }
