@@ -306,8 +306,8 @@ pub fn may_answer(spec: &ProbeSpec, responder: &str) -> bool {
     spec.to.name == WEB && responder.ends_with("-pod0")
 }
 
-/// The hairpin mode of the bridge port of node `n`'s pod `p`.
-fn hairpin_mode(lab: &Lab, n: usize, p: usize) -> Option<bool> {
+/// The interface index (in the node) of the peer of node `n`'s pod `p`'s eth0.
+fn port_index(lab: &Lab, n: usize, p: usize) -> Option<u64> {
     let pod = lab.nodes[n].pods.get(p)?;
     let out = pod
         .ns
@@ -316,7 +316,12 @@ fn hairpin_mode(lab: &Lab, n: usize, p: usize) -> Option<bool> {
         .output()
         .ok()?;
     let links: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    let peer = links.get(0)?.get("link_index")?.as_u64()?;
+    links.get(0)?.get("link_index")?.as_u64()
+}
+
+/// The hairpin mode of the bridge port of node `n`'s pod `p`.
+fn hairpin_mode(lab: &Lab, n: usize, p: usize) -> Option<bool> {
+    let peer = port_index(lab, n, p)?;
     let out = lab.nodes[n]
         .ns
         .command("ip")
@@ -334,17 +339,9 @@ fn hairpin_mode(lab: &Lab, n: usize, p: usize) -> Option<bool> {
         .as_bool()
 }
 
-/// The names of the bridge port (node side) of node `n`'s pod `p`.
+/// The name of the bridge port (node side) of node `n`'s pod `p`.
 pub fn bridge_port(lab: &Lab, n: usize, p: usize) -> Option<String> {
-    let pod = lab.nodes[n].pods.get(p)?;
-    let out = pod
-        .ns
-        .command("ip")
-        .args(["-j", "link", "show", "eth0"])
-        .output()
-        .ok()?;
-    let links: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    let peer = links.get(0)?.get("link_index")?.as_u64()?;
+    let peer = port_index(lab, n, p)?;
     lab.nodes[n]
         .ns
         .links()

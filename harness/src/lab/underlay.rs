@@ -16,7 +16,7 @@
 //!
 //! Everything lives in lab namespaces; nothing is added to the host.
 
-use super::build::{make_ns, netlink, setup, Lab, LabError};
+use super::build::{install_static_routes, make_ns, netlink, setup, Lab, LabError};
 use super::diagnose::{Diagnosis, NodeFacts};
 use super::topology::{Routing, Topology};
 use crate::connectivity::ProbeOutcome;
@@ -379,26 +379,16 @@ pub fn detach(lab: &mut Lab, node: &str) {
 /// `routing = "static"` on a routed underlay: the pod CIDR routes live in
 /// the router (a cloud route table), nodes reach them by their default route.
 pub fn install_router_routes(lab: &mut Lab) -> Result<(), LabError> {
-    let routes: Vec<(IpNet, IpAddr)> = lab
-        .topo
-        .nodes
-        .iter()
-        .flat_map(|n| {
-            n.pod_cidr
-                .iter()
-                .filter(|c| c.addr().is_ipv4())
-                .map(move |c| (c.trunc(), n.address))
-        })
-        .collect();
-    let router = router(lab)?;
-    netlink(router, "router pod routes", |h| async move {
-        for (dst, via) in routes {
-            let msg = nl::route_message(dst, Some(via), None, None)
-                .map_err(|_| rtnetlink::Error::RequestFailed)?;
-            nl::add_route(&h, msg, true).await?;
-        }
-        Ok(())
-    })
+    let specs = lab.topo.nodes.clone();
+    // The router is no node: every node's pod CIDR is routed via its address.
+    let me = super::topology::NodeSpec {
+        name: ROUTER_ROLE.into(),
+        address: IpAddr::from([0, 0, 0, 0]),
+        pod_cidr: Vec::new(),
+        mtu: None,
+        sysctls: Default::default(),
+    };
+    install_static_routes(router(lab)?, &me, &specs)
 }
 
 /// Removes the router's pod CIDR routes (the `host-gw` fault).
