@@ -729,6 +729,7 @@ fn an_unexplained_failure_says_undiagnosed() {
 #[case("clusterip-dnat-missing")]
 #[case("hairpin-off")]
 #[case("hairpin-masquerade-missing")]
+#[case("ipv6-forwarding-off")]
 fn shipped_scenario_behaves_as_written(#[case] name: &str) {
     let _host = host_untouched();
     let file = format!("lab/scenarios/{name}.toml");

@@ -440,7 +440,7 @@ impl Lab {
                 for node in &self.nodes {
                     install_static_routes(&node.ns, &node.spec, &specs)?;
                 }
-                Ok(())
+                super::dualstack::install_all(self)
             }
             Routing::Vxlan => super::vxlan::install(self),
             Routing::Agent => {
@@ -767,7 +767,8 @@ impl Lab {
                 super::underlay::install_router_routes(self)?
             }
             Routing::Static => {
-                install_static_routes(&self.nodes[i].ns, &self.nodes[i].spec, &specs)?
+                install_static_routes(&self.nodes[i].ns, &self.nodes[i].spec, &specs)?;
+                super::dualstack::install(self, i, true)?
             }
             Routing::Agent => {
                 self.write_nodes_file(&specs)?;

@@ -23,6 +23,7 @@ pub const GROUPS: &[&str] = &[
     super::services::CROSS_NODE,
     super::services::HAIRPIN,
     super::services::CLUSTER_IP,
+    super::dualstack::GROUP,
 ];
 
 /// Refuses a group filter that selects no group (groups are prefixes:
@@ -145,6 +146,7 @@ pub fn plan(lab: &Lab, groups: &[String]) -> Vec<ProbeSpec> {
         }
     }
     super::services::plan(lab, &wanted, &mut out);
+    super::dualstack::plan(lab, &wanted, &mut out);
     out
 }
 

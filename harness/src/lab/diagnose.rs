@@ -144,10 +144,13 @@ fn masquerade_lines(ruleset: &str) -> Vec<String> {
         .collect()
 }
 
-/// Neither a default route (a routed underlay's router) nor an overlay
-/// route via the owner's VTEP address (inside its pod CIDR) is stale.
-fn overlay_or_default(r: &Route, cidr: &IpNet) -> bool {
-    r.dst.prefix_len() == 0 || r.gateway.is_some_and(|g| cidr.contains(&g))
+/// Neither a default route (a routed underlay's router), nor an overlay
+/// route via the owner's VTEP address (inside its pod CIDR), nor a route
+/// via a gateway of another family than the owner's (IPv4) address is stale.
+fn overlay_or_default(r: &Route, cidr: &IpNet, owner: Option<IpAddr>) -> bool {
+    r.dst.prefix_len() == 0
+        || r.gateway
+            .is_some_and(|g| cidr.contains(&g) || owner.is_some_and(|o| o.is_ipv6() != g.is_ipv6()))
 }
 
 /// Route check: `node` must reach `dst` (a pod on `owner`) via `owner`'s address.
@@ -176,7 +179,7 @@ fn check_route(
                 owner.address.map(|a| a.to_string()).unwrap_or_default()
             ),
         }),
-        Some(r) if r.gateway.is_some() && r.gateway != owner.address && !overlay_or_default(r, cidr) => out.push(Diagnosis {
+        Some(r) if r.gateway.is_some() && r.gateway != owner.address && !overlay_or_default(r, cidr, owner.address) => out.push(Diagnosis {
             id: "stale-route",
             message: format!(
                 "{} routes {} via {} but {} is {}: a stale route (podCIDR reused, or the node's address changed)",
@@ -376,6 +379,7 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
     super::underlay::diagnose(lab, facts, o, &mut out);
     super::vxlan::diagnose(lab, facts, o, &mut out);
     super::services::diagnose(lab, facts, o, &mut out);
+    super::dualstack::diagnose(lab, facts, o, &mut out);
     out.dedup();
     out
 }

@@ -9,6 +9,7 @@ pub mod build;
 pub mod checks;
 pub mod commands;
 pub mod diagnose;
+pub mod dualstack;
 pub mod pidfile;
 pub mod probe;
 pub mod scenario;

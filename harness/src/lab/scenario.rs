@@ -74,6 +74,10 @@ pub enum Fault {
     IpForwardOff {
         node: String,
     },
+    /// `net.ipv6.conf.all.forwarding = 0` on `node` (dual-stack: IPv4 still works).
+    Ipv6ForwardOff {
+        node: String,
+    },
     /// `iptables -P FORWARD DROP` on `node`, as Docker does.
     ForwardDrop {
         node: String,
@@ -276,6 +280,7 @@ impl Fault {
             }
             Fault::ReusePodCidr { node, from } => vec![("node", node), ("from", from)],
             Fault::IpForwardOff { node }
+            | Fault::Ipv6ForwardOff { node }
             | Fault::ForwardDrop { node }
             | Fault::Mtu { node, .. }
             | Fault::FlushMasquerade { node }
@@ -388,6 +393,9 @@ fn apply(lab: &mut Lab, fault: &Fault) -> Result<Undo, LabError> {
             Undo::Routes { node: node.clone() }
         }
         Fault::IpForwardOff { node } => sysctl_fault(lab, node, "net/ipv4/ip_forward", "0")?,
+        Fault::Ipv6ForwardOff { node } => {
+            sysctl_fault(lab, node, "net/ipv6/conf/all/forwarding", "0")?
+        }
         Fault::RpFilter { node } => {
             sysctl_fault(lab, node, "net/ipv4/conf/eth0/rp_filter", "1")?;
             sysctl_fault(lab, node, "net/ipv4/conf/all/rp_filter", "1")?
