@@ -19,6 +19,11 @@ pub const GROUPS: &[&str] = &[
     "pod-to-node",
     "pod-to-external",
     "mtu/df-cross-node",
+];
+
+/// Check groups that run only in labs that have what they check (a
+/// `[service]`, IPv6 pods), in report order after [`GROUPS`].
+pub const OPTIONAL_GROUPS: &[&str] = &[
     super::services::SAME_NODE,
     super::services::CROSS_NODE,
     super::services::HAIRPIN,
@@ -26,16 +31,22 @@ pub const GROUPS: &[&str] = &[
     super::dualstack::GROUP,
 ];
 
+/// [`GROUPS`], then [`OPTIONAL_GROUPS`].
+pub fn all_groups() -> Vec<&'static str> {
+    GROUPS.iter().chain(OPTIONAL_GROUPS).copied().collect()
+}
+
 /// Refuses a group filter that selects no group (groups are prefixes:
 /// `pod-to-pod` selects both pod-to-pod groups).
 pub fn check_groups(groups: &[String]) -> Result<(), String> {
+    let all = all_groups();
     match groups
         .iter()
-        .find(|g| !GROUPS.iter().any(|k| k.starts_with(g.as_str())))
+        .find(|g| !all.iter().any(|k| k.starts_with(g.as_str())))
     {
         Some(g) => Err(format!(
             "no check group is named or starts with {g:?}; the groups are {}",
-            GROUPS.join(", ")
+            all.join(", ")
         )),
         None => Ok(()),
     }
@@ -178,7 +189,7 @@ pub fn report(lab: &Lab, outcomes: Vec<ProbeOutcome>, failures: Vec<Failure>) ->
         &lab.plugin_dir,
         &routing,
         nodes,
-        GROUPS,
+        &all_groups(),
         outcomes,
         failures,
     );

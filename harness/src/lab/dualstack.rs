@@ -101,10 +101,11 @@ fn v6_pod(lab: &Lab, n: usize, p: usize) -> Option<Endpoint> {
 }
 
 /// ICMPv6 from every pod with an IPv6 address to the pod at the same
-/// position (or the first) on the next node.
+/// position (or the first) on the next node, in labs whose IPv6 pod routes
+/// the lab itself installs.
 pub fn plan(lab: &Lab, wanted: &dyn Fn(&str) -> bool, out: &mut Vec<ProbeSpec>) {
     let nodes = lab.nodes.len();
-    if !wanted(GROUP) || nodes < 2 {
+    if !wanted(GROUP) || nodes < 2 || !active(&lab.topo) {
         return;
     }
     for n in 0..nodes {
