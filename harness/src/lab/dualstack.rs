@@ -88,16 +88,21 @@ pub fn install_all(lab: &Lab) -> Result<(), LabError> {
     Ok(())
 }
 
-fn v6_pod(lab: &Lab, n: usize, p: usize) -> Option<Endpoint> {
+/// Node `n`'s pod `p` as a probe endpoint, by its address of one family.
+pub fn pod_endpoint(lab: &Lab, n: usize, p: usize, v6: bool) -> Option<Endpoint> {
     let node = &lab.nodes[n];
     let pod = node.pods.get(p)?;
     Some(Endpoint {
         name: format!("{}/{}", node.spec.name, pod.name),
         node: Some(n),
         pod: Some(p),
-        ip: pod.ips.iter().find(|ip| ip.addr().is_ipv6())?.addr(),
+        ip: pod.ips.iter().find(|ip| ip.addr().is_ipv6() == v6)?.addr(),
         external: false,
     })
+}
+
+fn v6_pod(lab: &Lab, n: usize, p: usize) -> Option<Endpoint> {
+    pod_endpoint(lab, n, p, true)
 }
 
 /// ICMPv6 from every pod with an IPv6 address to the pod at the same

@@ -207,15 +207,7 @@ pub fn remove_node(lab: &Lab, i: usize) -> Result<(), LabError> {
 }
 
 fn pod(lab: &Lab, n: usize, p: usize) -> Option<Endpoint> {
-    let node = &lab.nodes[n];
-    let pod = node.pods.get(p)?;
-    Some(Endpoint {
-        name: format!("{}/{}", node.spec.name, pod.name),
-        node: Some(n),
-        pod: Some(p),
-        ip: pod.ips.iter().find(|ip| ip.addr().is_ipv4())?.addr(),
-        external: false,
-    })
+    super::dualstack::pod_endpoint(lab, n, p, false)
 }
 
 /// The Service probes of the groups `wanted` selects.
