@@ -502,8 +502,8 @@ fn nat_internal_ip(lab: &Lab, out: &mut Vec<Diagnosis>) {
         })
         .flat_map(|log| {
             log.lines()
-                .filter(|l| l.contains(&nat))
-                .map(str::to_string)
+                .filter(|l| l.contains(&nat) && l.contains("WARN"))
+                .map(log_message)
                 .collect::<Vec<_>>()
         })
         .last();
@@ -519,9 +519,41 @@ fn nat_internal_ip(lab: &Lab, out: &mut Vec<Diagnosis>) {
     });
 }
 
+/// The message of an agent log line, without colours, time and level.
+fn log_message(line: &str) -> String {
+    let mut plain = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // An ANSI colour sequence: ESC [ … m.
+            for d in chars.by_ref() {
+                if d == 'm' {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    let rest = plain.split_once("WARN").map_or(plain.as_str(), |(_, r)| r);
+    rest.split_once(": ")
+        .map_or(rest, |(_, m)| m)
+        .trim()
+        .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn agent_log_lines_lose_colours_time_and_level() {
+        let line = "\u{1b}[2m2026-11-22T20:04:23Z\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m \u{1b}[2mcnilab_agent::reconcile\u{1b}[0m\u{1b}[2m:\u{1b}[0m InternalIP 10.0.2.15 is claimed by several nodes";
+        assert_eq!(
+            log_message(line),
+            "InternalIP 10.0.2.15 is claimed by several nodes"
+        );
+    }
 
     #[test]
     fn routed_subnets_and_router_addresses() {
