@@ -860,6 +860,14 @@ fn scenario_junit_marks_the_scenario_that_misbehaved() {
     &["mtu 1450"],
     "service/hairpin"
 )]
+#[case::vxlan_device(
+    "vxdev",
+    "lab/topologies/vxlan.toml",
+    "node2",
+    &["-d", "link", "show", "vxlan0"],
+    &["mtu 1450", "vxlan id 1", "local 10.250.0.2", "dev eth0", "dstport 8472", "nolearning"],
+    "pod-to-pod/cross-node"
+)]
 fn shape_lab_up_check_down(
     #[case] tag: &str,
     #[case] topology: &str,

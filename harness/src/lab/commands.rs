@@ -186,6 +186,9 @@ fn print_state(s: &state::LabState) {
     if let Some(e) = &s.external {
         println!("  external {e}");
     }
+    for e in &s.extra {
+        println!("  shape    {e}");
+    }
     for n in &s.nodes {
         let spec = s.topology.node(&n.name);
         println!(
@@ -251,6 +254,7 @@ pub fn status(name: Option<&str>, format: Format) -> CliResult {
     for n in names {
         let s = state::load_state(&n)?;
         let missing: Vec<String> = std::iter::once(s.switch.as_str())
+            .chain(s.extra.iter().map(String::as_str))
             .chain(s.nodes.iter().map(|x| x.netns.as_str()))
             .chain(
                 s.nodes
