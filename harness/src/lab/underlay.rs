@@ -441,7 +441,13 @@ fn host_gw_across_l3(lab: &Lab, from: &NodeFacts, to: &NodeFacts, out: &mut Vec<
     let (Some(from_addr), Some(to_addr)) = (from.address, to.address) else {
         return;
     };
-    if subnet_of(from_addr) == subnet_of(to_addr) {
+    // Evidence from the node's own table: no connected route reaches the
+    // peer, so the kernel refuses a route via it (ENETUNREACH).
+    let connected = from
+        .routes
+        .iter()
+        .any(|r| r.gateway.is_none() && r.dst.prefix_len() > 0 && r.dst.contains(&to_addr));
+    if connected || subnet_of(from_addr) == subnet_of(to_addr) {
         return;
     }
     let Some(cidr) = to.pod_cidr.iter().find(|c| c.addr().is_ipv4()) else {
