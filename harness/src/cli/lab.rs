@@ -10,6 +10,8 @@ use std::path::PathBuf;
 #[derive(clap::Args)]
 #[command(after_help = concat!("Examples:\n  \
     cnilab lab run --nodes 3\n  \
+    cnilab lab run --nodes 4 --pods-per-node 25 --vxlan --service\n  \
+    cnilab lab run --shape routed\n  \
     cnilab lab up --name demo && cnilab lab check --name demo -o junit > lab.xml\n\n",
     crate::exit_codes_help!()))]
 pub struct Lab {
@@ -31,6 +33,15 @@ pub struct TopologyFlags {
     /// Plugin directory (default: the topology's, else the bundled cnilab-bridge next to this binary).
     #[arg(long)]
     pub plugin_dir: Option<String>,
+    /// Underlay shape of a --nodes lab: l2 (one switch), routed (a subnet per node, joined by a router), nat (VirtualBox NAT + host-only).
+    #[arg(long, value_enum, conflicts_with = "topology")]
+    pub shape: Option<crate::lab::underlay::Shape>,
+    /// Route pods over a kernel VXLAN overlay (flannel's vxlan backend; pod MTU = underlay − 50).
+    #[arg(long)]
+    pub vxlan: bool,
+    /// Add a kube-proxy-like ClusterIP Service (nftables DNAT) and its checks.
+    #[arg(long)]
+    pub service: bool,
 }
 
 impl TopologyFlags {
@@ -39,6 +50,9 @@ impl TopologyFlags {
             topology: self.topology.clone(),
             nodes: self.nodes,
             pods_per_node: self.pods_per_node,
+            shape: self.shape,
+            vxlan: self.vxlan,
+            service: self.service,
         }
     }
 }

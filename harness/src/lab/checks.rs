@@ -21,16 +21,32 @@ pub const GROUPS: &[&str] = &[
     "mtu/df-cross-node",
 ];
 
+/// Check groups that run only in labs that have what they check (a
+/// `[service]`, IPv6 pods), in report order after [`GROUPS`].
+pub const OPTIONAL_GROUPS: &[&str] = &[
+    super::services::SAME_NODE,
+    super::services::CROSS_NODE,
+    super::services::HAIRPIN,
+    super::services::CLUSTER_IP,
+    super::dualstack::GROUP,
+];
+
+/// [`GROUPS`], then [`OPTIONAL_GROUPS`].
+pub fn all_groups() -> Vec<&'static str> {
+    GROUPS.iter().chain(OPTIONAL_GROUPS).copied().collect()
+}
+
 /// Refuses a group filter that selects no group (groups are prefixes:
 /// `pod-to-pod` selects both pod-to-pod groups).
 pub fn check_groups(groups: &[String]) -> Result<(), String> {
+    let all = all_groups();
     match groups
         .iter()
-        .find(|g| !GROUPS.iter().any(|k| k.starts_with(g.as_str())))
+        .find(|g| !all.iter().any(|k| k.starts_with(g.as_str())))
     {
         Some(g) => Err(format!(
             "no check group is named or starts with {g:?}; the groups are {}",
-            GROUPS.join(", ")
+            all.join(", ")
         )),
         None => Ok(()),
     }
@@ -140,6 +156,8 @@ pub fn plan(lab: &Lab, groups: &[String]) -> Vec<ProbeSpec> {
             }
         }
     }
+    super::services::plan(lab, &wanted, &mut out);
+    super::dualstack::plan(lab, &wanted, &mut out);
     out
 }
 
@@ -171,7 +189,7 @@ pub fn report(lab: &Lab, outcomes: Vec<ProbeOutcome>, failures: Vec<Failure>) ->
         &lab.plugin_dir,
         &routing,
         nodes,
-        GROUPS,
+        &all_groups(),
         outcomes,
         failures,
     );
@@ -220,7 +238,10 @@ fn judge(spec: &ProbeSpec, reply: Result<Reply, String>) -> ProbeOutcome {
             rtt_ms: None,
         },
         Ok(reply) => {
-            let wrong_peer = reply.responder.as_ref().filter(|r| **r != spec.to.name);
+            let wrong_peer = reply
+                .responder
+                .as_ref()
+                .filter(|r| **r != spec.to.name && !super::services::may_answer(spec, r));
             let error = match (spec.expect_source, reply.seen_src) {
                 _ if wrong_peer.is_some() => Some(format!(
                     "answered by {}, not by {}: the address {} leads to the wrong endpoint",
@@ -259,7 +280,7 @@ pub fn run(
     let total = specs.len();
     let done = std::sync::atomic::AtomicUsize::new(0);
     // DF probes are sized to the pods' MTU: what the plugin configured.
-    let mtu = lab.topo.mtu;
+    let mtu = lab.topo.pod_mtu();
     rt.block_on(async {
         let jobs = specs.iter().map(|spec| {
             let done = &done;

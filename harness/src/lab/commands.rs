@@ -17,6 +17,12 @@ pub struct TopologyArgs {
     pub topology: Option<PathBuf>,
     pub nodes: Option<usize>,
     pub pods_per_node: Option<usize>,
+    /// Underlay shape of a generated lab.
+    pub shape: Option<super::underlay::Shape>,
+    /// `routing = "vxlan"`.
+    pub vxlan: bool,
+    /// A `[service]` with its defaults.
+    pub service: bool,
 }
 
 /// Where reports go.
@@ -37,6 +43,7 @@ fn topology(args: &TopologyArgs) -> Result<Topology, Box<dyn std::error::Error>>
         topo.pods_per_node = p;
         topo.validate(Path::new("--pods-per-node"))?;
     }
+    super::underlay::apply_flags(&mut topo, args.shape, args.vxlan, args.service)?;
     Ok(topo)
 }
 
@@ -179,6 +186,9 @@ fn print_state(s: &state::LabState) {
     if let Some(e) = &s.external {
         println!("  external {e}");
     }
+    for e in &s.extra {
+        println!("  shape    {e}");
+    }
     for n in &s.nodes {
         let spec = s.topology.node(&n.name);
         println!(
@@ -244,6 +254,7 @@ pub fn status(name: Option<&str>, format: Format) -> CliResult {
     for n in names {
         let s = state::load_state(&n)?;
         let missing: Vec<String> = std::iter::once(s.switch.as_str())
+            .chain(s.extra.iter().map(String::as_str))
             .chain(s.nodes.iter().map(|x| x.netns.as_str()))
             .chain(
                 s.nodes

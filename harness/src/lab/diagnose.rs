@@ -25,6 +25,10 @@ pub struct NodeFacts {
     /// The node's ARP entries on its underlay interface.
     pub uplink_neighbours: Vec<crate::netns::Neighbour>,
     pub ruleset: String,
+    /// MTU and MAC of the node's VXLAN device, and its FDB (`lab/vxlan.rs`).
+    pub vxlan_mtu: Option<u32>,
+    pub vxlan_mac: Option<String>,
+    pub vxlan_fdb: Vec<(String, IpAddr)>,
 }
 
 /// A node's ARP entries on its underlay interface.
@@ -54,6 +58,14 @@ pub fn neighbours_before(lab: &Lab) -> Vec<Vec<crate::netns::Neighbour>> {
 
 /// Reads routes, sysctls, the uplink MTU and the firewall ruleset of every node.
 pub fn collect(lab: &Lab) -> Vec<NodeFacts> {
+    let mut facts = collect_nodes(lab);
+    for (i, f) in facts.iter_mut().enumerate() {
+        super::vxlan::facts(lab, i, f);
+    }
+    facts
+}
+
+fn collect_nodes(lab: &Lab) -> Vec<NodeFacts> {
     lab.nodes
         .iter()
         .map(|node| {
@@ -92,6 +104,7 @@ pub fn collect(lab: &Lab) -> Vec<NodeFacts> {
                 uplink_mac: uplink.as_ref().and_then(|l| l.mac.clone()),
                 uplink_neighbours: uplink_neighbours(node),
                 ruleset,
+                ..NodeFacts::default()
             }
         })
         .collect()
@@ -131,6 +144,15 @@ fn masquerade_lines(ruleset: &str) -> Vec<String> {
         .collect()
 }
 
+/// Neither a default route (a routed underlay's router), nor an overlay
+/// route via the owner's VTEP address (inside its pod CIDR), nor a route
+/// via a gateway of another family than the owner's (IPv4) address is stale.
+fn overlay_or_default(r: &Route, cidr: &IpNet, owner: Option<IpAddr>) -> bool {
+    r.dst.prefix_len() == 0
+        || r.gateway
+            .is_some_and(|g| cidr.contains(&g) || owner.is_some_and(|o| o.is_ipv6() != g.is_ipv6()))
+}
+
 /// Route check: `node` must reach `dst` (a pod on `owner`) via `owner`'s address.
 fn check_route(
     out: &mut Vec<Diagnosis>,
@@ -138,11 +160,15 @@ fn check_route(
     dst: IpAddr,
     owner: &NodeFacts,
     direction: &str,
+    default_ok: bool,
 ) {
     let Some(cidr) = owner.pod_cidr.iter().find(|c| c.contains(&dst)) else {
         return;
     };
-    match lookup(&node.routes, dst) {
+    // A default route carries pod traffic only where a router holds the
+    // pod routes (a routed underlay); elsewhere it leads out of the cluster.
+    let found = lookup(&node.routes, dst).filter(|r| default_ok || r.dst.prefix_len() > 0);
+    match found {
         None => out.push(Diagnosis {
             id: "missing-route",
             message: format!(
@@ -153,7 +179,7 @@ fn check_route(
                 owner.address.map(|a| a.to_string()).unwrap_or_default()
             ),
         }),
-        Some(r) if r.gateway.is_some() && r.gateway != owner.address => out.push(Diagnosis {
+        Some(r) if r.gateway.is_some() && r.gateway != owner.address && !overlay_or_default(r, cidr, owner.address) => out.push(Diagnosis {
             id: "stale-route",
             message: format!(
                 "{} routes {} via {} but {} is {}: a stale route (podCIDR reused, or the node's address changed)",
@@ -252,13 +278,14 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
         });
     }
 
+    let default_ok = super::underlay::routes_in_router(&lab.topo);
     if let (Some(a), Some(b)) = (src, dst) {
         if a.name != b.name {
             if dst_is_pod {
-                check_route(&mut out, a, spec.to.ip, b, "forward");
+                check_route(&mut out, a, spec.to.ip, b, "forward", default_ok);
             }
             if src_is_pod {
-                check_route(&mut out, b, spec.from.ip, a, "return");
+                check_route(&mut out, b, spec.from.ip, a, "return", default_ok);
             }
         }
     }
@@ -349,6 +376,10 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
             });
         }
     }
+    super::underlay::diagnose(lab, facts, o, &mut out);
+    super::vxlan::diagnose(lab, facts, o, &mut out);
+    super::services::diagnose(lab, facts, o, &mut out);
+    super::dualstack::diagnose(lab, facts, o, &mut out);
     out.dedup();
     out
 }

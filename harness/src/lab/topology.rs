@@ -17,6 +17,9 @@ pub enum Routing {
     Static,
     /// An agent started inside every node namespace does the routing.
     Agent,
+    /// A kernel VXLAN overlay the lab programs like flannel's vxlan backend
+    /// (device, FDB and neighbour entries, routes); see `lab/vxlan.rs`.
+    Vxlan,
 }
 
 /// Who masquerades pod traffic that leaves the cluster.
@@ -110,6 +113,15 @@ pub struct Topology {
     pub external: Option<ExternalSpec>,
     #[serde(default, rename = "node")]
     pub nodes: Vec<NodeSpec>,
+    /// The underlay's shape: `l2`, `routed` or `nat` (see `lab/underlay.rs`).
+    #[serde(default)]
+    pub shape: super::underlay::Shape,
+    /// VXLAN settings of `routing = "vxlan"`.
+    #[serde(default)]
+    pub vxlan: Option<super::vxlan::VxlanSpec>,
+    /// A kube-proxy-like Service (see `lab/services.rs`).
+    #[serde(default)]
+    pub service: Option<super::services::ServiceSpec>,
 }
 
 fn default_name() -> String {
@@ -227,6 +239,9 @@ impl Topology {
             agent: None,
             external: default_external(),
             nodes: Vec::new(),
+            shape: Default::default(),
+            vxlan: None,
+            service: None,
         };
         for i in 1..=nodes {
             let i8 = u8::try_from(i).map_err(|_| TopologyError::Invalid {
@@ -399,6 +414,9 @@ impl Topology {
                 return Err(bad("name", "duplicate node name".into()));
             }
             seen_names.push(node.name.clone());
+            if let Err(message) = super::underlay::check_node_address(self, node.address) {
+                return Err(bad("address", message));
+            }
             if !self.underlay.contains(&node.address) || !node.address.is_ipv4() {
                 return Err(bad(
                     "address",
@@ -491,6 +509,7 @@ impl Topology {
                 "routing = \"agent\" needs an [agent] command".into(),
             ));
         }
+        super::underlay::check_topology(self).map_err(|(key, message)| top(key, message))?;
         if let Some(agent) = &self.agent {
             if agent.command.is_empty() {
                 return Err(Invalid {
@@ -500,6 +519,12 @@ impl Topology {
             }
         }
         Ok(())
+    }
+
+    /// The MTU of the pods' interfaces: the underlay's, less the overlay's
+    /// encapsulation overhead (see `lab/vxlan.rs`).
+    pub fn pod_mtu(&self) -> u32 {
+        super::vxlan::pod_mtu(self)
     }
 
     pub fn node(&self, name: &str) -> Option<&NodeSpec> {
