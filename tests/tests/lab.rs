@@ -272,10 +272,13 @@ fn failed_run_reports_and_cleans_up() {
     assert_no_leftovers(pid);
 }
 
-#[test]
-fn ctrl_c_removes_the_lab() {
+#[rstest]
+#[case::l2(&["lab", "run", "--nodes", "3", "--pods-per-node", "30"])]
+#[case::nat_shape(&["lab", "run", "--shape", "nat", "--nodes", "3", "--pods-per-node", "30"])]
+#[case::routed_vxlan_service(&["lab", "run", "--shape", "routed", "--vxlan", "--service", "--nodes", "3", "--pods-per-node", "30"])]
+fn ctrl_c_removes_the_lab(#[case] args: &[&str]) {
     let _host = host_untouched();
-    let mut child = cnilab_command(&["lab", "run", "--nodes", "3", "--pods-per-node", "30"])
+    let mut child = cnilab_command(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -768,6 +771,15 @@ fn an_unexplained_failure_says_undiagnosed() {
 #[case("podcidr-overlap")]
 #[case("agent-node-joins-late")]
 #[case("agent-missed-node")]
+#[case("host-gw-across-l3")]
+#[case("vagrant-nat-internal-ip")]
+#[case("vxlan-mtu-not-reduced")]
+#[case("vxlan-fdb-missing-after-rejoin")]
+#[case("asymmetric-route-rp-filter")]
+#[case("clusterip-dnat-missing")]
+#[case("hairpin-off")]
+#[case("hairpin-masquerade-missing")]
+#[case("ipv6-forwarding-off")]
 fn shipped_scenario_behaves_as_written(#[case] name: &str) {
     let _host = host_untouched();
     let file = format!("lab/scenarios/{name}.toml");
@@ -1209,4 +1221,76 @@ fn pinned_bulk_paths_work_in_both_families() {
     let report = lab::check(&lab, &[], false).expect("check");
     lab.down();
     assert!(report.passed(), "{}", report.table());
+}
+
+/// Each underlay shape, the VXLAN overlay and the Service, as a standing
+/// lab: `lab up` builds it (the shape is there: a default route via the
+/// router, the NAT interface, pods with the VXLAN-reduced MTU), `lab check` passes every group, including the shape's
+/// own, and `lab down` removes every namespace it made, routers and NAT
+/// boxes included.
+#[rstest]
+#[case::routed(
+    "routed",
+    "lab/topologies/routed.toml",
+    "node1",
+    &["route", "show", "default"],
+    &["default via 10.250.1.1"],
+    "pod-to-pod/cross-node"
+)]
+#[case::nat(
+    "nat",
+    "lab/topologies/nat.toml",
+    "node1",
+    &["-4", "addr", "show", "eth1"],
+    &["inet 10.0.2.15/24"],
+    "pod-to-external"
+)]
+#[case::vxlan_service(
+    "vxlan",
+    "lab/topologies/vxlan.toml",
+    "node1-pod0",
+    &["link", "show", "eth0"],
+    &["mtu 1450"],
+    "service/hairpin"
+)]
+#[case::vxlan_device(
+    "vxdev",
+    "lab/topologies/vxlan.toml",
+    "node2",
+    &["-d", "link", "show", "vxlan0"],
+    &["mtu 1450", "vxlan id 1", "local 10.250.0.2", "dev eth0", "dstport 8472", "nolearning"],
+    "pod-to-pod/cross-node"
+)]
+fn shape_lab_up_check_down(
+    #[case] tag: &str,
+    #[case] topology: &str,
+    #[case] role: &str,
+    #[case] ip_args: &[&str],
+    #[case] shows: &[&str],
+    #[case] group: &str,
+) {
+    let _host = host_untouched();
+    let name = format!("{tag}{}", std::process::id());
+    let up = cnilab(&["lab", "up", "--name", &name, "--topology", topology]);
+    assert!(up.status.success(), "{}", text(&up));
+    let ns = format!("cnilab-lab-{name}-{role}");
+    let evidence = Command::new("ip")
+        .args(["-n", &ns])
+        .args(ip_args)
+        .output()
+        .expect("ip runs");
+    let check = cnilab(&["lab", "check", "--name", &name]);
+    let down = cnilab(&["lab", "down", "--name", &name]);
+    for needle in shows {
+        assert!(text(&evidence).contains(needle), "{}", text(&evidence));
+    }
+    assert!(check.status.success(), "{}", text(&check));
+    assert!(
+        text(&check).contains(&format!("✅ [{group}]")),
+        "{}",
+        text(&check)
+    );
+    assert!(down.status.success(), "{}", text(&down));
+    let left = namespaces_starting_with(&format!("cnilab-lab-{name}-"));
+    assert!(left.is_empty(), "namespaces left: {left:?}");
 }

@@ -10,6 +10,8 @@ use std::path::PathBuf;
 #[derive(clap::Args)]
 #[command(after_help = concat!("Examples:\n  \
     cnilab lab run --nodes 3\n  \
+    cnilab lab run --nodes 4 --pods-per-node 25 --vxlan --service\n  \
+    cnilab lab run --shape routed\n  \
     cnilab lab up --name demo && cnilab lab check --name demo -o junit > lab.xml\n\n",
     crate::exit_codes_help!()))]
 pub struct Lab {
@@ -43,6 +45,15 @@ pub struct TopologyFlags {
     /// is an error.
     #[arg(long, value_name = "TEMPLATE")]
     pub config: Option<PathBuf>,
+    /// Underlay shape of a --nodes lab: l2 (one switch), routed (a subnet per node, joined by a router), nat (VirtualBox NAT + host-only).
+    #[arg(long, value_enum, conflicts_with = "topology")]
+    pub shape: Option<crate::lab::underlay::Shape>,
+    /// Route pods over a kernel VXLAN overlay (flannel's vxlan backend; pod MTU = underlay − 50).
+    #[arg(long)]
+    pub vxlan: bool,
+    /// Add a kube-proxy-like ClusterIP Service (nftables DNAT) and its checks.
+    #[arg(long)]
+    pub service: bool,
 }
 
 impl TopologyFlags {
@@ -53,6 +64,9 @@ impl TopologyFlags {
             pods_per_node: self.pods_per_node,
             config: self.config.clone(),
             tune_host,
+            shape: self.shape,
+            vxlan: self.vxlan,
+            service: self.service,
         }
     }
 }
@@ -68,7 +82,8 @@ pub struct ReportFlags {
     /// Also write a self-contained HTML report to this file.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
-    /// Only these check groups (prefixes, comma-separated), e.g. pod-to-pod,mtu.
+    /// Only these check groups (prefixes, comma-separated), e.g. pod-to-pod,mtu;
+    /// add @ipv4 or @ipv6 for one address family (pod-to-pod/cross-node@ipv6).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
 }

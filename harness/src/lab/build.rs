@@ -27,7 +27,7 @@ pub enum LabError {
     Setup(String),
 }
 
-fn setup(msg: impl Into<String>) -> LabError {
+pub(super) fn setup(msg: impl Into<String>) -> LabError {
     LabError::Setup(msg.into())
 }
 
@@ -73,6 +73,8 @@ pub struct Lab {
     pub external: Option<Netns>,
     pub nodes: Vec<Node>,
     pub phases: Vec<(String, Duration)>,
+    /// Namespaces of the underlay shape: routers, NAT boxes (`lab/underlay.rs`).
+    pub extra: Vec<Netns>,
 }
 
 /// The directory of the running `cnilab` binary (where cargo puts
@@ -84,7 +86,7 @@ pub fn own_dir() -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
-fn make_ns(opts: &UpOptions, role: &str) -> Result<Netns, NetnsError> {
+pub(super) fn make_ns(opts: &UpOptions, role: &str) -> Result<Netns, NetnsError> {
     match &opts.persistent {
         Some(lab) => Netns::persistent(&format!("{}lab-{lab}-{role}", crate::netns::PREFIX)),
         None => {
@@ -95,7 +97,7 @@ fn make_ns(opts: &UpOptions, role: &str) -> Result<Netns, NetnsError> {
 }
 
 /// Runs one netlink job in `ns`, mapping errors to a message naming `what`.
-fn netlink<F, Fut, R>(ns: &Netns, what: &str, job: F) -> Result<R, LabError>
+pub(super) fn netlink<F, Fut, R>(ns: &Netns, what: &str, job: F) -> Result<R, LabError>
 where
     F: FnOnce(rtnetlink::Handle) -> Fut + Send,
     Fut: std::future::Future<Output = Result<R, rtnetlink::Error>>,
@@ -268,7 +270,7 @@ pub fn render_template(
         .replace("{{ranges}}", &ranges_json(&node.pod_cidr))
         .replace("{{cluster_cidr}}", &format!("[{}]", cluster.join(",")))
         .replace("{{data_dir}}", &data_dir.display().to_string())
-        .replace("{{mtu}}", &topo.mtu.to_string())
+        .replace("{{mtu}}", &topo.pod_mtu().to_string())
         .replace(
             "{{ip_masq}}",
             if topo.masquerade == Masquerade::Plugin {
@@ -345,11 +347,12 @@ pub fn underlay_addresses(topo: &Topology, node: &NodeSpec) -> Result<Vec<IpNet>
     node.addresses()
         .into_iter()
         .map(|a| {
-            let underlay = match topo.underlay6 {
-                Some(u6) if a.is_ipv6() => u6,
-                _ => topo.underlay,
+            // IPv4: the node's subnet (one per node in a routed underlay).
+            let prefix = match topo.underlay6 {
+                Some(u6) if a.is_ipv6() => u6.prefix_len(),
+                _ => super::underlay::node_prefix(topo),
             };
-            IpNet::new(a, underlay.prefix_len()).map_err(|e| setup(e.to_string()))
+            IpNet::new(a, prefix).map_err(|e| setup(e.to_string()))
         })
         .collect()
 }
@@ -426,6 +429,7 @@ impl Lab {
             external: None,
             nodes: Vec::new(),
             phases: Vec::new(),
+            extra: Vec::new(),
         };
         if let Some(ext) = &topo.external {
             let ns = make_ns(&opts, "external")?;
@@ -438,20 +442,35 @@ impl Lab {
                 sysctls: Default::default(),
             };
             let addrs = underlay_addresses(&topo, &as_node)?;
-            plug(&lab.switch, bridge, &ns, "p-external", addrs, topo.mtu)?;
+            let ext_bridge = super::underlay::bridge_for(&lab, ext.address, bridge)?;
+            plug(&lab.switch, ext_bridge, &ns, "p-external", addrs, topo.mtu)?;
             crate::lab::probe::allow_ping_sockets(ns.file())
                 .map_err(|e| setup(format!("external: {e}")))?;
             lab.external = Some(ns);
+            super::underlay::attach(
+                &mut lab,
+                super::underlay::NsRef::External,
+                ext.address,
+                bridge,
+            )?;
         }
         for spec in &topo.nodes {
             let node = lab.add_node_ns(spec, bridge, &template)?;
             lab.nodes.push(node);
+            let i = lab.nodes.len() - 1;
+            super::underlay::attach(
+                &mut lab,
+                super::underlay::NsRef::Node(i),
+                spec.address,
+                bridge,
+            )?;
         }
         lab.install_routing()?;
         lab.phases.push(("up".into(), started.elapsed()));
 
         let started = Instant::now();
         lab.attach_pods()?;
+        super::services::install(&lab)?;
         lab.phases.push(("attach".into(), started.elapsed()));
         Ok(lab)
     }
@@ -473,6 +492,7 @@ impl Lab {
         plugin_netns::write_sysctl(Some(ns.file()), "net/ipv4/conf/default/arp_notify", "1")
             .map_err(|e| setup(format!("arp_notify on {}: {e}", spec.name)))?;
         let addrs = underlay_addresses(topo, spec)?;
+        let bridge = super::underlay::bridge_for(self, spec.address, bridge)?;
         plug(
             &self.switch,
             bridge,
@@ -525,12 +545,16 @@ impl Lab {
             }
         }
         match self.topo.routing {
+            Routing::Static if super::underlay::routes_in_router(&self.topo) => {
+                super::underlay::install_router_routes(self)
+            }
             Routing::Static => {
                 for node in &self.nodes {
                     install_static_routes(&node.ns, &node.spec, &specs)?;
                 }
                 Ok(())
             }
+            Routing::Vxlan => super::vxlan::install(self),
             Routing::Agent => {
                 self.write_nodes_file(&specs)?;
                 for i in 0..self.nodes.len() {
@@ -840,9 +864,11 @@ impl Lab {
                     .map_err(|e| setup(format!("forget {address} in {}: {e}", other.name())))?;
             }
         }
+        let address = spec.address;
         self.topo.nodes.push(spec);
         self.nodes.push(node);
         let i = self.nodes.len() - 1;
+        super::underlay::attach(self, super::underlay::NsRef::Node(i), address, bridge)?;
         if self.topo.masquerade == Masquerade::Node {
             nft(
                 &self.nodes[i].ns,
@@ -851,6 +877,9 @@ impl Lab {
         }
         let specs: Vec<NodeSpec> = self.topo.nodes.clone();
         match self.topo.routing {
+            Routing::Static if super::underlay::routes_in_router(&self.topo) => {
+                super::underlay::install_router_routes(self)?
+            }
             Routing::Static => {
                 install_static_routes(&self.nodes[i].ns, &self.nodes[i].spec, &specs)?
             }
@@ -858,8 +887,10 @@ impl Lab {
                 self.write_nodes_file(&specs)?;
                 self.start_agent(i)?;
             }
+            Routing::Vxlan => super::vxlan::join(self, i)?,
         }
-        self.add_pods(i, pods)
+        self.add_pods(i, pods)?;
+        super::services::install(self)
     }
 
     /// Removes a node: its pods, its agent, its namespace; the agents are
@@ -867,6 +898,10 @@ impl Lab {
     pub fn remove_node(&mut self, name: &str) -> Result<(), LabError> {
         let i = self.node_index(name)?;
         self.stop_agent(i);
+        if self.topo.routing == Routing::Vxlan {
+            super::vxlan::leave(self, name)?;
+        }
+        super::underlay::detach(self, name);
         while !self.nodes[i].pods.is_empty() {
             let _ = self.remove_pod(i, 0);
         }
@@ -918,6 +953,7 @@ impl Lab {
             }
         });
         drop(self.nodes);
+        drop(self.extra);
         drop(self.external);
         drop(self.switch);
         started.elapsed()

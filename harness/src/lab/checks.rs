@@ -21,25 +21,47 @@ pub const GROUPS: &[&str] = &[
     "mtu/df-cross-node",
 ];
 
+/// Check groups that run only in labs that have what they check (a
+/// `[service]`, IPv6 pods), in report order after [`GROUPS`].
+pub const OPTIONAL_GROUPS: &[&str] = &[
+    super::services::SAME_NODE,
+    super::services::CROSS_NODE,
+    super::services::HAIRPIN,
+    super::services::CLUSTER_IP,
+];
+
+/// [`GROUPS`], then [`OPTIONAL_GROUPS`].
+pub fn all_groups() -> Vec<&'static str> {
+    GROUPS.iter().chain(OPTIONAL_GROUPS).copied().collect()
+}
+
 /// Refuses a group filter that selects no group (groups are prefixes:
-/// `pod-to-pod` selects both pod-to-pod groups).
+/// `pod-to-pod` selects both pod-to-pod groups; `@ipv4` or `@ipv6` after
+/// one keeps one address family, e.g. `pod-to-pod/cross-node@ipv6`).
 pub fn check_groups(groups: &[String]) -> Result<(), String> {
-    match groups
-        .iter()
-        .find(|g| !GROUPS.iter().any(|k| k.starts_with(g.as_str())))
-    {
+    let all = all_groups();
+    if let Some(g) = groups.iter().find(|g| {
+        g.rsplit_once('@')
+            .is_some_and(|(_, f)| f != "ipv4" && f != "ipv6")
+    }) {
+        return Err(format!("{g:?}: the family after '@' is ipv4 or ipv6"));
+    }
+    match groups.iter().find(|g| {
+        let prefix = g.rsplit_once('@').map_or(g.as_str(), |(p, _)| p);
+        !all.iter().any(|k| k.starts_with(prefix))
+    }) {
         Some(g) => Err(format!(
             "no check group is named or starts with {g:?}; the groups are {}",
-            GROUPS.join(", ")
+            all.join(", ")
         )),
         None => Ok(()),
     }
 }
 
 /// Pod `p` of node `n` at its address of one family (`None` when it has none).
-fn pod_endpoint(lab: &Lab, n: usize, p: usize, v6: bool) -> Option<Endpoint> {
+pub(super) fn pod_endpoint(lab: &Lab, n: usize, p: usize, v6: bool) -> Option<Endpoint> {
     let node = &lab.nodes[n];
-    let pod = &node.pods[p];
+    let pod = node.pods.get(p)?;
     let ip = pod.ips.iter().find(|ip| ip.addr().is_ipv6() == v6)?.addr();
     Some(Endpoint {
         name: format!("{}/{}", node.spec.name, pod.name),
@@ -71,11 +93,29 @@ pub fn plan(lab: &Lab, groups: &[String]) -> Vec<ProbeSpec> {
     for v6 in [false, true] {
         out.extend(plan_family(lab, groups, v6));
     }
+    // Once, whatever the families: the Services pick their own addresses.
+    let wanted = |g: &str| groups.is_empty() || groups.iter().any(|w| selects(w, g, None));
+    super::services::plan(lab, &wanted, &mut out);
     out
 }
 
+/// Whether selector `w` (a group prefix, optionally `@ipv4` or `@ipv6`)
+/// selects group `g` in family `v6` (`None`: any family).
+fn selects(w: &str, g: &str, v6: Option<bool>) -> bool {
+    let (prefix, family) = match w.rsplit_once('@') {
+        Some((p, f)) => (p, Some(f)),
+        None => (w, None),
+    };
+    let family_ok = match (family, v6) {
+        (Some("ipv4"), Some(v6)) => !v6,
+        (Some("ipv6"), Some(v6)) => v6,
+        _ => true,
+    };
+    family_ok && g.starts_with(prefix)
+}
+
 fn plan_family(lab: &Lab, groups: &[String], v6: bool) -> Vec<ProbeSpec> {
-    let wanted = |g: &str| groups.is_empty() || groups.iter().any(|w| g.starts_with(w.as_str()));
+    let wanted = |g: &str| groups.is_empty() || groups.iter().any(|w| selects(w, g, Some(v6)));
     let mut out = Vec::new();
     let mut push = |group: &'static str,
                     from: &Endpoint,
@@ -191,7 +231,7 @@ pub fn report(lab: &Lab, outcomes: Vec<ProbeOutcome>, failures: Vec<Failure>) ->
         &lab.plugin_dir,
         &routing,
         nodes,
-        GROUPS,
+        &all_groups(),
         outcomes,
         failures,
     );
@@ -243,7 +283,10 @@ fn judge(spec: &ProbeSpec, reply: Result<Reply, String>) -> ProbeOutcome {
             rtt_ms: None,
         },
         Ok(reply) => {
-            let wrong_peer = reply.responder.as_ref().filter(|r| **r != spec.to.name);
+            let wrong_peer = reply
+                .responder
+                .as_ref()
+                .filter(|r| **r != spec.to.name && !super::services::may_answer(spec, r));
             let error = match (spec.expect_source, reply.seen_src) {
                 _ if wrong_peer.is_some() => Some(format!(
                     "answered by {}, not by {}: the address {} leads to the wrong endpoint",
@@ -282,7 +325,7 @@ pub fn run(
     let total = specs.len();
     let done = std::sync::atomic::AtomicUsize::new(0);
     // DF probes are sized to the pods' MTU: what the plugin configured.
-    let mtu = lab.topo.mtu;
+    let mtu = lab.topo.pod_mtu();
     rt.block_on(async {
         let jobs = specs.iter().map(|spec| {
             let done = &done;

@@ -21,6 +21,12 @@ pub struct TopologyArgs {
     pub config: Option<PathBuf>,
     /// Raise the host's neighbour-table thresholds for the run if needed.
     pub tune_host: bool,
+    /// Underlay shape of a generated lab.
+    pub shape: Option<super::underlay::Shape>,
+    /// `routing = "vxlan"`.
+    pub vxlan: bool,
+    /// A `[service]` with its defaults.
+    pub service: bool,
 }
 
 /// Where reports go.
@@ -56,6 +62,7 @@ fn topology(args: &TopologyArgs) -> Result<Topology, Box<dyn std::error::Error>>
             config: Some(config.clone()),
         });
     }
+    super::underlay::apply_flags(&mut topo, args.shape, args.vxlan, args.service)?;
     Ok(topo)
 }
 
@@ -231,6 +238,9 @@ fn print_state(s: &state::LabState) {
     if let Some(e) = &s.external {
         println!("  external {e}");
     }
+    for e in &s.extra {
+        println!("  shape    {e}");
+    }
     for n in &s.nodes {
         let spec = s.topology.node(&n.name);
         println!(
@@ -296,6 +306,7 @@ pub fn status(name: Option<&str>, format: Format) -> CliResult {
     for n in names {
         let s = state::load_state(&n)?;
         let missing: Vec<String> = std::iter::once(s.switch.as_str())
+            .chain(s.extra.iter().map(String::as_str))
             .chain(s.nodes.iter().map(|x| x.netns.as_str()))
             .chain(
                 s.nodes

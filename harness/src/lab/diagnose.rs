@@ -27,6 +27,10 @@ pub struct NodeFacts {
     /// The node's ARP entries on its underlay interface.
     pub uplink_neighbours: Vec<crate::netns::Neighbour>,
     pub ruleset: String,
+    /// MTU and MAC of the node's VXLAN device, and its FDB (`lab/vxlan.rs`).
+    pub vxlan_mtu: Option<u32>,
+    pub vxlan_mac: Option<String>,
+    pub vxlan_fdb: Vec<(String, IpAddr)>,
 }
 
 /// A node's ARP entries on its underlay interface.
@@ -56,6 +60,14 @@ pub fn neighbours_before(lab: &Lab) -> Vec<Vec<crate::netns::Neighbour>> {
 
 /// Reads routes, sysctls, the uplink MTU and the firewall ruleset of every node.
 pub fn collect(lab: &Lab) -> Vec<NodeFacts> {
+    let mut facts = collect_nodes(lab);
+    for (i, f) in facts.iter_mut().enumerate() {
+        super::vxlan::facts(lab, i, f);
+    }
+    facts
+}
+
+fn collect_nodes(lab: &Lab) -> Vec<NodeFacts> {
     lab.nodes
         .iter()
         .map(|node| {
@@ -101,6 +113,7 @@ pub fn collect(lab: &Lab) -> Vec<NodeFacts> {
                 uplink_mac: uplink.as_ref().and_then(|l| l.mac.clone()),
                 uplink_neighbours: uplink_neighbours(node),
                 ruleset,
+                ..NodeFacts::default()
             }
         })
         .collect()
@@ -140,10 +153,19 @@ fn masquerade_lines(ruleset: &str) -> Vec<String> {
         .collect()
 }
 
+/// Neither a default route (a routed underlay's router), nor an overlay
+/// route via the owner's VTEP address (inside its pod CIDR), nor a route
+/// via a gateway of another family than the owner's (IPv4) address is stale.
+fn overlay_or_default(r: &Route, cidr: &IpNet, owner: Option<IpAddr>) -> bool {
+    r.dst.prefix_len() == 0
+        || r.gateway
+            .is_some_and(|g| cidr.contains(&g) || owner.is_some_and(|o| o.is_ipv6() != g.is_ipv6()))
+}
+
 /// Route check: `node` must reach `dst` (a pod on `owner`) via `owner`'s
 /// address. A next hop that is any address of `owner` (its second
 /// address) is not stale, nor one of another lab node (a detour, reported
-/// as a warning).
+/// as a warning), nor an overlay or default route ([`overlay_or_default`]).
 fn check_route(
     out: &mut Vec<Diagnosis>,
     node: &NodeFacts,
@@ -151,13 +173,17 @@ fn check_route(
     owner: &NodeFacts,
     direction: &str,
     all: &[NodeFacts],
+    default_ok: bool,
 ) {
     let a_node_address =
         |gw: Option<IpAddr>| gw.is_some_and(|g| all.iter().any(|f| f.addresses.contains(&g)));
     let Some(cidr) = owner.pod_cidr.iter().find(|c| c.contains(&dst)) else {
         return;
     };
-    match lookup(&node.routes, dst) {
+    // A default route carries pod traffic only where a router holds the
+    // pod routes (a routed underlay); elsewhere it leads out of the cluster.
+    let found = lookup(&node.routes, dst).filter(|r| default_ok || r.dst.prefix_len() > 0);
+    match found {
         None => out.push(Diagnosis {
             id: "missing-route",
             message: format!(
@@ -171,7 +197,8 @@ fn check_route(
         Some(r)
             if r.gateway.is_some()
                 && r.gateway != owner.address
-                && !a_node_address(r.gateway) =>
+                && !a_node_address(r.gateway)
+                && !overlay_or_default(r, cidr, owner.address) =>
         {
             out.push(Diagnosis {
             id: "stale-route",
@@ -273,13 +300,14 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
         });
     }
 
+    let default_ok = super::underlay::routes_in_router(&lab.topo);
     if let (Some(a), Some(b)) = (src, dst) {
         if a.name != b.name {
             if dst_is_pod {
-                check_route(&mut out, a, spec.to.ip, b, "forward", facts);
+                check_route(&mut out, a, spec.to.ip, b, "forward", facts, default_ok);
             }
             if src_is_pod {
-                check_route(&mut out, b, spec.from.ip, a, "return", facts);
+                check_route(&mut out, b, spec.from.ip, a, "return", facts, default_ok);
             }
         }
     }
@@ -363,6 +391,10 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
             });
         }
     }
+    super::underlay::diagnose(lab, facts, o, &mut out);
+    super::vxlan::diagnose(lab, facts, o, &mut out);
+    super::services::diagnose(lab, facts, o, &mut out);
+    super::dualstack::diagnose(lab, facts, o, &mut out);
     out.dedup();
     out
 }

@@ -4,19 +4,31 @@
 //! namespaces, with real kernel objects, the real plugin binary and real
 //! routes and firewall rules; a connectivity matrix with diagnoses; bug
 //! scenarios that can be saved as files and replayed.
+//!
+//! Where things happen: [`build`] makes and removes a lab, [`checks`] and
+//! [`probe`] run the matrix, [`diagnose`] names causes, [`scenario`] replays
+//! bug scenarios; underlay shapes (routed, NAT) in [`underlay`], the VXLAN
+//! overlay in [`vxlan`], kube-proxy-like Services in [`services`], their
+//! scenario faults in [`shape_faults`], the dual-stack minimum of the IPv6
+//! scenario in [`dualstack`].
 
 pub mod build;
 pub mod checks;
 pub mod commands;
 pub mod diagnose;
 pub mod diagnose_path;
+pub mod dualstack;
 pub mod neighbours;
 pub mod pidfile;
 pub mod probe;
 pub mod scenario;
+pub mod services;
+pub mod shape_faults;
 pub mod state;
 pub mod sweep;
 pub mod topology;
+pub mod underlay;
+pub mod vxlan;
 
 use build::Lab;
 use report::{Failure, Report};

@@ -74,6 +74,10 @@ pub enum Fault {
     IpForwardOff {
         node: String,
     },
+    /// `net.ipv6.conf.all.forwarding = 0` on `node` (dual-stack: IPv4 still works).
+    Ipv6ForwardOff {
+        node: String,
+    },
     /// `iptables -P FORWARD DROP` on `node`, as Docker does.
     ForwardDrop {
         node: String,
@@ -116,6 +120,34 @@ pub enum Fault {
         node: String,
     },
     StartAgent {
+        node: String,
+    },
+    /// Routed underlay: flannel's host-gw instead of the router's routes
+    /// (the router forgets the pod CIDRs; each node tries `podCIDR via nodeIP`).
+    HostGw {},
+    /// NAT underlay: every node's InternalIP becomes 10.0.2.15 in the node
+    /// list the agents read (the Vagrant bug).
+    NatInternalIp {},
+    /// Every pod interface gets this MTU (an overlay whose pod MTU was not reduced).
+    PodMtu {
+        mtu: u32,
+    },
+    /// VXLAN: `node` leaves and re-joins with a new VTEP MAC; the nodes in
+    /// `missed_by` miss the update and keep no FDB entry for it.
+    VxlanRejoin {
+        node: String,
+        missed_by: Vec<String>,
+    },
+    /// kube-proxy's Service rules are gone from `node`.
+    DnatMissing {
+        node: String,
+    },
+    /// Hairpin mode off on the bridge port of `node`'s Service backend.
+    HairpinOff {
+        node: String,
+    },
+    /// `node`'s Service rules lack the hairpin masquerade.
+    HairpinMasqueradeMissing {
         node: String,
     },
 }
@@ -167,6 +199,7 @@ enum Undo {
     StopAgent {
         node: String,
     },
+    Shape(super::shape_faults::ShapeUndo),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -281,6 +314,25 @@ impl Fault {
             Fault::RemoveNode { node } => format!("remove node {node}"),
             Fault::StopAgent { node } => format!("stop the agent on {node}"),
             Fault::StartAgent { node } => format!("start the agent on {node}"),
+            Fault::Ipv6ForwardOff { node } => format!("turn IPv6 forwarding off on {node}"),
+            Fault::HostGw {} => {
+                "replace the router's pod routes with host-gw routes on every node".to_string()
+            }
+            Fault::NatInternalIp {} => {
+                "give every node the NAT address 10.0.2.15 as its InternalIP".to_string()
+            }
+            Fault::PodMtu { mtu } => format!("set every pod interface's MTU to {mtu}"),
+            Fault::VxlanRejoin { node, missed_by } => format!(
+                "re-join {node} with a new VTEP MAC, unseen by {}",
+                missed_by.join(", ")
+            ),
+            Fault::DnatMissing { node } => format!("remove the Service DNAT rules on {node}"),
+            Fault::HairpinOff { node } => {
+                format!("turn hairpin mode off on {node}'s Service backend port")
+            }
+            Fault::HairpinMasqueradeMissing { node } => {
+                format!("remove the hairpin masquerade from {node}'s Service rules")
+            }
         }
     }
 
@@ -292,6 +344,7 @@ impl Fault {
             }
             Fault::ReusePodCidr { node, from } => vec![("node", node), ("from", from)],
             Fault::IpForwardOff { node }
+            | Fault::Ipv6ForwardOff { node }
             | Fault::ForwardDrop { node }
             | Fault::Mtu { node, .. }
             | Fault::FlushMasquerade { node }
@@ -300,7 +353,16 @@ impl Fault {
             | Fault::RemoveNode { node }
             | Fault::StopAgent { node }
             | Fault::StartAgent { node } => vec![("node", node)],
-            Fault::AddNode { .. } => Vec::new(),
+            Fault::AddNode { .. }
+            | Fault::HostGw {}
+            | Fault::NatInternalIp {}
+            | Fault::PodMtu { .. } => Vec::new(),
+            Fault::VxlanRejoin { node, missed_by } => std::iter::once(("node", node))
+                .chain(missed_by.iter().map(|m| ("missed_by", m)))
+                .collect(),
+            Fault::DnatMissing { node }
+            | Fault::HairpinOff { node }
+            | Fault::HairpinMasqueradeMissing { node } => vec![("node", node)],
         }
     }
 }
@@ -395,6 +457,9 @@ fn apply(lab: &mut Lab, fault: &Fault) -> Result<Undo, LabError> {
             Undo::Routes { node: node.clone() }
         }
         Fault::IpForwardOff { node } => sysctl_fault(lab, node, "net/ipv4/ip_forward", "0")?,
+        Fault::Ipv6ForwardOff { node } => {
+            sysctl_fault(lab, node, "net/ipv6/conf/all/forwarding", "0")?
+        }
         Fault::RpFilter { node } => {
             sysctl_fault(lab, node, "net/ipv4/conf/eth0/rp_filter", "1")?;
             sysctl_fault(lab, node, "net/ipv4/conf/all/rp_filter", "1")?
@@ -504,6 +569,7 @@ fn apply(lab: &mut Lab, fault: &Fault) -> Result<Undo, LabError> {
             lab.start_agent(i)?;
             Undo::StopAgent { node: node.clone() }
         }
+        _ => Undo::Shape(super::shape_faults::apply(lab, fault)?),
     })
 }
 
@@ -586,6 +652,7 @@ fn undo(lab: &mut Lab, u: Undo) -> Result<(), LabError> {
             lab.stop_agent(i);
             Ok(())
         }
+        Undo::Shape(u) => super::shape_faults::undo(lab, u),
     }
 }
 

@@ -38,6 +38,9 @@ pub struct LabState {
     pub switch: String,
     pub external: Option<String>,
     pub nodes: Vec<NodeState>,
+    /// Namespaces of the underlay shape (routers, NAT boxes).
+    #[serde(default)]
+    pub extra: Vec<String>,
 }
 
 pub fn run_dir(name: &str) -> PathBuf {
@@ -77,6 +80,10 @@ pub fn owns_namespace(name: &str, nodes: &[String], ns: &str) -> bool {
     };
     role == "switch"
         || role == "external"
+        || role == super::underlay::ROUTER_ROLE
+        || nodes
+            .iter()
+            .any(|node| role == super::underlay::nat_role(node))
         || nodes.iter().any(|node| {
             role == node
                 || role
@@ -100,6 +107,7 @@ pub fn persist(lab: Lab) -> Result<LabState, LabError> {
         run_dir: lab.opts.run_dir.clone(),
         switch: lab.switch.name().to_string(),
         external: lab.external.as_ref().map(|e| e.name().to_string()),
+        extra: lab.extra.iter().map(|e| e.name().to_string()).collect(),
         nodes: lab
             .nodes
             .iter()
@@ -138,6 +146,9 @@ pub fn release(lab: Lab) {
         drop(node.agent);
     }
     if let Some(e) = lab.external {
+        e.keep();
+    }
+    for e in lab.extra {
         e.keep();
     }
     lab.switch.keep();
@@ -208,6 +219,11 @@ pub fn adopt(name: &str) -> Result<Lab, LabError> {
             .transpose()?,
         nodes,
         phases: Vec::new(),
+        extra: state
+            .extra
+            .iter()
+            .map(|n| Netns::open_existing(n))
+            .collect::<Result<_, _>>()?,
     })
 }
 

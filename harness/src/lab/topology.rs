@@ -17,6 +17,9 @@ pub enum Routing {
     Static,
     /// An agent started inside every node namespace does the routing.
     Agent,
+    /// A kernel VXLAN overlay the lab programs like flannel's vxlan backend
+    /// (device, FDB and neighbour entries, routes); see `lab/vxlan.rs`.
+    Vxlan,
 }
 
 /// Who masquerades pod traffic that leaves the cluster.
@@ -153,6 +156,15 @@ pub struct Topology {
     pub external: Option<ExternalSpec>,
     #[serde(default, rename = "node")]
     pub nodes: Vec<NodeSpec>,
+    /// The underlay's shape: `l2`, `routed` or `nat` (see `lab/underlay.rs`).
+    #[serde(default)]
+    pub shape: super::underlay::Shape,
+    /// VXLAN settings of `routing = "vxlan"`.
+    #[serde(default)]
+    pub vxlan: Option<super::vxlan::VxlanSpec>,
+    /// A kube-proxy-like Service (see `lab/services.rs`).
+    #[serde(default)]
+    pub service: Option<super::services::ServiceSpec>,
 }
 
 fn default_name() -> String {
@@ -272,6 +284,9 @@ impl Topology {
             agent: None,
             external: default_external(),
             nodes: Vec::new(),
+            shape: Default::default(),
+            vxlan: None,
+            service: None,
         };
         for i in 1..=nodes {
             let i8 = u8::try_from(i).map_err(|_| TopologyError::Invalid {
@@ -401,6 +416,20 @@ impl Topology {
                 ),
             ));
         }
+        // The routed and nat shapes and the VXLAN overlay are built on an
+        // IPv4 underlay (a /24 per node, 10.0.2.15, IPv4 VTEPs).
+        if self.underlay.addr().is_ipv6()
+            && (self.shape != super::underlay::Shape::L2 || self.routing == Routing::Vxlan)
+        {
+            return Err(top(
+                "underlay",
+                format!(
+                    "underlay = {}: shape = \"{}\" and routing = \"vxlan\" need an IPv4 underlay (add underlay6 for IPv6 next to it)",
+                    self.underlay,
+                    format!("{:?}", self.shape).to_lowercase()
+                ),
+            ));
+        }
         if self.underlay.addr().is_ipv4() && self.underlay.prefix_len() > 30
             || self.underlay.addr().is_ipv6() && self.underlay.prefix_len() > 126
         {
@@ -461,6 +490,9 @@ impl Topology {
                 return Err(bad("name", "duplicate node name".into()));
             }
             seen_names.push(node.name.clone());
+            if let Err(message) = super::underlay::check_node_address(self, node.address) {
+                return Err(bad("address", message));
+            }
             if !self.underlay.contains(&node.address) {
                 return Err(bad(
                     "address",
@@ -605,6 +637,7 @@ impl Topology {
                 "routing = \"agent\" needs an [agent] command".into(),
             ));
         }
+        super::underlay::check_topology(self).map_err(|(key, message)| top(key, message))?;
         if let Some(agent) = &self.agent {
             if agent.command.is_empty() {
                 return Err(Invalid {
@@ -614,6 +647,12 @@ impl Topology {
             }
         }
         Ok(())
+    }
+
+    /// The MTU of the pods' interfaces: the underlay's, less the overlay's
+    /// encapsulation overhead (see `lab/vxlan.rs`).
+    pub fn pod_mtu(&self) -> u32 {
+        super::vxlan::pod_mtu(self)
     }
 
     pub fn node(&self, name: &str) -> Option<&NodeSpec> {

@@ -1,0 +1,411 @@
+//! A kube-proxy-like Service per lab (`[service]` in a topology, or
+//! `--service`), as DNAT rules in every node's nftables, shaped like
+//! kube-proxy's nftables mode (`table ip kube-proxy`: a `services` verdict
+//! map on ClusterIP . protocol . port, a `service-…` chain that picks an
+//! endpoint with `numgen random`, `endpoint-…` chains that DNAT and mark
+//! hairpin traffic for masquerade, and a `masquerading` chain).
+//!
+//! The Service `web` (ClusterIP `cluster_ip`, port 7777 = the responders')
+//! has a backend on several nodes: the first pod of each. The checks also
+//! need to know which backend answers, so every backend gets a Service of
+//! its own too (`web-<node>`, ClusterIP `cluster_ip` + 1 + node index),
+//! with that one endpoint, as the Kubernetes e2e hairpin test does:
+//!
+//! - `service/same-node`: the other pods of a backend's node → its Service;
+//! - `service/cross-node`: every pod → the next node's backend Service;
+//! - `service/hairpin`: a backend → its own Service (needs hairpin mode on
+//!   its bridge port, and masquerade so that the reply comes back through
+//!   the node's conntrack);
+//! - `service/cluster-ip`: every pod → `web` (any backend may answer).
+
+use super::build::{nft, Lab, LabError};
+use super::diagnose::{Diagnosis, NodeFacts};
+use super::probe::PORT;
+use super::topology::Topology;
+use crate::connectivity::{Endpoint, ExpectSource, ProbeOutcome, ProbeSpec, Proto};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr};
+
+pub const SAME_NODE: &str = "service/same-node";
+pub const CROSS_NODE: &str = "service/cross-node";
+pub const HAIRPIN: &str = "service/hairpin";
+pub const CLUSTER_IP: &str = "service/cluster-ip";
+/// The nftables table every node's Service rules live in.
+pub const TABLE: &str = "ip kube-proxy";
+/// How the multi-backend Service shows in reports.
+pub const WEB: &str = "service web";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceSpec {
+    /// The ClusterIP of `web`; the per-backend Services take the next ones.
+    #[serde(default = "default_cluster_ip")]
+    pub cluster_ip: Ipv4Addr,
+    /// How many nodes carry a backend (their first pod); default: all.
+    #[serde(default)]
+    pub backends: Option<usize>,
+}
+
+impl Default for ServiceSpec {
+    fn default() -> Self {
+        ServiceSpec {
+            cluster_ip: default_cluster_ip(),
+            backends: None,
+        }
+    }
+}
+
+fn default_cluster_ip() -> Ipv4Addr {
+    Ipv4Addr::new(10, 96, 0, 10)
+}
+
+pub fn check_topology(topo: &Topology) -> Result<(), (&'static str, String)> {
+    let Some(spec) = &topo.service else {
+        return Ok(());
+    };
+    let ip = IpAddr::V4(spec.cluster_ip);
+    let last = u32::from(spec.cluster_ip).checked_add(topo.nodes.len() as u32 + 1);
+    if last.is_none() || ip.is_unspecified() {
+        return Err((
+            "service",
+            format!("cluster_ip {ip}: no room for the Services"),
+        ));
+    }
+    let clash = std::iter::once(&topo.underlay)
+        .chain(topo.cluster_cidr.iter())
+        .find(|c| c.contains(&ip));
+    if let Some(c) = clash {
+        return Err((
+            "service",
+            format!("cluster_ip {ip} is inside {c}: ClusterIPs come from a range of their own"),
+        ));
+    }
+    if spec.backends == Some(0) {
+        return Err(("service", "backends = 0: a Service needs a backend".into()));
+    }
+    Ok(())
+}
+
+/// The nodes (by index) with a backend, and each backend's address.
+fn backends(lab: &Lab) -> Vec<(usize, IpAddr)> {
+    let Some(spec) = &lab.topo.service else {
+        return Vec::new();
+    };
+    let count = spec.backends.unwrap_or(lab.nodes.len());
+    lab.nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| {
+            let ip = n
+                .pods
+                .first()?
+                .ips
+                .iter()
+                .find(|ip| ip.addr().is_ipv4())?
+                .addr();
+            Some((i, ip))
+        })
+        .take(count)
+        .collect()
+}
+
+/// The ClusterIP of node `i`'s backend Service.
+fn pinned_ip(spec: &ServiceSpec, i: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(u32::from(spec.cluster_ip) + 1 + i as u32))
+}
+
+/// The ruleset of one node. `hairpin_masquerade = false` leaves out the
+/// rule that marks a backend's traffic to itself for masquerade.
+pub fn ruleset(lab: &Lab, hairpin_masquerade: bool) -> String {
+    let Some(spec) = lab.topo.service.clone() else {
+        return String::new();
+    };
+    let backends = backends(lab);
+    let mut chains = String::new();
+    let mut map: Vec<String> = Vec::new();
+    let endpoint = |chains: &mut String, name: &str, ip: IpAddr| {
+        let _ = writeln!(chains, "  chain {name} {{");
+        if hairpin_masquerade {
+            let _ = writeln!(chains, "    ip saddr {ip} jump mark-for-masquerade");
+        }
+        for proto in ["tcp", "udp"] {
+            let _ = writeln!(chains, "    meta l4proto {proto} dnat to {ip}:{PORT}");
+        }
+        let _ = writeln!(chains, "  }}");
+    };
+    // web: every backend, picked at random.
+    let web = IpAddr::V4(spec.cluster_ip);
+    let mut vmap = Vec::new();
+    for (k, (i, ip)) in backends.iter().enumerate() {
+        let name = format!("endpoint-web-{}", lab.nodes[*i].spec.name);
+        endpoint(&mut chains, &name, *ip);
+        vmap.push(format!("{k} : goto {name}"));
+    }
+    if !vmap.is_empty() {
+        let _ = writeln!(
+            chains,
+            "  chain service-web {{\n    numgen random mod {} vmap {{ {} }}\n  }}",
+            vmap.len(),
+            vmap.join(", ")
+        );
+        for proto in ["tcp", "udp"] {
+            map.push(format!("{web} . {proto} . {PORT} : goto service-web"));
+        }
+    }
+    // web-<node>: one endpoint each.
+    for (i, ip) in &backends {
+        let node = &lab.nodes[*i].spec.name;
+        let name = format!("endpoint-web-{node}-pinned");
+        endpoint(&mut chains, &name, *ip);
+        let _ = writeln!(
+            chains,
+            "  chain service-web-{node} {{\n    goto {name}\n  }}"
+        );
+        for proto in ["tcp", "udp"] {
+            map.push(format!(
+                "{} . {proto} . {PORT} : goto service-web-{node}",
+                pinned_ip(&spec, *i)
+            ));
+        }
+    }
+    let services = if map.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "    ip daddr . meta l4proto . th dport vmap {{ {} }}\n",
+            map.join(", ")
+        )
+    };
+    format!(
+        "add table {TABLE}\ndelete table {TABLE}\ntable {TABLE} {{\n  chain mark-for-masquerade {{\n    meta mark set meta mark | 0x4000\n  }}\n  chain masquerading {{\n    meta mark & 0x4000 == 0 return\n    meta mark set meta mark ^ 0x4000\n    masquerade fully-random\n  }}\n  chain services {{\n{services}  }}\n  chain nat-prerouting {{\n    type nat hook prerouting priority dstnat; policy accept;\n    jump services\n  }}\n  chain nat-output {{\n    type nat hook output priority -100; policy accept;\n    jump services\n  }}\n  chain nat-postrouting {{\n    type nat hook postrouting priority srcnat; policy accept;\n    jump masquerading\n  }}\n{chains}}}\n"
+    )
+}
+
+/// Programs the Service rules on node `i`.
+pub fn install_node(lab: &Lab, i: usize, hairpin_masquerade: bool) -> Result<(), LabError> {
+    if lab.topo.service.is_none() {
+        return Ok(());
+    }
+    nft(&lab.nodes[i].ns, &ruleset(lab, hairpin_masquerade))
+}
+
+/// Programs the Service rules on every node.
+pub fn install(lab: &Lab) -> Result<(), LabError> {
+    for i in 0..lab.nodes.len() {
+        install_node(lab, i, true)?;
+    }
+    Ok(())
+}
+
+/// Removes the Service rules of node `i` (kube-proxy not running there).
+pub fn remove_node(lab: &Lab, i: usize) -> Result<(), LabError> {
+    nft(
+        &lab.nodes[i].ns,
+        &format!("add table {TABLE}\ndelete table {TABLE}\n"),
+    )
+}
+
+fn pod(lab: &Lab, n: usize, p: usize) -> Option<Endpoint> {
+    super::checks::pod_endpoint(lab, n, p, false)
+}
+
+/// The Service probes of the groups `wanted` selects.
+pub fn plan(lab: &Lab, wanted: &dyn Fn(&str) -> bool, out: &mut Vec<ProbeSpec>) {
+    let Some(spec) = lab.topo.service.clone() else {
+        return;
+    };
+    let backends = backends(lab);
+    let mut push =
+        |group: &'static str, from: &Endpoint, to: Endpoint, expect: Option<ExpectSource>| {
+            if wanted(group) {
+                for proto in [Proto::Tcp, Proto::Udp] {
+                    out.push(ProbeSpec {
+                        group,
+                        from: from.clone(),
+                        to: to.clone(),
+                        proto,
+                        expect_source: expect,
+                    });
+                }
+            }
+        };
+    for (k, (i, _)) in backends.iter().enumerate() {
+        let Some(backend) = pod(lab, *i, 0) else {
+            continue;
+        };
+        let target = Endpoint {
+            ip: pinned_ip(&spec, *i),
+            ..backend.clone()
+        };
+        // The backend itself: hairpin (its source is masqueraded).
+        push(HAIRPIN, &backend, target.clone(), None);
+        for p in 1..lab.nodes[*i].pods.len() {
+            if let Some(src) = pod(lab, *i, p) {
+                push(
+                    SAME_NODE,
+                    &src,
+                    target.clone(),
+                    Some(ExpectSource::Unchanged(src.ip)),
+                );
+            }
+        }
+        // The pods of the node whose backend comes before this one.
+        let prev = backends[(k + backends.len() - 1) % backends.len()].0;
+        if prev != *i {
+            for p in 0..lab.nodes[prev].pods.len() {
+                if let Some(src) = pod(lab, prev, p) {
+                    push(
+                        CROSS_NODE,
+                        &src,
+                        target.clone(),
+                        Some(ExpectSource::Unchanged(src.ip)),
+                    );
+                }
+            }
+        }
+    }
+    if backends.is_empty() {
+        return;
+    }
+    let web = Endpoint {
+        name: WEB.into(),
+        node: None,
+        pod: None,
+        ip: IpAddr::V4(spec.cluster_ip),
+        external: false,
+    };
+    for n in 0..lab.nodes.len() {
+        for p in 0..lab.nodes[n].pods.len() {
+            if let Some(src) = pod(lab, n, p) {
+                if wanted(CLUSTER_IP) {
+                    out.push(ProbeSpec {
+                        group: CLUSTER_IP,
+                        from: src,
+                        to: web.clone(),
+                        proto: Proto::Tcp,
+                        expect_source: None,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Whether `responder` may answer a probe to `spec.to`: for `web`, any
+/// backend (the first pod of a node).
+pub fn may_answer(spec: &ProbeSpec, responder: &str) -> bool {
+    spec.to.name == WEB && responder.ends_with("-pod0")
+}
+
+/// The interface index (in the node) of the peer of node `n`'s pod `p`'s eth0.
+fn port_index(lab: &Lab, n: usize, p: usize) -> Option<u64> {
+    let pod = lab.nodes[n].pods.get(p)?;
+    let out = pod
+        .ns
+        .command("ip")
+        .args(["-j", "link", "show", "eth0"])
+        .output()
+        .ok()?;
+    let links: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    links.get(0)?.get("link_index")?.as_u64()
+}
+
+/// The hairpin mode of the bridge port of node `n`'s pod `p`.
+fn hairpin_mode(lab: &Lab, n: usize, p: usize) -> Option<bool> {
+    let peer = port_index(lab, n, p)?;
+    let out = lab.nodes[n]
+        .ns
+        .command("ip")
+        .args(["-j", "-d", "link", "show"])
+        .output()
+        .ok()?;
+    let links: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let port = links
+        .as_array()?
+        .iter()
+        .find(|l| l.get("ifindex").and_then(|i| i.as_u64()) == Some(peer))?;
+    port.get("linkinfo")?
+        .get("info_slave_data")?
+        .get("hairpin")?
+        .as_bool()
+}
+
+/// The name of the bridge port (node side) of node `n`'s pod `p`.
+pub fn bridge_port(lab: &Lab, n: usize, p: usize) -> Option<String> {
+    let peer = port_index(lab, n, p)?;
+    lab.nodes[n]
+        .ns
+        .links()
+        .ok()?
+        .into_iter()
+        .find(|l| u64::from(l.index) == peer)
+        .map(|l| l.name)
+}
+
+/// Diagnoses of a failed Service probe: no DNAT for the ClusterIP on the
+/// client's node, hairpin mode off on the backend's bridge port, or no
+/// masquerade for hairpin traffic.
+pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome, out: &mut Vec<Diagnosis>) {
+    let spec = &o.spec;
+    if !spec.group.starts_with("service/") {
+        return;
+    }
+    let Some(src) = spec.from.node.and_then(|i| facts.get(i)) else {
+        return;
+    };
+    let cluster_ip = spec.to.ip.to_string();
+    if !src.ruleset.contains(&cluster_ip) || !src.ruleset.contains("dnat to") {
+        out.push(Diagnosis {
+            id: "service-dnat-missing",
+            message: format!(
+                "{} has no DNAT rule for ClusterIP {cluster_ip}:{PORT} (kube-proxy's table {TABLE} is missing there): traffic to the Service leaves {} with the ClusterIP as destination and nothing answers",
+                src.name, src.name
+            ),
+        });
+        return;
+    }
+    if spec.group != HAIRPIN {
+        return;
+    }
+    let (Some(n), Some(p)) = (spec.to.node, spec.to.pod) else {
+        return;
+    };
+    let port = bridge_port(lab, n, p).unwrap_or_else(|| "?".into());
+    if hairpin_mode(lab, n, p) == Some(false) {
+        out.push(Diagnosis {
+            id: "hairpin-off",
+            message: format!(
+                "hairpin mode is off on {}'s bridge port {port}: {} reaching itself through its Service ({cluster_ip}) is DNATed back to its own port, and the bridge never sends a frame out of the port it came in on (plugin: \"hairpinMode\": true; kubelet --hairpin-mode)",
+                spec.to.name, spec.to.name
+            ),
+        });
+        return;
+    }
+    let backend = spec.from.ip.to_string();
+    let marked = src
+        .ruleset
+        .lines()
+        .any(|l| l.contains(&format!("ip saddr {backend}")) && l.contains("mark-for-masquerade"));
+    if !marked {
+        out.push(Diagnosis {
+            id: "hairpin-masquerade-missing",
+            message: format!(
+                "{} has no masquerade for hairpin traffic of {} ({backend} → {cluster_ip} → {backend}): the backend sees its own address as source and answers itself directly, bypassing the DNAT's conntrack, so the reply never comes from the ClusterIP (kube-proxy marks `ip saddr <endpoint>` for masquerade)",
+                src.name, spec.from.name
+            ),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_ip_inside_the_cluster_cidr_is_refused() {
+        let text = "[service]\ncluster_ip = \"10.244.9.9\"\n[[node]]\nname = \"a\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n";
+        let err = Topology::parse(text, std::path::Path::new("t.toml")).expect_err("refused");
+        assert!(err.to_string().contains("cluster_ip"), "{err}");
+    }
+}

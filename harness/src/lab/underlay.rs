@@ -1,0 +1,587 @@
+//! Underlay shapes (`shape = "l2" | "routed" | "nat"` in a topology):
+//!
+//! - `l2`: one switch (a bridge in the switch namespace) for every node.
+//! - `routed`: every /24 of the underlay is its own subnet (a bridge
+//!   `rack<N>` in the switch namespace) and a router namespace joins them;
+//!   the router has the first address of each /24. Nodes have a default
+//!   route via their subnet's router. `routing = "static"` then puts the
+//!   pod CIDR routes into the router (a cloud route table); host-gw routes
+//!   between nodes (`podCIDR via nodeIP`) are refused by the kernel, as
+//!   flannel's host-gw backend finds on an L3 underlay.
+//! - `nat`: every node also has a VirtualBox-style NAT interface `eth1`
+//!   with the same address 10.0.2.15 on every node and its default route
+//!   via 10.0.2.2, a NAT namespace of its own (`<node>-nat`); the underlay
+//!   is the host-only network. The classic Vagrant bug (every node's
+//!   InternalIP is 10.0.2.15) is injected by the `nat-internal-ip` fault.
+//!
+//! Everything lives in lab namespaces; nothing is added to the host.
+
+use super::build::{install_static_routes, make_ns, netlink, setup, Lab, LabError};
+use super::diagnose::{Diagnosis, NodeFacts};
+use super::topology::{Routing, Topology};
+use crate::connectivity::ProbeOutcome;
+use crate::netns::Netns;
+use cnilab_net::{netns as plugin_netns, nl};
+use ipnet::{IpNet, Ipv4Net};
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, Ipv4Addr};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Shape {
+    /// One L2 switch for every node.
+    #[default]
+    L2,
+    /// Nodes in different /24 subnets joined by a router namespace.
+    Routed,
+    /// A VirtualBox-style NAT interface (10.0.2.15 on every node) next to
+    /// the host-only underlay.
+    Nat,
+}
+
+/// The address VirtualBox gives every VM's NAT interface.
+pub const NAT_ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 15);
+/// VirtualBox's NAT gateway.
+pub const NAT_GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+/// The NAT network.
+pub fn nat_network() -> IpNet {
+    IpNet::V4(Ipv4Net::new(Ipv4Addr::new(10, 0, 2, 0), 24).unwrap_or_default())
+}
+/// The node's NAT interface.
+pub const NAT_LINK: &str = "eth1";
+/// Prefix length of one subnet of a routed underlay.
+pub const SUBNET_PREFIX: u8 = 24;
+/// The router namespace's role name.
+pub const ROUTER_ROLE: &str = "router";
+
+/// Checks what a shape requires of the whole topology: `(field, message)`.
+pub fn check_topology(topo: &Topology) -> Result<(), (&'static str, String)> {
+    match topo.shape {
+        Shape::L2 => {}
+        Shape::Routed => {
+            if topo.underlay.prefix_len() > SUBNET_PREFIX - 1 {
+                return Err((
+                    "underlay",
+                    format!(
+                        "shape = \"routed\" with underlay = {}: use a /23 or larger (e.g. 10.250.0.0/16); each /24 in it is a subnet behind the router",
+                        topo.underlay
+                    ),
+                ));
+            }
+            if let Some(ext) = &topo.external {
+                check_node_address(topo, ext.address).map_err(|m| ("external", m))?;
+            }
+        }
+        Shape::Nat => {
+            let nat = nat_network();
+            let clash = std::iter::once(&topo.underlay)
+                .chain(topo.cluster_cidr.iter())
+                .chain(topo.nodes.iter().flat_map(|n| n.pod_cidr.iter()))
+                .find(|c| crate::connectivity::diagnosis::overlaps(c, &nat));
+            if let Some(c) = clash {
+                return Err((
+                    "shape",
+                    format!("shape = \"nat\": {c} overlaps the NAT network {nat}"),
+                ));
+            }
+        }
+    }
+    super::vxlan::check_topology(topo)?;
+    super::services::check_topology(topo)?;
+    Ok(())
+}
+
+/// `--shape`, `--vxlan`, `--service`: a generated lab gets the shape (a
+/// routed one a /24 per node: node N at 10.250.N.10 in 10.250.0.0/16).
+pub fn apply_flags(
+    topo: &mut Topology,
+    shape: Option<Shape>,
+    vxlan: bool,
+    service: bool,
+) -> Result<(), super::topology::TopologyError> {
+    if let Some(shape) = shape {
+        topo.shape = shape;
+        if shape == Shape::Routed {
+            topo.underlay =
+                IpNet::V4(Ipv4Net::new(Ipv4Addr::new(10, 250, 0, 0), 16).unwrap_or_default());
+            for (i, node) in topo.nodes.iter_mut().enumerate() {
+                let n = u8::try_from(i + 1).unwrap_or(u8::MAX);
+                node.address = IpAddr::from([10, 250, n, 10]);
+            }
+        }
+    }
+    if vxlan {
+        topo.routing = Routing::Vxlan;
+    }
+    if service && topo.service.is_none() {
+        topo.service = Some(super::services::ServiceSpec::default());
+    }
+    topo.validate(std::path::Path::new("--shape/--vxlan/--service"))
+}
+
+/// In a routed underlay the first address of each /24 is the router's.
+pub fn check_node_address(topo: &Topology, addr: IpAddr) -> Result<(), String> {
+    if topo.shape == Shape::Routed {
+        if let Some(router) = router_address(addr) {
+            if router == addr {
+                return Err(format!(
+                    "address {addr} is the router's address in its subnet {} (shape = \"routed\")",
+                    subnet_of(addr).map(|s| s.to_string()).unwrap_or_default()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The /24 an address is in (routed underlays).
+pub fn subnet_of(addr: IpAddr) -> Option<IpNet> {
+    IpNet::new(addr, SUBNET_PREFIX).ok().map(|n| n.trunc())
+}
+
+/// The router's address in `addr`'s /24.
+pub fn router_address(addr: IpAddr) -> Option<IpAddr> {
+    let net = subnet_of(addr)?;
+    net.hosts().next()
+}
+
+/// The prefix length of node (and external) addresses.
+pub fn node_prefix(topo: &Topology) -> u8 {
+    match topo.shape {
+        Shape::Routed => SUBNET_PREFIX,
+        _ => topo.underlay.prefix_len(),
+    }
+}
+
+/// The name of the bridge of `addr`'s subnet in the switch namespace.
+fn rack_name(topo: &Topology, addr: IpAddr) -> String {
+    let (IpAddr::V4(a), IpAddr::V4(base)) = (addr, topo.underlay.network()) else {
+        return "underlay".into();
+    };
+    let n = (u32::from(a).wrapping_sub(u32::from(base))) >> 8;
+    format!("rack{n}")
+}
+
+/// The switch bridge a host with address `addr` plugs into: the underlay
+/// bridge (`l2`, `nat`) or its subnet's bridge (`routed`), made on first use.
+pub fn bridge_for(lab: &Lab, addr: IpAddr, underlay: u32) -> Result<u32, LabError> {
+    if lab.topo.shape != Shape::Routed {
+        return Ok(underlay);
+    }
+    let name = rack_name(&lab.topo, addr);
+    netlink(&lab.switch, &format!("bridge {name}"), |h| async move {
+        if let Some(l) = nl::link_by_name(&h, &name).await? {
+            return Ok(l.index);
+        }
+        h.link()
+            .add(rtnetlink::LinkBridge::new(&name).up().build())
+            .execute()
+            .await?;
+        nl::link_by_name(&h, &name)
+            .await?
+            .map(|l| l.index)
+            .ok_or(rtnetlink::Error::RequestFailed)
+    })
+}
+
+/// Runs `program -batch -` in `ns` with `script` on its stdin (iproute2's
+/// `ip` or `bridge`: netlink requests, one per line).
+pub fn batch(ns: &Netns, program: &str, script: &str) -> Result<(), LabError> {
+    batch_with(ns, program, &["-batch", "-"], script)
+}
+
+/// [`batch`] that goes on after a failed line (`-force`).
+pub fn batch_force(ns: &Netns, program: &str, script: &str) -> Result<(), LabError> {
+    batch_with(ns, program, &["-force", "-batch", "-"], script)
+}
+
+fn batch_with(ns: &Netns, program: &str, args: &[&str], script: &str) -> Result<(), LabError> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = ns
+        .command(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            setup(format!(
+                "{program} in {}: {e} (is iproute2 installed?)",
+                ns.name()
+            ))
+        })?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(script.as_bytes())
+            .map_err(|e| setup(format!("{program} in {}: {e}", ns.name())))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| setup(format!("{program} in {}: {e}", ns.name())))?;
+    if !out.status.success() {
+        return Err(setup(format!(
+            "{program} in {}: {}\n{script}",
+            ns.name(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+fn router_index(lab: &Lab) -> Option<usize> {
+    lab.extra
+        .iter()
+        .position(|ns| ns.name().ends_with(&format!("-{ROUTER_ROLE}")))
+}
+
+/// The router namespace of a routed lab, made on first use.
+fn router(lab: &mut Lab) -> Result<&Netns, LabError> {
+    let i = match router_index(lab) {
+        Some(i) => i,
+        None => {
+            let ns = make_ns(&lab.opts, ROUTER_ROLE)?;
+            plugin_netns::write_sysctl(Some(ns.file()), "net/ipv4/ip_forward", "1")
+                .map_err(|e| setup(format!("router ip_forward: {e}")))?;
+            ns.set_lo_up()?;
+            lab.extra.push(ns);
+            lab.extra.len() - 1
+        }
+    };
+    Ok(&lab.extra[i])
+}
+
+/// Gives the router a leg in `addr`'s subnet (once per subnet).
+fn router_leg(lab: &mut Lab, addr: IpAddr, underlay: u32) -> Result<IpAddr, LabError> {
+    let gw = router_address(addr).ok_or_else(|| setup(format!("{addr}: no subnet")))?;
+    let bridge = bridge_for(lab, addr, underlay)?;
+    let rack = rack_name(&lab.topo, addr);
+    let mtu = lab.topo.mtu;
+    router(lab)?;
+    let router = &lab.extra[router_index(lab).unwrap_or_default()];
+    let has_leg = router.links()?.iter().any(|l| l.name == rack);
+    if !has_leg {
+        let peer = router.file();
+        let port = format!("p-r-{rack}");
+        let leg = rack.clone();
+        netlink(&lab.switch, &format!("router leg {rack}"), |h| async move {
+            h.link()
+                .add(nl::veth_message(&port, &leg, peer, Some(mtu), Some(bridge)))
+                .execute()
+                .await
+        })?;
+        netlink(router, &format!("router address {gw}"), |h| async move {
+            let link = nl::link_by_name(&h, &rack)
+                .await?
+                .ok_or(rtnetlink::Error::RequestFailed)?;
+            let net = IpNet::new(gw, SUBNET_PREFIX).map_err(|_| rtnetlink::Error::RequestFailed)?;
+            nl::add_address(&h, link.index, net).await?;
+            nl::set_up(&h, link.index).await
+        })?;
+    }
+    Ok(gw)
+}
+
+fn default_route(ns: &Netns, via: IpAddr, what: &str) -> Result<(), LabError> {
+    let any: IpNet = IpNet::new(IpAddr::from([0, 0, 0, 0]), 0).map_err(|e| setup(e.to_string()))?;
+    netlink(ns, &format!("default route of {what}"), |h| async move {
+        let msg = nl::route_message(any, Some(via), None, None)
+            .map_err(|_| rtnetlink::Error::RequestFailed)?;
+        nl::add_route(&h, msg, true).await
+    })
+}
+
+/// What a host needs once plugged in: in a routed lab a router leg in its
+/// subnet and a default route via it; in a NAT lab (nodes only) the NAT
+/// interface, its NAT namespace and the default route through it.
+pub fn attach(lab: &mut Lab, ns: NsRef, addr: IpAddr, underlay: u32) -> Result<(), LabError> {
+    match lab.topo.shape {
+        Shape::L2 => Ok(()),
+        Shape::Routed => {
+            let gw = router_leg(lab, addr, underlay)?;
+            default_route(ns.get(lab)?, gw, &addr.to_string())
+        }
+        Shape::Nat => match ns {
+            NsRef::Node(i) => attach_nat(lab, i),
+            NsRef::External => Ok(()),
+        },
+    }
+}
+
+/// A namespace of the lab, by role.
+#[derive(Clone, Copy, Debug)]
+pub enum NsRef {
+    Node(usize),
+    External,
+}
+
+impl NsRef {
+    fn get(self, lab: &Lab) -> Result<&Netns, LabError> {
+        match self {
+            NsRef::Node(i) => lab.nodes.get(i).map(|n| &n.ns),
+            NsRef::External => lab.external.as_ref(),
+        }
+        .ok_or_else(|| setup(format!("{self:?}: no such namespace")))
+    }
+}
+
+/// The NAT namespace's role name for a node.
+pub fn nat_role(node: &str) -> String {
+    format!("{node}-nat")
+}
+
+fn attach_nat(lab: &mut Lab, i: usize) -> Result<(), LabError> {
+    let name = lab.nodes[i].spec.name.clone();
+    let nat = make_ns(&lab.opts, &nat_role(&name))?;
+    nat.set_lo_up()?;
+    plugin_netns::write_sysctl(Some(nat.file()), "net/ipv4/ip_forward", "1")
+        .map_err(|e| setup(format!("{name} NAT ip_forward: {e}")))?;
+    let peer = nat.file();
+    let node_ns = &lab.nodes[i].ns;
+    let node_addr = IpNet::new(IpAddr::V4(NAT_ADDRESS), 24).map_err(|e| setup(e.to_string()))?;
+    netlink(
+        node_ns,
+        &format!("NAT interface of {name}"),
+        |h| async move {
+            h.link()
+                .add(nl::veth_message(NAT_LINK, "eth0", peer, None, None))
+                .execute()
+                .await?;
+            let link = nl::link_by_name(&h, NAT_LINK)
+                .await?
+                .ok_or(rtnetlink::Error::RequestFailed)?;
+            nl::add_address(&h, link.index, node_addr).await
+        },
+    )?;
+    let gw = IpNet::new(IpAddr::V4(NAT_GATEWAY), 24).map_err(|e| setup(e.to_string()))?;
+    netlink(&nat, &format!("NAT gateway of {name}"), |h| async move {
+        let link = nl::link_by_name(&h, "eth0")
+            .await?
+            .ok_or(rtnetlink::Error::RequestFailed)?;
+        nl::add_address(&h, link.index, gw).await?;
+        nl::set_up(&h, link.index).await
+    })?;
+    // VirtualBox's NAT engine: the VM's traffic leaves masqueraded.
+    super::build::nft(
+        &nat,
+        "table ip vbox_nat {\n  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n    ip saddr 10.0.2.0/24 masquerade\n  }\n}\n",
+    )?;
+    lab.extra.push(nat);
+    default_route(&lab.nodes[i].ns, IpAddr::V4(NAT_GATEWAY), &name)
+}
+
+/// Removes what [`attach`] made for a node that leaves (its NAT namespace).
+pub fn detach(lab: &mut Lab, node: &str) {
+    let role = format!("-{}", nat_role(node));
+    lab.extra.retain(|ns| !ns.name().ends_with(&role));
+}
+
+/// `routing = "static"` on a routed underlay: the pod CIDR routes live in
+/// the router (a cloud route table), nodes reach them by their default route.
+pub fn install_router_routes(lab: &mut Lab) -> Result<(), LabError> {
+    let specs = lab.topo.nodes.clone();
+    // The router is no node: every node's pod CIDR is routed via its address.
+    let me = super::topology::NodeSpec {
+        name: ROUTER_ROLE.into(),
+        address: IpAddr::from([0, 0, 0, 0]),
+        address6: None,
+        pod_cidr: Vec::new(),
+        mtu: None,
+        sysctls: Default::default(),
+    };
+    install_static_routes(router(lab)?, &me, &specs)
+}
+
+/// Removes the router's pod CIDR routes (the `host-gw` fault).
+pub fn delete_router_routes(lab: &mut Lab) -> Result<(), LabError> {
+    let cidrs: Vec<IpNet> = lab
+        .topo
+        .nodes
+        .iter()
+        .flat_map(|n| n.pod_cidr.iter().map(|c| c.trunc()))
+        .collect();
+    let router = router(lab)?;
+    netlink(router, "router pod routes", |h| async move {
+        for c in cidrs {
+            nl::delete_routes(&h, c).await?;
+        }
+        Ok(())
+    })
+}
+
+/// Whether the lab uses the routed shape with router routes (static).
+pub fn routes_in_router(topo: &Topology) -> bool {
+    topo.shape == Shape::Routed && topo.routing == Routing::Static
+}
+
+/// Diagnoses of the shapes: host-gw routes across an L3 boundary, and
+/// nodes whose InternalIP is the NAT address.
+pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome, out: &mut Vec<Diagnosis>) {
+    let spec = &o.spec;
+    let (Some(a), Some(b)) = (
+        spec.from.node.and_then(|i| facts.get(i)),
+        spec.to.node.and_then(|i| facts.get(i)),
+    ) else {
+        return;
+    };
+    if a.name == b.name {
+        return;
+    }
+    if lab.topo.shape == Shape::Routed {
+        host_gw_across_l3(lab, a, b, out);
+        host_gw_across_l3(lab, b, a, out);
+    }
+    if lab.topo.shape == Shape::Nat {
+        nat_internal_ip(lab, out);
+    }
+}
+
+/// `from` has no route of its own to `to`'s pods and `to` is in another
+/// subnet: host-gw cannot route via it, and the router does not either.
+fn host_gw_across_l3(lab: &Lab, from: &NodeFacts, to: &NodeFacts, out: &mut Vec<Diagnosis>) {
+    let (Some(from_addr), Some(to_addr)) = (from.address, to.address) else {
+        return;
+    };
+    // Evidence from the node's own table: no connected route reaches the
+    // peer, so the kernel refuses a route via it (ENETUNREACH).
+    let connected = from
+        .routes
+        .iter()
+        .any(|r| r.gateway.is_none() && r.dst.prefix_len() > 0 && r.dst.contains(&to_addr));
+    if connected || subnet_of(from_addr) == subnet_of(to_addr) {
+        return;
+    }
+    let Some(cidr) = to.pod_cidr.iter().find(|c| c.addr().is_ipv4()) else {
+        return;
+    };
+    let own = from
+        .routes
+        .iter()
+        .any(|r| r.table == 254 && r.dst.prefix_len() > 0 && r.dst.contains(&cidr.addr()));
+    if own {
+        return;
+    }
+    let router_routes = router_index(lab)
+        .and_then(|i| lab.extra[i].routes().ok())
+        .unwrap_or_default();
+    let router_has = router_routes
+        .iter()
+        .any(|r| r.dst.prefix_len() > 0 && r.dst.contains(&cidr.addr()));
+    if router_has {
+        return;
+    }
+    out.push(Diagnosis {
+        id: "host-gw-across-l3",
+        message: format!(
+            "{} ({from_addr}) and {} ({to_addr}) are in different subnets ({} and {}) joined by a router: a host-gw route \"{} via {to_addr}\" is refused by the kernel (Network is unreachable, the next hop is not on a connected subnet) and the router has no route to {} either; host-gw needs every node on one L2 segment (flannel: use the vxlan backend, or routes in the router)",
+            from.name,
+            to.name,
+            subnet_of(from_addr).map(|s| s.to_string()).unwrap_or_default(),
+            subnet_of(to_addr).map(|s| s.to_string()).unwrap_or_default(),
+            cidr.trunc(),
+            cidr.trunc(),
+        ),
+    });
+}
+
+/// The node list the lab published (agent routing) names the NAT address.
+fn nat_internal_ip(lab: &Lab, out: &mut Vec<Diagnosis>) {
+    let Ok(text) = std::fs::read_to_string(lab.nodes_file_path()) else {
+        return;
+    };
+    let Ok(list) = serde_json::from_str::<Vec<serde_json::Value>>(&text) else {
+        return;
+    };
+    let nat = NAT_ADDRESS.to_string();
+    let named: Vec<String> = list
+        .iter()
+        .filter(|n| n["internalIP"].as_str() == Some(nat.as_str()))
+        .filter_map(|n| n["name"].as_str().map(str::to_string))
+        .collect();
+    if named.is_empty() {
+        return;
+    }
+    let warning = lab
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            std::fs::read_to_string(lab.opts.run_dir.join(&n.spec.name).join("agent.log")).ok()
+        })
+        .flat_map(|log| {
+            log.lines()
+                .filter(|l| l.contains(&nat) && l.contains("WARN"))
+                .map(log_message)
+                .collect::<Vec<_>>()
+        })
+        .last();
+    out.push(Diagnosis {
+        id: "nat-internal-ip",
+        message: format!(
+            "InternalIP of {} is {nat}, the VirtualBox NAT address every node has on {NAT_LINK} (the Vagrant bug): no route to another node's pods can use it; pin kubelet --node-ip to the host-only address{}",
+            named.join(", "),
+            warning
+                .map(|w| format!(" (agent: {})", w.trim()))
+                .unwrap_or_default()
+        ),
+    });
+}
+
+/// The message of an agent log line, without colours, time and level.
+fn log_message(line: &str) -> String {
+    let mut plain = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // An ANSI colour sequence: ESC [ … m.
+            for d in chars.by_ref() {
+                if d == 'm' {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    let rest = plain.split_once("WARN").map_or(plain.as_str(), |(_, r)| r);
+    rest.split_once(": ")
+        .map_or(rest, |(_, m)| m)
+        .trim()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_log_lines_lose_colours_time_and_level() {
+        let line = "\u{1b}[2m2026-11-22T20:04:23Z\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m \u{1b}[2mcnilab_agent::reconcile\u{1b}[0m\u{1b}[2m:\u{1b}[0m InternalIP 10.0.2.15 is claimed by several nodes";
+        assert_eq!(
+            log_message(line),
+            "InternalIP 10.0.2.15 is claimed by several nodes"
+        );
+    }
+
+    #[test]
+    fn routed_subnets_and_router_addresses() {
+        let a: IpAddr = "10.250.2.10".parse().expect("ip");
+        assert_eq!(
+            subnet_of(a).map(|s| s.to_string()).as_deref(),
+            Some("10.250.2.0/24")
+        );
+        assert_eq!(router_address(a), Some("10.250.2.1".parse().expect("ip")));
+        let mut topo = Topology::generated(2, 1).expect("topology");
+        topo.shape = Shape::Routed;
+        topo.underlay = "10.250.0.0/16".parse().expect("net");
+        assert_eq!(rack_name(&topo, a), "rack2");
+        assert!(check_node_address(&topo, "10.250.2.1".parse().expect("ip")).is_err());
+        assert!(check_node_address(&topo, a).is_ok());
+    }
+
+    #[test]
+    fn routed_needs_room_for_subnets() {
+        let text = "shape = \"routed\"\n[[node]]\nname = \"a\"\naddress = \"10.250.0.2\"\npod_cidr = [\"10.244.1.0/24\"]\n";
+        let err = Topology::parse(text, std::path::Path::new("t.toml")).expect_err("refused");
+        assert!(err.to_string().contains("/23 or larger"), "{err}");
+    }
+}

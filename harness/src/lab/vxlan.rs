@@ -1,0 +1,381 @@
+//! `routing = "vxlan"`: a kernel VXLAN overlay, programmed by the lab
+//! (statically, from the topology) the way flannel's vxlan backend does it:
+//!
+//! - one VXLAN device per node (`vxlan0`, VNI and UDP port from `[vxlan]`,
+//!   `local` = the node's underlay address, `dev eth0`, `nolearning`), with
+//!   the node's pod CIDR network address as a /32 and MTU = uplink − 50;
+//! - for every other node: a permanent neighbour entry (its VTEP address →
+//!   its VTEP MAC), an FDB entry (its VTEP MAC → its underlay address) and a
+//!   route `podCIDR via VTEP address dev vxlan0 onlink`;
+//! - the pods' MTU is the underlay's less 50 bytes (outer IPv4 20 + UDP 8 +
+//!   VXLAN 8 + inner Ethernet 14).
+//!
+//! The VXLAN packets travel over the lab's own underlay (eth0 in the node
+//! namespaces), never over a host interface.
+
+use super::build::{setup, Lab, LabError};
+use super::diagnose::{Diagnosis, NodeFacts};
+use super::topology::{Routing, Topology};
+use super::underlay::batch;
+use crate::connectivity::{ProbeOutcome, Proto};
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+/// Bytes VXLAN adds to every packet on an IPv4 underlay.
+pub const OVERHEAD: u32 = 50;
+/// The VXLAN device in every node namespace.
+pub const DEVICE: &str = "vxlan0";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VxlanSpec {
+    /// VXLAN network identifier (flannel's default: 1).
+    #[serde(default = "default_vni")]
+    pub vni: u32,
+    /// UDP port (flannel's and Linux's default: 8472; IANA: 4789).
+    #[serde(default = "default_port")]
+    pub port: u16,
+    /// The pods' MTU (default: the underlay MTU less 50). Setting it to the
+    /// underlay MTU reproduces an overlay whose pod MTU was not reduced.
+    #[serde(default)]
+    pub pod_mtu: Option<u32>,
+}
+
+impl Default for VxlanSpec {
+    fn default() -> Self {
+        VxlanSpec {
+            vni: default_vni(),
+            port: default_port(),
+            pod_mtu: None,
+        }
+    }
+}
+
+fn default_vni() -> u32 {
+    1
+}
+fn default_port() -> u16 {
+    8472
+}
+
+/// The pods' MTU of a topology.
+pub fn pod_mtu(topo: &Topology) -> u32 {
+    if topo.routing != Routing::Vxlan {
+        return topo.mtu;
+    }
+    topo.vxlan
+        .as_ref()
+        .and_then(|v| v.pod_mtu)
+        .unwrap_or(topo.mtu.saturating_sub(OVERHEAD))
+}
+
+pub fn check_topology(topo: &Topology) -> Result<(), (&'static str, String)> {
+    let spec = topo.vxlan.clone().unwrap_or_default();
+    if !(1..=0xff_ffff).contains(&spec.vni) {
+        return Err((
+            "vxlan",
+            format!("vxlan vni = {}: use 1..16777215", spec.vni),
+        ));
+    }
+    if spec.port == 0 {
+        return Err(("vxlan", "vxlan port = 0: use 1..65535".into()));
+    }
+    if topo.routing == Routing::Vxlan {
+        let mtu = pod_mtu(topo);
+        if !(576..=9000).contains(&mtu) {
+            return Err((
+                "mtu",
+                format!("routing = \"vxlan\": the pods' MTU would be {mtu}; use an underlay mtu of 626 or more"),
+            ));
+        }
+        if topo
+            .nodes
+            .iter()
+            .any(|n| n.pod_cidr.iter().any(|c| c.addr().is_ipv6()))
+        {
+            return Err((
+                "routing",
+                "routing = \"vxlan\" carries IPv4 pod CIDRs only (the lab's VXLAN underlay is IPv4)".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The VTEP address of a node: its IPv4 pod CIDR's network address.
+fn vtep_address(cidrs: &[IpNet]) -> Option<IpAddr> {
+    cidrs
+        .iter()
+        .find(|c| c.addr().is_ipv4())
+        .map(|c| c.trunc().addr())
+}
+
+/// Creates node `i`'s VXLAN device.
+fn make_device(lab: &Lab, i: usize) -> Result<(), LabError> {
+    let node = &lab.nodes[i];
+    let spec = lab.topo.vxlan.clone().unwrap_or_default();
+    let uplink = node.spec.mtu.unwrap_or(lab.topo.mtu);
+    let vtep = vtep_address(&node.spec.pod_cidr)
+        .ok_or_else(|| setup(format!("{}: no IPv4 pod CIDR for VXLAN", node.spec.name)))?;
+    let script = format!(
+        "link add {DEVICE} type vxlan id {} dstport {} local {} dev eth0 nolearning\nlink set {DEVICE} mtu {} up\naddress add {vtep}/32 dev {DEVICE}\n",
+        spec.vni,
+        spec.port,
+        node.spec.address,
+        uplink.saturating_sub(OVERHEAD),
+    );
+    batch(&node.ns, "ip", &script)
+}
+
+/// Node `i`'s VTEP MAC, as the kernel chose it.
+fn vtep_mac(lab: &Lab, i: usize) -> Result<String, LabError> {
+    lab.nodes[i]
+        .ns
+        .links()?
+        .into_iter()
+        .find(|l| l.name == DEVICE)
+        .and_then(|l| l.mac)
+        .ok_or_else(|| setup(format!("{}: no {DEVICE}", lab.nodes[i].spec.name)))
+}
+
+/// Programs on node `i` the entries for peer `p` (neighbour, FDB, route).
+fn program_peer(lab: &Lab, i: usize, p: usize, mac: &str) -> Result<(), LabError> {
+    let peer = &lab.nodes[p].spec;
+    let Some(vtep) = vtep_address(&peer.pod_cidr) else {
+        return Ok(());
+    };
+    let mut ip = format!("neigh replace {vtep} lladdr {mac} dev {DEVICE} nud permanent\n");
+    for c in peer.pod_cidr.iter().filter(|c| c.addr().is_ipv4()) {
+        let _ = writeln!(
+            ip,
+            "route replace {} via {vtep} dev {DEVICE} onlink",
+            c.trunc()
+        );
+    }
+    let ns = &lab.nodes[i].ns;
+    batch(
+        ns,
+        "bridge",
+        &format!(
+            "fdb replace {mac} dev {DEVICE} dst {} self permanent\n",
+            peer.address
+        ),
+    )?;
+    batch(ns, "ip", &ip)
+}
+
+/// `routing = "vxlan"`: every node's device and its peers' entries.
+pub fn install(lab: &Lab) -> Result<(), LabError> {
+    for i in 0..lab.nodes.len() {
+        make_device(lab, i)?;
+    }
+    let macs: Vec<String> = (0..lab.nodes.len())
+        .map(|i| vtep_mac(lab, i))
+        .collect::<Result<_, _>>()?;
+    for i in 0..lab.nodes.len() {
+        for (p, mac) in macs.iter().enumerate().filter(|(p, _)| *p != i) {
+            program_peer(lab, i, p, mac)?;
+        }
+    }
+    Ok(())
+}
+
+/// Node `i` joined: its device, its peers' entries, and its entries on
+/// every peer.
+pub fn join(lab: &Lab, i: usize) -> Result<(), LabError> {
+    make_device(lab, i)?;
+    let mine = vtep_mac(lab, i)?;
+    for p in (0..lab.nodes.len()).filter(|p| *p != i) {
+        let theirs = vtep_mac(lab, p)?;
+        program_peer(lab, i, p, &theirs)?;
+        program_peer(lab, p, i, &mine)?;
+    }
+    Ok(())
+}
+
+/// Re-programs node `i`'s entries for every peer (the heal of a missed update).
+pub fn reprogram(lab: &Lab, i: usize) -> Result<(), LabError> {
+    for p in (0..lab.nodes.len()).filter(|p| *p != i) {
+        let mac = vtep_mac(lab, p)?;
+        program_peer(lab, i, p, &mac)?;
+    }
+    Ok(())
+}
+
+/// Node `i`'s FDB entries on its VXLAN device: `(mac, dst)`.
+pub fn fdb(lab: &Lab, i: usize) -> Vec<(String, IpAddr)> {
+    let out = lab.nodes[i]
+        .ns
+        .command("bridge")
+        .args(["fdb", "show", "dev", DEVICE])
+        .output();
+    let Ok(out) = out else { return Vec::new() };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            let mac = words.first()?.to_string();
+            let dst = words
+                .iter()
+                .position(|w| *w == "dst")
+                .and_then(|k| words.get(k + 1))?
+                .parse()
+                .ok()?;
+            Some((mac, dst))
+        })
+        .collect()
+}
+
+/// Removes node `i`'s FDB entries that send to `dst`.
+pub fn forget_fdb(lab: &Lab, i: usize, dst: IpAddr) -> Result<(), LabError> {
+    let script: String = fdb(lab, i)
+        .into_iter()
+        .filter(|(_, d)| *d == dst)
+        .map(|(mac, d)| format!("fdb del {mac} dev {DEVICE} dst {d} self\n"))
+        .collect();
+    if script.is_empty() {
+        return Ok(());
+    }
+    batch(&lab.nodes[i].ns, "bridge", &script)
+}
+
+/// A node left: the others forget its entries (flannel's node delete).
+pub fn leave(lab: &Lab, name: &str) -> Result<(), LabError> {
+    let Some(spec) = lab.topo.node(name).cloned() else {
+        return Ok(());
+    };
+    for i in (0..lab.nodes.len()).filter(|i| lab.nodes[*i].spec.name != name) {
+        forget_fdb(lab, i, spec.address)?;
+        if let Some(vtep) = vtep_address(&spec.pod_cidr) {
+            let mut script = String::new();
+            for c in spec.pod_cidr.iter().filter(|c| c.addr().is_ipv4()) {
+                let _ = writeln!(script, "route del {}", c.trunc());
+            }
+            let _ = writeln!(script, "neigh del {vtep} dev {DEVICE}");
+            // Entries may already be gone; a failure here changes nothing.
+            let _ = super::underlay::batch_force(&lab.nodes[i].ns, "ip", &script);
+        }
+    }
+    Ok(())
+}
+
+/// Sets the MTU of every pod interface (and the node side: veths and
+/// bridge) on every node: what a plugin configured with `mtu`.
+pub fn set_pod_mtu(lab: &mut Lab, mtu: u32) -> Result<(), LabError> {
+    for node in &lab.nodes {
+        let links = node.ns.links()?;
+        let mut script = String::new();
+        let veths: Vec<&str> = links
+            .iter()
+            .filter(|l| l.name != "eth0" && l.name != "lo" && l.name != DEVICE)
+            .filter(|l| l.name != super::underlay::NAT_LINK)
+            .map(|l| l.name.as_str())
+            .collect();
+        // Twice: a bridge follows its ports, so the order matters on the
+        // way up; the second pass sets whatever the first could not.
+        for name in veths.iter().chain(veths.iter()) {
+            let _ = writeln!(script, "link set {name} mtu {mtu}");
+        }
+        super::underlay::batch_force(&node.ns, "ip", &script)?;
+        for pod in &node.pods {
+            batch(&pod.ns, "ip", &format!("link set eth0 mtu {mtu}\n"))?;
+        }
+    }
+    let spec = lab.topo.vxlan.get_or_insert_with(VxlanSpec::default);
+    spec.pod_mtu = Some(mtu);
+    Ok(())
+}
+
+/// Diagnoses of the overlay: a pod MTU that leaves no room for the
+/// encapsulation, and a peer's VTEP MAC without an FDB entry.
+pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome, out: &mut Vec<Diagnosis>) {
+    if lab.topo.routing != Routing::Vxlan {
+        return;
+    }
+    let spec = &o.spec;
+    let (Some(a), Some(b)) = (spec.from.node, spec.to.node) else {
+        return;
+    };
+    if a == b {
+        return;
+    }
+    let pods = pod_mtu(&lab.topo);
+    if spec.proto == Proto::Df {
+        for f in [facts.get(a), facts.get(b)].into_iter().flatten() {
+            let Some(dev) = f.vxlan_mtu else { continue };
+            if pods > dev {
+                out.push(Diagnosis {
+                    id: "vxlan-mtu-overhead",
+                    message: format!(
+                        "pods use MTU {pods} but VXLAN encapsulation adds {OVERHEAD} bytes (outer IPv4 20 + UDP 8 + VXLAN 8 + inner Ethernet 14): {}'s {DEVICE} has MTU {dev} over eth0 MTU {}; full-size packets with DF set are dropped; set the pods' MTU to {dev} (flannel: FLANNEL_MTU)",
+                        f.name,
+                        f.uplink_mtu.map(|m| m.to_string()).unwrap_or_default()
+                    ),
+                });
+            }
+        }
+    }
+    for (from, to) in [(a, b), (b, a)] {
+        let (Some(ff), Some(tf)) = (facts.get(from), facts.get(to)) else {
+            continue;
+        };
+        let (Some(mac), Some(addr)) = (tf.vxlan_mac.as_deref(), tf.address) else {
+            continue;
+        };
+        let has = ff
+            .vxlan_fdb
+            .iter()
+            .any(|(m, d)| m.eq_ignore_ascii_case(mac) && *d == addr);
+        if !has {
+            out.push(Diagnosis {
+                id: "vxlan-fdb-missing",
+                message: format!(
+                    "{} has no VXLAN FDB entry for {}'s VTEP MAC {mac} (dst {addr}) on {DEVICE}: encapsulated frames to {}'s pods have no underlay destination (a node that re-joined with a new VTEP and the update was missed); `bridge fdb append {mac} dev {DEVICE} dst {addr}` on {}",
+                    ff.name, tf.name, tf.name, ff.name
+                ),
+            });
+        }
+    }
+}
+
+/// The VXLAN facts of node `i` (device MTU and MAC, FDB), empty without VXLAN.
+pub fn facts(lab: &Lab, i: usize, f: &mut NodeFacts) {
+    if lab.topo.routing != Routing::Vxlan {
+        return;
+    }
+    let dev = lab.nodes[i]
+        .ns
+        .links()
+        .ok()
+        .and_then(|l| l.into_iter().find(|l| l.name == DEVICE));
+    f.vxlan_mtu = dev.as_ref().and_then(|d| d.mtu);
+    f.vxlan_mac = dev.and_then(|d| d.mac);
+    f.vxlan_fdb = fdb(lab, i);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_mtu_leaves_room_for_the_encapsulation() {
+        let mut topo = Topology::generated(2, 1).expect("topology");
+        assert_eq!(pod_mtu(&topo), 1500);
+        topo.routing = Routing::Vxlan;
+        assert_eq!(pod_mtu(&topo), 1450);
+        topo.vxlan = Some(VxlanSpec {
+            pod_mtu: Some(1500),
+            ..VxlanSpec::default()
+        });
+        assert_eq!(pod_mtu(&topo), 1500);
+    }
+
+    #[test]
+    fn vni_is_checked() {
+        let text = "routing = \"vxlan\"\n[vxlan]\nvni = 0\n[[node]]\nname = \"a\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n";
+        let err = Topology::parse(text, std::path::Path::new("t.toml")).expect_err("refused");
+        assert!(err.to_string().contains("vni"), "{err}");
+    }
+}
