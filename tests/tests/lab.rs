@@ -1210,3 +1210,26 @@ fn pinned_bulk_paths_work_in_both_families() {
     lab.down();
     assert!(report.passed(), "{}", report.table());
 }
+
+/// IPv6 forwarding off on a node of a dual-stack lab: its IPv6 pod traffic
+/// between nodes fails with the IPv6 switch named, IPv4 still passes.
+#[test]
+fn ipv6_forwarding_off_is_diagnosed() {
+    let topo = cnilab_harness::lab::Topology::load(&repo().join("lab/topologies/dual-stack.toml"))
+        .expect("topology");
+    let (_run, lab) = lab_of(topo);
+    node_sysctl(&lab, 0, "net/ipv6/conf/all/forwarding", "0");
+    let report = failing_check_with(
+        lab,
+        &["pod-to-pod/cross-node"],
+        "ip-forward-off",
+        &["net.ipv6.conf.all.forwarding = 0 on node1"],
+    );
+    let ipv4 = &report.groups[0].families[0];
+    assert_eq!(
+        (ipv4.family, ipv4.passed),
+        ("IPv4", ipv4.probes),
+        "{}",
+        report.table()
+    );
+}

@@ -549,7 +549,7 @@ pub fn pin_bulk(lab: &Lab) -> Result<usize, LabError> {
     for pin in pins {
         by_ns.entry((pin.node, pin.pod)).or_default().push(pin);
     }
-    let groups: Vec<((usize, Option<usize>), Vec<Pin>)> = by_ns.into_iter().collect();
+    let groups: Vec<_> = by_ns.into_iter().collect();
     let results: Vec<Result<(), String>> = std::thread::scope(|s| {
         let jobs: Vec<_> = groups
             .chunks(groups.len().div_ceil(8).max(1))
