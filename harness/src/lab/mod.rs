@@ -4,6 +4,15 @@
 //! namespaces, with real kernel objects, the real plugin binary and real
 //! routes and firewall rules; a connectivity matrix with diagnoses; bug
 //! scenarios that can be saved as files and replayed.
+//!
+//! Where things happen: [`topology`] (TOML or flags, validated), [`build`]
+//! (namespaces, underlay, routes, pods through the runtime; templates and
+//! their placeholders), [`neighbours`] (the host's neighbour tables: the
+//! plan, pinning, `--tune-host`, the overflow watch), [`checks`] (the probe
+//! plan per family) and [`probe`] (sockets in namespaces), [`diagnose`]
+//! (node rules) and [`diagnose_path`] (rules along a probe's path, detour
+//! warnings), [`scenario`], [`state`] and [`pidfile`] (standing labs),
+//! [`sweep`], [`commands`] (what the CLI runs).
 
 pub mod build;
 pub mod checks;
