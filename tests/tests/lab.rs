@@ -1236,7 +1236,7 @@ fn ipv6_forwarding_off_is_diagnosed() {
 
 /// A lab that cannot fit the host's neighbour table even with its bulk
 /// paths pinned (enough nodes that the underlay alone, nodes × (nodes - 1)
-/// entries, exceeds gc_thresh3: 34 nodes at the default 1024) is refused up
+/// entries, exceeds gc_thresh3: 33 nodes at the default 1024) is refused up
 /// front, with the numbers and the remedy, and builds nothing.
 #[test]
 fn a_lab_too_big_for_the_neighbour_table_is_refused_up_front() {
