@@ -1294,3 +1294,54 @@ fn shape_lab_up_check_down(
     let left = namespaces_starting_with(&format!("cnilab-lab-{name}-"));
     assert!(left.is_empty(), "namespaces left: {left:?}");
 }
+
+/// IPv6 forwarding off on a node of a dual-stack lab: its IPv6 pod traffic
+/// between nodes fails with the IPv6 switch named, IPv4 still passes.
+#[test]
+fn ipv6_forwarding_off_is_diagnosed() {
+    let topo = cnilab_harness::lab::Topology::load(&repo().join("lab/topologies/dual-stack.toml"))
+        .expect("topology");
+    let (_run, lab) = lab_of(topo);
+    node_sysctl(&lab, 0, "net/ipv6/conf/all/forwarding", "0");
+    let report = failing_check_with(
+        lab,
+        &["pod-to-pod/cross-node"],
+        "ip-forward-off",
+        &["net.ipv6.conf.all.forwarding = 0 on node1"],
+    );
+    let ipv4 = &report.groups[0].families[0];
+    assert_eq!(
+        (ipv4.family, ipv4.passed),
+        ("IPv4", ipv4.probes),
+        "{}",
+        report.table()
+    );
+}
+
+/// A lab that cannot fit the host's neighbour table even with its bulk
+/// paths pinned (enough nodes that the underlay alone, nodes × (nodes - 1)
+/// entries, exceeds gc_thresh3: 33 nodes at the default 1024) is refused up
+/// front, with the numbers and the remedy, and builds nothing.
+#[test]
+fn a_lab_too_big_for_the_neighbour_table_is_refused_up_front() {
+    let _host = host_untouched();
+    let t3: usize = std::fs::read_to_string("/proc/sys/net/ipv4/neigh/default/gc_thresh3")
+        .expect("gc_thresh3")
+        .trim()
+        .parse()
+        .expect("a number");
+    let nodes = (1..=200).find(|n| n * (n - 1) > t3).unwrap_or_else(|| {
+        panic!("gc_thresh3 = {t3}: no lab of at most 200 nodes overflows it; this test cannot run here")
+    });
+    let nodes = nodes.to_string();
+    let (pid, out) = cnilab_with_pid(&["lab", "run", "--nodes", &nodes, "--pods-per-node", "1"]);
+    let log = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{log}");
+    assert!(
+        log.contains("does not fit the host's neighbour tables")
+            && log.contains("gc_thresh3 = ")
+            && log.contains("--tune-host"),
+        "{log}"
+    );
+    assert_no_leftovers(pid);
+}

@@ -176,8 +176,18 @@ impl Report {
         } else {
             let _ = writeln!(
                 s,
-                "❌ {failed_groups}/{} checks failed ({}/{} probes)",
+                "{} {failed_groups}/{} checks {} ({}/{} probes)",
+                if self.inconclusive.is_some() {
+                    "❔"
+                } else {
+                    "❌"
+                },
                 self.groups.len(),
+                if self.inconclusive.is_some() {
+                    "had failed probes, verdict INCONCLUSIVE (see the end)"
+                } else {
+                    "failed"
+                },
                 self.failures.len(),
                 self.probes
             );
@@ -549,4 +559,71 @@ fn group_results(groups: &[&str], outcomes: &[ProbeOutcome]) -> Vec<GroupResult>
         })
         .filter(|g| g.probes > 0)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connectivity::{Endpoint, ProbeSpec, Proto};
+
+    fn failed_report() -> Report {
+        let ep = Endpoint {
+            name: "node1/p".into(),
+            node: Some(0),
+            pod: Some(0),
+            ip: "10.244.1.2".parse().expect("ip"),
+            external: false,
+        };
+        let outcome = ProbeOutcome {
+            spec: ProbeSpec {
+                group: "pod-to-pod/cross-node",
+                from: ep.clone(),
+                to: ep,
+                proto: Proto::Tcp,
+                expect_source: None,
+            },
+            error: Some("timed out after 1s".into()),
+            seen_source: None,
+            rtt_ms: None,
+        };
+        let failure = Failure {
+            index: 0,
+            outcome: outcome.clone(),
+            diagnoses: vec![Diagnosis::undiagnosed(&outcome)],
+        };
+        Report::from_parts(
+            "t",
+            "p",
+            "static",
+            Vec::new(),
+            &["pod-to-pod/cross-node"],
+            vec![outcome],
+            vec![failure],
+        )
+    }
+
+    /// Failures while the simulator hit a host limit are INCONCLUSIVE
+    /// (exit 3), never FAIL; without that, the same failures FAIL (exit 1).
+    #[test]
+    fn a_host_limit_makes_failures_inconclusive() {
+        let plain = failed_report();
+        assert_eq!(plain.exit_code(), crate::report::exit::FAIL);
+        assert!(
+            plain.table().contains("❌ 1/1 checks failed"),
+            "{}",
+            plain.table()
+        );
+        let mut limited = failed_report();
+        limited.inconclusive = Some("the host's IPv4 (ARP) neighbour table overflowed".into());
+        assert!(!limited.passed());
+        assert_eq!(limited.exit_code(), crate::report::exit::INCONCLUSIVE);
+        let table = limited.table();
+        assert!(
+            table.contains("verdict INCONCLUSIVE")
+                && table.contains("❔ INCONCLUSIVE: the host's IPv4"),
+            "{table}"
+        );
+        assert!(!table.contains("❌ 1/1"), "{table}");
+        assert!(limited.html().contains("INCONCLUSIVE"));
+    }
 }

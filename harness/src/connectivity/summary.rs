@@ -50,7 +50,7 @@ pub fn causes(failures: &[Failure]) -> Vec<Cause> {
         }
     }
     // Stable: equal counts keep their first-seen order.
-    out.sort_by(|a, b| b.count.cmp(&a.count));
+    out.sort_by_key(|c| std::cmp::Reverse(c.count));
     out
 }
 

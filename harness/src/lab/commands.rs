@@ -73,7 +73,7 @@ fn host_plan(
     tune_host: bool,
 ) -> Result<super::neighbours::HostPlan, Box<dyn std::error::Error>> {
     let plan = super::neighbours::plan(topo, tune_host)?;
-    if plan.pin || !plan.tune.is_empty() {
+    if plan.pin || !plan.tune.is_empty() || plan.unchecked {
         eprintln!("🧮 {}", plan.summary);
     }
     Ok(plan)

@@ -23,6 +23,8 @@ pub struct PathFacts {
     pub rp_filter: HashMap<String, u8>,
     /// `net.bridge.bridge-nf-call-iptables` / `ip6tables` (`None`: no br_netfilter).
     pub bridge_nf: [Option<String>; 2],
+    /// `net.ipv6.conf.all.forwarding`.
+    pub ipv6_forwarding: Option<String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -33,12 +35,12 @@ pub struct LinkInfo {
     pub controller: Option<u32>,
 }
 
+/// The routes of pods, by (node, pod) index.
+pub type PodRoutes = HashMap<(usize, usize), Vec<Route>>;
+
 /// Reads [`PathFacts`] of every node, and the routes of the pods that
 /// `failed` probes start or end in.
-pub fn collect(
-    lab: &Lab,
-    failed: &[&ProbeOutcome],
-) -> (Vec<PathFacts>, HashMap<(usize, usize), Vec<Route>>) {
+pub fn collect(lab: &Lab, failed: &[&ProbeOutcome]) -> (Vec<PathFacts>, PodRoutes) {
     let nodes = lab
         .nodes
         .iter()
@@ -83,6 +85,7 @@ pub fn collect(
                     nf("net/bridge/bridge-nf-call-iptables"),
                     nf("net/bridge/bridge-nf-call-ip6tables"),
                 ],
+                ipv6_forwarding: nf("net/ipv6/conf/all/forwarding"),
             }
         })
         .collect();
@@ -247,7 +250,7 @@ pub fn diagnose(
     lab: &Lab,
     facts: &[NodeFacts],
     paths: &[PathFacts],
-    pod_routes: &HashMap<(usize, usize), Vec<Route>>,
+    pod_routes: &PodRoutes,
     o: &ProbeOutcome,
 ) -> Vec<Diagnosis> {
     let mut out = Vec::new();
@@ -335,6 +338,29 @@ pub fn diagnose(
                         ),
                     });
                 }
+            }
+        }
+    }
+    // IPv6 forwarding off on a node that routes the probe's pod traffic
+    // (the IPv4 switch is diagnosed as ip-forward-off by the node rules).
+    if spec.to.ip.is_ipv6() {
+        let crosses = |e: &crate::connectivity::Endpoint, other: &crate::connectivity::Endpoint| {
+            e.pod.is_some() && (other.external || other.node != e.node)
+        };
+        for (e, other) in [(&spec.from, &spec.to), (&spec.to, &spec.from)] {
+            let Some(n) = e.node.filter(|_| crosses(e, other)) else {
+                continue;
+            };
+            let value = paths[n].ipv6_forwarding.as_deref().map(str::trim);
+            if value.is_some_and(|v| v != "1") {
+                out.push(Diagnosis {
+                    id: "ip-forward-off",
+                    message: format!(
+                        "net.ipv6.conf.all.forwarding = {} on {}: the node does not route IPv6 pod traffic",
+                        value.unwrap_or_default(),
+                        facts[n].name
+                    ),
+                });
             }
         }
     }

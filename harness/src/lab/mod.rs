@@ -5,19 +5,22 @@
 //! routes and firewall rules; a connectivity matrix with diagnoses; bug
 //! scenarios that can be saved as files and replayed.
 //!
-//! Where things happen: [`build`] makes and removes a lab, [`checks`] and
-//! [`probe`] run the matrix, [`diagnose`] names causes, [`scenario`] replays
-//! bug scenarios; underlay shapes (routed, NAT) in [`underlay`], the VXLAN
-//! overlay in [`vxlan`], kube-proxy-like Services in [`services`], their
-//! scenario faults in [`shape_faults`], the dual-stack minimum of the IPv6
-//! scenario in [`dualstack`].
+//! Where things happen: [`topology`] (TOML or flags, validated), [`build`]
+//! (namespaces, underlay, routes, pods through the runtime; templates and
+//! their placeholders), [`neighbours`] (the host's neighbour tables: the
+//! plan, pinning, `--tune-host`, the overflow watch), [`checks`] (the probe
+//! plan per family) and [`probe`] (sockets in namespaces), [`diagnose`]
+//! (node rules) and [`diagnose_path`] (rules along a probe's path, detour
+//! warnings), [`scenario`], [`state`] and [`pidfile`] (standing labs),
+//! [`sweep`], [`commands`] (what the CLI runs); underlay shapes (routed,
+//! NAT) in [`underlay`], the VXLAN overlay in [`vxlan`], kube-proxy-like
+//! Services in [`services`], their scenario faults in [`shape_faults`].
 
 pub mod build;
 pub mod checks;
 pub mod commands;
 pub mod diagnose;
 pub mod diagnose_path;
-pub mod dualstack;
 pub mod neighbours;
 pub mod pidfile;
 pub mod probe;

@@ -175,6 +175,8 @@ pub struct HostPlan {
     pub tune: Vec<(PathBuf, u64)>,
     /// What was decided, for the run's header.
     pub summary: String,
+    /// The tables could not be read: nothing was planned.
+    pub unchecked: bool,
 }
 
 /// The room one family's table has for the lab: `gc_thresh3` minus a
@@ -198,7 +200,18 @@ pub fn plan(topo: &Topology, tune_host: bool) -> Result<HostPlan, String> {
     let needs = need(topo);
     let mut rooms = Vec::new();
     for n in &needs {
-        rooms.push((n, room(n.v6)?));
+        match room(n.v6) {
+            Ok(r) => rooms.push((n, r)),
+            // No /proc/net/stat here: nothing to plan with; the run goes
+            // ahead as before and says so.
+            Err(e) => {
+                return Ok(HostPlan {
+                    summary: format!("the host's neighbour tables were not checked: {e}"),
+                    unchecked: true,
+                    ..HostPlan::default()
+                })
+            }
+        }
     }
     decide(&rooms, tune_host)
 }
@@ -232,6 +245,7 @@ fn decide(rooms: &[(&Need, (u64, u64, u64))], tune_host: bool) -> Result<HostPla
             pin: false,
             tune,
             summary,
+            unchecked: false,
         });
     }
     if rooms
@@ -242,6 +256,7 @@ fn decide(rooms: &[(&Need, (u64, u64, u64))], tune_host: bool) -> Result<HostPla
         return Ok(HostPlan {
             pin: true,
             tune: Vec::new(),
+            unchecked: false,
             summary: format!(
                 "the lab needs more neighbour entries than the host's tables hold: {pinned} permanent entries pin the bulk probe paths; the first pod of each node and the underlay resolve through real ARP/NDP"
             ),
@@ -259,7 +274,7 @@ fn decide(rooms: &[(&Need, (u64, u64, u64))], tune_host: bool) -> Result<HostPla
         })
         .collect();
     Err(format!(
-        "this lab does not fit the host's neighbour tables (one per family, shared by every namespace): {}. Remedies: pass --tune-host (raises net.ipv4/ipv6.neigh.default.gc_thresh1/2/3 for the run and restores them), or use fewer nodes (the underlay needs nodes² entries)",
+        "this lab does not fit the host's neighbour tables (one per family, shared by every namespace): {}. Remedies: pass --tune-host to `cnilab lab run` (raises net.ipv4/ipv6.neigh.default.gc_thresh1/2/3 for the run and restores them), or use fewer nodes (the underlay needs nodes² entries)",
         lines.join("; ")
     ))
 }
@@ -549,7 +564,7 @@ pub fn pin_bulk(lab: &Lab) -> Result<usize, LabError> {
     for pin in pins {
         by_ns.entry((pin.node, pin.pod)).or_default().push(pin);
     }
-    let groups: Vec<((usize, Option<usize>), Vec<Pin>)> = by_ns.into_iter().collect();
+    let groups: Vec<_> = by_ns.into_iter().collect();
     let results: Vec<Result<(), String>> = std::thread::scope(|s| {
         let jobs: Vec<_> = groups
             .chunks(groups.len().div_ceil(8).max(1))
@@ -647,6 +662,7 @@ mod tests {
             pin: false,
             tune: vec![(t2.clone(), 2048), (t3.clone(), 4096)],
             summary: String::new(),
+            unchecked: false,
         };
         let guard = HostTuning::apply(&plan).expect("applied");
         assert_eq!(std::fs::read_to_string(&t3).expect("read"), "4096");
