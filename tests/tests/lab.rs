@@ -612,6 +612,7 @@ fn lab_in_process(
         plugin_dir: bin.parent().map(|d| d.display().to_string()),
         persistent: None,
         run_dir: run.path().to_path_buf(),
+        ..Default::default()
     };
     let topo = Topology::generated(nodes, pods).expect("topology");
     (run, Lab::up(topo, opts).expect("lab up"))

@@ -3,6 +3,7 @@
 use super::args::{CheckOutputArgs, OutputArgs};
 use super::CliResult;
 use crate::lab::commands::{self as lab, Outputs, TopologyArgs};
+use crate::lab::cri::RuntimeKind;
 use clap::Subcommand;
 use std::path::PathBuf;
 
@@ -31,6 +32,10 @@ pub struct TopologyFlags {
     /// Plugin directory (default: the topology's, else the bundled cnilab-bridge next to this binary).
     #[arg(long)]
     pub plugin_dir: Option<String>,
+    /// How pods are attached: `direct` executes the plugin; `containerd` runs
+    /// a containerd per node and makes pods through the CRI, like kubelet.
+    #[arg(long, value_enum, default_value_t = RuntimeKind::Direct)]
+    pub runtime: RuntimeKind,
 }
 
 impl TopologyFlags {
@@ -39,6 +44,7 @@ impl TopologyFlags {
             topology: self.topology.clone(),
             nodes: self.nodes,
             pods_per_node: self.pods_per_node,
+            runtime: self.runtime,
         }
     }
 }
@@ -74,7 +80,8 @@ pub enum LabCmd {
     /// Build a lab, run the connectivity checks, tear it down (exit 0 iff all passed).
     #[command(after_help = concat!("Examples:\n  \
         cnilab lab run\n  \
-        cnilab lab run --topology lab/topologies/agent.toml --only pod-to-pod -o json\n\n",
+        cnilab lab run --topology lab/topologies/agent.toml --only pod-to-pod -o json\n  \
+        cnilab lab run --runtime containerd\n\n",
         crate::exit_codes_help!()))]
     Run {
         #[command(flatten)]

@@ -8,6 +8,7 @@
 pub mod build;
 pub mod checks;
 pub mod commands;
+pub mod cri;
 pub mod diagnose;
 pub mod pidfile;
 pub mod probe;
@@ -54,6 +55,8 @@ pub fn cleanup_on_interrupt(extra: Option<NamespaceFilter>) {
     std::thread::spawn(move || {
         let Ok(sig) = set.wait() else { return };
         eprintln!("\ncnilab: {sig:?}: removing the lab's namespaces");
+        // Sandboxes go through the CRI while their nodes still stand.
+        cri::daemon::stop_all_started();
         if let Ok(children) = CHILDREN.lock() {
             for pid in children.iter() {
                 let _ = nix::sys::signal::kill(
