@@ -211,7 +211,13 @@ impl Netns {
                 MsFlags::MS_BIND,
                 None::<&str>,
             )
-            .map_err(|e| format!("bind mount {} onto {}: {e}", source.display(), target.display()))
+            .map_err(|e| {
+                format!(
+                    "bind mount {} onto {}: {e}",
+                    source.display(),
+                    target.display()
+                )
+            })
         })
         .join()
         .map_err(|_| fail("namespace thread panicked".into()))

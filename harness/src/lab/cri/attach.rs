@@ -63,7 +63,10 @@ impl Lab {
                 .map(|i| s.spawn(move || lab.start_one(i)))
                 .collect();
             jobs.into_iter()
-                .map(|j| j.join().unwrap_or_else(|_| Err(setup("containerd thread panicked"))))
+                .map(|j| {
+                    j.join()
+                        .unwrap_or_else(|_| Err(setup("containerd thread panicked")))
+                })
                 .collect()
         });
         let mut first_error = None;
@@ -120,7 +123,8 @@ pub fn add_pod(
 ) -> Result<Pod, LabError> {
     let (id, pid) = d.run_pod(name).map_err(setup)?;
     let named = make_ns(Path::new(&format!("/proc/{pid}/ns/net"))).and_then(|ns| {
-        crate::lab::probe::allow_ping_sockets(ns.file()).map_err(|e| setup(format!("{name}: {e}")))?;
+        crate::lab::probe::allow_ping_sockets(ns.file())
+            .map_err(|e| setup(format!("{name}: {e}")))?;
         let ips = ns
             .addresses()?
             .into_iter()

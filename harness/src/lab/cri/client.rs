@@ -96,7 +96,10 @@ impl Cri {
             })
             .await
         })?;
-        Ok(format!("{} {} (CRI {})", v.runtime_name, v.runtime_version, v.runtime_api_version))
+        Ok(format!(
+            "{} {} (CRI {})",
+            v.runtime_name, v.runtime_version, v.runtime_api_version
+        ))
     }
 
     /// `Status`: the runtime's conditions (RuntimeReady, NetworkReady) as
@@ -168,13 +171,17 @@ impl Cri {
     pub fn remove_pod(&self, id: &str) -> Result<(), String> {
         let id2 = id.to_string();
         self.call("StopPodSandbox", |mut c| async move {
-            c.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: id2 })
-                .await
+            c.stop_pod_sandbox(cri::StopPodSandboxRequest {
+                pod_sandbox_id: id2,
+            })
+            .await
         })?;
         let id2 = id.to_string();
         self.call("RemovePodSandbox", |mut c| async move {
-            c.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id2 })
-                .await
+            c.remove_pod_sandbox(cri::RemovePodSandboxRequest {
+                pod_sandbox_id: id2,
+            })
+            .await
         })?;
         Ok(())
     }

@@ -79,7 +79,12 @@ impl Containerd {
     /// (config from [`super::config_toml`]), waits until its CRI is ready
     /// and imports the sandbox image from `image_tar`. A standing lab's
     /// containerd survives the terminal's Ctrl-C (own process group).
-    pub fn start(node_ns: &Netns, dir: &Path, config: &str, image_tar: &Path) -> Result<Containerd, LabError> {
+    pub fn start(
+        node_ns: &Netns,
+        dir: &Path,
+        config: &str,
+        image_tar: &Path,
+    ) -> Result<Containerd, LabError> {
         std::fs::create_dir_all(dir).map_err(|e| setup(format!("{}: {e}", dir.display())))?;
         let config_path = dir.join("config.toml");
         std::fs::write(&config_path, config)
@@ -92,7 +97,10 @@ impl Containerd {
         let pidfile = pidfile::prepare(&pidfile_path)
             .map_err(|e| setup(format!("{}: {e}", pidfile_path.display())))?;
         let pidfile_fd = pidfile.as_raw_fd();
-        let netns = node_ns.file().try_clone().map_err(|e| setup(e.to_string()))?;
+        let netns = node_ns
+            .file()
+            .try_clone()
+            .map_err(|e| setup(e.to_string()))?;
         let netns_fd = netns.as_raw_fd();
         let mut command = Command::new("containerd");
         command
@@ -366,7 +374,11 @@ pub fn shims_of(socket: &Path) -> Vec<u32> {
     let want = socket.as_os_str().as_encoded_bytes();
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
             continue;
         };
         let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
@@ -387,9 +399,16 @@ pub fn shims_of(socket: &Path) -> Vec<u32> {
 /// The children of process `pid` (all its threads').
 fn children_of(pid: u32) -> Vec<u32> {
     let mut kids = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-        kids.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+        kids.extend(
+            text.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok()),
+        );
     }
     kids
 }

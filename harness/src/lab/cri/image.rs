@@ -68,9 +68,14 @@ impl Tar {
 }
 
 /// A descriptor of `blob` with `media_type`; the blob goes into `blobs`.
-fn add_blob(blobs: &mut Vec<(String, Vec<u8>)>, media_type: &str, blob: Vec<u8>) -> serde_json::Value {
+fn add_blob(
+    blobs: &mut Vec<(String, Vec<u8>)>,
+    media_type: &str,
+    blob: Vec<u8>,
+) -> serde_json::Value {
     let digest = sha256_hex(&blob);
-    let d = json!({"mediaType": media_type, "digest": format!("sha256:{digest}"), "size": blob.len()});
+    let d =
+        json!({"mediaType": media_type, "digest": format!("sha256:{digest}"), "size": blob.len()});
     blobs.push((digest, blob));
     d
 }
@@ -139,10 +144,13 @@ mod tests {
         let mut at = 0;
         while at + 512 <= tar.len() && tar[at] != 0 {
             let h = &tar[at..at + 512];
-            let name = String::from_utf8_lossy(&h[..100]).trim_end_matches('\0').to_string();
+            let name = String::from_utf8_lossy(&h[..100])
+                .trim_end_matches('\0')
+                .to_string();
             let field = |a: usize, b: usize| {
                 let s = String::from_utf8_lossy(&h[a..b]);
-                u64::from_str_radix(s.trim_matches(|c: char| c == '\0' || c == ' '), 8).expect("octal")
+                u64::from_str_radix(s.trim_matches(|c: char| c == '\0' || c == ' '), 8)
+                    .expect("octal")
             };
             let size = field(124, 136) as usize;
             let mut copy = h.to_vec();
@@ -169,15 +177,27 @@ mod tests {
         let index: serde_json::Value = serde_json::from_slice(&get("index.json")).expect("json");
         let m = &index["manifests"][0];
         assert_eq!(m["annotations"]["io.containerd.image.name"], SANDBOX_IMAGE);
-        for (name, data) in files.iter().filter(|(n, _)| n.starts_with("blobs/sha256/") && !n.ends_with('/')) {
+        for (name, data) in files
+            .iter()
+            .filter(|(n, _)| n.starts_with("blobs/sha256/") && !n.ends_with('/'))
+        {
             assert_eq!(name.trim_start_matches("blobs/sha256/"), sha256_hex(data));
         }
-        let digest = m["digest"].as_str().expect("digest").trim_start_matches("sha256:");
+        let digest = m["digest"]
+            .as_str()
+            .expect("digest")
+            .trim_start_matches("sha256:");
         let manifest: serde_json::Value =
             serde_json::from_slice(&get(&format!("blobs/sha256/{digest}"))).expect("manifest");
         let layer_digest = manifest["layers"][0]["digest"].as_str().expect("layer");
-        let layer = get(&format!("blobs/sha256/{}", layer_digest.trim_start_matches("sha256:")));
+        let layer = get(&format!(
+            "blobs/sha256/{}",
+            layer_digest.trim_start_matches("sha256:")
+        ));
         let inner = entries(&layer);
-        assert_eq!(inner, vec![("pause".to_string(), b"\x7fELF-not-really".to_vec())]);
+        assert_eq!(
+            inner,
+            vec![("pause".to_string(), b"\x7fELF-not-really".to_vec())]
+        );
     }
 }

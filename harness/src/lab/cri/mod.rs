@@ -25,7 +25,15 @@ pub use daemon::Containerd;
 
 /// How a lab attaches its pods.
 #[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum RuntimeKind {
@@ -85,16 +93,16 @@ pub fn parse_version(text: &str) -> Option<Support> {
 }
 
 fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|paths| {
-        std::env::split_paths(&paths).any(|d| d.join(program).is_file())
-    })
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
 }
 
 /// Checks that containerd, its runc shim, runc and ctr are installed and
 /// that this containerd is one the lab can drive (1.6 or later). The error
 /// says what to install: an environment error, never a plugin failure.
 pub fn detect() -> Result<Support, LabError> {
-    let remedy = "install them with `bash lab/install-deps.sh` (Debian/Ubuntu packages containerd and runc)";
+    let remedy =
+        "install them with `bash lab/install-deps.sh` (Debian/Ubuntu packages containerd and runc)";
     let missing: Vec<&str> = ["containerd", "containerd-shim-runc-v2", "runc", "ctr"]
         .into_iter()
         .filter(|p| !on_path(p))
@@ -288,8 +296,10 @@ mod tests {
         .expect("debian");
         assert_eq!((deb.major, deb.minor), (1, 6));
         assert_eq!(deb.version, "1.6.20~ds1");
-        let up = parse_version("containerd containerd.io v1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da")
-            .expect("upstream");
+        let up = parse_version(
+            "containerd containerd.io v1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da",
+        )
+        .expect("upstream");
         assert_eq!((up.major, up.minor), (1, 7));
         assert!(parse_version("containerd unknown").is_none());
     }
@@ -297,11 +307,11 @@ mod tests {
     #[test]
     fn conflists_are_lowered_to_what_containerd_accepts() {
         let s = parse_version("containerd x 1.6.20").expect("v");
-        let out = conflist_for(r#"{"cniVersion":"1.1.0","name":"n","plugins":[]}"#, &s)
-            .expect("lowered");
+        let out =
+            conflist_for(r#"{"cniVersion":"1.1.0","name":"n","plugins":[]}"#, &s).expect("lowered");
         assert!(out.contains("\"cniVersion\": \"1.0.0\""), "{out}");
-        let out = conflist_for(r#"{"cniVersion":"0.4.0","name":"n","plugins":[]}"#, &s)
-            .expect("kept");
+        let out =
+            conflist_for(r#"{"cniVersion":"0.4.0","name":"n","plugins":[]}"#, &s).expect("kept");
         assert!(out.contains("\"0.4.0\""), "an older version stays: {out}");
     }
 
