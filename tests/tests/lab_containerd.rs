@@ -6,6 +6,7 @@
 //! (`lab/install-deps.sh`): without them they fail with that remedy.
 
 use cnilab_harness::lab::cri::client::Cri;
+use cnilab_harness::lab::cri::daemon::children_of;
 use cnilab_harness::lab::pidfile::Identity;
 use cnilab_tests::{host_untouched, require_root, workspace_bin};
 use rstest::rstest;
@@ -25,7 +26,11 @@ fn command(args: &[&str]) -> Command {
 
 /// Runs `cnilab ARGS` to its end: its pid, its exit status and all its output.
 fn run(args: &[&str]) -> (u32, Output, String) {
-    let child = command(args)
+    run_command(command(args))
+}
+
+fn run_command(mut cmd: Command) -> (u32, Output, String) {
+    let child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -55,23 +60,6 @@ fn processes_with(needle: &str) -> Vec<u32> {
     pids
 }
 
-/// The children of `pid` (the pause processes of a shim).
-fn children(pid: u32) -> Vec<u32> {
-    let mut kids = Vec::new();
-    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let text = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-        kids.extend(
-            text.split_whitespace()
-                .filter_map(|p| p.parse::<u32>().ok()),
-        );
-    }
-    kids
-}
-
 /// Every process that runs for the lab whose files are under `dir`:
 /// containerds and shims (their command lines name the dir) and the
 /// shims' children, as identities (pid + start time).
@@ -79,7 +67,7 @@ fn lab_processes(dir: &str) -> Vec<Identity> {
     let mut ids = Vec::new();
     for pid in processes_with(dir) {
         ids.extend(Identity::of(pid));
-        ids.extend(children(pid).into_iter().filter_map(Identity::of));
+        ids.extend(children_of(pid).into_iter().filter_map(Identity::of));
     }
     ids
 }
@@ -245,18 +233,9 @@ fn a_scenario_behaves_as_written(#[case] runtime: &str, #[case] name: &str) {
 #[test]
 fn missing_containerd_is_an_environment_error() {
     let empty = tempfile::tempdir().expect("tmp");
-    let (pid, out, log) = {
-        let child = command(&["lab", "run", "--runtime", "containerd"])
-            .env("PATH", empty.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("runs");
-        let pid = child.id();
-        let out = child.wait_with_output().expect("wait");
-        let log = String::from_utf8_lossy(&out.stderr).into_owned();
-        (pid, out, log)
-    };
+    let mut cmd = command(&["lab", "run", "--runtime", "containerd"]);
+    cmd.env("PATH", empty.path());
+    let (pid, out, log) = run_command(cmd);
     assert_eq!(out.status.code(), Some(2), "{log}");
     assert!(
         log.contains("containerd") && log.contains("install-deps.sh"),

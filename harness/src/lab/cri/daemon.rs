@@ -397,7 +397,7 @@ pub fn shims_of(socket: &Path) -> Vec<u32> {
 }
 
 /// The children of process `pid` (all its threads').
-fn children_of(pid: u32) -> Vec<u32> {
+pub fn children_of(pid: u32) -> Vec<u32> {
     let mut kids = Vec::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
