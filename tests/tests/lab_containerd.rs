@@ -335,3 +335,82 @@ fn sweep_after_a_sigkilled_containerd_lab_up() {
     assert_nothing_left(&dir, &format!("cnilab-lab-{name}-"), &log);
     assert!(!Path::new(&dir).exists(), "{dir} left: {log}");
 }
+
+/// A panic while a containerd lab stands (built in this process through the
+/// library): unwinding stops each containerd after removing its sandboxes
+/// through the CRI, and the namespaces go with the lab.
+#[test]
+fn a_panic_tears_the_containerd_lab_down() {
+    use cnilab_harness::lab::cri::RuntimeKind;
+    use cnilab_harness::lab::{build::Lab, Topology, UpOptions};
+    let _host = host_untouched();
+    require_root();
+    let run_dir = tempfile::tempdir().expect("run dir");
+    let dir = format!("{}/", run_dir.path().display());
+    let bin = workspace_bin("cnilab-bridge");
+    let opts = UpOptions {
+        plugin_dir: bin.parent().map(|d| d.display().to_string()),
+        persistent: None,
+        run_dir: run_dir.path().to_path_buf(),
+        runtime: RuntimeKind::Containerd,
+    };
+    let topo = Topology::generated(2, 1).expect("topology");
+    let mut seen = Vec::new();
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let lab = Lab::up(topo, opts).expect("lab up");
+        seen = lab_processes(&dir);
+        let names: Vec<String> = lab.nodes.iter().map(|n| n.ns.name().to_string()).collect();
+        panic!("on purpose, with {names:?} standing");
+    }));
+    assert!(unwound.is_err());
+    // 2 containerds, 2 shims, 2 pause processes.
+    assert!(seen.len() >= 6, "{seen:?}");
+    assert_all_gone(&seen, "after the panic");
+    assert_nothing_left(
+        &dir,
+        &format!("cnilab-{}-", std::process::id()),
+        "after the panic",
+    );
+}
+
+/// Ctrl-C while pods are being made through the CRI: exit 130, and no
+/// containerd, shim, pause process, mount or namespace of the run remains.
+/// Holds wherever the interrupt lands.
+#[test]
+fn ctrl_c_stops_the_containerd_lab() {
+    let mut child = command(&[
+        "lab",
+        "run",
+        "--runtime",
+        "containerd",
+        "--pods-per-node",
+        "6",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("runs");
+    let pid = child.id();
+    let dir = format!("/run/cnilab/run-{pid}/");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Until node2's first shim runs (a pod is being made there; `ctr`
+    // passes the socket as `--address`, a shim as `-address`).
+    let shim = format!("\0-address\0{dir}node2/cri/sock");
+    while processes_with(&shim).is_empty() && Instant::now() < deadline {
+        if child.try_wait().expect("try_wait").is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let running = lab_processes(&dir);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGINT,
+    );
+    let status = child.wait().expect("wait");
+    // 130 after the interrupt; 0 if the run had already ended.
+    assert!(matches!(status.code(), Some(130) | Some(0)), "{status}");
+    assert_all_gone(&running, "after Ctrl-C");
+    assert_nothing_left(&dir, &format!("cnilab-{pid}-"), "after Ctrl-C");
+    assert!(!Path::new(&dir).exists(), "{dir} left");
+}

@@ -3,7 +3,9 @@
 //! A multi-node cluster's data plane simulated in network
 //! namespaces, with real kernel objects, the real plugin binary and real
 //! routes and firewall rules; a connectivity matrix with diagnoses; bug
-//! scenarios that can be saved as files and replayed.
+//! scenarios that can be saved as files and replayed. Pods are attached by
+//! executing the plugin (`direct`) or, with `--runtime containerd`, through
+//! the CRI of a containerd per node (`cri/`).
 
 pub mod build;
 pub mod checks;
@@ -26,6 +28,18 @@ use std::time::{Duration, Instant};
 pub use crate::connectivity::report;
 pub use build::{LabError, UpOptions};
 pub use topology::Topology;
+
+/// Set when the Ctrl-C watcher starts removing the lab.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Once the Ctrl-C watcher has started, never returns: the watcher exits
+/// the process (130) when the lab is gone (its sandboxes removed through
+/// the CRI take a while, and the command may fail meanwhile).
+pub fn hold_if_interrupted() {
+    while INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::park();
+    }
+}
 
 /// Processes (agents) the lab started, killed on Ctrl-C.
 static CHILDREN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
@@ -54,6 +68,7 @@ pub fn cleanup_on_interrupt(extra: Option<NamespaceFilter>) {
     }
     std::thread::spawn(move || {
         let Ok(sig) = set.wait() else { return };
+        INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
         eprintln!("\ncnilab: {sig:?}: removing the lab's namespaces");
         // Sandboxes go through the CRI while their nodes still stand.
         cri::daemon::stop_all_started();

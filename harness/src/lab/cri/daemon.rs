@@ -26,19 +26,20 @@ fn setup(msg: impl Into<String>) -> LabError {
     LabError::Setup(msg.into())
 }
 
-/// The containerds this process started and has not stopped yet, for the
-/// Ctrl-C watcher: (cri dir, identity).
-static RUNNING: Mutex<Vec<(PathBuf, Identity)>> = Mutex::new(Vec::new());
+/// The cri dirs of the containerds this process starts and has not stopped
+/// yet, for the Ctrl-C watcher (registered before the spawn: the pidfile,
+/// written by the child itself, is read when it is needed).
+static RUNNING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
-fn register(dir: &Path, id: Identity) {
+fn register(dir: &Path) {
     if let Ok(mut r) = RUNNING.lock() {
-        r.push((dir.to_path_buf(), id));
+        r.push(dir.to_path_buf());
     }
 }
 
 fn unregister(dir: &Path) {
     if let Ok(mut r) = RUNNING.lock() {
-        r.retain(|(d, _)| d != dir);
+        r.retain(|d| d != dir);
     }
 }
 
@@ -46,13 +47,13 @@ fn unregister(dir: &Path) {
 /// (through the CRI), then stops. Called by the lab's interrupt watcher
 /// before the namespaces go.
 pub fn stop_all_started() {
-    let running: Vec<(PathBuf, Identity)> = RUNNING
+    let running: Vec<PathBuf> = RUNNING
         .lock()
         .map(|mut r| std::mem::take(&mut *r))
         .unwrap_or_default();
     std::thread::scope(|s| {
-        for (dir, id) in &running {
-            s.spawn(move || teardown(dir, Some(*id)));
+        for dir in &running {
+            s.spawn(move || teardown(dir, pidfile::read(&dir.join(PIDFILE))));
         }
     });
 }
@@ -147,14 +148,13 @@ impl Containerd {
                 Ok(())
             });
         }
-        let child = command
-            .spawn()
-            .map_err(|e| setup(format!("start containerd: {e}")))?;
+        register(dir);
+        let child = command.spawn().map_err(|e| {
+            unregister(dir);
+            setup(format!("start containerd: {e}"))
+        })?;
         drop(pidfile);
         drop(netns);
-        if let Some(id) = pidfile::read(&pidfile_path) {
-            register(dir, id);
-        }
         let cri = Cri::new(&socket_path(dir)).map_err(setup)?;
         let mut me = Containerd {
             dir: dir.to_path_buf(),
@@ -251,7 +251,26 @@ impl Containerd {
 
     /// `ctr images import` of the sandbox image into the CRI's namespace.
     fn import(&self, image_tar: &Path) -> Result<(), LabError> {
-        let out = Command::new("ctr")
+        let mut ctr = Command::new("ctr");
+        // ctr waits for a containerd that died: it dies with the lab (and
+        // teardown kills any ctr still using the socket).
+        let parent = std::process::id() as nix::libc::pid_t;
+        // SAFETY: prctl(2) and getppid(2) only, async-signal-safe.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            ctr.pre_exec(move || {
+                if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if nix::libc::getppid() != parent {
+                    return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+        let out = ctr
+            .arg("--timeout")
+            .arg("60s")
             .arg("--address")
             .arg(socket_path(&self.dir))
             .args(["--namespace", "k8s.io", "images", "import"])
@@ -369,7 +388,8 @@ fn wait_gone(ids: &[Identity]) {
 }
 
 /// The pids of containerd shims serving `socket` (their command line has
-/// `-address <socket>`): each was started by that containerd only.
+/// `-address <socket>`): each was started by that containerd only; and of
+/// `ctr` clients of it (`--address <socket>`, the lab's image import).
 pub fn shims_of(socket: &Path) -> Vec<u32> {
     let want = socket.as_os_str().as_encoded_bytes();
     let mut pids = Vec::new();
@@ -385,10 +405,14 @@ pub fn shims_of(socket: &Path) -> Vec<u32> {
             continue;
         };
         let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-        let is_shim = args
+        let program = args
             .first()
-            .is_some_and(|a| a.windows(15).any(|w| w == b"containerd-shim"));
-        let serves = args.windows(2).any(|w| w[0] == b"-address" && w[1] == want);
+            .map(|a| a.rsplit(|&b| b == b'/').next().unwrap_or(a))
+            .unwrap_or_default();
+        let is_shim = program.starts_with(b"containerd-shim") || program == b"ctr";
+        let serves = args
+            .windows(2)
+            .any(|w| (w[0] == b"-address" || w[0] == b"--address") && w[1] == want);
         if is_shim && serves {
             pids.push(pid);
         }
