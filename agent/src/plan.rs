@@ -8,15 +8,14 @@ use crate::nodes::NodeInfo;
 use ipnet::IpNet;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 /// Route protocol number that marks routes made by cnilab-agent. 199 is not
 /// assigned in iproute2's `rt_protos` and not used by the common routing
 /// daemons or CNI agents (bird 12, zebra 11, bgp 186 .. eigrp 192).
 pub const ROUTE_PROTOCOL: u8 = 199;
 
-/// VirtualBox/Vagrant's NAT address: every VM has it, so it never identifies a node.
-const VAGRANT_NAT_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 2, 15));
+use cnilab_net::cluster::{overlaps, VIRTUALBOX_NAT as VAGRANT_NAT_ADDRESS};
 
 /// `dst via gateway`, the route to another node's pods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -284,10 +283,6 @@ fn own_pod_cidrs(self_name: &str, nodes: &[NodeInfo]) -> Vec<IpNet> {
         .filter(|n| n.name == self_name)
         .flat_map(|n| n.pod_cidrs.iter().copied())
         .collect()
-}
-
-fn overlaps(a: &IpNet, b: &IpNet) -> bool {
-    a.contains(&b.network()) || b.contains(&a.network())
 }
 
 /// Networks this node is attached to: foreign routes without a next hop

@@ -243,14 +243,9 @@ pub enum Expect {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct CaseRun {
     pub case: String,
-    pub env: Vec<(String, String)>,
-    pub stdin: String,
-    pub stdout: String,
-    pub stderr: String,
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub timed_out: bool,
-    pub duration_ms: f64,
+    /// The plugin process, as the runtime records every execution.
+    #[serde(flatten)]
+    pub exec: crate::runtime::Execution,
     pub error: Option<ErrorBody>,
     /// Empty when the plugin handled the input as it must.
     pub problems: Vec<String>,
@@ -544,14 +539,17 @@ pub fn run_case(case: &Case, lab: &Lab<'_>, expect: Expect) -> Result<CaseRun, C
     }
     Ok(CaseRun {
         case: case.name.clone(),
-        env,
-        stdin: shown.chars().take(2000).collect(),
-        stdout,
-        stderr,
-        exit_code: raw.exit_code,
-        signal: raw.signal,
-        timed_out: raw.timed_out,
-        duration_ms: raw.duration.as_secs_f64() * 1000.0,
+        exec: crate::runtime::Execution {
+            plugin: lab.plugin.to_path_buf(),
+            env,
+            stdin: shown.chars().take(2000).collect(),
+            stdout,
+            stderr,
+            exit_code: raw.exit_code,
+            signal: raw.signal,
+            timed_out: raw.timed_out,
+            duration: raw.duration,
+        },
         error,
         problems,
     })

@@ -2,39 +2,11 @@
 //! every step, as lab/e2e-plan.md writes it and the workflows call it. The
 //! binary runs at the repository root, like the workflows.
 
+mod e2e_common;
+
 use assert_cmd::Command;
+use e2e_common::{dry_run, repo_root, run_dry, FLANNEL};
 use serde_json::Value;
-use std::path::PathBuf;
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
-/// Runs `cnilab e2e <args> --dry-run` at the repository root.
-fn run_dry(args: &[&str]) -> std::process::Output {
-    Command::cargo_bin("cnilab")
-        .expect("cnilab binary")
-        .current_dir(repo_root())
-        .arg("e2e")
-        .args(args)
-        .arg("--dry-run")
-        .output()
-        .expect("runs")
-}
-
-/// Runs `cnilab e2e <args> --dry-run` and returns stdout.
-fn dry_run(args: &[&str]) -> String {
-    let out = run_dry(args);
-    assert!(
-        out.status.success(),
-        "cnilab e2e {args:?} --dry-run: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
-}
 
 fn fails(args: &[&str]) -> String {
     let out = run_dry(args);
@@ -77,7 +49,7 @@ const KIND: &[&str] = &[
     "--ip-family",
     "ipv4",
     "--k8s-version",
-    "v1.37.0",
+    "v1.36.1",
     "--image",
     "localhost/cnilab:e2e",
 ];
@@ -97,7 +69,7 @@ fn kind_create_writes_the_lab_config_and_pins_the_node_image() {
     assert_eq!(
         commands(&out),
         [format!(
-            "kind create cluster --name cnilab-ipv4 --config {W}/kind-config.yaml --image kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5 --kubeconfig {W}/kubeconfig --retain"
+            "kind create cluster --name cnilab-ipv4 --config {W}/kind-config.yaml --image kindest/node:v1.36.1@sha256:3489c7674813ba5d8b1a9977baea8a6e553784dab7b84759d1014dbd78f7ebd5 --kubeconfig {W}/kubeconfig --retain"
         )]
     );
     let files = writes(&out);
@@ -135,8 +107,18 @@ fn kind_configs_equal_the_committed_ones_for_every_family() {
 
 #[test]
 fn kind_node_image_follows_the_version_table() {
-    let out = dry_run(&["kind", "create", "--name", "c", "--k8s-version", "1.35.8"]);
-    assert!(out.contains("--image kindest/node:v1.35.8@sha256:07b2536e30b803ed61d1677a79df6115f798ce64c80f9e22f6ed45afd09323c0"), "{out}");
+    // Each pin is the default image of a kind release, as its
+    // pkg/apis/config/defaults/image.go writes it.
+    let out = dry_run(&["kind", "create", "--name", "c", "--k8s-version", "1.35.0"]);
+    assert!(out.contains("--image kindest/node:v1.35.0@sha256:452d707d4862f52530247495d180205e029056831160e22870e37e3f6c1ac31f"), "{out}");
+    let default = dry_run(&["kind", "create", "--name", "c"]);
+    assert!(default.contains("--image kindest/node:v1.36.1@sha256:3489c7674813ba5d8b1a9977baea8a6e553784dab7b84759d1014dbd78f7ebd5"), "{default}");
+    // The digests kind's source does not show are gone.
+    let err = fails(&["kind", "create", "--name", "c", "--k8s-version", "v1.37.0"]);
+    assert!(
+        err.contains("--node-image") && err.contains("v1.36.1 (kind v0.32.0)"),
+        "{err}"
+    );
     let err = fails(&["kind", "create", "--name", "c", "--k8s-version", "v1.29.0"]);
     assert!(err.contains("--node-image"), "{err}");
     let own = dry_run(&[
@@ -248,7 +230,7 @@ fn kind_dual_sets_both_families_everywhere() {
         "--ip-family",
         "dual",
         "--k8s-version",
-        "v1.35.8",
+        "v1.35.0",
     ];
     let create = dry_run(&[&["kind", "create"][..], &args[..]].concat());
     let config = yaml(&writes(&create)[0].1);
@@ -312,11 +294,11 @@ fn kind_dump_collects_everything() {
         format!("{K} get nodes -o yaml > {d}/nodes.yaml"),
         format!("{K} get pods --all-namespaces -o wide > {d}/pods.txt"),
         format!("{K} get events --all-namespaces --sort-by=.lastTimestamp > {d}/events.txt"),
-        format!("{K} --namespace kube-system describe daemonset cnilab-agent > {d}/agent/daemonset.txt"),
-        format!("{K} --namespace kube-system describe pods --selector=app.kubernetes.io/name=cnilab-agent > {d}/agent/pods.txt"),
+        format!("{K} --namespace kube-system describe daemonset cnilab-agent > {d}/workloads/kube-system.cnilab-agent/describe.txt"),
+        format!("{K} --namespace kube-system describe pods --selector=app.kubernetes.io/name=cnilab-agent > {d}/workloads/kube-system.cnilab-agent/pods.txt"),
         format!("{K} --namespace kube-system get pods --selector=app.kubernetes.io/name=cnilab-agent -o name"),
-        format!("{K} --namespace kube-system logs <agent-pod> --all-containers --timestamps > {d}/agent/<agent-pod>.log"),
-        format!("{K} --namespace kube-system logs <agent-pod> --all-containers --timestamps --previous > {d}/agent/<agent-pod>.previous.log"),
+        format!("{K} --namespace kube-system logs <pod> --all-containers --timestamps > {d}/workloads/kube-system.cnilab-agent/<pod>.log"),
+        format!("{K} --namespace kube-system logs <pod> --all-containers --timestamps --previous > {d}/workloads/kube-system.cnilab-agent/<pod>.previous.log"),
         format!("{K} --namespace kube-system describe pods --selector=k8s-app=kube-dns > {d}/coredns.txt"),
         "kind get nodes --name cnilab-ipv4".to_string(),
     ];
@@ -404,7 +386,7 @@ const MK_ARGS: &[&str] = &[
     "--name",
     "cnilab-minikube",
     "--k8s-version",
-    "v1.34.0",
+    "v1.35.1",
     "--image",
     "localhost/cnilab:e2e",
 ];
@@ -418,10 +400,28 @@ fn minikube(step: &str, extra: &[&str]) -> String {
 
 #[test]
 fn minikube_steps() {
+    // The manifests go in as `--cni=FILE`: minikube v1.38.1 refuses
+    // `--cni=false` with containerd unless --force (validateCNI).
+    let create = minikube("create", &[]);
     assert_eq!(
-        commands(&minikube("create", &[])),
-        [format!("{MK} start --profile cnilab-minikube --nodes 2 --cni=false --driver=docker --container-runtime=containerd --kubernetes-version=v1.34.0 --extra-config=kubeadm.pod-network-cidr=10.244.0.0/16 --service-cluster-ip-range=10.96.0.0/16 --wait=apiserver")]
+        commands(&create),
+        [format!("{MK} start --profile cnilab-minikube --nodes 2 --cni=target/cnilab-e2e/cnilab-minikube/cni.yaml --driver=docker --container-runtime=containerd --kubernetes-version=v1.35.1 --extra-config=kubeadm.pod-network-cidr=10.244.0.0/16 --service-cluster-ip-range=10.96.0.0/16 --wait=apiserver")]
     );
+    assert!(!create.contains("--cni=false") && !create.contains("--force"));
+    let files = writes(&create);
+    assert_eq!(files.len(), 1);
+    assert_eq!(files[0].0, "target/cnilab-e2e/cnilab-minikube/cni.yaml");
+    let docs: Vec<Value> = serde_norway::Deserializer::from_str(&files[0].1)
+        .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
+        .filter(|v: &Value| !v.is_null())
+        .collect();
+    let ds = docs
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .expect("the agent DaemonSet in cni.yaml");
+    assert_eq!(ds["metadata"]["name"], "cnilab-agent");
+    assert!(files[0].1.contains("image: localhost/cnilab:e2e"));
+    assert!(!files[0].1.contains("ghcr.io/cnilab/cnilab:dev"));
     assert_eq!(
         commands(&minikube("load", &["--image-archive", "e2e-inputs/cnilab-image.tar"])),
         [
@@ -431,11 +431,16 @@ fn minikube_steps() {
         ]
     );
     let mk_k = "kubectl --kubeconfig target/cnilab-e2e/cnilab-minikube/kubeconfig";
+    // `start` applied the manifests before the image was loaded: deploy
+    // re-applies them and restarts what runs the image.
     assert_eq!(
         commands(&minikube("deploy", &[])),
-        [format!(
-            "{mk_k} apply --filename target/cnilab-e2e/cnilab-minikube/manifests/cnilab.yaml"
-        )]
+        [
+            format!(
+                "{mk_k} apply --filename target/cnilab-e2e/cnilab-minikube/manifests/cnilab.yaml"
+            ),
+            format!("{mk_k} --namespace kube-system rollout restart daemonset/cnilab-agent"),
+        ]
     );
     let wait = commands(&minikube("wait", &[]));
     assert_eq!(wait.len(), 5);
@@ -500,7 +505,7 @@ fn every_workflow_invocation_is_accepted() {
     let vars = [
         ("$CLUSTER", "cnilab-dual"),
         ("$IP_FAMILY", "dual"),
-        ("$K8S_VERSION", "v1.35.8"),
+        ("$K8S_VERSION", "v1.35.0"),
         ("$IMAGE", "localhost/cnilab:e2e"),
     ];
     let mut seen = 0;
@@ -532,4 +537,303 @@ fn every_workflow_invocation_is_accepted() {
         }
     }
     assert!(seen >= 14, "found {seen} invocations");
+}
+
+fn temp_file(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).expect("write");
+    p.to_string_lossy().into_owned()
+}
+
+#[test]
+fn kind_takes_the_users_own_config() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let own = temp_file(
+        &dir,
+        "own.yaml",
+        "kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\nnetworking:\n  ipFamily: dual\n  disableDefaultCNI: true\n  kubeProxyMode: nftables\n  podSubnet: 10.100.0.0/16,fd00:100::/56\nnodes:\n- role: control-plane\n- role: control-plane\n- role: worker\n",
+    );
+    let create = dry_run(&["kind", "create", "--name", "own", "--config", &own]);
+    assert!(
+        writes(&create).is_empty(),
+        "kind reads the user's file itself"
+    );
+    assert_eq!(
+        commands(&create),
+        [format!("kind create cluster --name own --config {own} --image kindest/node:v1.36.1@sha256:3489c7674813ba5d8b1a9977baea8a6e553784dab7b84759d1014dbd78f7ebd5 --kubeconfig target/cnilab-e2e/own/kubeconfig --retain")]
+    );
+    // Node names, family and pod subnet come from the config.
+    let load = commands(&dry_run(&[
+        "kind",
+        "load",
+        "--name",
+        "own",
+        "--config",
+        &own,
+        "--image-archive",
+        "x.tar",
+    ]));
+    let nodes: Vec<&str> = load
+        .iter()
+        .filter_map(|c| c.strip_prefix("docker exec "))
+        .filter_map(|c| c.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        nodes,
+        ["own-control-plane", "own-control-plane2", "own-worker"]
+    );
+    let deploy = dry_run(&["kind", "deploy", "--name", "own", "--config", &own]);
+    assert!(
+        deploy.contains("value: \"10.100.0.0/16,fd00:100::/56\""),
+        "{deploy}"
+    );
+    let check = dry_run(&["kind", "check", "--name", "own", "--config", &own]);
+    assert!(check.contains("--ip-family dual"), "{check}");
+    assert!(check.contains("\"nodeName\": \"own-control-plane2\""));
+}
+
+#[test]
+fn own_config_conflicts_are_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let head = "kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\n";
+    let dual = temp_file(
+        &dir,
+        "dual.yaml",
+        &format!("{head}networking:\n  ipFamily: dual\n  disableDefaultCNI: true\n"),
+    );
+    let err = fails(&["kind", "create", "--config", &dual, "--ip-family", "ipv4"]);
+    assert!(
+        err.contains("--ip-family ipv4") && err.contains("dual"),
+        "{err}"
+    );
+    let err = fails(&["kind", "create", "--config", &dual, "--workers", "3"]);
+    assert!(
+        err.contains("--workers 3") && err.contains("0 workers"),
+        "{err}"
+    );
+    let err = fails(&["minikube", "create", "--config", &dual]);
+    assert!(err.contains("only `cnilab e2e kind`"), "{err}");
+    let kindnet = temp_file(
+        &dir,
+        "kindnet.yaml",
+        &format!("{head}nodes:\n- role: control-plane\n"),
+    );
+    let err = fails(&["kind", "create", "--config", &kindnet]);
+    assert!(err.contains("disableDefaultCNI"), "{err}");
+    let missing = dir.path().join("missing.yaml");
+    let err = fails(&["kind", "create", "--config", &missing.to_string_lossy()]);
+    assert!(err.contains("cannot read the kind config"), "{err}");
+}
+
+#[test]
+fn any_cni_is_deployed_and_waited_for() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let flannel = temp_file(&dir, "kube-flannel.yml", FLANNEL);
+    let args = |step: &'static str| -> Vec<String> {
+        [
+            "kind",
+            step,
+            "--name",
+            "fl",
+            "--cni-manifest",
+            flannel.as_str(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let run = |step: &'static str, extra: &[&str]| {
+        let mut a = args(step);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        dry_run(&a)
+    };
+    let k = "kubectl --kubeconfig target/cnilab-e2e/fl/kubeconfig";
+    let deploy = run("deploy", &[]);
+    let files = writes(&deploy);
+    assert_eq!(files.len(), 1);
+    assert_eq!(
+        files[0],
+        (
+            "target/cnilab-e2e/fl/manifests/kube-flannel.yml".to_string(),
+            FLANNEL.to_string()
+        )
+    );
+    assert_eq!(
+        commands(&deploy),
+        [format!(
+            "{k} apply --filename target/cnilab-e2e/fl/manifests/kube-flannel.yml"
+        )]
+    );
+    let wait = commands(&run("wait", &[]));
+    assert_eq!(
+        wait[0],
+        format!(
+            "{k} --namespace kube-flannel rollout status daemonset/kube-flannel-ds --timeout=180s"
+        )
+    );
+    assert!(
+        !wait.iter().any(|c| c.contains("cnilab-agent")),
+        "{wait:#?}"
+    );
+    assert_eq!(wait.len(), 3);
+    // Nothing runs the cnilab image: nothing to build or load, unless an
+    // archive is given (your own CNI's image).
+    let load = run("load", &[]);
+    assert!(commands(&load).is_empty(), "{load}");
+    assert!(load.contains("nothing to load"));
+    assert!(commands(&run("load", &["--image-archive", "own.tar"]))[0]
+        .starts_with("kind load image-archive own.tar"));
+    let dump = commands(&run("dump", &["--out", "d"]));
+    assert!(dump.contains(&format!("{k} --namespace kube-flannel describe daemonset kube-flannel-ds > d/workloads/kube-flannel.kube-flannel-ds/describe.txt")), "{dump:#?}");
+    // Several files, in the order given; two with one name are refused.
+    let other = temp_file(
+        &dir,
+        "b.yaml",
+        &FLANNEL.replace("kube-flannel-ds", "second"),
+    );
+    let both = commands(&dry_run(&[
+        "kind",
+        "wait",
+        "--name",
+        "fl",
+        "--cni-manifest",
+        &flannel,
+        "--cni-manifest",
+        &other,
+    ]));
+    assert!(
+        both[0].contains("daemonset/kube-flannel-ds") && both[1].contains("daemonset/second"),
+        "{both:#?}"
+    );
+    let err = fails(&[
+        "kind",
+        "deploy",
+        "--cni-manifest",
+        &flannel,
+        "--cni-manifest",
+        &flannel,
+    ]);
+    assert!(
+        err.contains("two files are named kube-flannel.yml"),
+        "{err}"
+    );
+    // minikube: the same file is its --cni, and nothing needs a restart.
+    let mk = dry_run(&[
+        "minikube",
+        "create",
+        "--name",
+        "fl",
+        "--cni-manifest",
+        &flannel,
+    ]);
+    assert!(writes(&mk)[0].1.contains("name: kube-flannel-ds"));
+    let mk_deploy = commands(&dry_run(&[
+        "minikube",
+        "deploy",
+        "--name",
+        "fl",
+        "--cni-manifest",
+        &flannel,
+    ]));
+    assert!(
+        !mk_deploy.iter().any(|c| c.contains("rollout restart")),
+        "{mk_deploy:#?}"
+    );
+}
+
+#[test]
+fn check_finds_the_cluster_as_kubectl_does() {
+    let out = dry_run(&["check"]);
+    assert!(
+        out.starts_with("# cnilab e2e check --ip-family ipv4\n"),
+        "{out}"
+    );
+    let out = dry_run(&["check", "--context", "kind-x"]);
+    assert!(
+        out.starts_with("# cnilab e2e check --context kind-x --ip-family ipv4\n"),
+        "{out}"
+    );
+}
+
+/// `cnilab e2e check` (not a dry run) reads the kubeconfig as kubectl
+/// does; the cluster here is a closed port, so the run stops at the first
+/// API call, after saying which context of which files it used.
+#[test]
+fn check_reads_kubeconfig_like_kubectl() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = |current: Option<&str>, name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Config\n{}clusters:\n- name: {name}\n  cluster:\n    server: https://127.0.0.1:9\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: u\nusers:\n- name: u\n  user:\n    token: t\n",
+            current.map(|c| format!("current-context: {c}\n")).unwrap_or_default()
+        )
+    };
+    let a = temp_file(&dir, "a.yaml", &config(None, "ctx-a"));
+    let b = temp_file(&dir, "b.yaml", &config(Some("ctx-b"), "ctx-b"));
+    let missing = dir
+        .path()
+        .join("missing.yaml")
+        .to_string_lossy()
+        .into_owned();
+    let run = |kubeconfig: &str, extra: &[&str]| {
+        Command::cargo_bin("cnilab")
+            .expect("cnilab binary")
+            .env("KUBECONFIG", kubeconfig)
+            .env("HOME", dir.path())
+            .args(["e2e", "check", "--timeout", "5s"])
+            .args(extra)
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .expect("runs")
+    };
+    // a sets no current-context; b's wins; the missing file is skipped.
+    let out = run(&format!("{missing}:{a}:{b}"), &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("context ctx-b (from {a}:{b})")),
+        "{err}"
+    );
+    assert!(!out.status.success());
+    let out = run(&format!("{a}:{b}"), &["--context", "ctx-a"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("context ctx-a (from "), "{err}");
+    let out = run(&format!("{a}:{b}"), &["--context", "nope"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("\"nope\"") && err.contains("ctx-a, ctx-b"),
+        "{err}"
+    );
+    let out = run(&missing, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("none of them exists"), "{err}");
+    // Unset KUBECONFIG and no ~/.kube/config: a clear error.
+    let out = Command::cargo_bin("cnilab")
+        .expect("cnilab binary")
+        .env_remove("KUBECONFIG")
+        .env("HOME", dir.path())
+        .args(["e2e", "check"])
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(".kube/config") && err.contains("does not exist"),
+        "{err}"
+    );
+}
+
+/// The example own config in lab/kind/examples is accepted and planned.
+#[test]
+fn the_example_own_kind_config_plans() {
+    let example = "lab/kind/examples/kube-proxy-nftables.yaml";
+    let out = dry_run(&["kind", "--name", "nft", "--config", example]);
+    assert!(
+        commands(&out)[0].starts_with(&format!(
+            "kind create cluster --name nft --config {example} "
+        )),
+        "{out}"
+    );
+    assert!(out.contains("\"nodeName\": \"nft-worker3\""), "{out}");
 }

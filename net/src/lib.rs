@@ -9,12 +9,14 @@
 //! [`netns::sweep`]; [`nl`] reads and writes links, addresses and routes
 //! through a handle bound to one namespace; [`nft`] runs `nft -f -` in a
 //! namespace; [`naming`] derives veth names and MACs (pure); [`snapshot`]
-//! reads what a namespace holds and compares two readings; [`testing`]
+//! reads what a namespace holds and compares two readings; [`cluster`]
+//! has the node sanity rules (NAT address, overlapping pod CIDRs); [`testing`]
 //! (feature `testing`) has the root-test fixtures and `require_root`.
 //!
 //! Dependencies stay those of the plugin binary (no kube, no clap), since
 //! the plugin starts once per pod.
 
+pub mod cluster;
 pub mod naming;
 pub mod netns;
 pub mod nft;

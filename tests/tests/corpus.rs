@@ -101,12 +101,14 @@ fn every_corpus_input_is_refused_with_its_code_and_changes_nothing() {
     let mut fixed = Vec::new();
     for case in &cases {
         let run = corpus::run_case(case, &lab, Expect::Documented).expect("case runs");
-        if run.exit_code == Some(0) && case.command == "ADD" {
+        if run.exec.exit_code == Some(0) && case.command == "ADD" {
             // Accepted by mistake: undo it so the next cases start clean.
-            let id = first(&run.env, "CNI_CONTAINERID")
+            let id = first(&run.exec.env, "CNI_CONTAINERID")
                 .unwrap_or("corpus-case")
                 .to_string();
-            let ifname = first(&run.env, "CNI_IFNAME").unwrap_or("eth0").to_string();
+            let ifname = first(&run.exec.env, "CNI_IFNAME")
+                .unwrap_or("eth0")
+                .to_string();
             let _ = invoke(
                 &host,
                 &plugin,
@@ -134,10 +136,10 @@ fn every_corpus_input_is_refused_with_its_code_and_changes_nothing() {
         report.push_str(&format!(
             "\n{name}: {}\n  exit {:?} signal {:?} stdout {:?}\n  stderr {:?}\n",
             run.problems.join("; "),
-            run.exit_code,
-            run.signal,
-            run.stdout.chars().take(400).collect::<String>(),
-            run.stderr.chars().take(400).collect::<String>()
+            run.exec.exit_code,
+            run.exec.signal,
+            run.exec.stdout.chars().take(400).collect::<String>(),
+            run.exec.stderr.chars().take(400).collect::<String>()
         ));
     }
     assert!(

@@ -2,7 +2,9 @@
 
 use super::args::CheckOutputArgs;
 use super::CliResult;
+use crate::e2e::check::access::Access;
 use crate::e2e::check::CheckOptions;
+use crate::e2e::cluster::KindConfig;
 use crate::e2e::options::{
     E2eOptions, IpFamily, Provider, Step, DEFAULT_IMAGE, DEFAULT_PROBE_IMAGE,
 };
@@ -15,7 +17,7 @@ use std::time::Duration;
 #[derive(clap::Args)]
 #[command(after_help = concat!("Examples:\n  \
     cnilab e2e kind --dry-run\n  \
-    cnilab e2e check --kubeconfig ~/.kube/config -o junit > e2e.xml\n\n",
+    cnilab e2e check -o junit > e2e.xml\n\n",
     crate::exit_codes_help!()))]
 pub struct E2e {
     #[command(subcommand)]
@@ -29,19 +31,22 @@ pub enum E2eCmd {
     /// A kind cluster (1 control plane + N workers, no default CNI).
     #[command(after_help = concat!("Examples:\n  \
         cnilab e2e kind\n  \
-        cnilab e2e kind create --workers 3 --timeout 5m --dry-run\n\n",
+        cnilab e2e kind create --workers 3 --timeout 5m --dry-run\n  \
+        cnilab e2e kind --config my-kind.yaml --cni-manifest kube-flannel.yml\n\n",
         crate::exit_codes_help!()))]
     Kind(ProviderArgs),
-    /// A minikube cluster (docker driver, containerd, --cni=false).
+    /// A minikube cluster (docker driver, containerd, the manifests as --cni=FILE).
     #[command(after_help = concat!("Examples:\n  \
         cnilab e2e minikube\n  \
+        cnilab e2e minikube --cni-manifest calico.yaml --dry-run\n  \
         cnilab e2e minikube check -o json\n\n",
         crate::exit_codes_help!()))]
     Minikube(ProviderArgs),
     /// Only the in-cluster connectivity check, against any cluster.
     #[command(after_help = concat!("Examples:\n  \
-        cnilab e2e check --kubeconfig ~/.kube/config\n  \
-        cnilab e2e check --kubeconfig kc.yaml --ip-family dual -o json --junit e2e.xml\n\n",
+        cnilab e2e check                       # $KUBECONFIG or ~/.kube/config, current context\n  \
+        cnilab e2e check --context kind-cnilab --ip-family dual -o json\n  \
+        cnilab e2e check --kubeconfig kc.yaml --junit e2e.xml\n\n",
         crate::exit_codes_help!()))]
     Check(CheckArgs),
 }
@@ -58,12 +63,16 @@ pub struct ProviderArgs {
     /// Workers besides the control plane [kind: 2, minikube: 1].
     #[arg(long)]
     pub workers: Option<usize>,
-    /// Kubernetes version [kind: v1.37.0, minikube: v1.34.0].
+    /// Kubernetes version [kind: v1.36.1, minikube: v1.35.1].
     #[arg(long)]
     pub k8s_version: Option<String>,
-    /// Address family of the cluster.
-    #[arg(long, value_enum, default_value_t = IpFamily::Ipv4)]
-    pub ip_family: IpFamily,
+    /// Address family of the cluster [default: ipv4, or the --config's].
+    #[arg(long, value_enum)]
+    pub ip_family: Option<IpFamily>,
+    /// kind only: your own kind config (kubeProxyMode, nodes, subnets, …);
+    /// it must set networking.disableDefaultCNI: true [default: lab/kind/<ip-family>.yaml].
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// kind node image (default: the digest-pinned image for --k8s-version).
     #[arg(long)]
     pub node_image: Option<String>,
@@ -73,9 +82,14 @@ pub struct ProviderArgs {
     /// Image archive to load instead of building (docker save output).
     #[arg(long)]
     pub image_archive: Option<PathBuf>,
-    /// Directory of the manifests to deploy.
+    /// Directory of cnilab's manifests to deploy.
     #[arg(long, default_value = "lab/manifests")]
     pub manifests: PathBuf,
+    /// Deploy this CNI manifest instead of cnilab's (flannel, calico, your
+    /// own); repeat for several files, applied in order. `wait` waits for
+    /// every DaemonSet and Deployment in them.
+    #[arg(long = "cni-manifest", value_name = "FILE")]
+    pub cni_manifests: Vec<PathBuf>,
     /// Timeout of each wait gate (180s, 3m, ...).
     #[arg(long, default_value = "180s", value_parser = parse_duration)]
     pub timeout: Duration,
@@ -102,15 +116,20 @@ pub struct ProviderArgs {
 }
 
 impl ProviderArgs {
-    pub fn options(&self, provider: Provider) -> E2eOptions {
+    pub fn options(&self, provider: Provider) -> Result<E2eOptions, E2eError> {
         let mut o = E2eOptions::new(provider, &self.name);
         o.workers = self.workers;
         o.k8s_version = self.k8s_version.clone();
-        o.ip_family = self.ip_family;
+        o.kind_config = self.config.as_deref().map(KindConfig::read).transpose()?;
+        o.ip_family = self
+            .ip_family
+            .or(o.kind_config.as_ref().map(|c| c.ip_family))
+            .unwrap_or_default();
         o.node_image = self.node_image.clone();
         o.image = self.image.clone();
         o.image_archive = self.image_archive.clone();
         o.manifests = self.manifests.clone();
+        o.cni_manifests = self.cni_manifests.clone();
         o.timeout = self.timeout;
         o.out = self.out.clone();
         o.keep = self.keep;
@@ -119,16 +138,19 @@ impl ProviderArgs {
         o.junit = self.junit.clone();
         o.report = self.report.clone();
         o.format = self.output.output;
-        o.format = self.output.output;
-        o
+        Ok(o)
     }
 }
 
 #[derive(clap::Args)]
 pub struct CheckArgs {
-    /// Kubeconfig of the cluster to check.
+    /// Kubeconfig of the cluster to check [default: as kubectl: the files
+    /// of $KUBECONFIG merged, else ~/.kube/config].
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Context to use [default: the kubeconfig's current-context].
     #[arg(long)]
-    pub kubeconfig: PathBuf,
+    pub context: Option<String>,
     /// Address family of the probes.
     #[arg(long, value_enum, default_value_t = IpFamily::Ipv4)]
     pub ip_family: IpFamily,
@@ -168,7 +190,10 @@ impl CheckArgs {
                 self.namespace
             )));
         }
-        let mut o = CheckOptions::new(self.kubeconfig.clone());
+        let mut o = CheckOptions::new(Access {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+        });
         o.ip_family = self.ip_family;
         o.probe_image = self.image.clone();
         o.namespace = self.namespace.clone();
@@ -185,8 +210,8 @@ impl CheckArgs {
 impl E2e {
     pub fn run(self) -> CliResult {
         let code = match self.command {
-            E2eCmd::Kind(a) => crate::e2e::command(&a.options(Provider::Kind), a.step),
-            E2eCmd::Minikube(a) => crate::e2e::command(&a.options(Provider::Minikube), a.step),
+            E2eCmd::Kind(a) => crate::e2e::command(&a.options(Provider::Kind)?, a.step),
+            E2eCmd::Minikube(a) => crate::e2e::command(&a.options(Provider::Minikube)?, a.step),
             E2eCmd::Check(a) => crate::e2e::check_command(&a.options()?, a.dry_run),
         }?;
         Ok(code)

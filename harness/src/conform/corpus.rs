@@ -89,9 +89,10 @@ pub(crate) fn run(s: &Suite<'_>, dir: Option<&Path>) -> Vec<Finding> {
         match outcome {
             Ok(run) if run.passed() => {}
             Ok(run) => {
-                let crashed = run.signal.is_some() && !run.timed_out;
-                let not_json =
-                    run.exit_code.is_some_and(|c| c != 0) && run.error.is_none() && !run.timed_out;
+                let crashed = run.exec.signal.is_some() && !run.exec.timed_out;
+                let not_json = run.exec.exit_code.is_some_and(|c| c != 0)
+                    && run.error.is_none()
+                    && !run.exec.timed_out;
                 let line = format!("{}: {}", case.name, run.problems.join("; "));
                 if crashed || not_json {
                     broken.push(line);
@@ -188,12 +189,12 @@ fn run_world<'c>(
         let links_before = host.links().unwrap_or_default();
         let outcome = corpus::run_case(case, &lab, Expect::Generic);
         if let Ok(run) = &outcome {
-            if run.exit_code == Some(0) {
+            if run.exec.exit_code == Some(0) {
                 // A doubled variable: whichever the plugin read, one DEL
                 // names the same attachment.
                 for last_wins in [false, true] {
                     let mut env: Vec<(String, String)> = Vec::new();
-                    for (k, v) in &run.env {
+                    for (k, v) in &run.exec.env {
                         let v = if k == "CNI_COMMAND" { "DEL" } else { v };
                         match env.iter_mut().find(|(key, _)| key == k) {
                             Some(slot) if last_wins => slot.1 = v.to_string(),
@@ -201,7 +202,7 @@ fn run_world<'c>(
                             None => env.push((k.clone(), v.to_string())),
                         }
                     }
-                    let _ = runtime.exec_raw(plugin, &env, run.stdin.as_bytes());
+                    let _ = runtime.exec_raw(plugin, &env, run.exec.stdin.as_bytes());
                 }
             }
         }

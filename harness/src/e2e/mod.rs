@@ -4,14 +4,22 @@
 //! driven step by step (create, load, deploy, wait, check, dump, delete) from
 //! plans that `--dry-run` prints, and an in-cluster connectivity check that
 //! works against any cluster (lab/e2e-plan.md is the contract).
+//!
+//! - `options`: what a run is about, and the pinned versions (with sources);
+//! - `cluster`: kind configs (lab/kind compiled in, or `--config`), node names;
+//! - `manifests`: cnilab's or any CNI's manifests, rendered, and their workloads;
+//! - `steps` → `plan` → `runner`: each step as data, printed or executed;
+//! - `check/`: the in-cluster check (`access`: the kubeconfig as kubectl finds it).
 
 pub mod check;
+pub mod cluster;
+pub mod manifests;
 pub mod options;
 pub mod plan;
 pub mod runner;
 pub mod steps;
 
-use options::{E2eOptions, Step};
+use options::{E2eOptions, Provider, Step};
 use plan::Plan;
 use runner::Runner;
 use std::process::ExitCode;
@@ -57,15 +65,27 @@ pub enum E2eError {
     CheckFailed,
 }
 
+/// The manifests of a run, read and rendered for the cluster.
+pub fn rendered(opts: &E2eOptions) -> Result<manifests::Rendered, E2eError> {
+    let (files, origin) = manifests::read(opts)?;
+    manifests::render(&files, origin, &opts.image, &opts.pod_subnet())
+}
+
 /// The plan of a step, reading the manifests when the step needs them.
 fn plan_for(opts: &E2eOptions, step: Step) -> Result<Plan, E2eError> {
-    let manifests = match step {
-        Step::Deploy | Step::Wait => steps::read_manifests(&opts.manifests)?,
-        // dump must work even with broken manifests: it falls back to the defaults.
-        Step::Dump => steps::read_manifests(&opts.manifests).unwrap_or_default(),
-        _ => Vec::new(),
+    let rendered = match (step, opts.provider) {
+        (Step::Load | Step::Deploy | Step::Wait, _) | (Step::Create, Provider::Minikube) => {
+            rendered(opts)?
+        }
+        // dump must work even with broken manifests: it falls back to the
+        // cnilab agent.
+        (Step::Dump, _) => rendered(opts).unwrap_or_else(|_| manifests::Rendered {
+            files: Vec::new(),
+            workloads: vec![manifests::Workload::cnilab_agent()],
+        }),
+        _ => manifests::Rendered::default(),
     };
-    steps::step_plan(opts, step, &manifests)
+    steps::step_plan(opts, step, &rendered)
 }
 
 fn execute(opts: &E2eOptions, step: Step) -> Result<(), E2eError> {

@@ -79,25 +79,49 @@ impl IpFamily {
     }
 }
 
-/// The node images kind v0.33.0 lists in its release notes, by digest.
-pub const KIND_NODE_IMAGES: &[(&str, &str)] = &[
-    (
-        "v1.37.0",
-        "kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5",
-    ),
-    (
-        "v1.36.4",
-        "kindest/node:v1.36.4@sha256:099e049362a1526b2db71494e1947aae99bd16290d7c895f2b7ea312e3cbfaed",
-    ),
-    (
-        "v1.35.8",
-        "kindest/node:v1.35.8@sha256:07b2536e30b803ed61d1677a79df6115f798ce64c80f9e22f6ed45afd09323c0",
-    ),
-    (
-        "v1.34.11",
-        "kindest/node:v1.34.11@sha256:44e222ee2132dab25ff87301682f89eb82c7880ea3a1bf543bfe9708fd08d67d",
-    ),
+/// A node image and the kind release that ships it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KindNodeImage {
+    /// The kind release built for this image (kind supports an image only
+    /// with its own release; other pairings are best effort).
+    pub kind: &'static str,
+    pub k8s: &'static str,
+    pub image: &'static str,
+    /// Where the digest is written in kind's own source.
+    pub source: &'static str,
+}
+
+/// The kind release cnilab's plans and workflows are written for.
+/// Source: kubernetes-sigs/kind tag v0.32.0 (commit
+/// cda67ef8588f6bfdac5358233f2471cb2149ecaf), pkg/cmd/kind/version/version.go
+/// `versionCore = "0.32.0"`. (The newest tag in kind's repository is
+/// v0.33.0-alpha, a development marker, not a release.)
+pub const KIND_VERSION: &str = "v0.32.0";
+
+/// Node images pinned by digest, each the default image of a kind release:
+/// the `Image` constant in pkg/apis/config/defaults/image.go at that tag.
+/// Only images traced that way are listed; pass `--node-image` for others.
+pub const KIND_NODE_IMAGES: &[KindNodeImage] = &[
+    KindNodeImage {
+        kind: "v0.32.0",
+        k8s: "v1.36.1",
+        image: "kindest/node:v1.36.1@sha256:3489c7674813ba5d8b1a9977baea8a6e553784dab7b84759d1014dbd78f7ebd5",
+        source: "kubernetes-sigs/kind@v0.32.0 (cda67ef8) pkg/apis/config/defaults/image.go",
+    },
+    KindNodeImage {
+        kind: "v0.31.0",
+        k8s: "v1.35.0",
+        image: "kindest/node:v1.35.0@sha256:452d707d4862f52530247495d180205e029056831160e22870e37e3f6c1ac31f",
+        source: "kubernetes-sigs/kind@v0.31.0 (a323333f) pkg/apis/config/defaults/image.go",
+    },
 ];
+
+/// The minikube release of the plans and workflows. Source: kubernetes/minikube
+/// tag v1.38.1 (commit c93a4cb9311efc66b90d33ea03f75f2c4120e9b0).
+pub const MINIKUBE_VERSION: &str = "v1.38.1";
+/// minikube v1.38.1's default Kubernetes: pkg/minikube/constants/constants.go
+/// `DefaultKubernetesVersion = "v1.35.1"` (also its NewestKubernetesVersion).
+pub const MINIKUBE_K8S_VERSION: &str = "v1.35.1";
 
 pub const DEFAULT_IMAGE: &str = "localhost/cnilab:e2e";
 pub const DEFAULT_PROBE_IMAGE: &str = "registry.k8s.io/e2e-test-images/agnhost:2.53";
@@ -118,6 +142,10 @@ pub struct E2eOptions {
     pub image: String,
     pub image_archive: Option<PathBuf>,
     pub manifests: PathBuf,
+    /// `--cni-manifest FILE…`: deploy these instead of `manifests` (any CNI).
+    pub cni_manifests: Vec<PathBuf>,
+    /// `--config FILE`: the user's own kind config (kind only).
+    pub kind_config: Option<super::cluster::KindConfig>,
     /// Each gate of `wait`.
     pub timeout: Duration,
     pub out: Option<PathBuf>,
@@ -143,6 +171,8 @@ impl E2eOptions {
             image: DEFAULT_IMAGE.to_string(),
             image_archive: None,
             manifests: PathBuf::from("lab/manifests"),
+            cni_manifests: Vec::new(),
+            kind_config: None,
             timeout: Duration::from_secs(180),
             out: None,
             keep: false,
@@ -156,6 +186,11 @@ impl E2eOptions {
 
     /// Rejects what would make a wrong plan before anything runs.
     pub fn validate(&self) -> Result<(), E2eError> {
+        if self.kind_config.is_some() && self.provider != Provider::Kind {
+            return Err(E2eError::Invalid(
+                "--config is a kind config: only `cnilab e2e kind` takes it".into(),
+            ));
+        }
         let name_ok = !self.name.is_empty()
             && self.name.len() <= 40
             && self
@@ -186,22 +221,50 @@ impl E2eOptions {
         if self.provider == Provider::Kind {
             self.kind_node_image()?;
         }
+        if let Some(config) = &self.kind_config {
+            if self.ip_family != config.ip_family {
+                return Err(E2eError::Invalid(format!(
+                    "--ip-family {} but {} sets networking.ipFamily {}: drop one",
+                    self.ip_family.as_str(),
+                    config.path.display(),
+                    config.ip_family.as_str()
+                )));
+            }
+            if let Some(w) = self.workers.filter(|w| *w != config.workers()) {
+                return Err(E2eError::Invalid(format!(
+                    "--workers {w} but {} has {} workers: drop --workers",
+                    config.path.display(),
+                    config.workers()
+                )));
+            }
+        }
         Ok(())
     }
 
+    /// The cluster's pod network (the agent's CNILAB_CLUSTER_CIDR).
+    pub fn pod_subnet(&self) -> String {
+        match &self.kind_config {
+            Some(c) => c.pod_subnet.clone(),
+            None => self.ip_family.pod_subnet().to_string(),
+        }
+    }
+
     pub fn workers(&self) -> usize {
+        if let Some(c) = &self.kind_config {
+            return c.workers();
+        }
         self.workers.unwrap_or(match self.provider {
             Provider::Kind => 2,
             Provider::Minikube => 1,
         })
     }
 
-    /// `v1.37.0`, whether or not the user wrote the `v`.
+    /// `v1.36.1`, whether or not the user wrote the `v`.
     pub fn k8s_version(&self) -> String {
         let v = self.k8s_version.clone().unwrap_or_else(|| {
             match self.provider {
-                Provider::Kind => "v1.37.0",
-                Provider::Minikube => "v1.34.0",
+                Provider::Kind => KIND_NODE_IMAGES[0].k8s,
+                Provider::Minikube => MINIKUBE_K8S_VERSION,
             }
             .to_string()
         });
@@ -219,12 +282,15 @@ impl E2eOptions {
         let version = self.k8s_version();
         KIND_NODE_IMAGES
             .iter()
-            .find(|(v, _)| *v == version)
-            .map(|(_, image)| image.to_string())
+            .find(|i| i.k8s == version)
+            .map(|i| i.image.to_string())
             .ok_or_else(|| {
-                let known: Vec<&str> = KIND_NODE_IMAGES.iter().map(|(v, _)| *v).collect();
+                let known: Vec<String> = KIND_NODE_IMAGES
+                    .iter()
+                    .map(|i| format!("{} (kind {})", i.k8s, i.kind))
+                    .collect();
                 E2eError::Invalid(format!(
-                    "--k8s-version {version}: kind v0.33.0 has node images for {} only; pass --node-image kindest/node:{version}@sha256:<digest> from the release notes of your kind",
+                    "--k8s-version {version}: cnilab pins node images only for {}; pass --node-image kindest/node:{version}@sha256:<digest> from the release notes of your kind",
                     known.join(", ")
                 ))
             })
@@ -265,13 +331,13 @@ impl E2eOptions {
     pub fn predicted_nodes(&self) -> Vec<String> {
         let total = self.workers() + 1;
         match self.provider {
-            Provider::Kind => (0..total)
-                .map(|i| match i {
-                    0 => format!("{}-control-plane", self.name),
-                    1 => format!("{}-worker", self.name),
-                    n => format!("{}-worker{n}", self.name),
-                })
-                .collect(),
+            Provider::Kind => match &self.kind_config {
+                Some(c) => super::cluster::kind_node_names(&self.name, &c.roles),
+                None => super::cluster::kind_node_names(
+                    &self.name,
+                    &super::cluster::default_roles(self.workers()),
+                ),
+            },
             Provider::Minikube => (0..total)
                 .map(|i| match i {
                     0 => self.name.clone(),

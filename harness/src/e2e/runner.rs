@@ -188,7 +188,7 @@ pub fn check_conf_dir(node: &str, grep_output: &str) -> Result<(), E2eError> {
         let dir = value.trim().trim_matches(|c| c == '"' || c == '\'');
         if dir.trim_end_matches('/') != "/etc/cni/net.d" {
             return Err(E2eError::Invalid(format!(
-                "node {node}: containerd reads CNI configs from {dir}, not /etc/cni/net.d, so the agent's 10-cnilab.conflist is never used (minikube's multi-node /etc/cni/net.mk); recreate the cluster with --cni=false"
+                "node {node}: containerd reads CNI configs from {dir}, not /etc/cni/net.d, so the CNI's config is never read (older minikube releases used /etc/cni/net.mk on multi-node clusters); use a minikube that points containerd at /etc/cni/net.d (v1.38.1 does, pkg/minikube/cruntime/containerd.go) and recreate the cluster"
             )));
         }
     }

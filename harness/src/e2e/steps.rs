@@ -2,7 +2,8 @@
 //! options (and the manifests' text) in, a `Plan` out.
 
 use super::check::CheckOptions;
-use super::options::{E2eOptions, Provider, Step, IMAGE_PLACEHOLDER};
+use super::manifests::{Rendered, Workload};
+use super::options::{E2eOptions, Provider, Step};
 use super::plan::{Action, Cmd, Gate, Plan, Verify};
 use super::E2eError;
 use std::path::{Path, PathBuf};
@@ -10,195 +11,6 @@ use std::time::Duration;
 
 const SHORT: Duration = Duration::from_secs(60);
 const LONG: Duration = Duration::from_secs(900);
-
-/// A manifest file as read from `--manifests`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Manifest {
-    pub file_name: String,
-    pub text: String,
-}
-
-/// The DaemonSet the manifests deploy, which `wait` and `dump` watch.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AgentRef {
-    pub namespace: String,
-    pub name: String,
-    /// `key=value,...`
-    pub selector: String,
-}
-
-impl Default for AgentRef {
-    fn default() -> AgentRef {
-        AgentRef {
-            namespace: "kube-system".into(),
-            name: "cnilab-agent".into(),
-            selector: "app.kubernetes.io/name=cnilab-agent".into(),
-        }
-    }
-}
-
-/// The rendered manifests and the DaemonSet found in them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rendered {
-    pub files: Vec<Manifest>,
-    pub agent: AgentRef,
-}
-
-/// Reads `*.yaml` in `dir`, sorted, except kustomization.yaml.
-pub fn read_manifests(dir: &Path) -> Result<Vec<Manifest>, E2eError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| E2eError::Io {
-        what: format!("cannot read the manifests directory {}", dir.display()),
-        source: e,
-    })?;
-    let mut files = Vec::new();
-    for entry in entries.flatten() {
-        let file_name = entry.file_name().to_string_lossy().into_owned();
-        if !file_name.ends_with(".yaml") || file_name == "kustomization.yaml" {
-            continue;
-        }
-        let text = std::fs::read_to_string(entry.path()).map_err(|e| E2eError::Io {
-            what: format!("cannot read {}", entry.path().display()),
-            source: e,
-        })?;
-        files.push(Manifest { file_name, text });
-    }
-    files.sort_by(|a, b| a.file_name.cmp(&b.file_name));
-    if files.is_empty() {
-        return Err(E2eError::Invalid(format!(
-            "no *.yaml manifests in {}",
-            dir.display()
-        )));
-    }
-    Ok(files)
-}
-
-/// Points every use of the placeholder image at `image` and sets the
-/// agent's CNILAB_CLUSTER_CIDR to the cluster's pod subnet; finds the
-/// DaemonSet. Line-based so that comments and layout survive.
-pub fn render_manifests(
-    files: &[Manifest],
-    image: &str,
-    cluster_cidr: &str,
-) -> Result<Rendered, E2eError> {
-    let mut out = Vec::new();
-    let mut placeholder_seen = false;
-    let mut cidr_seen = false;
-    for f in files {
-        placeholder_seen |= f.text.contains(IMAGE_PLACEHOLDER);
-        let replaced = f.text.replace(IMAGE_PLACEHOLDER, image);
-        let mut lines: Vec<String> = replaced.lines().map(str::to_string).collect();
-        let mut i = 0;
-        while i < lines.len() {
-            if lines[i].trim_start().trim_start_matches("- ").trim() == "name: CNILAB_CLUSTER_CIDR"
-            {
-                let next = lines
-                    .iter()
-                    .enumerate()
-                    .skip(i + 1)
-                    .find(|(_, l)| !l.trim().is_empty());
-                match next {
-                    Some((j, l)) if l.trim_start().starts_with("value:") => {
-                        let indent = &l[..l.len() - l.trim_start().len()];
-                        lines[j] = format!("{indent}value: \"{cluster_cidr}\"");
-                        cidr_seen = true;
-                        i = j;
-                    }
-                    _ => {
-                        return Err(E2eError::Invalid(format!(
-                            "{}: CNILAB_CLUSTER_CIDR has no literal `value:` on the next line",
-                            f.file_name
-                        )))
-                    }
-                }
-            }
-            i += 1;
-        }
-        let mut text = lines.join("\n");
-        if replaced.ends_with('\n') {
-            text.push('\n');
-        }
-        out.push(Manifest {
-            file_name: f.file_name.clone(),
-            text,
-        });
-    }
-    if !placeholder_seen {
-        return Err(E2eError::Invalid(format!(
-            "no manifest uses the image placeholder {IMAGE_PLACEHOLDER}: the image under test would never run"
-        )));
-    }
-    if !cidr_seen {
-        return Err(E2eError::Invalid(
-            "no manifest sets CNILAB_CLUSTER_CIDR: the agent would masquerade pod-to-pod traffic"
-                .into(),
-        ));
-    }
-    let mut agent = None;
-    for f in &out {
-        for doc in serde_norway::Deserializer::from_str(&f.text) {
-            let value: serde_json::Value = serde::Deserialize::deserialize(doc)
-                .map_err(|e| E2eError::Invalid(format!("{}: not valid YAML: {e}", f.file_name)))?;
-            check_pull_policy(&f.file_name, &value, image)?;
-            if value["kind"] == "DaemonSet" && agent.is_none() {
-                agent = Some(agent_ref(&f.file_name, &value)?);
-            }
-        }
-    }
-    let agent = agent.ok_or_else(|| E2eError::Invalid("no DaemonSet in the manifests".into()))?;
-    Ok(Rendered { files: out, agent })
-}
-
-fn check_pull_policy(file: &str, doc: &serde_json::Value, image: &str) -> Result<(), E2eError> {
-    let spec = &doc["spec"]["template"]["spec"];
-    for list in ["initContainers", "containers"] {
-        for c in spec[list].as_array().into_iter().flatten() {
-            if c["image"] == image && c["imagePullPolicy"] == "Always" {
-                return Err(E2eError::Invalid(format!(
-                    "{file}: container {} pulls {image} with imagePullPolicy: Always, but a loaded image cannot be pulled (use IfNotPresent)",
-                    c["name"].as_str().unwrap_or("?")
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-fn agent_ref(file: &str, doc: &serde_json::Value) -> Result<AgentRef, E2eError> {
-    let name = doc["metadata"]["name"].as_str();
-    let labels = doc["spec"]["selector"]["matchLabels"].as_object();
-    match (name, labels) {
-        (Some(name), Some(labels)) if !labels.is_empty() => Ok(AgentRef {
-            namespace: doc["metadata"]["namespace"]
-                .as_str()
-                .unwrap_or("default")
-                .to_string(),
-            name: name.to_string(),
-            selector: labels
-                .iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                .collect::<Vec<_>>()
-                .join(","),
-        }),
-        _ => Err(E2eError::Invalid(format!(
-            "{file}: the DaemonSet needs metadata.name and spec.selector.matchLabels"
-        ))),
-    }
-}
-
-/// The kind cluster config; equals lab/kind/<family>.yaml for 2 workers.
-pub fn kind_config(opts: &E2eOptions) -> String {
-    let family = opts.ip_family;
-    let mut s = format!(
-        "kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\nnetworking:\n  ipFamily: {}\n  disableDefaultCNI: true\n  podSubnet: {}\n  serviceSubnet: {}\nnodes:\n  - role: control-plane\n",
-        family.as_str(),
-        family.pod_subnet(),
-        family.service_subnet()
-    );
-    for _ in 0..opts.workers() {
-        s.push_str("  - role: worker\n");
-    }
-    s
-}
 
 fn path(p: &Path) -> String {
     p.to_string_lossy().into_owned()
@@ -222,19 +34,30 @@ fn on_node(opts: &E2eOptions, node: &str) -> Cmd {
     }
 }
 
-pub fn create(opts: &E2eOptions) -> Result<Plan, E2eError> {
+pub fn create(opts: &E2eOptions, rendered: &Rendered) -> Result<Plan, E2eError> {
     let mut plan = Plan::default();
     match opts.provider {
         Provider::Kind => {
-            let config = opts.work_dir().join("kind-config.yaml");
             plan.push(Action::Preflight {
                 tools: vec!["kind".into(), "docker".into(), "kubectl".into()],
                 sysctls: inotify_limits(),
             });
-            plan.push(Action::Write {
-                path: config.clone(),
-                content: kind_config(opts),
-            });
+            // The user's own config is read by kind as it is; the default
+            // one is lab/kind/<family>.yaml (compiled in), written out.
+            let config = match &opts.kind_config {
+                Some(own) => own.path.clone(),
+                None => {
+                    let config = opts.work_dir().join("kind-config.yaml");
+                    plan.push(Action::Write {
+                        path: config.clone(),
+                        content: super::cluster::default_kind_config(
+                            opts.ip_family,
+                            opts.workers(),
+                        ),
+                    });
+                    config
+                }
+            };
             plan.push(Action::run(
                 Cmd::new("kind").args([
                     "create".to_string(),
@@ -257,14 +80,30 @@ pub fn create(opts: &E2eOptions) -> Result<Plan, E2eError> {
                 tools: vec!["minikube".into(), "docker".into(), "kubectl".into()],
                 sysctls: inotify_limits(),
             });
-            plan.push(Action::run(minikube_start(opts), LONG));
+            let cni = minikube_cni_file(opts);
+            plan.push(Action::Write {
+                path: cni.clone(),
+                content: rendered.combined(),
+            });
+            plan.push(Action::run(minikube_start(opts, &cni), LONG));
         }
     }
     Ok(plan)
 }
 
-fn minikube_start(opts: &E2eOptions) -> Cmd {
+/// The one manifest file `minikube start --cni=FILE` applies.
+pub fn minikube_cni_file(opts: &E2eOptions) -> PathBuf {
+    opts.work_dir().join("cni.yaml")
+}
+
+fn minikube_start(opts: &E2eOptions, cni: &Path) -> Cmd {
     // `--profile` goes after `start` here, as minikube's own docs write it.
+    // `--cni=FILE`, not `--cni=false`: minikube v1.38.1 refuses
+    // `--cni=false` with any runtime but docker ("The containerd container
+    // runtime requires CNI", validateCNI in cmd/minikube/cmd/start.go) unless
+    // --force. With a file, minikube applies it as a custom CNI
+    // (pkg/minikube/cni/custom.go) instead of choosing kindnet for several
+    // nodes (chooseDefault in pkg/minikube/cni/cni.go).
     Cmd::new("minikube")
         .env("KUBECONFIG", path(&opts.kubeconfig()))
         .args([
@@ -273,13 +112,13 @@ fn minikube_start(opts: &E2eOptions) -> Cmd {
             opts.name.clone(),
             "--nodes".into(),
             (opts.workers() + 1).to_string(),
-            "--cni=false".into(),
+            format!("--cni={}", path(cni)),
             "--driver=docker".into(),
             "--container-runtime=containerd".into(),
             format!("--kubernetes-version={}", opts.k8s_version()),
             format!(
                 "--extra-config=kubeadm.pod-network-cidr={}",
-                opts.ip_family.pod_subnet()
+                opts.pod_subnet()
             ),
             format!(
                 "--service-cluster-ip-range={}",
@@ -296,9 +135,16 @@ fn inotify_limits() -> Vec<(String, u64)> {
     ]
 }
 
-pub fn load(opts: &E2eOptions) -> Plan {
+pub fn load(opts: &E2eOptions, rendered: &Rendered) -> Plan {
     let mut plan = Plan::default();
     let archive = opts.archive();
+    if opts.image_archive.is_none() && !rendered.runs_image() {
+        plan.push(Action::Note(format!(
+            "load: no manifest runs {} and no --image-archive was given: nothing to load",
+            opts.image
+        )));
+        return plan;
+    }
     match &opts.image_archive {
         Some(given) => plan.push(Action::RequireFile {
             path: given.clone(),
@@ -378,10 +224,27 @@ pub fn deploy(opts: &E2eOptions, rendered: &Rendered) -> Plan {
             SHORT,
         ));
     }
+    if opts.provider == Provider::Minikube {
+        // `minikube start --cni=FILE` applied the manifests before `load`:
+        // pods of the image under test may sit in ImagePullBackOff. New
+        // pods find the loaded image at once.
+        for w in rendered.workloads.iter().filter(|w| w.runs_image) {
+            plan.push(Action::run(
+                kubectl(opts).args([
+                    "--namespace".to_string(),
+                    w.namespace.clone(),
+                    "rollout".into(),
+                    "restart".into(),
+                    format!("{}/{}", w.kind.resource(), w.name),
+                ]),
+                SHORT,
+            ));
+        }
+    }
     plan
 }
 
-pub fn wait(opts: &E2eOptions, agent: &AgentRef) -> Plan {
+pub fn wait(opts: &E2eOptions, workloads: &[Workload]) -> Plan {
     let mut plan = Plan::default();
     if opts.provider == Provider::Minikube {
         for node in opts.predicted_nodes() {
@@ -415,44 +278,49 @@ pub fn wait(opts: &E2eOptions, agent: &AgentRef) -> Plan {
             "wide".into(),
         ])
     };
-    let gates = [
-        (
-            kubectl(opts).args([
-                "--namespace".to_string(),
-                agent.namespace.clone(),
-                "rollout".into(),
-                "status".into(),
-                format!("daemonset/{}", agent.name),
-                t.clone(),
-            ]),
-            format!("daemonset {}/{}", agent.namespace, agent.name),
-            ns_pods(&agent.namespace),
-        ),
-        (
-            kubectl(opts).args([
-                "wait".to_string(),
-                "--for=condition=Ready".into(),
-                "nodes".into(),
-                "--all".into(),
-                t.clone(),
-            ]),
-            "nodes Ready".to_string(),
-            kubectl(opts).args(["get", "nodes", "-o", "wide"]),
-        ),
-        (
-            kubectl(opts).args([
-                "--namespace".to_string(),
-                "kube-system".into(),
-                "wait".into(),
-                "--for=condition=Ready".into(),
-                "pods".into(),
-                "--selector=k8s-app=kube-dns".into(),
-                t,
-            ]),
-            "CoreDNS Ready".to_string(),
-            ns_pods("kube-system"),
-        ),
-    ];
+    // Every workload of the manifests first (nodes turn Ready only once
+    // the CNI wrote its config), then the nodes, then CoreDNS.
+    let mut gates: Vec<(Cmd, String, Cmd)> = workloads
+        .iter()
+        .map(|w| {
+            (
+                kubectl(opts).args([
+                    "--namespace".to_string(),
+                    w.namespace.clone(),
+                    "rollout".into(),
+                    "status".into(),
+                    format!("{}/{}", w.kind.resource(), w.name),
+                    t.clone(),
+                ]),
+                w.describe(),
+                ns_pods(&w.namespace),
+            )
+        })
+        .collect();
+    gates.push((
+        kubectl(opts).args([
+            "wait".to_string(),
+            "--for=condition=Ready".into(),
+            "nodes".into(),
+            "--all".into(),
+            t.clone(),
+        ]),
+        "nodes Ready".to_string(),
+        kubectl(opts).args(["get", "nodes", "-o", "wide"]),
+    ));
+    gates.push((
+        kubectl(opts).args([
+            "--namespace".to_string(),
+            "kube-system".into(),
+            "wait".into(),
+            "--for=condition=Ready".into(),
+            "pods".into(),
+            "--selector=k8s-app=kube-dns".into(),
+            t,
+        ]),
+        "CoreDNS Ready".to_string(),
+        ns_pods("kube-system"),
+    ));
     for (cmd, what, on_failure) in gates {
         plan.push(Action::Run {
             cmd,
@@ -472,10 +340,12 @@ pub fn wait(opts: &E2eOptions, agent: &AgentRef) -> Plan {
 /// `target/cnilab-reports/e2e-<provider>-<name>/`.
 pub fn check_options(opts: &E2eOptions) -> CheckOptions {
     let reports = opts.reports_dir();
-    let mut check = CheckOptions::new(opts.kubeconfig());
+    let mut check = CheckOptions::new(super::check::access::Access {
+        kubeconfig: Some(opts.kubeconfig()),
+        context: None,
+    });
     check.ip_family = opts.ip_family;
     check.probe_image = opts.probe_image.clone();
-    check.format = opts.format;
     check.format = opts.format;
     check.junit = Some(
         opts.junit
@@ -500,7 +370,7 @@ pub fn check(opts: &E2eOptions) -> Plan {
     }
 }
 
-pub fn dump(opts: &E2eOptions, agent: &AgentRef) -> Plan {
+pub fn dump(opts: &E2eOptions, workloads: &[Workload]) -> Plan {
     let mut plan = Plan::default();
     let out = opts.dump_dir();
     let capture = |cmd: Cmd, file: &str| Action::Capture {
@@ -508,8 +378,6 @@ pub fn dump(opts: &E2eOptions, agent: &AgentRef) -> Plan {
         file: out.join(file),
         timeout: SHORT,
     };
-    let in_agent_ns = || kubectl(opts).args(["--namespace", agent.namespace.as_str()]);
-    let selector = format!("--selector={}", agent.selector);
     plan.push(capture(
         kubectl(opts).args(["get", "nodes", "-o", "wide"]),
         "nodes.txt",
@@ -531,31 +399,38 @@ pub fn dump(opts: &E2eOptions, agent: &AgentRef) -> Plan {
         ]),
         "events.txt",
     ));
-    plan.push(capture(
-        in_agent_ns().args(["describe", "daemonset", agent.name.as_str()]),
-        "agent/daemonset.txt",
-    ));
-    plan.push(capture(
-        in_agent_ns().args(["describe", "pods", selector.as_str()]),
-        "agent/pods.txt",
-    ));
-    let logs = |previous: bool, file: &str| {
-        let mut cmd =
-            in_agent_ns().args(["logs", "<agent-pod>", "--all-containers", "--timestamps"]);
-        if previous {
-            cmd = cmd.arg("--previous");
-        }
-        capture(cmd, file)
-    };
-    plan.push(Action::ForEach {
-        list: in_agent_ns().args(["get", "pods", selector.as_str(), "-o", "name"]),
-        placeholder: "<agent-pod>".into(),
-        predicted: None,
-        body: vec![
-            logs(false, "agent/<agent-pod>.log"),
-            logs(true, "agent/<agent-pod>.previous.log"),
-        ],
-    });
+    // Each workload of the manifests: described, its pods described, and
+    // the logs of each pod (current and previous) under
+    // workloads/<namespace>.<name>/.
+    for w in workloads {
+        let in_ns = || kubectl(opts).args(["--namespace", w.namespace.as_str()]);
+        let selector = format!("--selector={}", w.selector);
+        let dir = format!("workloads/{}.{}", w.namespace, w.name);
+        plan.push(capture(
+            in_ns().args(["describe", w.kind.resource(), w.name.as_str()]),
+            &format!("{dir}/describe.txt"),
+        ));
+        plan.push(capture(
+            in_ns().args(["describe", "pods", selector.as_str()]),
+            &format!("{dir}/pods.txt"),
+        ));
+        let logs = |previous: bool, file: String| {
+            let mut cmd = in_ns().args(["logs", "<pod>", "--all-containers", "--timestamps"]);
+            if previous {
+                cmd = cmd.arg("--previous");
+            }
+            capture(cmd, &file)
+        };
+        plan.push(Action::ForEach {
+            list: in_ns().args(["get", "pods", selector.as_str(), "-o", "name"]),
+            placeholder: "<pod>".into(),
+            predicted: None,
+            body: vec![
+                logs(false, format!("{dir}/<pod>.log")),
+                logs(true, format!("{dir}/<pod>.previous.log")),
+            ],
+        });
+    }
     plan.push(capture(
         kubectl(opts).args([
             "--namespace",
@@ -673,17 +548,17 @@ pub fn delete(opts: &E2eOptions) -> Plan {
     }
 }
 
-/// The plan of one step. `deploy`, `wait` and `dump` read the manifests
-/// (the DaemonSet's name and selector come from them).
-pub fn step_plan(opts: &E2eOptions, step: Step, manifests: &[Manifest]) -> Result<Plan, E2eError> {
-    let rendered = || render_manifests(manifests, &opts.image, opts.ip_family.pod_subnet());
+/// The plan of one step. Every step but `check` and `delete` needs the
+/// rendered manifests: `create` (minikube's `--cni=FILE`), `load` (whether
+/// anything runs the image), `deploy`, and `wait`/`dump` (their workloads).
+pub fn step_plan(opts: &E2eOptions, step: Step, rendered: &Rendered) -> Result<Plan, E2eError> {
     Ok(match step {
-        Step::Create => create(opts)?,
-        Step::Load => load(opts),
-        Step::Deploy => deploy(opts, &rendered()?),
-        Step::Wait => wait(opts, &rendered()?.agent),
+        Step::Create => create(opts, rendered)?,
+        Step::Load => load(opts, rendered),
+        Step::Deploy => deploy(opts, rendered),
+        Step::Wait => wait(opts, &rendered.workloads),
         Step::Check => check(opts),
-        Step::Dump => dump(opts, &rendered().map(|r| r.agent).unwrap_or_default()),
+        Step::Dump => dump(opts, &rendered.workloads),
         Step::Delete => delete(opts),
         Step::All => {
             return Err(E2eError::Invalid(
@@ -701,55 +576,3 @@ pub const SEQUENCE: [Step; 5] = [
     Step::Wait,
     Step::Check,
 ];
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn manifest(text: &str) -> Vec<Manifest> {
-        vec![Manifest {
-            file_name: "a.yaml".into(),
-            text: text.into(),
-        }]
-    }
-
-    const DS: &str = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: agent\n  namespace: net\nspec:\n  selector:\n    matchLabels:\n      app: agent\n  template:\n    spec:\n      containers:\n        - name: agent\n          image: ghcr.io/cnilab/cnilab:dev\n          imagePullPolicy: IfNotPresent\n          env:\n            - name: CNILAB_CLUSTER_CIDR\n              value: \"10.0.0.0/8\"\n";
-
-    #[test]
-    fn renders_image_cidr_and_finds_the_daemonset() {
-        let r = render_manifests(
-            &manifest(DS),
-            "localhost/x:1",
-            "10.244.0.0/16,fd00:10:244::/56",
-        );
-        let r = match r {
-            Ok(r) => r,
-            Err(e) => panic!("{e}"),
-        };
-        assert!(r.files[0].text.contains("image: localhost/x:1"));
-        assert!(r.files[0]
-            .text
-            .contains("              value: \"10.244.0.0/16,fd00:10:244::/56\"\n"));
-        assert_eq!(
-            r.agent,
-            AgentRef {
-                namespace: "net".into(),
-                name: "agent".into(),
-                selector: "app=agent".into()
-            }
-        );
-    }
-
-    #[test]
-    fn refuses_what_cannot_work_in_a_kind_cluster() {
-        let always = DS.replace("IfNotPresent", "Always");
-        let err = render_manifests(&manifest(&always), "localhost/x:1", "10.244.0.0/16");
-        assert!(matches!(err, Err(E2eError::Invalid(m)) if m.contains("imagePullPolicy: Always")));
-        let no_placeholder = DS.replace("ghcr.io/cnilab/cnilab:dev", "busybox");
-        let err = render_manifests(&manifest(&no_placeholder), "localhost/x:1", "10.244.0.0/16");
-        assert!(matches!(err, Err(E2eError::Invalid(m)) if m.contains("placeholder")));
-        let no_cidr = DS.replace("CNILAB_CLUSTER_CIDR", "OTHER");
-        let err = render_manifests(&manifest(&no_cidr), "localhost/x:1", "10.244.0.0/16");
-        assert!(matches!(err, Err(E2eError::Invalid(m)) if m.contains("CNILAB_CLUSTER_CIDR")));
-    }
-}

@@ -213,3 +213,88 @@ impl Soak<'_> {
         Ok((store_readable, leftover_ips))
     }
 }
+
+/// What the host held before the churn: the account compares against it.
+pub(super) struct Baseline<'a> {
+    pub links: &'a [crate::netns::Link],
+    /// `None` when no firewall tool could read the rules.
+    pub rules: Option<&'a [String]>,
+    pub store_dir: Option<&'a Path>,
+    /// Whether the warm-up found the store in host-local's layout.
+    pub layout: bool,
+}
+
+/// The account's result: every finding, and how the planted leaks fared.
+pub(super) struct Account {
+    pub findings: Vec<Finding>,
+    pub injected: Option<report::Injected>,
+}
+
+impl Soak<'_> {
+    /// After the teardown: links, firewall rules and addresses left behind,
+    /// by reading the store when it has host-local's layout and by probing
+    /// otherwise; notes say which way and why.
+    pub(super) fn account(
+        &self,
+        host: &Netns,
+        baseline: Baseline<'_>,
+        injected: Option<&inject::Planted>,
+        notes: &mut Vec<String>,
+    ) -> Result<Account, SoakError> {
+        let mut findings = self.findings.lock().map(|f| f.clone()).unwrap_or_default();
+        let leftover_links = self.leaked_links(host, baseline.links, injected, &mut findings)?;
+        if let (Some(before), Some(after)) = (baseline.rules, host_state::firewall_rules(host)) {
+            for rule in host_state::new_lines(before, &after) {
+                findings.push(Finding::new(
+                    FindingKind::LeakedRule,
+                    format!("firewall rule left: {rule}"),
+                    Vec::new(),
+                ));
+            }
+        }
+        let (store_readable, leftover_ips) = self.leaked_records(
+            baseline.store_dir.filter(|_| baseline.layout),
+            injected,
+            &mut findings,
+        )?;
+        if !store_readable {
+            match baseline.store_dir {
+                Some(dir) => {
+                    notes.push(format!(
+                        "the store at {} is not in host-local's layout: addresses are accounted by probing (ADDs after the cleanup until every address handed out came back, or the range ran out)",
+                        dir.display()
+                    ));
+                    self.account_by_probing(&mut findings, notes);
+                }
+                None => {
+                    notes.push("the config has no ipam section: no address store to account".into())
+                }
+            }
+        }
+        let without_netns = self.left_without_netns.load(Ordering::Relaxed);
+        if without_netns > 0 {
+            notes.push(format!(
+                "{without_netns} pod namespace(s) still had the pod interface after a DEL without CNI_NETNS (allowed: the plugin cannot reach it, the runtime deletes the namespace next)"
+            ));
+        }
+        let injected = injected.map(|i| {
+            let kept_records = i
+                .records
+                .iter()
+                .filter(|ip| leftover_ips.contains(ip))
+                .count();
+            let kept_links = i
+                .links
+                .iter()
+                .filter(|n| leftover_links.iter().any(|l| &l.name == *n))
+                .count();
+            report::Injected {
+                records: i.records.len(),
+                links: i.links.len(),
+                records_reclaimed: i.records.len() - kept_records,
+                links_reclaimed: i.links.len() - kept_links,
+            }
+        });
+        Ok(Account { findings, injected })
+    }
+}

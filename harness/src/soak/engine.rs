@@ -668,3 +668,95 @@ impl Soak<'_> {
         out
     }
 }
+
+/// The run's phases after the warm-up, in order: residents, churn, teardown.
+impl Soak<'_> {
+    /// Adds the resident pods, in parallel. A resident whose ADD failed is
+    /// deleted again (it must not count as live).
+    pub(super) fn add_residents(&self) -> Result<Vec<Netns>, SoakError> {
+        let opts = self.opts;
+        let residents: Vec<Netns> = (0..opts.pods)
+            .map(|_| Netns::with_label("soak-res"))
+            .collect::<Result<_, _>>()?;
+        let next = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..opts.parallel.min(opts.pods) {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                    let Some(ns) = residents.get(i) else { break };
+                    let conf =
+                        RuntimeConf::new(&resident_container_id(i), Some(ns.path()), &opts.ifname);
+                    if !self.add(Actor::Resident(i), &conf, None) {
+                        self.del_with_retries(Actor::Resident(i), &conf, "DEL");
+                    }
+                });
+            }
+        });
+        Ok(residents)
+    }
+
+    /// The churn: every step's plan, on `parallel` workers (one for a
+    /// replay), until the budget is spent. Returns how long it took.
+    pub(super) fn churn(&self) -> Duration {
+        let opts = self.opts;
+        let churn_started = Instant::now();
+        let steps: Option<Vec<u64>> = opts.replay.map(|s| vec![s]);
+        let workers = if steps.is_some() { 1 } else { opts.parallel };
+        let bar = if opts.progress {
+            crate::report::progress::Progress::stderr()
+        } else {
+            crate::report::progress::Progress::quiet()
+        };
+        let of = match opts.budget {
+            Budget::Cycles(c) => format!("/{c}"),
+            Budget::Duration(d) => format!(" in {}s", d.as_secs()),
+        };
+        std::thread::scope(|s| {
+            for _ in 0..workers {
+                s.spawn(|| loop {
+                    let n = self.next_step.fetch_add(1, Ordering::Relaxed);
+                    let step = match (&steps, opts.budget) {
+                        (Some(list), _) => match list.get(n as usize) {
+                            Some(step) => *step,
+                            None => break,
+                        },
+                        (None, Budget::Cycles(c)) if n < c => n,
+                        (None, Budget::Duration(d)) if churn_started.elapsed() < d => n,
+                        _ => break,
+                    };
+                    self.cycle(&CyclePlan::new(&opts.knobs(), step));
+                    let done = self.steps_done.fetch_add(1, Ordering::Relaxed) + 1;
+                    if done.is_multiple_of(10) {
+                        bar.status(&format!("⌛ soak: {done}{of} steps"));
+                    }
+                });
+            }
+        });
+        bar.clear();
+        churn_started.elapsed()
+    }
+
+    /// The final cleanup, as a runtime tearing everything down: a last GC
+    /// with the live pods when the runtime lost some (it relies on GC), then
+    /// DEL every live pod, then retry the DELs that failed without
+    /// `CNI_NETNS`.
+    pub(super) fn tear_down(&self) {
+        if self.opts.lose_rate > 0.0 && self.gc_supported {
+            self.gc(Actor::Cleanup);
+        }
+        let live: Vec<LivePod> = self
+            .live
+            .lock()
+            .map(|l| l.pods.values().cloned().collect())
+            .unwrap_or_default();
+        for pod in &live {
+            self.del_with_retries(Actor::Cleanup, &pod.conf, "DEL");
+        }
+        let undeleted: Vec<RuntimeConf> =
+            self.undeleted.lock().map(|u| u.clone()).unwrap_or_default();
+        for mut conf in undeleted {
+            conf.netns = None;
+            self.del_with_retries(Actor::Cleanup, &conf, "DEL (no CNI_NETNS)");
+        }
+    }
+}

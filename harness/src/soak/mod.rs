@@ -1,9 +1,10 @@
 //! `cnilab soak`: randomized churn against a plugin, then an account of leftovers.
 //!
 //! Where things happen: `preflight` decides what may run, `engine` holds
-//! the shared state and each operation, [`plan`] each step's plan, `inject`
-//! the planted leaks, `account` what was left behind, [`report`] the
-//! findings; [`run`] ties them together.
+//! the shared state, each operation and the phases (residents, churn,
+//! teardown), [`plan`] each step's plan, `inject` the planted leaks,
+//! `account` what was left behind, [`report`] the findings; [`run`] calls
+//! the phases in order.
 //!
 //! A randomized, reproducible churn of ADD/CHECK/DEL/GC
 //! against any plugin, with ADDs SIGKILLed at random moments, DELs repeated,
@@ -37,7 +38,7 @@ use crate::runtime::session::Session;
 use crate::runtime::{GcKey, NetworkConfig, Runtime, RuntimeConf, RuntimeError};
 use crate::util::ScratchDir;
 use cnilab_net::spec::Attachment;
-use engine::{Actor, Live, LivePod, Soak};
+use engine::{Live, Soak};
 use ipnet::IpNet;
 use plan::{CyclePlan, DelVariant, PlanKnobs};
 use preflight::Preflight;
@@ -249,153 +250,33 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
     let baseline_links = host.links()?;
     let baseline_rules = host_state::firewall_rules(&host);
 
-    // Resident pods, added in parallel.
-    let residents: Vec<Netns> = (0..opts.pods)
-        .map(|_| Netns::with_label("soak-res"))
-        .collect::<Result<_, _>>()?;
-    let next = AtomicU64::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..opts.parallel.min(opts.pods) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                let Some(ns) = residents.get(i) else { break };
-                let conf =
-                    RuntimeConf::new(&resident_container_id(i), Some(ns.path()), &opts.ifname);
-                if !soak.add(Actor::Resident(i), &conf, None) {
-                    soak.del_with_retries(Actor::Resident(i), &conf, "DEL");
-                }
-            });
-        }
-    });
-
+    let residents = soak.add_residents()?;
     let injected = if opts.inject_leaks > 0 {
         Some(inject::plant(&host, &net, store_dir.as_deref(), opts)?)
     } else {
         None
     };
-
-    // The churn.
-    let churn_started = Instant::now();
-    let steps: Option<Vec<u64>> = opts.replay.map(|s| vec![s]);
-    let workers = if steps.is_some() { 1 } else { opts.parallel };
-    let bar = if opts.progress {
-        crate::report::progress::Progress::stderr()
-    } else {
-        crate::report::progress::Progress::quiet()
-    };
-    let of = match opts.budget {
-        Budget::Cycles(c) => format!("/{c}"),
-        Budget::Duration(d) => format!(" in {}s", d.as_secs()),
-    };
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| loop {
-                let n = soak.next_step.fetch_add(1, Ordering::Relaxed);
-                let step = match (&steps, opts.budget) {
-                    (Some(list), _) => match list.get(n as usize) {
-                        Some(step) => *step,
-                        None => break,
-                    },
-                    (None, Budget::Cycles(c)) if n < c => n,
-                    (None, Budget::Duration(d)) if churn_started.elapsed() < d => n,
-                    _ => break,
-                };
-                soak.cycle(&CyclePlan::new(&opts.knobs(), step));
-                let done = soak.steps_done.fetch_add(1, Ordering::Relaxed) + 1;
-                if done.is_multiple_of(10) {
-                    bar.status(&format!("⌛ soak: {done}{of} steps"));
-                }
-            });
-        }
-    });
-    bar.clear();
-    let churn_time = churn_started.elapsed();
-
-    // A runtime that loses pods relies on GC: one last GC with the live
-    // pods, before their cleanup, reclaims what the lost ones left.
-    if opts.lose_rate > 0.0 && gc_supported {
-        soak.gc(Actor::Cleanup);
-    }
-
-    // Final cleanup, as a runtime tearing everything down: DEL every live
-    // pod, retry the DELs that failed, then the namespaces go.
-    let live: Vec<LivePod> = soak
-        .live
-        .lock()
-        .map(|l| l.pods.values().cloned().collect())
-        .unwrap_or_default();
-    for pod in &live {
-        soak.del_with_retries(Actor::Cleanup, &pod.conf, "DEL");
-    }
-    let undeleted: Vec<RuntimeConf> = soak.undeleted.lock().map(|u| u.clone()).unwrap_or_default();
-    for mut conf in undeleted {
-        conf.netns = None;
-        soak.del_with_retries(Actor::Cleanup, &conf, "DEL (no CNI_NETNS)");
-    }
+    let churn_time = soak.churn();
+    soak.tear_down();
     drop(residents);
-
-    // The account.
-    let mut findings = soak.findings.lock().map(|f| f.clone()).unwrap_or_default();
-    let leftover_links =
-        soak.leaked_links(&host, &baseline_links, injected.as_ref(), &mut findings)?;
-    if let (Some(before), Some(after)) = (&baseline_rules, host_state::firewall_rules(&host)) {
-        for rule in host_state::new_lines(before, &after) {
-            findings.push(Finding::new(
-                FindingKind::LeakedRule,
-                format!("firewall rule left: {rule}"),
-                Vec::new(),
-            ));
-        }
-    }
-    let (store_readable, leftover_ips) = soak.leaked_records(
-        store_dir.as_deref().filter(|_| layout),
+    let account = soak.account(
+        &host,
+        account::Baseline {
+            links: &baseline_links,
+            rules: baseline_rules.as_deref(),
+            store_dir: store_dir.as_deref(),
+            layout,
+        },
         injected.as_ref(),
-        &mut findings,
+        &mut notes,
     )?;
-    if !store_readable {
-        match &store_dir {
-            Some(dir) => {
-                notes.push(format!(
-                    "the store at {} is not in host-local's layout: addresses are accounted by probing (ADDs after the cleanup until every address handed out came back, or the range ran out)",
-                    dir.display()
-                ));
-                soak.account_by_probing(&mut findings, &mut notes);
-            }
-            None => {
-                notes.push("the config has no ipam section: no address store to account".into())
-            }
-        }
-    }
-    let without_netns = soak.left_without_netns.load(Ordering::Relaxed);
-    if without_netns > 0 {
-        notes.push(format!(
-            "{without_netns} pod namespace(s) still had the pod interface after a DEL without CNI_NETNS (allowed: the plugin cannot reach it, the runtime deletes the namespace next)"
-        ));
-    }
     let kill_window = soak.kill_window();
     let lost_pods = soak.lost.lock().map(|l| l.len()).unwrap_or(0) as u64;
     let log = soak.log.into_inner().unwrap_or_default();
+    let mut findings = account.findings;
     for f in &mut findings {
         f.attach(&log, opts);
     }
-    let injected_summary = injected.map(|i| {
-        let kept_records = i
-            .records
-            .iter()
-            .filter(|ip| leftover_ips.contains(ip))
-            .count();
-        let kept_links = i
-            .links
-            .iter()
-            .filter(|n| leftover_links.iter().any(|l| &l.name == *n))
-            .count();
-        report::Injected {
-            records: i.records.len(),
-            links: i.links.len(),
-            records_reclaimed: i.records.len() - kept_records,
-            links_reclaimed: i.links.len() - kept_links,
-        }
-    });
     Ok(SoakReport::build(report::Inputs {
         opts,
         net: &net,
@@ -410,7 +291,7 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, SoakError> {
         gc_supported,
         findings,
         log,
-        injected: injected_summary,
+        injected: account.injected,
         notes,
     }))
 }

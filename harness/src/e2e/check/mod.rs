@@ -6,6 +6,7 @@
 //! through the API's exec, diagnoses failures (with what the Node objects
 //! say), reports like `cnilab lab`, and deletes the namespace.
 
+pub mod access;
 pub mod nodes;
 pub mod objects;
 pub mod probes;
@@ -28,7 +29,8 @@ use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct CheckOptions {
-    pub kubeconfig: PathBuf,
+    /// Which cluster: `--kubeconfig`/`--context`, else as kubectl finds it.
+    pub access: access::Access,
     pub ip_family: IpFamily,
     pub probe_image: String,
     pub namespace: String,
@@ -49,9 +51,9 @@ pub struct CheckOptions {
 }
 
 impl CheckOptions {
-    pub fn new(kubeconfig: PathBuf) -> CheckOptions {
+    pub fn new(access: access::Access) -> CheckOptions {
         CheckOptions {
-            kubeconfig,
+            access,
             ip_family: IpFamily::Ipv4,
             probe_image: DEFAULT_PROBE_IMAGE.to_string(),
             namespace: "cnilab-e2e".into(),
@@ -68,11 +70,14 @@ impl CheckOptions {
 
     /// The equivalent `cnilab e2e check` command line.
     pub fn command_line(&self) -> String {
-        let mut s = format!(
-            "cnilab e2e check --kubeconfig {} --ip-family {}",
-            quote(&self.kubeconfig.to_string_lossy()),
-            self.ip_family.as_str()
-        );
+        let mut s = String::from("cnilab e2e check");
+        if let Some(k) = &self.access.kubeconfig {
+            let _ = write!(s, " --kubeconfig {}", quote(&k.to_string_lossy()));
+        }
+        if let Some(c) = &self.access.context {
+            let _ = write!(s, " --context {}", quote(c));
+        }
+        let _ = write!(s, " --ip-family {}", self.ip_family.as_str());
         if self.probe_image != DEFAULT_PROBE_IMAGE {
             let _ = write!(s, " --image {}", quote(&self.probe_image));
         }
@@ -89,12 +94,25 @@ impl CheckOptions {
 /// Runs a command in a pod: the API's exec in production, a scripted
 /// stand-in for the API server in tests.
 pub trait PodExec: Send + Sync {
-    fn exec<'a>(
-        &'a self,
-        namespace: &'a str,
-        pod: &'a str,
-        command: Vec<String>,
-    ) -> BoxFuture<'a, Result<ExecOutput, String>>;
+    fn exec(&self, call: PodCommand) -> BoxFuture<'_, Result<ExecOutput, String>>;
+}
+
+/// One command to run in one pod's `probe` container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodCommand {
+    pub namespace: String,
+    pub pod: String,
+    pub command: Vec<String>,
+}
+
+impl PodCommand {
+    pub fn new(namespace: &str, pod: &str, command: Vec<String>) -> Self {
+        Self {
+            namespace: namespace.to_string(),
+            pod: pod.to_string(),
+            command,
+        }
+    }
 }
 
 /// Exec through the API server (websocket).
@@ -104,21 +122,16 @@ pub struct KubeExec {
 }
 
 impl PodExec for KubeExec {
-    fn exec<'a>(
-        &'a self,
-        namespace: &'a str,
-        pod: &'a str,
-        command: Vec<String>,
-    ) -> BoxFuture<'a, Result<ExecOutput, String>> {
+    fn exec(&self, call: PodCommand) -> BoxFuture<'_, Result<ExecOutput, String>> {
         Box::pin(async move {
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &call.namespace);
             let params = AttachParams::default()
                 .container("probe")
                 .stdout(true)
                 .stderr(true);
             let run = async {
                 let mut process = api
-                    .exec(pod, command, &params)
+                    .exec(&call.pod, call.command, &params)
                     .await
                     .map_err(|e| e.to_string())?;
                 let stdout = process.stdout();
@@ -216,7 +229,9 @@ pub fn run_blocking(opts: &CheckOptions) -> Result<bool, E2eError> {
             source: e,
         })?;
     rt.block_on(async {
-        let client = client_from(&opts.kubeconfig).await?;
+        let resolved = access::resolve(&opts.access)?;
+        eprintln!("cnilab e2e check: {}", resolved.describe());
+        let client = access::client(resolved).await?;
         let exec = KubeExec {
             client: client.clone(),
             timeout: Duration::from_secs(30),
@@ -225,21 +240,6 @@ pub fn run_blocking(opts: &CheckOptions) -> Result<bool, E2eError> {
         emit(&report, opts)?;
         Ok(report.passed())
     })
-}
-
-pub async fn client_from(path: &std::path::Path) -> Result<kube::Client, E2eError> {
-    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| {
-        E2eError::Kube(format!(
-            "cannot read the kubeconfig {}: {e}",
-            path.display()
-        ))
-    })?;
-    let config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .map_err(|e| E2eError::Kube(format!("kubeconfig {}: {e}", path.display())))?;
-    kube::Client::try_from(config)
-        .map_err(|e| E2eError::Kube(format!("cannot build a client: {e}")))
 }
 
 fn emit(report: &Report, opts: &CheckOptions) -> Result<(), E2eError> {
@@ -438,7 +438,11 @@ async fn probe_cluster(
     let mtus: Vec<Option<u32>> = stream::iter(cluster.pods.iter())
         .map(|p| async {
             match exec
-                .exec(&opts.namespace, &p.name, probes::mtu_command())
+                .exec(PodCommand::new(
+                    &opts.namespace,
+                    &p.name,
+                    probes::mtu_command(),
+                ))
                 .await
             {
                 Ok(out) if out.success => out.stdout.trim().parse().ok(),
@@ -476,7 +480,11 @@ async fn probe_cluster(
         .map(|probe| async {
             let t = Instant::now();
             let result = exec
-                .exec(&opts.namespace, &probe.exec_pod, probe.command.clone())
+                .exec(PodCommand::new(
+                    &opts.namespace,
+                    &probe.exec_pod,
+                    probe.command.clone(),
+                ))
                 .await;
             let mut outcome = probes::judge(probe, result);
             if outcome.passed() {
