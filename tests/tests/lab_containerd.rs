@@ -249,6 +249,16 @@ fn missing_containerd_is_an_environment_error() {
     assert!(!Path::new(&format!("/run/cnilab/run-{pid}")).exists());
 }
 
+fn is_containerd(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"containerd\0"))
+}
+
+/// Whether the containerd of the pidfile at `path` runs (the child writes
+/// the pidfile before its exec: only then is it containerd).
+fn containerd_runs(path: &Path) -> bool {
+    cnilab_harness::lab::pidfile::read(path).is_some_and(|id| is_containerd(id.pid))
+}
+
 /// SIGKILLs `child` once `ready` holds (or it ended), reaps it, and
 /// returns the lab processes that ran at the moment of the kill. When
 /// `ready` held, a containerd was among them (it outlives the lab process).
@@ -268,10 +278,7 @@ fn kill_when(child: &mut Child, dir: &str, ready: impl Fn() -> bool) -> Vec<Iden
     let running = lab_processes(dir);
     child.wait().expect("reap");
     if ready() {
-        let containerd = running.iter().any(|id| {
-            std::fs::read(format!("/proc/{}/cmdline", id.pid))
-                .is_ok_and(|c| c.starts_with(b"containerd\0"))
-        });
+        let containerd = running.iter().any(|id| is_containerd(id.pid));
         assert!(
             containerd,
             "a started containerd outlives the killed lab: {running:?}"
@@ -301,7 +308,7 @@ fn sweep_after_a_sigkilled_containerd_lab_run() {
     let pid = child.id();
     let dir = format!("/run/cnilab/run-{pid}/");
     let pidfile = PathBuf::from(format!("{dir}node2/cri/containerd.pid"));
-    let running = kill_when(&mut child, &dir, || pidfile.exists());
+    let running = kill_when(&mut child, &dir, || containerd_runs(&pidfile));
     let (_, sweep, log) = run(&["sweep"]);
     assert!(sweep.status.success(), "{log}");
     assert_all_gone(&running, &log);
@@ -322,7 +329,7 @@ fn sweep_after_a_sigkilled_containerd_lab_up() {
         .spawn()
         .expect("runs");
     let pidfile = PathBuf::from(format!("{dir}node2/cri/containerd.pid"));
-    let running = kill_when(&mut child, &dir, || pidfile.exists());
+    let running = kill_when(&mut child, &dir, || containerd_runs(&pidfile));
     let (_, sweep, mut log) = run(&["sweep"]);
     assert!(sweep.status.success(), "{log}");
     if Path::new(&dir).join("state.json").exists() {
