@@ -259,10 +259,17 @@ fn containerd_runs(path: &Path) -> bool {
     cnilab_harness::lab::pidfile::read(path).is_some_and(|id| is_containerd(id.pid))
 }
 
-/// SIGKILLs `child` once `ready` holds (or it ended), reaps it, and
-/// returns the lab processes that ran at the moment of the kill. When
-/// `ready` held, a containerd was among them (it outlives the lab process).
-fn kill_when(child: &mut Child, dir: &str, ready: impl Fn() -> bool) -> Vec<Identity> {
+/// `cnilab ARGS` started with its output discarded.
+fn spawn_quiet(args: &[&str]) -> Child {
+    command(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("runs")
+}
+
+/// Waits (up to 60 s) until `ready` holds or `child` ended.
+fn wait_for(child: &mut Child, ready: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !ready() && Instant::now() < deadline {
         if child.try_wait().expect("try_wait").is_some() {
@@ -270,10 +277,18 @@ fn kill_when(child: &mut Child, dir: &str, ready: impl Fn() -> bool) -> Vec<Iden
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    );
+}
+
+fn signal(child: &Child, sig: nix::sys::signal::Signal) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig);
+}
+
+/// SIGKILLs `child` once `ready` holds (or it ended), reaps it, and
+/// returns the lab processes that ran at the moment of the kill. When
+/// `ready` held, a containerd was among them (it outlives the lab process).
+fn kill_when(child: &mut Child, dir: &str, ready: impl Fn() -> bool) -> Vec<Identity> {
+    wait_for(child, &ready);
+    signal(child, nix::sys::signal::Signal::SIGKILL);
     // What ran when the kill landed (the lab process itself is going).
     let running = lab_processes(dir);
     child.wait().expect("reap");
@@ -293,27 +308,36 @@ fn kill_when(child: &mut Child, dir: &str, ready: impl Fn() -> bool) -> Vec<Iden
 /// namespace or directory of it. Holds wherever the kill lands.
 #[test]
 fn sweep_after_a_sigkilled_containerd_lab_run() {
-    let mut child = command(&[
+    let child = spawn_quiet(&[
         "lab",
         "run",
         "--runtime",
         "containerd",
         "--pods-per-node",
         "4",
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .expect("runs");
+    ]);
     let pid = child.id();
     let dir = format!("/run/cnilab/run-{pid}/");
+    kill_then_sweep(child, &dir, &format!("cnilab-{pid}-"), None);
+}
+
+/// SIGKILLs `child` once node2's containerd runs (or it ended), then runs
+/// `cnilab sweep` (and `lab down --name LAB` when `standing` names a lab
+/// that had already stood): nothing of the lab under `dir` is left.
+fn kill_then_sweep(mut child: Child, dir: &str, ns_prefix: &str, standing: Option<&str>) {
     let pidfile = PathBuf::from(format!("{dir}node2/cri/containerd.pid"));
-    let running = kill_when(&mut child, &dir, || containerd_runs(&pidfile));
-    let (_, sweep, log) = run(&["sweep"]);
+    let running = kill_when(&mut child, dir, || containerd_runs(&pidfile));
+    let (_, sweep, mut log) = run(&["sweep"]);
     assert!(sweep.status.success(), "{log}");
+    if let Some(name) = standing.filter(|_| Path::new(dir).join("state.json").exists()) {
+        // The kill came after the lab stood: it is a lab like any other.
+        let (_, down, down_log) = run(&["lab", "down", "--name", name]);
+        log.push_str(&down_log);
+        assert!(down.status.success(), "{log}");
+    }
     assert_all_gone(&running, &log);
-    assert_nothing_left(&dir, &format!("cnilab-{pid}-"), &log);
-    assert!(!Path::new(&dir).exists(), "{dir} left: {log}");
+    assert_nothing_left(dir, ns_prefix, &log);
+    assert!(!Path::new(dir).exists(), "{dir} left: {log}");
 }
 
 /// `lab up --runtime containerd` SIGKILLed while it builds: after
@@ -323,24 +347,8 @@ fn sweep_after_a_sigkilled_containerd_lab_run() {
 fn sweep_after_a_sigkilled_containerd_lab_up() {
     let name = format!("q{}", std::process::id());
     let dir = format!("/run/cnilab/labs/{name}/");
-    let mut child = command(&["lab", "up", "--name", &name, "--runtime", "containerd"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("runs");
-    let pidfile = PathBuf::from(format!("{dir}node2/cri/containerd.pid"));
-    let running = kill_when(&mut child, &dir, || containerd_runs(&pidfile));
-    let (_, sweep, mut log) = run(&["sweep"]);
-    assert!(sweep.status.success(), "{log}");
-    if Path::new(&dir).join("state.json").exists() {
-        // The kill came after the lab stood: it is a lab like any other.
-        let (_, down, down_log) = run(&["lab", "down", "--name", &name]);
-        log.push_str(&down_log);
-        assert!(down.status.success(), "{log}");
-    }
-    assert_all_gone(&running, &log);
-    assert_nothing_left(&dir, &format!("cnilab-lab-{name}-"), &log);
-    assert!(!Path::new(&dir).exists(), "{dir} left: {log}");
+    let child = spawn_quiet(&["lab", "up", "--name", &name, "--runtime", "containerd"]);
+    kill_then_sweep(child, &dir, &format!("cnilab-lab-{name}-"), Some(&name));
 }
 
 /// A panic while a containerd lab stands (built in this process through the
@@ -385,35 +393,22 @@ fn a_panic_tears_the_containerd_lab_down() {
 /// Holds wherever the interrupt lands.
 #[test]
 fn ctrl_c_stops_the_containerd_lab() {
-    let mut child = command(&[
+    let mut child = spawn_quiet(&[
         "lab",
         "run",
         "--runtime",
         "containerd",
         "--pods-per-node",
         "6",
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .expect("runs");
+    ]);
     let pid = child.id();
     let dir = format!("/run/cnilab/run-{pid}/");
-    let deadline = Instant::now() + Duration::from_secs(60);
     // Until node2's first shim runs (a pod is being made there; `ctr`
     // passes the socket as `--address`, a shim as `-address`).
     let shim = format!("\0-address\0{dir}node2/cri/sock");
-    while processes_with(&shim).is_empty() && Instant::now() < deadline {
-        if child.try_wait().expect("try_wait").is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_for(&mut child, || !processes_with(&shim).is_empty());
     let running = lab_processes(&dir);
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGINT,
-    );
+    signal(&child, nix::sys::signal::Signal::SIGINT);
     let status = child.wait().expect("wait");
     // 130 after the interrupt; 0 if the run had already ended.
     assert!(matches!(status.code(), Some(130) | Some(0)), "{status}");
