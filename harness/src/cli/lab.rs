@@ -92,7 +92,8 @@ pub enum LabCmd {
     /// Build a lab and leave it standing (namespaces cnilab-lab-NAME-*).
     #[command(after_help = concat!("Examples:\n  \
         cnilab lab up --name demo --nodes 3\n  \
-        cnilab lab up --name demo --topology lab/topologies/agent.toml -o json\n\n",
+        cnilab lab up --name demo --topology lab/topologies/agent.toml -o json\n  \
+        cnilab lab up --name demo --runtime containerd\n\n",
         crate::exit_codes_help!()))]
     Up {
         #[command(flatten)]

@@ -273,9 +273,13 @@ pub fn fill_bin_dir(bin: &Path, plugin_dir: &str, types: &[String]) -> Result<()
             continue;
         }
         let Some(target) = candidates.into_iter().find(|c| c.is_file()) else {
+            let hint = if name == "loopback" {
+                " nor in /usr/lib/cni, /opt/cni/bin (the CRI calls `loopback` for every pod: install containernetworking-plugins)"
+            } else {
+                ""
+            };
             return Err(LabError::Setup(format!(
-                "--runtime containerd: plugin {name:?} not found in {plugin_dir}{} (the CRI calls `loopback` for every pod: install containernetworking-plugins)",
-                if name == "loopback" { " nor /usr/lib/cni, /opt/cni/bin" } else { "" }
+                "--runtime containerd: plugin {name:?} not found in {plugin_dir}{hint}"
             )));
         };
         std::os::unix::fs::symlink(&target, &link)
