@@ -87,6 +87,9 @@ pub struct RunArgs {
     /// MTU in the conflist.
     #[arg(long, default_value_t = 1500)]
     pub mtu: u32,
+    /// cniVersion of the conflist (1.0.0 for containerd 1.6/1.7, which refuse 1.1.0 results).
+    #[arg(long, default_value = "1.1.0", value_parser = ["0.4.0", "1.0.0", "1.1.0"])]
+    pub cni_version: String,
     /// Chain the portmap plugin in the conflist (it must be in the CNI bin dir).
     #[arg(long)]
     pub portmap: bool,

@@ -20,6 +20,8 @@ pub struct ConflistOptions {
     pub portmap: bool,
     /// The plugin masquerades (only when the agent does not).
     pub plugin_ip_masq: bool,
+    /// The conflist's cniVersion (containerd 1.6/1.7 refuse 1.1.0 results).
+    pub cni_version: String,
 }
 
 /// The conflist for a node with these pod CIDRs: one IPAM range set per
@@ -43,7 +45,7 @@ pub fn conflist(pod_cidrs: &[IpNet], options: &ConflistOptions) -> Value {
         plugins.push(json!({ "type": "portmap", "capabilities": { "portMappings": true } }));
     }
     json!({
-        "cniVersion": "1.1.0",
+        "cniVersion": options.cni_version,
         "name": options.network_name,
         "plugins": plugins,
     })
@@ -123,6 +125,7 @@ mod tests {
             mtu: 1500,
             portmap: true,
             plugin_ip_masq: false,
+            cni_version: "1.1.0".into(),
         };
         let expected = json!({"cniVersion":"1.1.0","name":"cnilab","plugins":[
             {"type":"cnilab-bridge","bridge":"cnilab0","isGateway":true,"isDefaultGateway":true,

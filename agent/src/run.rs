@@ -59,6 +59,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
             mtu: args.mtu,
             portmap: args.portmap,
             plugin_ip_masq: args.no_masquerade,
+            cni_version: args.cni_version.clone(),
         },
         nft: args.node.nft.clone(),
     };

@@ -13,7 +13,10 @@
 //! - [`lifecycle`]: one pod's whole life as findings (conform builds on it);
 //! - [`connectivity`]: probe specs, the pair matrix, diagnoses and node
 //!   sanity rules, the report: shared by `lab` and `e2e`;
-//! - the subcommands: [`conform`], [`soak`], [`bench`], [`lab`], [`e2e`];
+//! - the subcommands: [`conform`], [`soak`], [`bench`], [`lab`], [`e2e`]
+//!   (`lab::cri`: `lab --runtime containerd`, a containerd per node and pods
+//!   through the CRI; its pause binary is built from `lab/cri/pause.c` by
+//!   `build.rs`);
 //! - [`cli`] (and `main.rs`): parse, dispatch, print; one file per
 //!   subcommand, shared flag groups in `cli/args.rs`.
 //!

@@ -2,7 +2,8 @@
 # The `cnilab` runs CI makes after `cargo test`, shared by .ci/run and
 # .github/workflows/ci.yml so that the two cannot drift:
 #   - conformance of the reference bridge + host-local and of cnilab-bridge;
-#   - the default lab, a 4x25 lab, and every bug scenario in lab/scenarios.
+#   - the default lab (direct, then through containerd's CRI), a 4x25 lab,
+#     and every bug scenario in lab/scenarios.
 # HTML and JUnit reports go to target/cnilab-reports/. Every run is made even
 # when an earlier one failed; the exit code is 1 if any failed.
 #
@@ -54,6 +55,9 @@ step "conform: cnilab-bridge" \
 step "lab: default 2x2" \
   "$bin/cnilab" lab run \
   --report "$reports/lab.html" --junit "$reports/lab.xml"
+step "lab: default 2x2, pods through containerd's CRI" \
+  "$bin/cnilab" lab run --runtime containerd \
+  --report "$reports/lab-containerd.html" --junit "$reports/lab-containerd.xml"
 step "lab: 4 nodes x 25 pods" \
   "$bin/cnilab" lab run --nodes 4 --pods-per-node 25 \
   --report "$reports/lab-4x25.html" --junit "$reports/lab-4x25.xml"

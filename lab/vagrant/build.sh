@@ -37,7 +37,8 @@ ensure_rust() {
     return
   fi
   log "installing the Rust toolchain into /opt/cnilab"
-  apt_install build-essential pkg-config libssl-dev
+  # protobuf-compiler: protoc for the CRI client crate (k8s-cri) of cnilab.
+  apt_install build-essential pkg-config libssl-dev protobuf-compiler
   local triple
   case $(deb_arch) in
     amd64) triple=x86_64-unknown-linux-gnu ;;

@@ -666,6 +666,7 @@ fn lab_of(
         plugin_dir: bin.parent().map(|d| d.display().to_string()),
         persistent: None,
         run_dir: run.path().to_path_buf(),
+        ..Default::default()
     };
     (run, Lab::up(topo, opts).expect("lab up"))
 }

@@ -3,6 +3,7 @@
 use super::args::{CheckOutputArgs, OutputArgs};
 use super::CliResult;
 use crate::lab::commands::{self as lab, Outputs, TopologyArgs};
+use crate::lab::cri::RuntimeKind;
 use clap::Subcommand;
 use std::path::PathBuf;
 
@@ -54,6 +55,10 @@ pub struct TopologyFlags {
     /// Add a kube-proxy-like ClusterIP Service (nftables DNAT) and its checks.
     #[arg(long)]
     pub service: bool,
+    /// How pods are attached: `direct` executes the plugin; `containerd` runs
+    /// a containerd per node and makes pods through the CRI, like kubelet.
+    #[arg(long, value_enum, default_value_t = RuntimeKind::Direct)]
+    pub runtime: RuntimeKind,
 }
 
 impl TopologyFlags {
@@ -67,6 +72,7 @@ impl TopologyFlags {
             shape: self.shape,
             vxlan: self.vxlan,
             service: self.service,
+            runtime: self.runtime,
         }
     }
 }
@@ -106,7 +112,8 @@ pub enum LabCmd {
         cnilab lab run --topology lab/topologies/agent.toml --only pod-to-pod -o json\n  \
         cnilab lab run --topology lab/topologies/dual-stack.toml\n  \
         cnilab lab run --plugin-dir /usr/lib/cni --config lab/configs/lab-ptp.conflist.tmpl\n  \
-        cnilab lab run --nodes 10 --pods-per-node 100\n\n\
+        cnilab lab run --nodes 10 --pods-per-node 100\n  \
+        cnilab lab run --runtime containerd\n\n\
         Large labs: the host's neighbour tables (one per family for every namespace) hold\n\
         gc_thresh3 entries; a lab that needs more gets permanent entries for its bulk probe\n\
         paths (the first pod of each node still resolves through ARP/NDP), or is refused\n\
@@ -126,7 +133,8 @@ pub enum LabCmd {
     /// Build a lab and leave it standing (namespaces cnilab-lab-NAME-*).
     #[command(after_help = concat!("Examples:\n  \
         cnilab lab up --name demo --nodes 3\n  \
-        cnilab lab up --name demo --topology lab/topologies/agent.toml -o json\n\n",
+        cnilab lab up --name demo --topology lab/topologies/agent.toml -o json\n  \
+        cnilab lab up --name demo --runtime containerd\n\n",
         crate::exit_codes_help!()))]
     Up {
         #[command(flatten)]

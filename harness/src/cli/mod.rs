@@ -70,7 +70,11 @@ impl Cli {
 /// Parses the command line, runs the command, maps errors to exit 2.
 /// (clap's own usage errors exit 2 too.)
 pub fn main() -> ExitCode {
-    match Cli::parse().run() {
+    let result = Cli::parse().run();
+    // A Ctrl-C being handled ends the process itself (exit 130) once the
+    // lab is removed: an error caused by that removal must not exit first.
+    crate::lab::hold_if_interrupted();
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("cnilab: {e}");

@@ -43,6 +43,9 @@ pub enum ScenarioCmd {
         /// Plugin directory (default: the bundled cnilab-bridge).
         #[arg(long)]
         plugin_dir: Option<String>,
+        /// How the labs attach pods: `direct` or `containerd` (CRI, like kubelet).
+        #[arg(long, value_enum, default_value_t = crate::lab::cri::RuntimeKind::Direct)]
+        runtime: crate::lab::cri::RuntimeKind,
         #[command(flatten)]
         output: CheckOutputArgs,
         /// Also write JUnit XML to this file.
@@ -70,11 +73,13 @@ impl Scenario {
             ScenarioCmd::Run {
                 files,
                 plugin_dir,
+                runtime,
                 output,
                 junit,
-            } => lab::scenario_run(
+            } => lab::scenario_run_with(
                 &scenario_paths(&files)?,
                 plugin_dir,
+                runtime,
                 output.output,
                 junit.as_deref(),
             ),

@@ -23,9 +23,20 @@ struct Agent {
     pidfile: PathBuf,
 }
 
+/// A dead run's containerd (`lab --runtime containerd`), stopped.
+#[derive(serde::Serialize)]
+struct Containerd {
+    dir: PathBuf,
+    /// Sandboxes removed through its CRI.
+    sandboxes: usize,
+    /// containerd, its shims and their pause processes.
+    killed: Vec<u32>,
+}
+
 #[derive(serde::Serialize)]
 struct Swept {
     agents: Vec<Agent>,
+    containerds: Vec<Containerd>,
     namespaces: Vec<String>,
     run_dirs: Vec<PathBuf>,
     scratch_dirs: Vec<PathBuf>,
@@ -53,6 +64,15 @@ impl Sweep {
                     pidfile: pidfile.clone(),
                 })
                 .collect(),
+            containerds: swept
+                .containerds
+                .iter()
+                .map(|(dir, t)| Containerd {
+                    dir: dir.clone(),
+                    sandboxes: t.sandboxes,
+                    killed: t.killed.clone(),
+                })
+                .collect(),
             namespaces: swept.namespaces,
             run_dirs: swept.dirs,
             scratch_dirs: scratch,
@@ -62,6 +82,7 @@ impl Sweep {
             return Ok(report::verdict(true));
         }
         if out.agents.is_empty()
+            && out.containerds.is_empty()
             && out.namespaces.is_empty()
             && out.run_dirs.is_empty()
             && out.scratch_dirs.is_empty()
@@ -76,6 +97,14 @@ impl Sweep {
                 "stopped agent {} (proved by {})",
                 a.pid,
                 a.pidfile.display()
+            );
+        }
+        for c in &out.containerds {
+            println!(
+                "stopped containerd in {} ({} sandboxes removed through the CRI; killed {:?})",
+                c.dir.display(),
+                c.sandboxes,
+                c.killed
             );
         }
         for name in &out.namespaces {

@@ -51,6 +51,8 @@ pub struct Node {
     pub net: NetworkConfig,
     pub pods: Vec<Pod>,
     pub agent: Option<Child>,
+    /// `--runtime containerd`: the node's containerd (pods through the CRI).
+    pub cri: Option<super::cri::Containerd>,
 }
 
 /// Options that do not belong to the topology.
@@ -63,6 +65,8 @@ pub struct UpOptions {
     pub persistent: Option<String>,
     /// Where configs, IPAM stores and agent files go.
     pub run_dir: PathBuf,
+    /// How pods are attached (`--runtime`).
+    pub runtime: super::cri::RuntimeKind,
 }
 
 pub struct Lab {
@@ -75,6 +79,8 @@ pub struct Lab {
     pub phases: Vec<(String, Duration)>,
     /// Namespaces of the underlay shape: routers, NAT boxes (`lab/underlay.rs`).
     pub extra: Vec<Netns>,
+    /// `--runtime containerd`: what the installed containerd supports.
+    pub containerd: Option<super::cri::Support>,
 }
 
 /// The directory of the running `cnilab` binary (where cargo puts
@@ -87,11 +93,22 @@ pub fn own_dir() -> Option<PathBuf> {
 }
 
 pub(super) fn make_ns(opts: &UpOptions, role: &str) -> Result<Netns, NetnsError> {
+    make_ns_from(opts, role, None)
+}
+
+/// [`make_ns`]; with `from`, names an existing namespace (a CRI pod's).
+pub(crate) fn make_ns_from(
+    opts: &UpOptions,
+    role: &str,
+    from: Option<&Path>,
+) -> Result<Netns, NetnsError> {
     match &opts.persistent {
-        Some(lab) => Netns::persistent(&format!("{}lab-{lab}-{role}", crate::netns::PREFIX)),
+        Some(lab) => {
+            Netns::persistent_from(&format!("{}lab-{lab}-{role}", crate::netns::PREFIX), from)
+        }
         None => {
             let label: String = role.chars().take(12).collect();
-            Netns::with_label(&label)
+            Netns::with_label_from(&label, from)
         }
     }
 }
@@ -388,6 +405,10 @@ impl Lab {
     /// (the namespaces are dropped).
     pub fn up(topo: Topology, opts: UpOptions) -> Result<Lab, LabError> {
         let started = Instant::now();
+        let containerd = match opts.runtime {
+            super::cri::RuntimeKind::Containerd => Some(super::cri::detect()?),
+            super::cri::RuntimeKind::Direct => None,
+        };
         let plugin_dir = opts
             .plugin_dir
             .clone()
@@ -430,6 +451,7 @@ impl Lab {
             nodes: Vec::new(),
             phases: Vec::new(),
             extra: Vec::new(),
+            containerd,
         };
         if let Some(ext) = &topo.external {
             let ns = make_ns(&opts, "external")?;
@@ -469,6 +491,7 @@ impl Lab {
         lab.phases.push(("up".into(), started.elapsed()));
 
         let started = Instant::now();
+        lab.start_all_containerd()?;
         lab.attach_pods()?;
         super::services::install(&lab)?;
         lab.phases.push(("attach".into(), started.elapsed()));
@@ -531,6 +554,7 @@ impl Lab {
             net,
             pods: Vec::new(),
             agent: None,
+            cri: None,
         })
     }
 
@@ -607,8 +631,12 @@ impl Lab {
                 .replace("{{bin_dir}}", &node_dir.join("bin").display().to_string())
                 .replace("{{run_dir}}", &node_dir.display().to_string())
         };
-        let words: Vec<String> = agent.command.iter().map(|w| fill(w)).collect();
+        let mut words: Vec<String> = agent.command.iter().map(|w| fill(w)).collect();
         let program = resolve_program(&words[0]);
+        words.extend(super::cri::attach::agent_flags(
+            &program,
+            self.containerd.as_ref(),
+        ));
         let log_path = node_dir.join("agent.log");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -762,6 +790,10 @@ impl Lab {
                     let opts = &opts;
                     s.spawn(move || -> Result<Pod, LabError> {
                         let name = format!("{}-pod{k}", node.spec.name);
+                        if let Some(d) = &node.cri {
+                            let named = |from: &Path| Ok(make_ns_from(opts, &name, Some(from))?);
+                            return super::cri::attach::add_pod(d, &name, &named);
+                        }
                         let ns = make_ns(opts, &name)?;
                         ns.set_lo_up()?;
                         crate::lab::probe::allow_ping_sockets(ns.file())
@@ -816,6 +848,11 @@ impl Lab {
     pub fn remove_pod(&mut self, i: usize, k: usize) -> Result<(), LabError> {
         let pod = self.nodes[i].pods.remove(k);
         let node = &self.nodes[i];
+        if let Some(d) = &node.cri {
+            d.cri.remove_pod(&pod.container_id).map_err(setup)?;
+            drop(pod);
+            return Ok(());
+        }
         let rc = RuntimeConf::new(&pod.container_id, Some(pod.ns.path()), "eth0");
         node.runtime.del(&node.net, &rc)?;
         drop(pod);
@@ -889,6 +926,7 @@ impl Lab {
             }
             Routing::Vxlan => super::vxlan::join(self, i)?,
         }
+        self.start_containerd(i)?;
         self.add_pods(i, pods)?;
         super::services::install(self)
     }
@@ -904,6 +942,9 @@ impl Lab {
         super::underlay::detach(self, name);
         while !self.nodes[i].pods.is_empty() {
             let _ = self.remove_pod(i, 0);
+        }
+        if let Some(d) = self.nodes[i].cri.take() {
+            d.stop();
         }
         // Namespace teardown is asynchronous in the kernel: remove the switch
         // port now, so a node of the same name can be plugged in at once.
@@ -946,9 +987,21 @@ impl Lab {
                 let del = if sample_only { 1 } else { node.pods.len() };
                 for pod in node.pods.iter().take(del) {
                     s.spawn(move || {
+                        if let Some(d) = &node.cri {
+                            let _ = d.cri.remove_pod(&pod.container_id);
+                            return;
+                        }
                         let rc = RuntimeConf::new(&pod.container_id, Some(pod.ns.path()), "eth0");
                         let _ = node.runtime.del(&node.net, &rc);
                     });
+                }
+            }
+        });
+        // Then each containerd (and its shims) stops, in parallel.
+        std::thread::scope(|s| {
+            for node in &mut self.nodes {
+                if let Some(d) = node.cri.take() {
+                    s.spawn(move || d.stop());
                 }
             }
         });

@@ -27,6 +27,8 @@ pub struct TopologyArgs {
     pub vxlan: bool,
     /// A `[service]` with its defaults.
     pub service: bool,
+    /// How pods are attached (`--runtime`).
+    pub runtime: super::cri::RuntimeKind,
 }
 
 /// Where reports go.
@@ -144,6 +146,16 @@ fn header(topo: &Topology, plugin_dir: Option<&str>) {
     );
 }
 
+/// With `--runtime containerd`: which containerd runs the pods and what it
+/// supports; a missing or unusable containerd is an environment error (exit 2).
+fn runtime_header(runtime: super::cri::RuntimeKind) -> Result<(), Box<dyn std::error::Error>> {
+    if runtime == super::cri::RuntimeKind::Containerd {
+        let support = super::cri::detect()?;
+        eprintln!("🐳 runtime: {}", support.describe());
+    }
+    Ok(())
+}
+
 fn verdict(r: &Report) -> ExitCode {
     ExitCode::from(r.exit_code())
 }
@@ -165,10 +177,12 @@ pub fn run(
     let host = host_plan(&topo, args.tune_host)?;
     // Restores the thresholds when dropped (and the Ctrl-C handler does).
     let _tuning = super::neighbours::HostTuning::apply(&host)?;
+    runtime_header(args.runtime)?;
     let opts = UpOptions {
         plugin_dir,
         persistent: None,
         run_dir: super::scratch_run_dir(),
+        runtime: args.runtime,
     };
     let run_dir = opts.run_dir.clone();
     let report = super::run_planned(topo, opts, groups, true, &host);
@@ -203,10 +217,12 @@ pub fn up(
         state::owns_namespace(&lab_name, &nodes, ns)
     })));
     header(&topo, plugin_dir.as_deref());
+    runtime_header(args.runtime)?;
     let opts = UpOptions {
         plugin_dir,
         persistent: Some(name.to_string()),
         run_dir: state::run_dir(name),
+        runtime: args.runtime,
     };
     let mut lab = Lab::up(topo, opts)?;
     super::pin_if_planned(&mut lab, &host)?;
@@ -360,6 +376,8 @@ pub fn down(name: &str) -> CliResult {
         }
         Err(e) => eprintln!("cnilab: {e}; removing what is left by name"),
     }
+    // Whatever containerd (and shims) of the lab still run, proved by pidfile.
+    super::cri::daemon::teardown_node_dirs(&s.run_dir);
     let nodes = state::node_names(&s);
     let removed = netns::remove_matching(|ns| state::owns_namespace(name, &nodes, ns))?;
     if !removed.is_empty() {
@@ -478,8 +496,20 @@ pub fn scenario_run(
     format: Format,
     junit: Option<&Path>,
 ) -> CliResult {
+    scenario_run_with(files, plugin_dir, Default::default(), format, junit)
+}
+
+/// [`scenario_run`] with the labs' runtime (`--runtime`).
+pub fn scenario_run_with(
+    files: &[PathBuf],
+    plugin_dir: Option<String>,
+    runtime: super::cri::RuntimeKind,
+    format: Format,
+    junit: Option<&Path>,
+) -> CliResult {
     netns::require_root()?;
     super::cleanup_on_interrupt(None);
+    runtime_header(runtime)?;
     let mut results = Vec::new();
     for path in files {
         let s = Scenario::load(path)?;
@@ -493,7 +523,7 @@ pub fn scenario_run(
                 l.detail
             );
         };
-        let (passed, detail) = match scenario::run(&s, plugin_dir.clone(), &mut log) {
+        let (passed, detail) = match scenario::run_with(&s, plugin_dir.clone(), runtime, &mut log) {
             Ok(result) => (
                 result.passed,
                 result

@@ -14,11 +14,14 @@
 //! warnings), [`scenario`], [`state`] and [`pidfile`] (standing labs),
 //! [`sweep`], [`commands`] (what the CLI runs); underlay shapes (routed,
 //! NAT) in [`underlay`], the VXLAN overlay in [`vxlan`], kube-proxy-like
-//! Services in [`services`], their scenario faults in [`shape_faults`].
+//! Services in [`services`], their scenario faults in [`shape_faults`]. Pods are attached by
+//! executing the plugin (`direct`) or, with `--runtime containerd`, through
+//! the CRI of a containerd per node ([`cri`]).
 
 pub mod build;
 pub mod checks;
 pub mod commands;
+pub mod cri;
 pub mod diagnose;
 pub mod diagnose_path;
 pub mod neighbours;
@@ -42,6 +45,18 @@ use std::time::{Duration, Instant};
 pub use crate::connectivity::report;
 pub use build::{LabError, UpOptions};
 pub use topology::Topology;
+
+/// Set when the Ctrl-C watcher starts removing the lab.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Once the Ctrl-C watcher has started, never returns: the watcher exits
+/// the process (130) when the lab is gone (its sandboxes removed through
+/// the CRI take a while, and the command may fail meanwhile).
+pub fn hold_if_interrupted() {
+    while INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::park();
+    }
+}
 
 /// Processes (agents) the lab started, killed on Ctrl-C.
 static CHILDREN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
@@ -70,7 +85,10 @@ pub fn cleanup_on_interrupt(extra: Option<NamespaceFilter>) {
     }
     std::thread::spawn(move || {
         let Ok(sig) = set.wait() else { return };
+        INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
         eprintln!("\ncnilab: {sig:?}: removing the lab's namespaces");
+        // Sandboxes go through the CRI while their nodes still stand.
+        cri::daemon::stop_all_started();
         if let Ok(children) = CHILDREN.lock() {
             for pid in children.iter() {
                 let _ = nix::sys::signal::kill(

@@ -672,10 +672,21 @@ pub fn run(
     plugin_dir: Option<String>,
     log: &mut dyn FnMut(&StepLog),
 ) -> Result<ScenarioResult, ScenarioError> {
+    run_with(scenario, plugin_dir, Default::default(), log)
+}
+
+/// [`run`] with the lab's runtime (`--runtime`).
+pub fn run_with(
+    scenario: &Scenario,
+    plugin_dir: Option<String>,
+    runtime: super::cri::RuntimeKind,
+    log: &mut dyn FnMut(&StepLog),
+) -> Result<ScenarioResult, ScenarioError> {
     let opts = UpOptions {
         plugin_dir,
         persistent: None,
         run_dir: super::scratch_run_dir().join(&scenario.name),
+        runtime,
     };
     let mut lab = Lab::up(scenario.topology.clone(), opts)?;
     let mut undos: Vec<Undo> = Vec::new();

@@ -41,6 +41,9 @@ pub struct LabState {
     /// Namespaces of the underlay shape (routers, NAT boxes).
     #[serde(default)]
     pub extra: Vec<String>,
+    /// How the pods were attached (labs saved before `--runtime`: direct).
+    #[serde(default)]
+    pub runtime: super::cri::RuntimeKind,
 }
 
 pub fn run_dir(name: &str) -> PathBuf {
@@ -127,6 +130,7 @@ pub fn persist(lab: Lab) -> Result<LabState, LabError> {
                     .collect(),
             })
             .collect(),
+        runtime: lab.opts.runtime,
     };
     let text = serde_json::to_string_pretty(&state).map_err(|e| LabError::Setup(e.to_string()))?;
     std::fs::write(state_path(&name), text)
@@ -144,6 +148,9 @@ pub fn release(lab: Lab) {
         node.ns.keep();
         // Dropping a Child neither kills nor waits for it.
         drop(node.agent);
+        if let Some(d) = node.cri {
+            d.release();
+        }
     }
     if let Some(e) = lab.external {
         e.keep();
@@ -194,6 +201,12 @@ pub fn adopt(name: &str) -> Result<Lab, LabError> {
                 ips: p.ips.clone(),
             });
         }
+        let cri = match state.runtime {
+            super::cri::RuntimeKind::Containerd => Some(super::cri::Containerd::adopt(
+                &super::cri::node_cri_dir(&node_dir),
+            )?),
+            super::cri::RuntimeKind::Direct => None,
+        };
         nodes.push(Node {
             spec,
             ns,
@@ -201,6 +214,7 @@ pub fn adopt(name: &str) -> Result<Lab, LabError> {
             net,
             pods,
             agent: None,
+            cri,
         });
     }
     Ok(Lab {
@@ -209,6 +223,7 @@ pub fn adopt(name: &str) -> Result<Lab, LabError> {
             plugin_dir: Some(state.plugin_dir.clone()),
             persistent: Some(state.name.clone()),
             run_dir: state.run_dir.clone(),
+            runtime: state.runtime,
         },
         plugin_dir: state.plugin_dir.clone(),
         switch: Netns::open_existing(&state.switch)?,
@@ -224,6 +239,7 @@ pub fn adopt(name: &str) -> Result<Lab, LabError> {
             .iter()
             .map(|n| Netns::open_existing(n))
             .collect::<Result<_, _>>()?,
+        containerd: None,
     })
 }
 

@@ -22,6 +22,9 @@ pub struct Swept {
     pub agents: Vec<(u32, PathBuf)>,
     pub namespaces: Vec<String>,
     pub dirs: Vec<PathBuf>,
+    /// `--runtime containerd`: per node cri dir, the sandboxes removed
+    /// through its CRI and the processes (containerd, shims, pause) stopped.
+    pub containerds: Vec<(PathBuf, super::cri::daemon::Teardown)>,
 }
 
 /// Whether the process that made run dir `dir` is gone: its owner pidfile
@@ -98,6 +101,9 @@ pub fn sweep(root: &Path, prefix: &str) -> Result<Swept, Box<dyn std::error::Err
         let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
         if is_dir && owner_gone(&path, pid.parse().ok()) {
             stop_agents_of(&path, &mut swept);
+            swept
+                .containerds
+                .extend(super::cri::daemon::teardown_node_dirs(&path));
             dead_dirs.push(path);
         }
     }
@@ -112,6 +118,9 @@ pub fn sweep(root: &Path, prefix: &str) -> Result<Swept, Box<dyn std::error::Err
             && pidfile::read(&path.join(OWNER_PIDFILE)).is_some_and(|o| !o.alive());
         if unfinished {
             stop_agents_of(&path, &mut swept);
+            swept
+                .containerds
+                .extend(super::cri::daemon::teardown_node_dirs(&path));
             let nodes = node_dirs(&path);
             swept.namespaces.extend(
                 crate::netns::remove_matching(|ns| state::owns_namespace(&name, &nodes, ns))

@@ -82,37 +82,49 @@ pub fn require_root() -> Result<(), NetnsError> {
 impl Netns {
     /// Creates `cnilab-<pid>-<n>`.
     pub fn new() -> Result<Netns, NetnsError> {
-        Self::create(None)
+        Self::create(None, None)
     }
 
     /// Creates `cnilab-<pid>-<n>-<label>`; the label shows in `ip netns list`.
     pub fn with_label(label: &str) -> Result<Netns, NetnsError> {
+        Self::with_label_from(label, None)
+    }
+
+    /// Like [`Netns::with_label`]; with `from` (a namespace file such as a
+    /// container's `/proc/<pid>/ns/net`), names that existing namespace
+    /// instead of creating one (what `ip netns attach` does).
+    pub fn with_label_from(label: &str, from: Option<&Path>) -> Result<Netns, NetnsError> {
         let ok = name_chars_ok(label, 12);
         if !ok {
             return Err(NetnsError::BadLabel(label.to_string()));
         }
-        Self::create(Some(label))
+        Self::create(Some(label), from)
     }
 
-    fn create(label: Option<&str>) -> Result<Netns, NetnsError> {
+    fn create(label: Option<&str>, from: Option<&Path>) -> Result<Netns, NetnsError> {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let mut name = format!("{PREFIX}{}-{n}", std::process::id());
         if let Some(label) = label {
             name.push('-');
             name.push_str(label);
         }
-        Self::create_named(name)
+        Self::create_named(name, from)
     }
 
     /// Creates a namespace with a name chosen by the caller, for labs that
     /// outlive the process (`cnilab lab up`); the name must start with
     /// [`PREFIX`] and not with a pid, so [`sweep`] leaves it alone.
     pub fn persistent(name: &str) -> Result<Netns, NetnsError> {
+        Self::persistent_from(name, None)
+    }
+
+    /// Like [`Netns::persistent`]; `from` as in [`Netns::with_label_from`].
+    pub fn persistent_from(name: &str, from: Option<&Path>) -> Result<Netns, NetnsError> {
         let ok = name.starts_with(PREFIX) && name_chars_ok(name, 60);
         if !ok {
             return Err(NetnsError::BadLabel(name.to_string()));
         }
-        Self::create_named(name.to_string())
+        Self::create_named(name.to_string(), from)
     }
 
     /// Opens an existing named namespace (`/run/netns/<name>`); dropping the
@@ -160,7 +172,7 @@ impl Netns {
         self.name.clone()
     }
 
-    fn create_named(name: String) -> Result<Netns, NetnsError> {
+    fn create_named(name: String, from: Option<&Path>) -> Result<Netns, NetnsError> {
         require_root()?;
         let stopped = STOPPED.read().unwrap_or_else(|e| e.into_inner());
         if *stopped {
@@ -184,18 +196,28 @@ impl Netns {
             .open(&path)
             .map_err(|e| fail(format!("create {}: {e}", path.display())))?;
         let target = path.clone();
+        let source = from.map(Path::to_path_buf);
         // unshare(CLONE_NEWNET) on a thread of its own: only that thread moves
         // into the new namespace, and it ends right after the bind mount.
         let made = std::thread::spawn(move || -> Result<(), String> {
-            unshare(CloneFlags::CLONE_NEWNET).map_err(|e| format!("unshare: {e}"))?;
+            if source.is_none() {
+                unshare(CloneFlags::CLONE_NEWNET).map_err(|e| format!("unshare: {e}"))?;
+            }
+            let source = source.unwrap_or_else(|| PathBuf::from("/proc/thread-self/ns/net"));
             mount(
-                Some("/proc/thread-self/ns/net"),
+                Some(&source),
                 &target,
                 None::<&str>,
                 MsFlags::MS_BIND,
                 None::<&str>,
             )
-            .map_err(|e| format!("bind mount onto {}: {e}", target.display()))
+            .map_err(|e| {
+                format!(
+                    "bind mount {} onto {}: {e}",
+                    source.display(),
+                    target.display()
+                )
+            })
         })
         .join()
         .map_err(|_| fail("namespace thread panicked".into()))
