@@ -350,21 +350,16 @@ impl Report {
                 x + 100
             );
             let _ = write!(svg, "<rect x=\"{x}\" y=\"{y}\" width=\"210\" height=\"{box_h}\" rx=\"6\" fill=\"#f4f7fb\" stroke=\"{stroke}\" stroke-width=\"{width_px}\"><title>{}</title></rect>", xml(&node.name));
+            // Three lines of text: the name (✗ when faulty), the address,
+            // the pod CIDRs with the pod count.
+            let (tx, mark) = (x + 8, if faulty { " ✗" } else { "" });
             let _ = write!(
                 svg,
-                "<text x=\"{}\" y=\"{}\" font-weight=\"bold\">{}{}</text>",
-                x + 8,
+                "<text x=\"{tx}\" y=\"{}\" font-weight=\"bold\">{}{mark}</text><text x=\"{tx}\" y=\"{}\">{}</text><text x=\"{tx}\" y=\"{}\">{} · {} pods</text>",
                 y + 16,
                 xml(&node.name),
-                if faulty { " ✗" } else { "" }
-            );
-            let _ = write!(
-                svg,
-                "<text x=\"{}\" y=\"{}\">{}</text><text x=\"{}\" y=\"{}\">{} · {} pods</text>",
-                x + 8,
                 y + 30,
                 xml(&node.address),
-                x + 8,
                 y + 44,
                 xml(&node.pod_cidr.join(",")),
                 node.pods.len()

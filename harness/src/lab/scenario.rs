@@ -303,11 +303,11 @@ impl Fault {
                 name,
                 address,
                 pod_cidr,
-                pods,
+                pods: count,
             } => {
                 let cidrs: Vec<String> = pod_cidr.iter().map(|c| c.to_string()).collect();
                 format!(
-                    "add node {name} ({address}, pod CIDR {}) with {pods} pod(s)",
+                    "add node {name} ({address}, pod CIDR {}) with {count} pod(s)",
                     cidrs.join(", ")
                 )
             }
