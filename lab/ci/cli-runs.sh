@@ -70,6 +70,15 @@ step "lab: IPv6 only" \
 step "lab: bring your own plugin (reference ptp)" \
   "$bin/cnilab" lab run --plugin-dir /usr/lib/cni \
   --config lab/configs/lab-ptp.conflist.tmpl --junit "$reports/lab-ptp.xml"
+step "lab: routed underlay (a subnet per node, one router)" \
+  "$bin/cnilab" lab run --topology lab/topologies/routed.toml \
+  --junit "$reports/lab-routed.xml"
+step "lab: Vagrant-style NAT + host-only underlay" \
+  "$bin/cnilab" lab run --topology lab/topologies/nat.toml \
+  --junit "$reports/lab-nat.xml"
+step "lab: 4 nodes x 25 pods over VXLAN with a ClusterIP Service" \
+  "$bin/cnilab" lab run --nodes 4 --pods-per-node 25 --vxlan --service \
+  --report "$reports/lab-vxlan.html" --junit "$reports/lab-vxlan.xml"
 step "scenarios: lab/scenarios" \
   "$bin/cnilab" scenario run lab/scenarios \
   --junit "$reports/scenarios.xml"
