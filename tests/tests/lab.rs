@@ -215,6 +215,7 @@ fn shipped_topology_passes(#[case] topology: &str, #[case] shows: &str) {
 #[rstest]
 #[case::dual_stack("lab/topologies/dual-stack.toml", &["IPv4", "IPv6"])]
 #[case::ipv6_only("lab/topologies/ipv6-only.toml", &["IPv6"])]
+#[case::dual_stack_agent_routed("lab/topologies/dual-stack-agent.toml", &["IPv4", "IPv6"])]
 fn every_address_family_is_probed(#[case] topology: &str, #[case] families: &[&str]) {
     let _host = host_untouched();
     let out = cnilab(&["lab", "run", "--topology", topology, "-o", "json"]);

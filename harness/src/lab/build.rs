@@ -351,7 +351,11 @@ pub fn nodes_file(nodes: &[NodeSpec]) -> String {
         .map(|n| {
             serde_json::json!({
                 "name": n.name,
-                "internalIP": n.address,
+                // One address, or both families' (the agent reads either).
+                "internalIP": match n.addresses().as_slice() {
+                    [one] => serde_json::json!(one),
+                    all => serde_json::json!(all),
+                },
                 "podCIDRs": n.pod_cidr.iter().map(|c| c.trunc().to_string()).collect::<Vec<_>>(),
             })
         })
@@ -732,15 +736,17 @@ impl Lab {
             for node in &self.nodes {
                 let routes = node.ns.routes().map_err(|e| setup(e.to_string()))?;
                 for other in self.nodes.iter().filter(|o| o.spec.name != node.spec.name) {
-                    for cidr in other.spec.pod_cidr.iter().filter(|c| c.addr().is_ipv4()) {
+                    // Each pod CIDR via the peer's address of its family
+                    // (a family the peer has no address of is not routed).
+                    for cidr in &other.spec.pod_cidr {
+                        let Some(via) = other.spec.address_of(cidr.addr().is_ipv6()) else {
+                            continue;
+                        };
                         if !routes
                             .iter()
-                            .any(|r| r.dst == cidr.trunc() && r.gateway == Some(other.spec.address))
+                            .any(|r| r.dst == cidr.trunc() && r.gateway == Some(via))
                         {
-                            missing.push(format!(
-                                "{}: {} via {}",
-                                node.spec.name, cidr, other.spec.address
-                            ));
+                            missing.push(format!("{}: {} via {via}", node.spec.name, cidr));
                         }
                     }
                 }
@@ -1099,5 +1105,19 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&nodes_file(&topo.nodes)).expect("json");
         assert_eq!(v[1]["internalIP"], "10.250.0.2");
         assert_eq!(v[1]["podCIDRs"][0], "10.244.2.0/24");
+    }
+
+    /// A dual-stack node publishes both underlay addresses, so an agent
+    /// can route its IPv6 pod CIDR via its IPv6 address.
+    #[test]
+    fn nodes_file_names_both_families_of_a_dual_stack_node() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../lab/topologies/dual-stack.toml");
+        let topo = Topology::load(&path).expect("topology");
+        let v: serde_json::Value = serde_json::from_str(&nodes_file(&topo.nodes)).expect("json");
+        assert_eq!(
+            v[1]["internalIP"],
+            serde_json::json!(["10.250.0.2", "fd00:10:250::2"])
+        );
     }
 }

@@ -15,6 +15,8 @@ use std::net::IpAddr;
 pub struct NodeFacts {
     pub name: String,
     pub address: Option<IpAddr>,
+    /// Its IPv6 underlay address (a dual-stack or IPv6 underlay).
+    pub address6: Option<IpAddr>,
     /// Every address on the node's interfaces (its second addresses too).
     pub addresses: Vec<IpAddr>,
     pub pod_cidr: Vec<IpNet>,
@@ -93,6 +95,7 @@ fn collect_nodes(lab: &Lab) -> Vec<NodeFacts> {
             NodeFacts {
                 name: node.spec.name.clone(),
                 address: Some(node.spec.address),
+                address6: node.spec.address_of(true),
                 addresses: node
                     .ns
                     .addresses()
@@ -183,6 +186,11 @@ fn check_route(
     // A default route carries pod traffic only where a router holds the
     // pod routes (a routed underlay); elsewhere it leads out of the cluster.
     let found = lookup(&node.routes, dst).filter(|r| default_ok || r.dst.prefix_len() > 0);
+    // The next hop is the owner's underlay address of the pod's family.
+    let via = match (dst.is_ipv6(), owner.address6) {
+        (true, Some(v6)) => Some(v6),
+        _ => owner.address,
+    };
     match found {
         None => out.push(Diagnosis {
             id: "missing-route",
@@ -191,12 +199,12 @@ fn check_route(
                 node.name,
                 owner.name,
                 cidr.trunc(),
-                owner.address.map(|a| a.to_string()).unwrap_or_default()
+                via.map(|a| a.to_string()).unwrap_or_default()
             ),
         }),
         Some(r)
             if r.gateway.is_some()
-                && r.gateway != owner.address
+                && r.gateway != via
                 && !a_node_address(r.gateway)
                 && !overlay_or_default(r, cidr, owner.address) =>
         {
@@ -208,7 +216,7 @@ fn check_route(
                 r.dst,
                 r.gateway.map(|g| g.to_string()).unwrap_or_default(),
                 owner.name,
-                owner.address.map(|a| a.to_string()).unwrap_or_default()
+                via.map(|a| a.to_string()).unwrap_or_default()
             ),
         })
         }

@@ -495,7 +495,13 @@ fn nat_internal_ip(lab: &Lab, out: &mut Vec<Diagnosis>) {
     let nat = NAT_ADDRESS.to_string();
     let named: Vec<String> = list
         .iter()
-        .filter(|n| n["internalIP"].as_str() == Some(nat.as_str()))
+        .filter(|n| {
+            let ip = &n["internalIP"];
+            ip.as_str() == Some(nat.as_str())
+                || ip
+                    .as_array()
+                    .is_some_and(|all| all.iter().any(|a| a.as_str() == Some(nat.as_str())))
+        })
         .filter_map(|n| n["name"].as_str().map(str::to_string))
         .collect();
     if named.is_empty() {
