@@ -40,22 +40,42 @@ pub fn all_groups() -> Vec<&'static str> {
 /// one keeps one address family, e.g. `pod-to-pod/cross-node@ipv6`).
 pub fn check_groups(groups: &[String]) -> Result<(), String> {
     let all = all_groups();
-    if let Some(g) = groups.iter().find(|g| {
-        g.rsplit_once('@')
-            .is_some_and(|(_, f)| f != "ipv4" && f != "ipv6")
-    }) {
-        return Err(format!("{g:?}: the family after '@' is ipv4 or ipv6"));
+    for g in groups {
+        let (prefix, family) = split_selector(g);
+        if family.is_some_and(|f| f != "ipv4" && f != "ipv6") {
+            return Err(format!("{g:?}: the family after '@' is ipv4 or ipv6"));
+        }
+        if !all.iter().any(|k| k.starts_with(prefix)) {
+            return Err(format!(
+                "no check group is named or starts with {g:?}; the groups are {}",
+                all.join(", ")
+            ));
+        }
     }
-    match groups.iter().find(|g| {
-        let prefix = g.rsplit_once('@').map_or(g.as_str(), |(p, _)| p);
-        !all.iter().any(|k| k.starts_with(prefix))
-    }) {
-        Some(g) => Err(format!(
-            "no check group is named or starts with {g:?}; the groups are {}",
-            all.join(", ")
-        )),
-        None => Ok(()),
+    Ok(())
+}
+
+/// A group selector's prefix and the family after its `@`, if any.
+fn split_selector(w: &str) -> (&str, Option<&str>) {
+    match w.rsplit_once('@') {
+        Some((prefix, family)) => (prefix, Some(family)),
+        None => (w, None),
     }
+}
+
+/// Whether the selectors `groups` (none: every group) select group `g` in
+/// family `v6` (`None`: any family).
+fn selected(groups: &[String], g: &str, v6: Option<bool>) -> bool {
+    groups.is_empty()
+        || groups.iter().any(|w| {
+            let (prefix, family) = split_selector(w);
+            let family_ok = match (family, v6) {
+                (Some("ipv4"), Some(v6)) => !v6,
+                (Some("ipv6"), Some(v6)) => v6,
+                _ => true,
+            };
+            family_ok && g.starts_with(prefix)
+        })
 }
 
 /// Pod `p` of node `n` at its address of one family (`None` when it has none).
@@ -94,28 +114,13 @@ pub fn plan(lab: &Lab, groups: &[String]) -> Vec<ProbeSpec> {
         out.extend(plan_family(lab, groups, v6));
     }
     // Once, whatever the families: the Services pick their own addresses.
-    let wanted = |g: &str| groups.is_empty() || groups.iter().any(|w| selects(w, g, None));
+    let wanted = |g: &str| selected(groups, g, None);
     super::services::plan(lab, &wanted, &mut out);
     out
 }
 
-/// Whether selector `w` (a group prefix, optionally `@ipv4` or `@ipv6`)
-/// selects group `g` in family `v6` (`None`: any family).
-fn selects(w: &str, g: &str, v6: Option<bool>) -> bool {
-    let (prefix, family) = match w.rsplit_once('@') {
-        Some((p, f)) => (p, Some(f)),
-        None => (w, None),
-    };
-    let family_ok = match (family, v6) {
-        (Some("ipv4"), Some(v6)) => !v6,
-        (Some("ipv6"), Some(v6)) => v6,
-        _ => true,
-    };
-    family_ok && g.starts_with(prefix)
-}
-
 fn plan_family(lab: &Lab, groups: &[String], v6: bool) -> Vec<ProbeSpec> {
-    let wanted = |g: &str| groups.is_empty() || groups.iter().any(|w| selects(w, g, Some(v6)));
+    let wanted = |g: &str| selected(groups, g, Some(v6));
     let mut out = Vec::new();
     let mut push = |group: &'static str,
                     from: &Endpoint,
@@ -353,6 +358,26 @@ pub fn run(
 mod tests {
     use super::*;
     use std::net::IpAddr;
+
+    /// `@ipv4`/`@ipv6` keep one family of the groups the prefix selects;
+    /// any other family, or a prefix of no group, is refused.
+    #[test]
+    fn family_selectors_select_one_family() {
+        let sel = |w: &str| vec![w.to_string()];
+        let six = sel("pod-to-pod/cross-node@ipv6");
+        assert!(selected(&six, "pod-to-pod/cross-node", Some(true)));
+        assert!(!selected(&six, "pod-to-pod/cross-node", Some(false)));
+        assert!(!selected(&six, "node-to-pod", Some(true)));
+        assert!(selected(
+            &sel("pod-to-pod"),
+            "pod-to-pod/same-node",
+            Some(false)
+        ));
+        assert!(selected(&[], "mtu/df-cross-node", Some(true)));
+        assert!(check_groups(&six).is_ok());
+        assert!(check_groups(&sel("pod-to-pod@ipv5")).is_err());
+        assert!(check_groups(&sel("nonsense@ipv4")).is_err());
+    }
 
     fn spec(expect: Option<ExpectSource>) -> ProbeSpec {
         let e = Endpoint {
