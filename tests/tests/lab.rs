@@ -1320,6 +1320,34 @@ fn ipv6_forwarding_off_is_diagnosed() {
     );
 }
 
+/// An IPv6 pod route via an address that is no node's, in a dual-stack
+/// lab: a stale route, named with the owner's IPv6 address (not its IPv4
+/// one), while the IPv4 routes stay right.
+#[test]
+fn a_stale_ipv6_route_in_a_dual_stack_lab_is_diagnosed() {
+    let topo = cnilab_harness::lab::Topology::load(&repo().join("lab/topologies/dual-stack.toml"))
+        .expect("topology");
+    let (_run, lab) = lab_of(topo);
+    let node1 = lab.nodes[0].ns.name().to_string();
+    ip_in(
+        &node1,
+        &[
+            "-6",
+            "route",
+            "replace",
+            "fd00:10:244:2::/64",
+            "via",
+            "fd00:10:250::99",
+        ],
+    );
+    failing_check_with(
+        lab,
+        &["pod-to-pod/cross-node@ipv6"],
+        "stale-route",
+        &["node1 routes fd00:10:244:2::/64 via fd00:10:250::99 but node2 is fd00:10:250::2"],
+    );
+}
+
 /// A lab that cannot fit the host's neighbour table even with its bulk
 /// paths pinned (enough nodes that the underlay alone, nodes × (nodes - 1)
 /// entries, exceeds gc_thresh3: 33 nodes at the default 1024) is refused up

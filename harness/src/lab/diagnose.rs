@@ -156,13 +156,10 @@ fn masquerade_lines(ruleset: &str) -> Vec<String> {
         .collect()
 }
 
-/// Neither a default route (a routed underlay's router), nor an overlay
-/// route via the owner's VTEP address (inside its pod CIDR), nor a route
-/// via a gateway of another family than the owner's (IPv4) address is stale.
-fn overlay_or_default(r: &Route, cidr: &IpNet, owner: Option<IpAddr>) -> bool {
-    r.dst.prefix_len() == 0
-        || r.gateway
-            .is_some_and(|g| cidr.contains(&g) || owner.is_some_and(|o| o.is_ipv6() != g.is_ipv6()))
+/// Neither a default route (a routed underlay's router) nor an overlay
+/// route via the owner's VTEP address (inside its pod CIDR) is stale.
+fn overlay_or_default(r: &Route, cidr: &IpNet) -> bool {
+    r.dst.prefix_len() == 0 || r.gateway.is_some_and(|g| cidr.contains(&g))
 }
 
 /// Route check: `node` must reach `dst` (a pod on `owner`) via `owner`'s
@@ -206,7 +203,7 @@ fn check_route(
             if r.gateway.is_some()
                 && r.gateway != via
                 && !a_node_address(r.gateway)
-                && !overlay_or_default(r, cidr, owner.address) =>
+                && !overlay_or_default(r, cidr) =>
         {
             out.push(Diagnosis {
             id: "stale-route",
