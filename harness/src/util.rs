@@ -154,9 +154,48 @@ pub fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
     None
 }
 
+/// Runs `f` on every item, each on a scoped thread of its own, and returns
+/// the results in the items' order; a thread that panicked gives
+/// `panicked()` in its place (the others still finish).
+pub fn parallel_map<T, R>(
+    items: impl IntoIterator<Item = T>,
+    f: impl Fn(T) -> R + Sync,
+    panicked: impl Fn() -> R,
+) -> Vec<R>
+where
+    T: Send,
+    R: Send,
+{
+    let f = &f;
+    std::thread::scope(|s| {
+        let jobs: Vec<_> = items
+            .into_iter()
+            .map(|item| s.spawn(move || f(item)))
+            .collect();
+        jobs.into_iter()
+            .map(|j| j.join().unwrap_or_else(|_| panicked()))
+            .collect()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parallel_map_keeps_order_and_reports_a_panicked_item() {
+        let out = parallel_map(
+            0..5,
+            |i| {
+                if i == 3 {
+                    panic!("item 3");
+                }
+                Ok(i * 10)
+            },
+            || Err("panicked"),
+        );
+        assert_eq!(out, vec![Ok(0), Ok(10), Ok(20), Err("panicked"), Ok(40)]);
+    }
 
     #[test]
     fn durations_one_way() {

@@ -64,19 +64,11 @@ pub(crate) fn run(s: &Suite<'_>, dir: Option<&Path>) -> Vec<Finding> {
         cases.iter().partition(|c| c.is_endless());
     let odd: Vec<&corpus::Case> = others.iter().skip(1).step_by(2).copied().collect();
     let even: Vec<&corpus::Case> = others.iter().step_by(2).copied().collect();
-    let results: Vec<Result<Vec<Outcome<'_>>, String>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = [&endless, &odd, &even]
-            .into_iter()
-            .map(|part| scope.spawn(|| run_world(s, part, &plugin, &cni_path)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("a corpus thread panicked".to_string()))
-            })
-            .collect()
-    });
+    let results: Vec<Result<Vec<Outcome<'_>>, String>> = crate::util::parallel_map(
+        [&endless, &odd, &even],
+        |part| run_world(s, part, &plugin, &cni_path),
+        || Err("a corpus thread panicked".to_string()),
+    );
     let mut outcomes = Vec::new();
     for r in results {
         match r {

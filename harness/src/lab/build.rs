@@ -787,54 +787,42 @@ impl Lab {
 
     /// Adds `count` pods to node `i`.
     pub fn add_pods(&mut self, i: usize, count: usize) -> Result<(), LabError> {
-        let opts = self.opts.clone();
+        let opts = &self.opts;
         let node = &self.nodes[i];
         let first = node.pods.len();
-        let made: Vec<Result<Pod, LabError>> = std::thread::scope(|s| {
-            let jobs: Vec<_> = (first..first + count)
-                .map(|k| {
-                    let opts = &opts;
-                    s.spawn(move || -> Result<Pod, LabError> {
-                        let name = format!("{}-pod{k}", node.spec.name);
-                        if let Some(d) = &node.cri {
-                            let named = |from: &Path| Ok(make_ns_from(opts, &name, Some(from))?);
-                            return super::cri::attach::add_pod(d, &name, &named);
-                        }
-                        let ns = make_ns(opts, &name)?;
-                        ns.set_lo_up()?;
-                        crate::lab::probe::allow_ping_sockets(ns.file())
-                            .map_err(|e| setup(format!("{name}: {e}")))?;
-                        let container_id = format!("cnilab-{name}");
-                        let rc = RuntimeConf::new(&container_id, Some(ns.path()), "eth0");
-                        let added = node.runtime.add(&node.net, &rc);
-                        let res = match added {
-                            Ok(res) => res,
-                            Err(e) => {
-                                // Like a runtime: a failed ADD is followed by DEL.
-                                let _ = node.runtime.del(&node.net, &rc);
-                                return Err(setup(format!(
-                                    "ADD of {name} on {}: {e}",
-                                    node.spec.name
-                                )));
-                            }
-                        };
-                        let ips = res.result.ips.iter().map(|ip| ip.address).collect();
-                        Ok(Pod {
-                            name,
-                            container_id,
-                            ns,
-                            ips,
-                        })
-                    })
+        let made: Vec<Result<Pod, LabError>> = crate::util::parallel_map(
+            first..first + count,
+            |k| -> Result<Pod, LabError> {
+                let name = format!("{}-pod{k}", node.spec.name);
+                if let Some(d) = &node.cri {
+                    let named = |from: &Path| Ok(make_ns_from(opts, &name, Some(from))?);
+                    return super::cri::attach::add_pod(d, &name, &named);
+                }
+                let ns = make_ns(opts, &name)?;
+                ns.set_lo_up()?;
+                crate::lab::probe::allow_ping_sockets(ns.file())
+                    .map_err(|e| setup(format!("{name}: {e}")))?;
+                let container_id = format!("cnilab-{name}");
+                let rc = RuntimeConf::new(&container_id, Some(ns.path()), "eth0");
+                let added = node.runtime.add(&node.net, &rc);
+                let res = match added {
+                    Ok(res) => res,
+                    Err(e) => {
+                        // Like a runtime: a failed ADD is followed by DEL.
+                        let _ = node.runtime.del(&node.net, &rc);
+                        return Err(setup(format!("ADD of {name} on {}: {e}", node.spec.name)));
+                    }
+                };
+                let ips = res.result.ips.iter().map(|ip| ip.address).collect();
+                Ok(Pod {
+                    name,
+                    container_id,
+                    ns,
+                    ips,
                 })
-                .collect();
-            jobs.into_iter()
-                .map(|j| {
-                    j.join()
-                        .unwrap_or_else(|_| Err(setup("pod thread panicked")))
-                })
-                .collect()
-        });
+            },
+            || Err(setup("pod thread panicked")),
+        );
         let mut first_error = None;
         for pod in made {
             match pod {

@@ -565,49 +565,38 @@ pub fn pin_bulk(lab: &Lab) -> Result<usize, LabError> {
         by_ns.entry((pin.node, pin.pod)).or_default().push(pin);
     }
     let groups: Vec<_> = by_ns.into_iter().collect();
-    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
-        let jobs: Vec<_> = groups
-            .chunks(groups.len().div_ceil(8).max(1))
-            .map(|chunk| {
-                s.spawn(move || -> Result<(), String> {
-                    for ((n, p), list) in chunk {
-                        let node = &lab.nodes[*n];
-                        let ns = match p {
-                            Some(p) => &node.pods[*p].ns,
-                            None => &node.ns,
-                        };
-                        let list: Vec<(u32, IpAddr, Vec<u8>)> = list
-                            .iter()
-                            .map(|x| (x.index, x.addr, x.mac.clone()))
-                            .collect();
-                        ns.netlink(|h| async move {
-                            use rtnetlink::packet_route::neighbour::NeighbourState;
-                            for (index, addr, mac) in list {
-                                h.neighbours()
-                                    .add(index, addr)
-                                    .link_layer_address(&mac)
-                                    .state(NeighbourState::Permanent)
-                                    .replace()
-                                    .execute()
-                                    .await?;
-                            }
-                            Ok(())
-                        })
-                        .map_err(|e| {
-                            format!("permanent neighbour entries in {}: {e}", ns.name())
-                        })?;
+    let results: Vec<Result<(), String>> = crate::util::parallel_map(
+        groups.chunks(groups.len().div_ceil(8).max(1)),
+        |chunk| -> Result<(), String> {
+            for ((n, p), list) in chunk {
+                let node = &lab.nodes[*n];
+                let ns = match p {
+                    Some(p) => &node.pods[*p].ns,
+                    None => &node.ns,
+                };
+                let list: Vec<(u32, IpAddr, Vec<u8>)> = list
+                    .iter()
+                    .map(|x| (x.index, x.addr, x.mac.clone()))
+                    .collect();
+                ns.netlink(|h| async move {
+                    use rtnetlink::packet_route::neighbour::NeighbourState;
+                    for (index, addr, mac) in list {
+                        h.neighbours()
+                            .add(index, addr)
+                            .link_layer_address(&mac)
+                            .state(NeighbourState::Permanent)
+                            .replace()
+                            .execute()
+                            .await?;
                     }
                     Ok(())
                 })
-            })
-            .collect();
-        jobs.into_iter()
-            .map(|j| {
-                j.join()
-                    .unwrap_or_else(|_| Err("pinning thread panicked".into()))
-            })
-            .collect()
-    });
+                .map_err(|e| format!("permanent neighbour entries in {}: {e}", ns.name()))?;
+            }
+            Ok(())
+        },
+        || Err("pinning thread panicked".into()),
+    );
     for r in results {
         r.map_err(setup)?;
     }

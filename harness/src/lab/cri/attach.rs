@@ -58,17 +58,11 @@ impl Lab {
         }
         write_image(&self.opts.run_dir)?;
         let lab = &*self;
-        let started: Vec<Result<Option<Containerd>, LabError>> = std::thread::scope(|s| {
-            let jobs: Vec<_> = (0..lab.nodes.len())
-                .map(|i| s.spawn(move || lab.start_one(i)))
-                .collect();
-            jobs.into_iter()
-                .map(|j| {
-                    j.join()
-                        .unwrap_or_else(|_| Err(setup("containerd thread panicked")))
-                })
-                .collect()
-        });
+        let started: Vec<Result<Option<Containerd>, LabError>> = crate::util::parallel_map(
+            0..lab.nodes.len(),
+            |i| lab.start_one(i),
+            || Err(setup("containerd thread panicked")),
+        );
         let mut first_error = None;
         for (i, r) in started.into_iter().enumerate() {
             match r {
