@@ -3,9 +3,12 @@
 //! topology compiled into the model, after the normalising and the
 //! structural check of plugin-made state that `harness/src/lab/model/mod.rs`
 //! documents. A failure lists every difference by namespace, object and
-//! field.
+//! field. Both runtimes: pods made by executing the plugin (`direct`) and
+//! through the CRI of a containerd per node (`containerd`, which needs
+//! containerd and runc: `lab/install-deps.sh`).
 
 use cnilab_harness::lab::build::Lab;
+use cnilab_harness::lab::cri::RuntimeKind;
 use cnilab_harness::lab::model::{compile, identity, read};
 use cnilab_harness::lab::{Topology, UpOptions};
 use cnilab_tests::{host_untouched, require_root, workspace_bin};
@@ -15,7 +18,7 @@ use std::time::Instant;
 
 /// Builds `topo` with the direct runtime (the plugin of its `[plugin]`, else
 /// the bundled cnilab-bridge; the agent binary next to it).
-fn build(mut topo: Topology, run: &std::path::Path) -> Lab {
+fn build(mut topo: Topology, run: &std::path::Path, runtime: RuntimeKind) -> Lab {
     let bin_dir = workspace_bin("cnilab-bridge")
         .parent()
         .map(|d| d.display().to_string());
@@ -29,7 +32,7 @@ fn build(mut topo: Topology, run: &std::path::Path) -> Lab {
         plugin_dir,
         persistent: None,
         run_dir: run.to_path_buf(),
-        ..Default::default()
+        runtime,
     };
     Lab::up(topo, opts).expect("lab up")
 }
@@ -38,13 +41,26 @@ fn build(mut topo: Topology, run: &std::path::Path) -> Lab {
 fn a_built_lab_reads_back_as_its_compiled_model(
     #[files("../lab/topologies/*.toml")] path: PathBuf,
 ) {
+    identity_of(&path, RuntimeKind::Direct);
+}
+
+#[rstest]
+fn a_containerd_lab_reads_back_as_its_compiled_model(
+    #[files("../lab/topologies/*.toml")] path: PathBuf,
+) {
+    identity_of(&path, RuntimeKind::Containerd);
+}
+
+/// Builds the lab of `path`, reads it and compares it with its compiled
+/// model; prints how long building and reading took.
+fn identity_of(path: &std::path::Path, runtime: RuntimeKind) {
     let _host = host_untouched();
     require_root();
-    let topo = Topology::load(&path).expect("topology");
+    let topo = Topology::load(path).expect("topology");
     let compiled = compile::compile(&topo).expect("compiles");
     let run = tempfile::tempdir().expect("run dir");
     let started = Instant::now();
-    let lab = build(topo.clone(), run.path());
+    let lab = build(topo.clone(), run.path(), runtime);
     let built = started.elapsed();
     let started = Instant::now();
     let model = read::read(&read::layout_of(&lab)).expect("read");
@@ -68,10 +84,10 @@ fn a_built_lab_reads_back_as_its_compiled_model(
     };
     let name = path.file_name().map(|f| f.to_string_lossy().into_owned());
     eprintln!(
-        "{name:?}: built in {built:?}, read {} namespaces in {read_took:?}",
+        "{name:?} ({runtime:?}): built in {built:?}, read {} namespaces in {read_took:?}",
         model.namespaces().count()
     );
-    drop(lab);
+    lab.down();
     assert!(
         differences.is_empty(),
         "{name:?}: read(build(t)) differs from compile(t):\n{}",
