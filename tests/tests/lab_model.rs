@@ -98,3 +98,96 @@ fn identity_of(path: &std::path::Path, runtime: RuntimeKind) {
         "no agent table on {missing_agent_table:?}"
     );
 }
+
+/// Runs `cnilab ARGS` from the repository root.
+fn cnilab(args: &[&str]) -> std::process::Output {
+    require_root();
+    std::process::Command::new(workspace_bin("cnilab"))
+        .args(args)
+        .current_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .output()
+        .expect("cnilab runs")
+}
+
+/// Takes a standing lab down when dropped (also after a failed assert).
+struct Standing(String);
+
+impl Drop for Standing {
+    fn drop(&mut self) {
+        let _ = cnilab(&["lab", "down", "--name", &self.0]);
+    }
+}
+
+/// `cnilab lab show` prints a standing lab read back into the model: as
+/// JSON (the model itself, with its own `schemaVersion`) and as text, one object a
+/// line; a lab that is not up is an error that says how to start one.
+#[test]
+fn lab_show_prints_the_model_of_a_standing_lab() {
+    let _host = host_untouched();
+    let name = format!("show{}", std::process::id());
+    let _down = Standing(name.clone());
+    let up = cnilab(&[
+        "lab",
+        "up",
+        "--name",
+        &name,
+        "--nodes",
+        "2",
+        "--pods-per-node",
+        "1",
+    ]);
+    let all = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    assert!(up.status.success(), "{}", all(&up));
+    let json = cnilab(&["lab", "show", "--name", &name, "-o", "json"]);
+    assert!(json.status.success(), "{}", all(&json));
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    let model = &v;
+    assert_eq!(model["schemaVersion"], 1);
+    assert_eq!(model["name"], name.as_str());
+    let node1 = &model["nodes"][0];
+    assert_eq!(node1["name"], "node1");
+    let eth0 = node1["links"]
+        .as_array()
+        .and_then(|l| l.iter().find(|l| l["name"] == "eth0"))
+        .expect("node1 has eth0");
+    assert_eq!(eth0["addresses"], serde_json::json!(["10.250.0.1/24"]));
+    assert_eq!(eth0["veth"]["namespace"], "switch");
+    let pod = &node1["pods"][0];
+    assert_eq!(pod["name"], "node1-pod0");
+    let pod_ip = pod["links"]
+        .as_array()
+        .and_then(|l| l.iter().find(|l| l["name"] == "eth0"))
+        .and_then(|l| l["addresses"][0].as_str().map(str::to_string))
+        .expect("the pod has an address on eth0");
+    assert!(pod_ip.starts_with("10.244.1."), "{pod_ip}");
+    let routes = node1["routes"].to_string();
+    assert!(routes.contains("10.244.2.0/24"), "{routes}");
+
+    let text = cnilab(&["lab", "show", "--name", &name]);
+    assert!(text.status.success(), "{}", all(&text));
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    for line in [
+        "node node1 (pod CIDRs 10.244.1.0/24)",
+        "link eth0 veth up mtu 1500 peer switch/p-node1 10.250.0.1/24",
+        "route 10.244.2.0/24 via 10.250.0.2 dev eth0 proto static scope universe",
+    ] {
+        assert!(
+            text.lines().any(|l| l.trim() == line),
+            "no {line:?} in:\n{text}"
+        );
+    }
+
+    let missing = cnilab(&["lab", "show", "--name", "nosuchlab"]);
+    assert_eq!(missing.status.code(), Some(2), "{}", all(&missing));
+    assert!(
+        all(&missing).contains("cnilab lab up --name nosuchlab"),
+        "{}",
+        all(&missing)
+    );
+}

@@ -9,7 +9,8 @@
 //! through `cnilab_net::nl` on a dedicated thread per namespace, sysctls from
 //! `/proc/sys` inside it, `nft -s list ruleset` inside it); [`identity`]
 //! normalises a read model against a compiled one and names every difference
-//! (node, object, field).
+//! (node, object, field); `text.rs` prints a model one object per line
+//! (`cnilab lab show`), [`read::standing`] reads a standing lab.
 //!
 //! # What the model holds
 //! A [`LabModel`] is the underlay namespaces (`switch`, `router`,
@@ -77,7 +78,9 @@
 
 pub mod compile;
 pub mod identity;
+mod layout;
 pub mod read;
+mod text;
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};

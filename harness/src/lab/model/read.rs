@@ -4,7 +4,8 @@
 //! `cnilab_net::nl`, plus the attributes of the same messages that the
 //! model keeps (veth peers, bridge ports, VXLAN), rules, FDB entries and
 //! qdiscs; sysctls from `/proc/sys` on a thread inside the namespace;
-//! `nft -s list ruleset` run inside it. Namespaces are read in parallel.
+//! `nft -s list ruleset` run inside it. Namespaces are read in parallel;
+//! which namespaces make a lab is a [`Layout`] (`layout.rs`).
 
 use super::{
     Bridge, BridgePort, FdbEntry, LabModel, Link, LinkFlag, LinkKind, Namespace, Neighbour,
@@ -26,63 +27,7 @@ use std::fs::File;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 
-/// Which namespaces make the lab, by role (files of `/run/netns/<name>` or
-/// `/proc/<pid>/ns/net`, opened by the caller).
-pub struct Layout<'a> {
-    pub name: String,
-    pub underlay: Vec<(String, &'a File)>,
-    pub nodes: Vec<NodeLayout<'a>>,
-}
-
-pub struct NodeLayout<'a> {
-    pub name: String,
-    pub ns: &'a File,
-    pub pod_cidrs: Vec<IpNet>,
-    pub pods: Vec<(String, &'a File)>,
-}
-
-/// The layout of a lab built by this process.
-pub fn layout_of(lab: &super::super::build::Lab) -> Layout<'_> {
-    let mut underlay = vec![(super::compile::SWITCH.to_string(), lab.switch.file())];
-    if let Some(ext) = &lab.external {
-        underlay.push((super::compile::EXTERNAL.to_string(), ext.file()));
-    }
-    let roles: Vec<String> = std::iter::once(super::super::underlay::ROUTER_ROLE.to_string())
-        .chain(
-            lab.nodes
-                .iter()
-                .map(|n| super::super::underlay::nat_role(&n.spec.name)),
-        )
-        .collect();
-    for ns in &lab.extra {
-        // Throwaway namespaces carry the first 12 characters of the role.
-        let role = roles.iter().find(|r| {
-            let short: String = r.chars().take(12).collect();
-            ns.name().ends_with(&format!("-{r}")) || ns.name().ends_with(&format!("-{short}"))
-        });
-        let role = role.cloned().unwrap_or_else(|| ns.name().to_string());
-        underlay.push((role, ns.file()));
-    }
-    let nodes = lab
-        .nodes
-        .iter()
-        .map(|n| NodeLayout {
-            name: n.spec.name.clone(),
-            ns: n.ns.file(),
-            pod_cidrs: n.spec.pod_cidr.iter().map(IpNet::trunc).collect(),
-            pods: n
-                .pods
-                .iter()
-                .map(|p| (p.name.clone(), p.ns.file()))
-                .collect(),
-        })
-        .collect();
-    Layout {
-        name: lab.topo.name.clone(),
-        underlay,
-        nodes,
-    }
-}
+pub use super::layout::{layout_of, standing, Layout, NodeLayout};
 
 const NUD_NOARP: u16 = 0x40;
 const NUD_PERMANENT: u16 = 0x80;
