@@ -21,9 +21,9 @@ use ipnet::IpNet;
 use std::net::IpAddr;
 
 /// The switch namespace's role.
-pub const SWITCH: &str = "switch";
+pub(crate) const SWITCH: &str = "switch";
 /// The external host's role.
-pub const EXTERNAL: &str = "external";
+pub(crate) const EXTERNAL: &str = "external";
 /// The L2 underlay bridge in the switch.
 const UNDERLAY_BRIDGE: &str = "underlay";
 /// What `ping_group_range` reads after `probe::allow_ping_sockets`.
@@ -32,13 +32,13 @@ const PING_GROUP_RANGE: (&str, &str) = ("net/ipv4/ping_group_range", "0 21474836
 const AGENT_PROTO: &str = "199";
 
 /// The pod names of a node, as the builder names them.
-pub fn pod_name(node: &str, k: usize) -> String {
+pub(crate) fn pod_name(node: &str, k: usize) -> String {
     format!("{node}-pod{k}")
 }
 
 /// `{{pod:<pod>:ipv4}}`: a pod's IPv4 address, which the plugin's IPAM
 /// chooses; [`super::identity::bind_pod_addresses`] fills it in.
-pub fn pod_placeholder(pod: &str) -> String {
+pub(crate) fn pod_placeholder(pod: &str) -> String {
     format!("{{{{pod:{pod}:ipv4}}}}")
 }
 

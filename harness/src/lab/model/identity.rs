@@ -20,7 +20,7 @@ pub fn expected(compiled: &LabModel, read: &LabModel) -> Result<LabModel, String
 
 /// Fills `{{pod:<pod>:ipv4}}` in compiled nftables tables with the IPv4
 /// address the read pod has on `eth0`.
-pub fn bind_pod_addresses(compiled: &mut LabModel, read: &LabModel) -> Result<(), String> {
+pub(crate) fn bind_pod_addresses(compiled: &mut LabModel, read: &LabModel) -> Result<(), String> {
     let addresses: BTreeMap<String, IpAddr> = read
         .nodes
         .iter()

@@ -66,7 +66,7 @@ pub fn layout_of(lab: &super::super::build::Lab) -> Layout<'_> {
 
 /// The model of the standing lab `name` (`cnilab lab up --name`), read from
 /// its namespaces under `/run/netns` (opened for reading, never removed).
-pub fn standing(name: &str) -> Result<LabModel, super::super::LabError> {
+pub(crate) fn standing(name: &str) -> Result<LabModel, super::super::LabError> {
     use super::super::LabError;
     let state = super::super::state::load_state(name)?;
     let open = |ns: &str| {

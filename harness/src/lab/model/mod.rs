@@ -58,7 +58,7 @@
 //! compiled node exactly. What an agent makes (`routing = "agent"`: routes
 //! of protocol 199) is compiled like the builder's, since the agent is a
 //! step of building; the agent's own table `inet cnilab_agent` is the
-//! agent's and must only be present.
+//! agent's (the root test checks only that every node has it).
 //!
 //! # How `apply` will take a model (the next step)
 //! Apply walks a [`LabModel`] in the order the kernel needs: every
@@ -159,7 +159,7 @@ pub enum LinkKind {
 
 impl LinkKind {
     /// From netlink's `IFLA_INFO_KIND` (`None`: a plain device).
-    pub fn from_kind(kind: Option<&str>, name: &str) -> LinkKind {
+    pub(crate) fn from_kind(kind: Option<&str>, name: &str) -> LinkKind {
         match kind {
             None if name == "lo" => LinkKind::Loopback,
             None => LinkKind::Device,
@@ -215,7 +215,7 @@ pub struct Link {
 
 impl Link {
     /// A link with only its name, kind and admin state.
-    pub fn new(name: &str, kind: LinkKind, up: bool) -> Link {
+    pub(crate) fn new(name: &str, kind: LinkKind, up: bool) -> Link {
         Link {
             name: name.to_string(),
             kind,
@@ -391,18 +391,18 @@ pub struct Qdisc {
 }
 
 impl Namespace {
-    pub fn new(name: &str) -> Namespace {
+    pub(crate) fn new(name: &str) -> Namespace {
         Namespace {
             name: name.to_string(),
             ..Namespace::default()
         }
     }
 
-    pub fn link(&self, name: &str) -> Option<&Link> {
+    pub(crate) fn link(&self, name: &str) -> Option<&Link> {
         self.links.iter().find(|l| l.name == name)
     }
 
-    pub fn link_mut(&mut self, name: &str) -> Option<&mut Link> {
+    pub(crate) fn link_mut(&mut self, name: &str) -> Option<&mut Link> {
         self.links.iter_mut().find(|l| l.name == name)
     }
 }
@@ -417,7 +417,7 @@ impl LabModel {
         )
     }
 
-    pub fn namespaces_mut(&mut self) -> impl Iterator<Item = &mut Namespace> {
+    pub(crate) fn namespaces_mut(&mut self) -> impl Iterator<Item = &mut Namespace> {
         self.underlay.iter_mut().chain(
             self.nodes
                 .iter_mut()
@@ -427,7 +427,7 @@ impl LabModel {
 
     /// Orders every list the same way, so that two models compare by
     /// content, not by the order the kernel or the compiler listed things.
-    pub fn sort(&mut self) {
+    pub(crate) fn sort(&mut self) {
         self.underlay.sort_by(|a, b| a.name.cmp(&b.name));
         self.nodes.sort_by(|a, b| a.net.name.cmp(&b.net.name));
         for node in &mut self.nodes {

@@ -27,7 +27,8 @@ use std::fs::File;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 
-pub use super::layout::{layout_of, standing, Layout, NodeLayout};
+pub(crate) use super::layout::standing;
+pub use super::layout::{layout_of, Layout, NodeLayout};
 
 const NUD_NOARP: u16 = 0x40;
 const NUD_PERMANENT: u16 = 0x80;
@@ -672,7 +673,7 @@ fn tables_of(ruleset: &str) -> Vec<NftTable> {
 /// Replaces each nftables table's text in `model` by what nft itself
 /// prints after loading it into a throwaway namespace (how the kernel will
 /// hold it), so a compiled table compares with a read one.
-pub fn canonical_nft(model: &mut LabModel) -> Result<(), String> {
+pub(crate) fn canonical_nft(model: &mut LabModel) -> Result<(), String> {
     for ns in model.namespaces_mut() {
         for table in &mut ns.nftables {
             let scratch = crate::netns::Netns::with_label("nftcanon").map_err(|e| e.to_string())?;

@@ -5,7 +5,7 @@ use super::{LabModel, Link, Namespace, Route};
 use std::fmt::Write as _;
 
 impl LabModel {
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let mut out = format!(
             "lab {} (schemaVersion {})\n",
             self.name, self.schema_version
