@@ -191,3 +191,167 @@ fn lab_show_prints_the_model_of_a_standing_lab() {
         all(&missing)
     );
 }
+
+/// Runs `program ARGS` inside `ns` and fails the test if it fails.
+fn run_in(ns: &cnilab_net::netns::Netns, program: &str, args: &[&str]) {
+    let out = ns.command(program).args(args).output().expect("runs");
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The reader holds what real nodes have, beyond what the lab builds:
+/// Calico's /32 routes to a veth with proxy ARP and a blackhole aggregate,
+/// flannel's VXLAN device with an all-zeros FDB entry, a multipath route, a
+/// policy rule with its table, a permanent neighbour, NOARP, a qdisc and a
+/// kube-proxy-style iptables-nft chain. (`dummy0` is a veth: the dummy
+/// driver is not in every kernel.)
+#[test]
+fn the_reader_holds_what_calico_and_flannel_nodes_have() {
+    let _host = host_untouched();
+    require_root();
+    let ns = cnilab_net::netns::Netns::with_label("model-read").expect("netns");
+    for line in [
+        "link add dummy0 type veth peer name dummy0p",
+        "link set dummy0p up",
+        "link set dummy0 arp off up",
+        "addr add 192.0.2.1/24 dev dummy0",
+        "link add cali1 type veth peer name cali1p",
+        "link set cali1 up",
+        "route add 10.0.0.5/32 dev cali1 scope link",
+        "route add blackhole 10.0.0.0/26 proto bird",
+        "route add 198.51.100.0/24 nexthop via 192.0.2.2 weight 1 nexthop via 192.0.2.3 weight 2",
+        "route add default via 192.0.2.254 table 100",
+        "rule add fwmark 0x4000/0x4000 lookup 100 pref 1000",
+        "neigh add 192.0.2.9 lladdr 02:00:00:00:00:09 dev dummy0 nud permanent",
+        "link add flannel.1 type vxlan id 1 local 192.0.2.1 dev dummy0 dstport 8472 nolearning",
+        "link set flannel.1 up",
+    ] {
+        let args: Vec<&str> = line.split(' ').collect();
+        run_in(&ns, "ip", &args);
+    }
+    run_in(
+        &ns,
+        "bridge",
+        &[
+            "fdb",
+            "append",
+            "00:00:00:00:00:00",
+            "dev",
+            "flannel.1",
+            "dst",
+            "192.0.2.7",
+        ],
+    );
+    run_in(
+        &ns,
+        "tc",
+        &[
+            "qdisc", "add", "dev", "dummy0", "root", "handle", "1:", "pfifo",
+        ],
+    );
+    run_in(&ns, "nft", &["add table ip filter; add chain ip filter FORWARD { type filter hook forward priority 0; policy drop; }; add rule ip filter FORWARD ct state established accept"]);
+    cnilab_net::netns::write_sysctl(Some(ns.file()), "net/ipv4/conf/cali1/proxy_arp", "1")
+        .expect("proxy_arp");
+
+    let node = read::namespace_at(ns.path(), "node").expect("read");
+    let shown = serde_json::to_string(&node).expect("json");
+    let link = |name: &str| {
+        node.links
+            .iter()
+            .find(|l| l.name == name)
+            .unwrap_or_else(|| panic!("no link {name} in {shown}"))
+    };
+    let dummy0 = serde_json::to_value(link("dummy0")).expect("json");
+    assert_eq!(dummy0["kind"], "veth");
+    assert_eq!(dummy0["flags"], serde_json::json!(["noarp"]));
+    assert_eq!(dummy0["addresses"], serde_json::json!(["192.0.2.1/24"]));
+    let cali1 = link("cali1").veth.clone().expect("veth peer");
+    assert_eq!(
+        (cali1.namespace.as_deref(), cali1.name.as_str()),
+        (Some("node"), "cali1p")
+    );
+    let vx = link("flannel.1").vxlan.clone().expect("vxlan");
+    assert_eq!(
+        (vx.vni, vx.port, vx.learning, vx.dev.as_deref(), vx.local),
+        (
+            1,
+            8472,
+            false,
+            Some("dummy0"),
+            Some("192.0.2.1".parse().expect("ip"))
+        )
+    );
+    let routes = serde_json::to_value(&node.routes)
+        .expect("json")
+        .to_string();
+    for needle in [
+        r#""dev":"cali1","dst":"10.0.0.5/32""#,
+        r#""proto":"bird","scope":"universe","table":254,"type":"blackhole""#,
+        r#""nexthops":[{"dev":"dummy0","gateway":"192.0.2.2","weight":1},{"dev":"dummy0","gateway":"192.0.2.3","weight":2}]"#,
+        r#""dst":"0.0.0.0/0","gateway":"192.0.2.254""#,
+    ] {
+        assert!(routes.contains(needle), "{needle} not in {routes}");
+    }
+    assert!(
+        node.routes.iter().any(|r| r.table == 100),
+        "table 100: {routes}"
+    );
+    assert!(
+        node.routes.iter().all(|r| r.proto != "kernel"),
+        "kernel routes are left out: {routes}"
+    );
+    let rule = node
+        .rules
+        .iter()
+        .find(|r| r.priority == 1000)
+        .expect("rule 1000");
+    assert_eq!(
+        (rule.fwmark, rule.fwmask, rule.table, rule.action.as_str()),
+        (Some(0x4000), Some(0x4000), 100, "lookup")
+    );
+    assert_eq!(
+        node.rules.len(),
+        1,
+        "the kernel's default rules are left out: {shown}"
+    );
+    assert!(
+        node.neighbours
+            .iter()
+            .any(|n| n.addr.to_string() == "192.0.2.9"
+                && n.mac.as_deref() == Some("02:00:00:00:00:09")
+                && n.state == "permanent"),
+        "{shown}"
+    );
+    assert!(
+        node.fdb.iter().any(|f| f.dev == "flannel.1"
+            && f.mac == "00:00:00:00:00:00"
+            && f.dst.map(|d| d.to_string()).as_deref() == Some("192.0.2.7")),
+        "{shown}"
+    );
+    assert!(
+        node.qdiscs.iter().any(|q| q.dev == "dummy0"
+            && q.kind == "pfifo"
+            && q.handle == "1:"
+            && q.parent == "root"),
+        "{shown}"
+    );
+    let filter = node
+        .nftables
+        .iter()
+        .find(|t| t.family == "ip" && t.name == "filter")
+        .expect("ip filter");
+    assert!(
+        filter.text.contains("ct state established accept"),
+        "{}",
+        filter.text
+    );
+    assert_eq!(
+        node.sysctls
+            .get("net/ipv4/conf/cali1/proxy_arp")
+            .map(String::as_str),
+        Some("1")
+    );
+}

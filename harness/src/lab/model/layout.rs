@@ -112,3 +112,20 @@ pub(crate) fn standing(name: &str) -> Result<LabModel, super::super::LabError> {
     };
     super::read::read(&layout).map_err(LabError::Setup)
 }
+
+/// One namespace by path (`/run/netns/<name>`, `/proc/<pid>/ns/net`), read
+/// as a model namespace called `role` (a veth peer elsewhere shows as
+/// `netnsid N`).
+pub fn namespace_at(path: &std::path::Path, role: &str) -> Result<super::Namespace, String> {
+    let file = plugin_netns::open_network_namespace(path).map_err(|e| e.to_string())?;
+    let layout = Layout {
+        name: role.to_string(),
+        underlay: vec![(role.to_string(), &file)],
+        nodes: Vec::new(),
+    };
+    let mut model = super::read::read(&layout)?;
+    model
+        .underlay
+        .pop()
+        .ok_or_else(|| format!("{}: nothing read", path.display()))
+}

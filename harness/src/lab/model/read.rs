@@ -28,7 +28,7 @@ use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 
 pub(crate) use super::layout::standing;
-pub use super::layout::{layout_of, Layout, NodeLayout};
+pub use super::layout::{layout_of, namespace_at, Layout, NodeLayout};
 
 const NUD_NOARP: u16 = 0x40;
 const NUD_PERMANENT: u16 = 0x80;
@@ -212,7 +212,13 @@ async fn read_netlink(
             });
         }
     }
-    let own_macs: Vec<String> = links.iter().filter_map(|l| l.link.mac.clone()).collect();
+    // `lo`'s all-zeros address is no own address: a VXLAN device's
+    // default-destination entry uses it.
+    let own_macs: Vec<String> = links
+        .iter()
+        .filter(|l| l.link.kind != LinkKind::Loopback)
+        .filter_map(|l| l.link.mac.clone())
+        .collect();
     ns.fdb = read_fdb(&h, &name_of, &own_macs).await?;
     ns.qdiscs = read_qdiscs(&h, &name_of).await?;
     Ok((ns, links))
@@ -615,26 +621,28 @@ fn read_sysctls(links: &[String]) -> BTreeMap<String, String> {
     .iter()
     .map(|k| k.to_string())
     .collect();
-    for conf in ["all", "default"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain(links.iter().cloned())
-    {
-        for key in [
-            "forwarding",
-            "rp_filter",
-            "proxy_arp",
-            "arp_ignore",
-            "arp_announce",
-            "arp_notify",
-            "accept_local",
-            "route_localnet",
-        ] {
-            keys.push(format!("net/ipv4/conf/{conf}/{key}"));
-        }
-        for key in ["forwarding", "disable_ipv6", "accept_dad"] {
-            keys.push(format!("net/ipv6/conf/{conf}/{key}"));
-        }
+    const V4: &[&str] = &[
+        "forwarding",
+        "rp_filter",
+        "proxy_arp",
+        "arp_ignore",
+        "arp_announce",
+        "arp_notify",
+        "accept_local",
+        "route_localnet",
+    ];
+    const V6: &[&str] = &["forwarding", "disable_ipv6", "accept_dad"];
+    // Per link, the ones that differ between links on real nodes (Calico:
+    // proxy_arp and forwarding on each cali* veth).
+    const V4_LINK: &[&str] = &["forwarding", "rp_filter", "proxy_arp", "route_localnet"];
+    const V6_LINK: &[&str] = &["forwarding", "disable_ipv6"];
+    let confs = ["all", "default"]
+        .into_iter()
+        .map(|c| (c, V4, V6))
+        .chain(links.iter().map(|l| (l.as_str(), V4_LINK, V6_LINK)));
+    for (conf, v4, v6) in confs {
+        keys.extend(v4.iter().map(|k| format!("net/ipv4/conf/{conf}/{k}")));
+        keys.extend(v6.iter().map(|k| format!("net/ipv6/conf/{conf}/{k}")));
     }
     keys.into_iter()
         .filter_map(|k| {
