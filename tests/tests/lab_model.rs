@@ -10,6 +10,7 @@
 use cnilab_harness::lab::build::Lab;
 use cnilab_harness::lab::cri::RuntimeKind;
 use cnilab_harness::lab::model::{compile, identity, read};
+use cnilab_harness::lab::underlay::{apply_flags, Shape};
 use cnilab_harness::lab::{Topology, UpOptions};
 use cnilab_tests::{host_untouched, require_root, workspace_bin};
 use rstest::rstest;
@@ -51,12 +52,32 @@ fn a_containerd_lab_reads_back_as_its_compiled_model(
     identity_of(&path, RuntimeKind::Containerd);
 }
 
+/// `--nodes/--shape/--vxlan/--service` make the same `Topology` as a file,
+/// and the same identity holds for it.
+#[rstest]
+#[case::routed_vxlan_service(3, Some(Shape::Routed), true, true)]
+#[case::nat_static(2, Some(Shape::Nat), false, false)]
+#[case::l2_service(2, None, false, true)]
+fn a_lab_from_flags_reads_back_as_its_compiled_model(
+    #[case] nodes: usize,
+    #[case] shape: Option<Shape>,
+    #[case] vxlan: bool,
+    #[case] service: bool,
+) {
+    let mut topo = Topology::generated(nodes, 2).expect("topology");
+    apply_flags(&mut topo, shape, vxlan, service).expect("flags");
+    identity(topo, RuntimeKind::Direct);
+}
+
 /// Builds the lab of `path`, reads it and compares it with its compiled
 /// model; prints how long building and reading took.
 fn identity_of(path: &std::path::Path, runtime: RuntimeKind) {
+    identity(Topology::load(path).expect("topology"), runtime);
+}
+
+fn identity(topo: Topology, runtime: RuntimeKind) {
     let _host = host_untouched();
     require_root();
-    let topo = Topology::load(path).expect("topology");
     let compiled = compile::compile(&topo).expect("compiles");
     let run = tempfile::tempdir().expect("run dir");
     let started = Instant::now();
@@ -82,15 +103,15 @@ fn identity_of(path: &std::path::Path, runtime: RuntimeKind) {
             .collect(),
         None => Vec::new(),
     };
-    let name = path.file_name().map(|f| f.to_string_lossy().into_owned());
+    let name = topo.name.clone();
     eprintln!(
-        "{name:?} ({runtime:?}): built in {built:?}, read {} namespaces in {read_took:?}",
+        "{name} ({runtime:?}): built in {built:?}, read {} namespaces in {read_took:?}",
         model.namespaces().count()
     );
     lab.down();
     assert!(
         differences.is_empty(),
-        "{name:?}: read(build(t)) differs from compile(t):\n{}",
+        "{name}: read(build(t)) differs from compile(t):\n{}",
         differences.join("\n")
     );
     assert!(
