@@ -42,7 +42,9 @@ pub(crate) fn pod_placeholder(pod: &str) -> String {
     format!("{{{{pod:{pod}:ipv4}}}}")
 }
 
-/// The model of the lab `Lab::up` builds from `topo` (direct runtime).
+/// The model of the lab `Lab::up` builds from `topo`, with either runtime
+/// (the pod's `lo` is brought up by the lab, or by containerd; the rest of a
+/// pod is the plugin's).
 pub fn compile(topo: &Topology) -> Result<LabModel, LabError> {
     let mut switch = Namespace::new(SWITCH);
     switch.links.push(lo(false));
