@@ -110,6 +110,7 @@ fn output_flag_is_the_same_everywhere() {
         "lab run",
         "lab check",
         "lab status",
+        "lab show",
         "lab up",
         "scenario list",
         "scenario run",

@@ -220,6 +220,39 @@ fn firewall_text(ns: &Netns) -> Vec<String> {
     out
 }
 
+/// One table of `nft list ruleset` text: `(family, name, text)`, the text
+/// being the table's lines normalized as in [`HostNetwork`] (trimmed, no
+/// counters, no expiry times), one per line.
+pub fn nft_tables(ruleset: &str) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    let mut current: Option<(String, String, Vec<String>)> = None;
+    for line in ruleset.lines() {
+        if let Some(head) = line.strip_prefix("table ") {
+            let mut words = head.trim_end_matches('{').split_whitespace();
+            let (family, name) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+            current = Some((
+                family.to_string(),
+                name.to_string(),
+                vec![line.trim().to_string()],
+            ));
+            continue;
+        }
+        let Some((_, _, lines)) = current.as_mut() else {
+            continue;
+        };
+        let t = line.trim();
+        if !t.is_empty() && !t.starts_with('#') {
+            lines.push(normalize_firewall_line(t));
+        }
+        if line == "}" {
+            if let Some((family, name, lines)) = current.take() {
+                out.push((family, name, lines.join("\n")));
+            }
+        }
+    }
+    out
+}
+
 fn normalize_firewall_line(line: &str) -> String {
     let mut words = Vec::new();
     let mut skip = 0;
@@ -464,6 +497,22 @@ mod tests {
                 "inet t set pods4 element 10.0.0.2",
                 "inet t set pods4 element 10.0.0.3",
                 "inet t set pods4 element 10.0.0.4",
+            ]
+        );
+    }
+
+    #[test]
+    fn nft_tables_split_a_ruleset_and_drop_counters() {
+        let text = "table ip a {\n\tchain c {\n\t\tcounter packets 3 bytes 9 accept\n\t}\n}\ntable inet b {\n}\n";
+        assert_eq!(
+            nft_tables(text),
+            vec![
+                (
+                    "ip".into(),
+                    "a".into(),
+                    "table ip a {\nchain c {\ncounter accept\n}\n}".into()
+                ),
+                ("inet".into(), "b".into(), "table inet b {\n}".into()),
             ]
         );
     }

@@ -169,6 +169,20 @@ pub enum LabCmd {
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// Print a standing lab's network as read from its namespaces: links,
+    /// addresses, routes, rules, neighbours, FDB, nftables tables, sysctls
+    /// (the lab model; `-o json` for the model itself).
+    #[command(after_help = concat!("Examples:\n  \
+        cnilab lab show --name demo\n  \
+        cnilab lab show --name demo -o json\n\n",
+        crate::exit_codes_help!()))]
+    Show {
+        /// Lab name.
+        #[arg(long, default_value = "default")]
+        name: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
     /// Remove a standing lab.
     #[command(after_help = concat!("Examples:\n  \
         cnilab lab down --name demo\n\n",
@@ -205,7 +219,21 @@ impl Lab {
             ),
             LabCmd::Check { name, output } => lab::check(&name, &output.only, &output.outputs()),
             LabCmd::Status { name, output } => lab::status(name.as_deref(), output.output),
+            LabCmd::Show { name, output } => show(&name, output.output),
             LabCmd::Down { name } => lab::down(&name),
         }
     }
+}
+
+/// `cnilab lab show`: the standing lab read back into the lab model.
+fn show(name: &str, format: crate::report::Format) -> CliResult {
+    let model = crate::lab::model::read::standing(name)?;
+    if format == crate::report::Format::Table {
+        print!("{}", model.to_text());
+    } else {
+        // The model is its own document (versioned by its own
+        // `schemaVersion`; captures will be files of it), not a report.
+        println!("{}", serde_json::to_string_pretty(&model)?);
+    }
+    Ok(std::process::ExitCode::SUCCESS)
 }

@@ -14,7 +14,9 @@
 //! warnings), [`scenario`], [`state`] and [`pidfile`] (standing labs),
 //! [`sweep`], [`commands`] (what the CLI runs); underlay shapes (routed,
 //! NAT) in [`underlay`], the VXLAN overlay in [`vxlan`], kube-proxy-like
-//! Services in [`services`], their scenario faults in [`shape_faults`]. Pods are attached by
+//! Services in [`services`], their scenario faults in [`shape_faults`]; the
+//! lab as data in [`model`] (a topology compiled into the model of what the
+//! builder makes, live namespaces read back into it, the two compared). Pods are attached by
 //! executing the plugin (`direct`) or, with `--runtime containerd`, through
 //! the CRI of a containerd per node ([`cri`]).
 
@@ -24,6 +26,7 @@ pub mod commands;
 pub mod cri;
 pub mod diagnose;
 pub mod diagnose_path;
+pub mod model;
 pub mod neighbours;
 pub mod pidfile;
 pub mod probe;

@@ -118,13 +118,26 @@ fn pinned_ip(spec: &ServiceSpec, i: usize) -> IpAddr {
 /// The ruleset of one node. `hairpin_masquerade = false` leaves out the
 /// rule that marks a backend's traffic to itself for masquerade.
 pub fn ruleset(lab: &Lab, hairpin_masquerade: bool) -> String {
-    let Some(spec) = lab.topo.service.clone() else {
+    let Some(spec) = &lab.topo.service else {
         return String::new();
     };
-    let backends = backends(lab);
+    let backends: Vec<(usize, String, String)> = backends(lab)
+        .into_iter()
+        .map(|(i, ip)| (i, lab.nodes[i].spec.name.clone(), ip.to_string()))
+        .collect();
+    ruleset_for(spec, &backends, hairpin_masquerade)
+}
+
+/// [`ruleset`] for backends `(node index, node name, address)`: pure, so
+/// that the lab model compiles the same table (`lab/model/compile.rs`).
+pub(crate) fn ruleset_for(
+    spec: &ServiceSpec,
+    backends: &[(usize, String, String)],
+    hairpin_masquerade: bool,
+) -> String {
     let mut chains = String::new();
     let mut map: Vec<String> = Vec::new();
-    let endpoint = |chains: &mut String, name: &str, ip: IpAddr| {
+    let endpoint = |chains: &mut String, name: &str, ip: &str| {
         let _ = writeln!(chains, "  chain {name} {{");
         if hairpin_masquerade {
             let _ = writeln!(chains, "    ip saddr {ip} jump mark-for-masquerade");
@@ -137,9 +150,9 @@ pub fn ruleset(lab: &Lab, hairpin_masquerade: bool) -> String {
     // web: every backend, picked at random.
     let web = IpAddr::V4(spec.cluster_ip);
     let mut vmap = Vec::new();
-    for (k, (i, ip)) in backends.iter().enumerate() {
-        let name = format!("endpoint-web-{}", lab.nodes[*i].spec.name);
-        endpoint(&mut chains, &name, *ip);
+    for (k, (_, node, ip)) in backends.iter().enumerate() {
+        let name = format!("endpoint-web-{node}");
+        endpoint(&mut chains, &name, ip);
         vmap.push(format!("{k} : goto {name}"));
     }
     if !vmap.is_empty() {
@@ -154,10 +167,9 @@ pub fn ruleset(lab: &Lab, hairpin_masquerade: bool) -> String {
         }
     }
     // web-<node>: one endpoint each.
-    for (i, ip) in &backends {
-        let node = &lab.nodes[*i].spec.name;
+    for (i, node, ip) in backends {
         let name = format!("endpoint-web-{node}-pinned");
-        endpoint(&mut chains, &name, *ip);
+        endpoint(&mut chains, &name, ip);
         let _ = writeln!(
             chains,
             "  chain service-web-{node} {{\n    goto {name}\n  }}"
@@ -165,7 +177,7 @@ pub fn ruleset(lab: &Lab, hairpin_masquerade: bool) -> String {
         for proto in ["tcp", "udp"] {
             map.push(format!(
                 "{} . {proto} . {PORT} : goto service-web-{node}",
-                pinned_ip(&spec, *i)
+                pinned_ip(spec, *i)
             ));
         }
     }

@@ -47,6 +47,8 @@ pub const NAT_GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
 pub fn nat_network() -> IpNet {
     IpNet::V4(Ipv4Net::new(Ipv4Addr::new(10, 0, 2, 0), 24).unwrap_or_default())
 }
+/// VirtualBox's NAT engine in a node's NAT namespace.
+pub(crate) const NAT_RULESET: &str = "table ip vbox_nat {\n  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n    ip saddr 10.0.2.0/24 masquerade\n  }\n}\n";
 /// The node's NAT interface.
 pub const NAT_LINK: &str = "eth1";
 /// Prefix length of one subnet of a routed underlay.
@@ -154,7 +156,7 @@ pub fn node_prefix(topo: &Topology) -> u8 {
 }
 
 /// The name of the bridge of `addr`'s subnet in the switch namespace.
-fn rack_name(topo: &Topology, addr: IpAddr) -> String {
+pub(crate) fn rack_name(topo: &Topology, addr: IpAddr) -> String {
     let (IpAddr::V4(a), IpAddr::V4(base)) = (addr, topo.underlay.network()) else {
         return "underlay".into();
     };
@@ -362,10 +364,7 @@ fn attach_nat(lab: &mut Lab, i: usize) -> Result<(), LabError> {
         nl::set_up(&h, link.index).await
     })?;
     // VirtualBox's NAT engine: the VM's traffic leaves masqueraded.
-    super::build::nft(
-        &nat,
-        "table ip vbox_nat {\n  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n    ip saddr 10.0.2.0/24 masquerade\n  }\n}\n",
-    )?;
+    super::build::nft(&nat, NAT_RULESET)?;
     lab.extra.push(nat);
     default_route(&lab.nodes[i].ns, IpAddr::V4(NAT_GATEWAY), &name)
 }

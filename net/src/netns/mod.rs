@@ -130,6 +130,33 @@ pub fn connect_on(
     Ok(handle)
 }
 
+/// Runs an async netlink job against the namespace `ns` on a dedicated
+/// thread with its own current-thread tokio runtime (the connection is made
+/// inside `ns`), so it is safe to call from anywhere, including from inside
+/// another tokio runtime. The error says what failed.
+pub fn netlink_job<F, Fut, R>(ns: &File, job: F) -> Result<R, String>
+where
+    F: FnOnce(rtnetlink::Handle) -> Fut + Send,
+    Fut: std::future::Future<Output = Result<R, rtnetlink::Error>>,
+    R: Send,
+{
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("tokio runtime: {e}"))?;
+                rt.block_on(async {
+                    let handle = connect(Some(ns)).map_err(|e| format!("connect: {e}"))?;
+                    job(handle).await.map_err(|e| e.to_string())
+                })
+            })
+            .join()
+            .map_err(|_| "netlink thread panicked".to_string())?
+    })
+}
+
 /// Starts `cmd` inside the namespace `ns`: the process is spawned from a
 /// short-lived thread that entered `ns`, and a child starts in its parent
 /// thread's namespace. Unlike [`command_in`] this needs no `pre_exec` hook,

@@ -328,27 +328,9 @@ impl Netns {
         Fut: Future<Output = Result<R, rtnetlink::Error>>,
         R: Send,
     {
-        let name = self.name.clone();
-        let file = &self.file;
-        let fail = |reason: String| NetnsError::Netlink {
-            name: name.clone(),
+        plugin_netns::netlink_job(&self.file, job).map_err(|reason| NetnsError::Netlink {
+            name: self.name.clone(),
             reason,
-        };
-        std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .map_err(|e| fail(format!("tokio runtime: {e}")))?;
-                    rt.block_on(async {
-                        let handle = plugin_netns::connect(Some(file))
-                            .map_err(|e| fail(format!("connect: {e}")))?;
-                        job(handle).await.map_err(|e| fail(e.to_string()))
-                    })
-                })
-                .join()
-                .map_err(|_| fail("netlink thread panicked".into()))?
         })
     }
 

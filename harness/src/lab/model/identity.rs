@@ -1,0 +1,437 @@
+//! `read(build(t)) == compile(t)`: what the plugin made is checked by its
+//! structure and taken out, the read model is normalised against the
+//! compiled one (see the rules in `model/mod.rs`), and every difference is
+//! named: namespace, object, field, compiled value, read value.
+
+use super::{LabModel, Link, LinkKind, Namespace};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+/// The compiled model ready to compare with `read`: its pod placeholders
+/// bound to the addresses the plugin gave, its nftables tables as nft
+/// prints them (root: loads each into a throwaway namespace).
+pub fn expected(compiled: &LabModel, read: &LabModel) -> Result<LabModel, String> {
+    let mut expected = compiled.clone();
+    bind_pod_addresses(&mut expected, read)?;
+    super::read::canonical_nft(&mut expected)?;
+    Ok(expected)
+}
+
+/// Fills `{{pod:<pod>:ipv4}}` in compiled nftables tables with the IPv4
+/// address the read pod has on `eth0`.
+pub(crate) fn bind_pod_addresses(compiled: &mut LabModel, read: &LabModel) -> Result<(), String> {
+    let addresses: BTreeMap<String, IpAddr> = read
+        .nodes
+        .iter()
+        .flat_map(|n| n.pods.iter())
+        .filter_map(|p| {
+            let ip = p
+                .link("eth0")?
+                .addresses
+                .iter()
+                .find(|a| a.addr().is_ipv4())?
+                .addr();
+            Some((p.name.clone(), ip))
+        })
+        .collect();
+    for ns in compiled.namespaces_mut() {
+        for table in &mut ns.nftables {
+            while let Some(start) = table.text.find("{{pod:") {
+                let end = table.text[start..]
+                    .find("}}")
+                    .map(|e| start + e + 2)
+                    .ok_or_else(|| format!("{}: an unclosed placeholder", ns.name))?;
+                let inner = &table.text[start + 6..end - 2];
+                let pod = inner.trim_end_matches(":ipv4");
+                let ip = addresses
+                    .get(pod)
+                    .ok_or_else(|| format!("{}: pod {pod} has no IPv4 address on eth0", ns.name))?;
+                table.text.replace_range(start..end, &ip.to_string());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every difference between `expected` and `read` (empty: identical).
+pub fn differences(expected: &LabModel, read: &LabModel) -> Vec<String> {
+    let mut read = read.clone();
+    let mut out = plugin_part(&mut read);
+    normalise(&mut read, expected);
+    let e: BTreeMap<&str, &Namespace> = expected
+        .namespaces()
+        .map(|n| (n.name.as_str(), n))
+        .collect();
+    let r: BTreeMap<&str, &Namespace> = read.namespaces().map(|n| (n.name.as_str(), n)).collect();
+    for (name, ns) in &e {
+        match r.get(name) {
+            Some(got) => namespace(ns, got, &mut out),
+            None => out.push(format!("{name}: namespace missing")),
+        }
+    }
+    for name in r.keys().filter(|n| !e.contains_key(*n)) {
+        out.push(format!("{name}: a namespace that was not compiled"));
+    }
+    out
+}
+
+/// Checks the plugin-made part of every node and pod by its structure,
+/// then removes it from `read`. Returns what breaks the structure.
+fn plugin_part(read: &mut LabModel) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut seen: BTreeMap<IpAddr, String> = BTreeMap::new();
+    for node in &mut read.nodes {
+        let mut host_links: BTreeSet<String> = BTreeSet::new();
+        for pod in &mut node.pods {
+            let what = |m: String| format!("{}: {m}", pod.name);
+            let others: Vec<&Link> = pod.links.iter().filter(|l| l.name != "lo").collect();
+            let [eth0] = others.as_slice() else {
+                let names: Vec<&str> = others.iter().map(|l| l.name.as_str()).collect();
+                out.push(what(format!(
+                    "pod links besides lo are {names:?}, not [\"eth0\"]"
+                )));
+                continue;
+            };
+            let peer = eth0.veth.as_ref();
+            if eth0.name != "eth0" || eth0.kind != LinkKind::Veth {
+                out.push(what(format!(
+                    "pod link {} is a {:?}, not veth eth0",
+                    eth0.name, eth0.kind
+                )));
+            }
+            match peer {
+                Some(p) if p.namespace.as_deref() == Some(node.net.name.as_str()) => {
+                    match node.net.link(&p.name) {
+                        Some(host) if host.up && host.kind == LinkKind::Veth => {
+                            host_links.insert(p.name.clone());
+                        }
+                        Some(_) => {
+                            out.push(what(format!("host link {} is not an up veth", p.name)))
+                        }
+                        None => out.push(what(format!(
+                            "{} has no host link {}",
+                            node.net.name, p.name
+                        ))),
+                    }
+                }
+                _ => out.push(what(format!(
+                    "eth0's peer {peer:?} is not in node {}",
+                    node.net.name
+                ))),
+            }
+            for cidr in &node.pod_cidrs {
+                let inside = eth0
+                    .addresses
+                    .iter()
+                    .filter(|a| cidr.contains(&a.addr()))
+                    .count();
+                if inside != 1 {
+                    out.push(what(format!(
+                        "{inside} addresses in pod CIDR {cidr} on eth0, not 1"
+                    )));
+                }
+            }
+            for a in &eth0.addresses {
+                if !node.pod_cidrs.iter().any(|c| c.contains(&a.addr())) {
+                    out.push(what(format!("address {a} is outside the node's pod CIDRs")));
+                }
+                if let Some(other) = seen.insert(a.addr(), pod.name.clone()) {
+                    out.push(what(format!("address {} is also {other}'s", a.addr())));
+                }
+            }
+            let keep = |l: &Link| l.name == "lo";
+            pod.links.retain(keep);
+            pod.routes.clear();
+            pod.neighbours.clear();
+            pod.fdb.clear();
+            pod.nftables.clear();
+            pod.qdiscs.clear();
+        }
+        // The plugin's bridge (or none, as with ptp): the hosts' controller.
+        let controllers: BTreeSet<String> = node
+            .net
+            .links
+            .iter()
+            .filter(|l| host_links.contains(&l.name))
+            .filter_map(|l| l.controller.clone())
+            .collect();
+        let ns = &mut node.net;
+        let plugin = |name: &str| host_links.contains(name) || controllers.contains(name);
+        ns.links.retain(|l| !plugin(&l.name));
+        ns.routes.retain(|r| !r.dev.as_deref().is_some_and(plugin));
+        ns.neighbours.retain(|n| !plugin(&n.dev));
+        ns.fdb.retain(|f| !plugin(&f.dev));
+        ns.qdiscs.retain(|q| !plugin(&q.dev));
+    }
+    out
+}
+
+/// The normalisation rules of `model/mod.rs`, applied to a read model.
+fn normalise(read: &mut LabModel, expected: &LabModel) {
+    let compiled: BTreeMap<&str, &Namespace> = expected
+        .namespaces()
+        .map(|n| (n.name.as_str(), n))
+        .collect();
+    let kernel_mac = |ns: &str, link: &str| {
+        compiled
+            .get(ns)
+            .and_then(|n| n.link(link))
+            .is_some_and(|l| l.mac.is_none())
+    };
+    let mut refs: BTreeMap<String, String> = BTreeMap::new();
+    for ns in read.namespaces() {
+        for l in &ns.links {
+            if let Some(mac) = &l.mac {
+                if kernel_mac(&ns.name, &l.name) && l.kind != LinkKind::Loopback {
+                    refs.insert(mac.clone(), format!("@{}/{}", ns.name, l.name));
+                }
+            }
+        }
+    }
+    for ns in read.namespaces_mut() {
+        let names_kept = compiled.get(ns.name.as_str()).map(|c| c.sysctls.clone());
+        for n in &mut ns.neighbours {
+            if let Some(r) = n.mac.as_ref().and_then(|m| refs.get(m)) {
+                n.mac = Some(r.clone());
+            }
+        }
+        for f in &mut ns.fdb {
+            if let Some(r) = refs.get(&f.mac) {
+                f.mac = r.clone();
+            }
+        }
+        for l in &mut ns.links {
+            if kernel_mac(&ns.name, &l.name) {
+                l.mac = None;
+            }
+            if let Some(p) = l.port.as_mut() {
+                p.state = None;
+            }
+        }
+        if let Some(kept) = names_kept {
+            ns.sysctls.retain(|k, _| kept.contains_key(k));
+        }
+        // The plugin's and the agent's own tables are not the builder's.
+        if let Some(c) = compiled.get(ns.name.as_str()) {
+            ns.nftables.retain(|t| {
+                c.nftables
+                    .iter()
+                    .any(|e| e.family == t.family && e.name == t.name)
+            });
+        }
+    }
+}
+
+fn namespace(e: &Namespace, r: &Namespace, out: &mut Vec<String>) {
+    let ns = &e.name;
+    let links = |n: &Namespace| -> BTreeMap<String, serde_json::Value> {
+        n.links.iter().map(|l| (l.name.clone(), json(l))).collect()
+    };
+    keyed(ns, "link", &links(e), &links(r), out);
+    for (what, a, b) in [
+        ("route", set(&e.routes), set(&r.routes)),
+        ("rule", set(&e.rules), set(&r.rules)),
+        ("neighbour", set(&e.neighbours), set(&r.neighbours)),
+        ("fdb entry", set(&e.fdb), set(&r.fdb)),
+        ("qdisc", set(&e.qdiscs), set(&r.qdiscs)),
+    ] {
+        for x in a.difference(&b) {
+            out.push(format!("{ns}: {what} missing: {x}"));
+        }
+        for x in b.difference(&a) {
+            out.push(format!("{ns}: {what} not compiled: {x}"));
+        }
+    }
+    let tables = |n: &Namespace| -> BTreeMap<String, serde_json::Value> {
+        n.nftables
+            .iter()
+            .map(|t| {
+                (
+                    format!("{} {}", t.family, t.name),
+                    serde_json::json!({"text": t.text}),
+                )
+            })
+            .collect()
+    };
+    keyed(ns, "nftables table", &tables(e), &tables(r), out);
+    for (k, v) in &e.sysctls {
+        match r.sysctls.get(k) {
+            Some(got) if got == v => {}
+            got => out.push(format!("{ns}: sysctl {k}: compiled {v:?}, read {got:?}")),
+        }
+    }
+}
+
+fn json<T: Serialize>(x: &T) -> serde_json::Value {
+    serde_json::to_value(x).unwrap_or(serde_json::Value::Null)
+}
+
+fn set<T: Serialize>(xs: &[T]) -> BTreeSet<String> {
+    xs.iter().map(|x| json(x).to_string()).collect()
+}
+
+/// Objects by key: missing, not compiled, and field by field.
+fn keyed(
+    ns: &str,
+    what: &str,
+    e: &BTreeMap<String, serde_json::Value>,
+    r: &BTreeMap<String, serde_json::Value>,
+    out: &mut Vec<String>,
+) {
+    for (k, ev) in e {
+        let Some(rv) = r.get(k) else {
+            out.push(format!("{ns}: {what} {k} missing"));
+            continue;
+        };
+        let (Some(eo), Some(ro)) = (ev.as_object(), rv.as_object()) else {
+            continue;
+        };
+        let fields: BTreeSet<&String> = eo.keys().chain(ro.keys()).collect();
+        for f in fields {
+            let (a, b) = (eo.get(f), ro.get(f));
+            if a != b {
+                out.push(format!(
+                    "{ns}: {what} {k}: {f}: compiled {}, read {}",
+                    show(a),
+                    show(b)
+                ));
+            }
+        }
+    }
+    for k in r.keys().filter(|k| !e.contains_key(*k)) {
+        out.push(format!("{ns}: {what} {k} not compiled: {}", r[k]));
+    }
+}
+
+fn show(v: Option<&serde_json::Value>) -> String {
+    match v {
+        None => "(none)".into(),
+        Some(serde_json::Value::String(s)) if s.contains('\n') => format!("\n{s}\n"),
+        Some(v) => v.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{compile::compile, VethPeer};
+    use super::*;
+    use crate::lab::Topology;
+
+    /// A compiled two-node model, with what a plugin and the kernel add
+    /// to it: the read model of a healthy lab.
+    fn as_read(model: &LabModel) -> LabModel {
+        let mut read = model.clone();
+        for node in &mut read.nodes {
+            let cidr = node.pod_cidrs[0];
+            let mut bridge = Link::new("cnilab0", LinkKind::Bridge, true);
+            bridge.mac = Some("02:00:00:00:00:01".into());
+            node.net.links.push(bridge);
+            for (k, pod) in node.pods.iter_mut().enumerate() {
+                let host = format!("veth{k}");
+                let mut h = Link::new(&host, LinkKind::Veth, true);
+                h.controller = Some("cnilab0".into());
+                h.veth = Some(VethPeer {
+                    namespace: Some(pod.name.clone()),
+                    name: "eth0".into(),
+                });
+                node.net.links.push(h);
+                let mut eth0 = Link::new("eth0", LinkKind::Veth, true);
+                eth0.veth = Some(VethPeer {
+                    namespace: Some(node.net.name.clone()),
+                    name: host,
+                });
+                let ip = cidr.hosts().nth(k + 1).expect("room");
+                eth0.addresses.push(ipnet::IpNet::new(ip, 24).expect("net"));
+                pod.links.push(eth0);
+            }
+            for l in &mut node.net.links {
+                if l.mac.is_none() && l.kind != LinkKind::Loopback {
+                    l.mac = Some(format!("0a:00:00:00:00:{:02x}", l.name.len()));
+                }
+            }
+            node.net
+                .sysctls
+                .insert("net/ipv4/conf/all/rp_filter".into(), "2".into());
+        }
+        read
+    }
+
+    fn two_node() -> LabModel {
+        compile(&Topology::generated(2, 2).expect("topology")).expect("compiles")
+    }
+
+    #[test]
+    fn a_healthy_read_is_identical_after_normalising() {
+        let model = two_node();
+        assert_eq!(differences(&model, &as_read(&model)), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_difference_names_the_namespace_object_and_field() {
+        let model = two_node();
+        let mut read = as_read(&model);
+        read.nodes[1].net.link_mut("eth0").expect("eth0").mtu = Some(1400);
+        read.nodes[0].net.routes.clear();
+        read.nodes[0]
+            .net
+            .sysctls
+            .insert("net/ipv4/ip_forward".into(), "0".into());
+        let d = differences(&model, &read);
+        assert!(
+            d.contains(&"node2: link eth0: mtu: compiled 1500, read 1400".to_string()),
+            "{d:#?}"
+        );
+        assert!(
+            d.iter()
+                .any(|l| l.starts_with("node1: route missing: ") && l.contains("10.244.2.0/24")),
+            "{d:#?}"
+        );
+        assert!(
+            d.contains(
+                &"node1: sysctl net/ipv4/ip_forward: compiled \"1\", read Some(\"0\")".to_string()
+            ),
+            "{d:#?}"
+        );
+    }
+
+    #[test]
+    fn pods_are_checked_by_structure() {
+        let model = two_node();
+        let mut read = as_read(&model);
+        // node2's second pod got an address of node1's pod CIDR, and the
+        // same as node1's first pod.
+        let eth0 = read.nodes[1].pods[1].link_mut("eth0").expect("eth0");
+        eth0.addresses = vec!["10.244.1.2/24".parse().expect("net")];
+        // node1's first pod has a second interface.
+        read.nodes[0].pods[0]
+            .links
+            .push(Link::new("net1", LinkKind::Dummy, true));
+        let d = differences(&model, &read);
+        assert!(
+            d.iter()
+                .any(|l| l.starts_with("node2-pod1: 0 addresses in pod CIDR 10.244.2.0/24")),
+            "{d:#?}"
+        );
+        assert!(
+            d.iter()
+                .any(|l| l.starts_with("node2-pod1: address 10.244.1.2/24 is outside")),
+            "{d:#?}"
+        );
+        assert!(
+            d.iter()
+                .any(|l| l.starts_with("node1-pod0: pod links besides lo")),
+            "{d:#?}"
+        );
+    }
+
+    #[test]
+    fn placeholders_bind_to_the_pods_addresses() {
+        let mut model = super::super::compile::tests::shipped("vxlan.toml");
+        let read = as_read(&model);
+        bind_pod_addresses(&mut model, &read).expect("bound");
+        let text = &model.nodes[0].net.nftables[0].text;
+        assert!(text.contains("dnat to 10.244.3.2:7777"), "{text}");
+        assert!(!text.contains("{{"), "{text}");
+    }
+}

@@ -1,0 +1,461 @@
+//! The lab as data: what a lab *is* (namespaces, links, addresses, routes of
+//! every table, policy rules, permanent neighbours, FDB entries, nftables
+//! tables, the sysctls that matter, qdiscs), as plain serde types without IO.
+//!
+//! Where things happen: this file holds the types ([`LabModel`] and what it
+//! is made of, `schemaVersion` [`SCHEMA_VERSION`]); [`compile`] turns a
+//! [`Topology`](super::Topology) into the model of what the builder makes
+//! (pure); [`read`] turns live namespaces back into the same model (netlink
+//! through `cnilab_net::nl` on a dedicated thread per namespace, sysctls from
+//! `/proc/sys` inside it, `nft -s list ruleset` inside it); [`identity`]
+//! normalises a read model against a compiled one and names every difference
+//! (node, object, field); `text.rs` prints a model one object per line
+//! (`cnilab lab show`), [`read::standing`] reads a standing lab.
+//!
+//! # What the model holds
+//! A [`LabModel`] is the underlay namespaces (`switch`, `router`,
+//! `<node>-nat`, `external`: whatever joins the nodes) and the nodes, each
+//! with its pods. Every namespace is a [`Namespace`]. The types are meant to
+//! hold a real node too (the next step captures one): flannel's `flannel.1`
+//! is a [`Link`] of kind `vxlan` with [`Vxlan`] attributes, its peers'
+//! entries are [`Neighbour`]s and [`FdbEntry`]s; Calico's `cali*` veths are
+//! links whose [`VethPeer`] is a pod, its `/32 dev cali…` routes are
+//! [`Route`]s of scope `link`, its blackhole aggregates routes of type
+//! `blackhole`, its proxy ARP a sysctl `net/ipv4/conf/cali…/proxy_arp`;
+//! kube-proxy's iptables-nft chains are [`NftTable`]s (`ip filter`, `ip nat`)
+//! as `nft list ruleset` prints them.
+//!
+//! What the reader leaves out, because the kernel makes it from other
+//! entries: routes of the `local` table and of types local/broadcast/
+//! anycast/multicast, routes of protocol `kernel` (they follow addresses),
+//! IPv6 link-local addresses, `lo`'s own 127.0.0.1/8 and ::1/128, the default policy rules (protocol `kernel`),
+//! neighbours that are not PERMANENT, FDB entries that are learned,
+//! multicast or a link's own address, qdiscs the kernel attaches by itself
+//! (handle 0), counters and timers. MACs are read as they are; a compiled
+//! model leaves a MAC the kernel chooses as `None`.
+//!
+//! # The identity (`read(build(t)) == compile(t)`)
+//! [`identity::differences`] normalises a read model against the compiled
+//! one and lists what differs. Normalising means: a MAC the compiled model
+//! leaves to the kernel is forgotten, after every neighbour or FDB entry that
+//! names it is rewritten to a reference `@<namespace>/<link>` (so "node2's
+//! VTEP MAC on node1" is compared, not the random bytes); only the sysctls
+//! the compiled model names are compared (the others are kernel defaults,
+//! which vary with the kernel); a bridge port's STP `state` is left out (it
+//! follows carrier asynchronously); `{{pod:<pod>:ipv4}}` in a compiled
+//! nftables table is bound to the address the plugin's IPAM gave that pod
+//! (kube-proxy-like Service backends).
+//!
+//! What the plugin makes (its IPAM addresses, its veths, bridge, routes and
+//! firewall tables) is not the builder's and is compared by structure, not
+//! value: each pod has, besides `lo`, exactly one link `eth0`, a veth whose
+//! peer is in its own node; `eth0` has one address per pod CIDR family of its
+//! node, inside that node's pod CIDR, and no two pods share an address; the
+//! node has the peer link, and the peer is up. Then the plugin's part of the
+//! node (the pods' host veths, their controller, the addresses, routes and
+//! neighbours on them, routes to the pods' addresses, nftables tables the
+//! compiled model does not name) is taken out and the rest must equal the
+//! compiled node exactly. What an agent makes (`routing = "agent"`: routes
+//! of protocol 199) is compiled like the builder's, since the agent is a
+//! step of building; the agent's own table `inet cnilab_agent` is the
+//! agent's (the root test checks only that every node has it).
+//!
+//! # How `apply` will take a model (the next step)
+//! Apply walks a [`LabModel`] in the order the kernel needs: every
+//! namespace (underlay first, then nodes, then pods); in each, links whose
+//! controller, VXLAN `dev` and veth peer already exist (bridges first, then
+//! veths, created with the peer directly in the peer's namespace as
+//! `nl::veth_message` does, then VXLAN), then link attributes (MTU, MAC when
+//! given, flags, bridge-port options), addresses, `up`, sysctls, routes
+//! (a gateway's connected route comes from an address, so routes after
+//! addresses; `onlink` ones after their device), rules, neighbours and FDB
+//! entries (a `@ns/link` MAC is resolved from the link once it exists),
+//! nftables tables (`nft -f -` of each table's text) and qdiscs. The pods'
+//! plugin-made state is not applied: apply runs the runtime (direct or
+//! containerd) to ADD each pod, which is why a compiled pod holds only what
+//! the lab itself makes. The builder in `build.rs` then becomes
+//! `apply(compile(topology))`.
+
+pub mod compile;
+pub mod identity;
+mod layout;
+pub mod read;
+mod text;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+/// The version of the model's JSON form; bumped when a field changes meaning.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A whole lab (or a captured node with its neighbours).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LabModel {
+    pub schema_version: u32,
+    pub name: String,
+    /// The namespaces that join the nodes: switch, router, NAT boxes, the
+    /// external host.
+    #[serde(default)]
+    pub underlay: Vec<Namespace>,
+    #[serde(default)]
+    pub nodes: Vec<Node>,
+}
+
+/// A node: its namespace, its pod CIDRs and its pods.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Node {
+    #[serde(flatten)]
+    pub net: Namespace,
+    #[serde(default)]
+    pub pod_cidrs: Vec<IpNet>,
+    #[serde(default)]
+    pub pods: Vec<Namespace>,
+}
+
+/// One network namespace, by its role in the lab (`switch`, `node1`,
+/// `node1-pod0`), not by the kernel's name for it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Namespace {
+    pub name: String,
+    #[serde(default)]
+    pub links: Vec<Link>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<Route>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<Rule>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub neighbours: Vec<Neighbour>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fdb: Vec<FdbEntry>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nftables: Vec<NftTable>,
+    /// `net/ipv4/ip_forward = "1"` (slashes, as under `/proc/sys`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sysctls: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub qdiscs: Vec<Qdisc>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkKind {
+    Loopback,
+    Veth,
+    Bridge,
+    Vxlan,
+    Dummy,
+    Macvlan,
+    Ipvlan,
+    /// A device without a `kind` (a physical NIC).
+    Device,
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl LinkKind {
+    /// From netlink's `IFLA_INFO_KIND` (`None`: a plain device).
+    pub(crate) fn from_kind(kind: Option<&str>, name: &str) -> LinkKind {
+        match kind {
+            None if name == "lo" => LinkKind::Loopback,
+            None => LinkKind::Device,
+            Some("veth") => LinkKind::Veth,
+            Some("bridge") => LinkKind::Bridge,
+            Some("vxlan") => LinkKind::Vxlan,
+            Some("dummy") => LinkKind::Dummy,
+            Some("macvlan") => LinkKind::Macvlan,
+            Some("ipvlan") => LinkKind::Ipvlan,
+            Some(other) => LinkKind::Other(other.to_string()),
+        }
+    }
+}
+
+/// Link flags a configuration sets (the kernel's own, such as LOWER_UP or
+/// MULTICAST, are left out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkFlag {
+    Noarp,
+    Promisc,
+    Allmulti,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Link {
+    pub name: String,
+    pub kind: LinkKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    /// `None`: the kernel chooses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    /// Administratively up (`IFF_UP`).
+    pub up: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<LinkFlag>,
+    /// The bridge (or other controller) it is a port of, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<IpNet>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub veth: Option<VethPeer>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<Bridge>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<BridgePort>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vxlan: Option<Vxlan>,
+}
+
+impl Link {
+    /// A link with only its name, kind and admin state.
+    pub(crate) fn new(name: &str, kind: LinkKind, up: bool) -> Link {
+        Link {
+            name: name.to_string(),
+            kind,
+            mtu: None,
+            mac: None,
+            up,
+            flags: Vec::new(),
+            controller: None,
+            addresses: Vec::new(),
+            veth: None,
+            bridge: None,
+            port: None,
+            vxlan: None,
+        }
+    }
+}
+
+/// The other end of a veth: its namespace (by role; `None` when it is not
+/// one the reader was given) and its name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VethPeer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Bridge {
+    pub stp: bool,
+    pub vlan_filtering: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BridgePort {
+    pub hairpin: bool,
+    pub isolated: bool,
+    pub learning: bool,
+    /// STP state (`forwarding`, `disabled`, …); operational, so the
+    /// identity leaves it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Vxlan {
+    pub vni: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<IpAddr>,
+    /// UDP destination port.
+    pub port: u16,
+    /// The underlay device it sends through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<String>,
+    pub learning: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RouteType {
+    Unicast,
+    Blackhole,
+    Unreachable,
+    Prohibit,
+    Throw,
+    #[serde(untagged)]
+    Other(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    /// 254 is `main`.
+    pub table: u32,
+    #[serde(rename = "type")]
+    pub kind: RouteType,
+    pub dst: IpNet,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<IpAddr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub onlink: bool,
+    /// `universe`, `link`, `host`, … (number when unnamed).
+    pub scope: String,
+    /// `boot`, `static`, `kernel`, … (number when unnamed: the agent's 199).
+    pub proto: String,
+    pub metric: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src: Option<IpAddr>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nexthops: Vec<Nexthop>,
+}
+
+/// One path of a multipath route.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Nexthop {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<IpAddr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<String>,
+    pub weight: u16,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub onlink: bool,
+}
+
+/// A policy routing rule.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rule {
+    pub priority: u32,
+    pub v6: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src: Option<IpNet>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<IpNet>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iif: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oif: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fwmark: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fwmask: Option<u32>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub invert: bool,
+    /// `lookup` (with `table`), `blackhole`, `unreachable`, `prohibit`, `goto`.
+    pub action: String,
+    pub table: u32,
+}
+
+/// A neighbour entry that configuration made (PERMANENT or NOARP).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Neighbour {
+    pub dev: String,
+    pub addr: IpAddr,
+    /// A MAC, or `@<namespace>/<link>` for a link's kernel-chosen MAC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    /// `permanent` or `noarp`.
+    pub state: String,
+}
+
+/// A bridge or VXLAN forwarding entry that configuration made.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FdbEntry {
+    pub dev: String,
+    /// A MAC, or `@<namespace>/<link>` for a link's kernel-chosen MAC.
+    pub mac: String,
+    /// The remote VTEP of a VXLAN entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<IpAddr>,
+    /// `permanent` or `static`.
+    pub state: String,
+}
+
+/// One nftables table as `nft -s list table` prints it, one normalised
+/// line per rule (no counters, handles or expiry times).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NftTable {
+    pub family: String,
+    pub name: String,
+    pub text: String,
+}
+
+/// A qdisc configuration added (not one the kernel attached by itself).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Qdisc {
+    pub dev: String,
+    pub kind: String,
+    /// `8001:`.
+    pub handle: String,
+    /// `root` or `1:2`.
+    pub parent: String,
+}
+
+impl Namespace {
+    pub(crate) fn new(name: &str) -> Namespace {
+        Namespace {
+            name: name.to_string(),
+            ..Namespace::default()
+        }
+    }
+
+    pub(crate) fn link(&self, name: &str) -> Option<&Link> {
+        self.links.iter().find(|l| l.name == name)
+    }
+
+    pub(crate) fn link_mut(&mut self, name: &str) -> Option<&mut Link> {
+        self.links.iter_mut().find(|l| l.name == name)
+    }
+}
+
+impl LabModel {
+    /// Every namespace: underlay, nodes, pods.
+    pub fn namespaces(&self) -> impl Iterator<Item = &Namespace> {
+        self.underlay.iter().chain(
+            self.nodes
+                .iter()
+                .flat_map(|n| std::iter::once(&n.net).chain(n.pods.iter())),
+        )
+    }
+
+    pub(crate) fn namespaces_mut(&mut self) -> impl Iterator<Item = &mut Namespace> {
+        self.underlay.iter_mut().chain(
+            self.nodes
+                .iter_mut()
+                .flat_map(|n| std::iter::once(&mut n.net).chain(n.pods.iter_mut())),
+        )
+    }
+
+    /// Orders every list the same way, so that two models compare by
+    /// content, not by the order the kernel or the compiler listed things.
+    pub(crate) fn sort(&mut self) {
+        self.underlay.sort_by(|a, b| a.name.cmp(&b.name));
+        self.nodes.sort_by(|a, b| a.net.name.cmp(&b.net.name));
+        for node in &mut self.nodes {
+            node.pods.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        for ns in self.namespaces_mut() {
+            ns.sort();
+        }
+    }
+}
+
+impl Namespace {
+    fn sort(&mut self) {
+        self.links.sort_by(|a, b| a.name.cmp(&b.name));
+        for l in &mut self.links {
+            l.addresses.sort();
+            l.flags.sort();
+        }
+        let key = |r: &Route| (r.table, r.dst.to_string(), r.metric, format!("{r:?}"));
+        self.routes.sort_by_key(key);
+        self.rules
+            .sort_by_key(|r| (r.v6, r.priority, format!("{r:?}")));
+        self.neighbours.sort_by_key(|n| (n.dev.clone(), n.addr));
+        self.fdb
+            .sort_by_key(|f| (f.dev.clone(), f.mac.clone(), f.dst));
+        self.nftables
+            .sort_by_key(|t| (t.family.clone(), t.name.clone()));
+        self.qdiscs
+            .sort_by_key(|q| (q.dev.clone(), q.parent.clone()));
+    }
+}

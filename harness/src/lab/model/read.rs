@@ -1,0 +1,703 @@
+//! Live namespaces read back into the model: one netlink session per
+//! namespace on a dedicated thread inside it (`cnilab_net::netns::
+//! netlink_job`), links, addresses, routes and neighbours through
+//! `cnilab_net::nl`, plus the attributes of the same messages that the
+//! model keeps (veth peers, bridge ports, VXLAN), rules, FDB entries and
+//! qdiscs; sysctls from `/proc/sys` on a thread inside the namespace;
+//! `nft -s list ruleset` run inside it. Namespaces are read in parallel;
+//! which namespaces make a lab is a [`Layout`] (`layout.rs`).
+
+use super::{
+    Bridge, BridgePort, FdbEntry, LabModel, Link, LinkFlag, LinkKind, Namespace, Neighbour,
+    Nexthop, NftTable, Node, Qdisc, Route, RouteType, Rule, VethPeer, Vxlan, SCHEMA_VERSION,
+};
+use cnilab_net::{netns as plugin_netns, nl, snapshot};
+use futures_util::{StreamExt, TryStreamExt};
+use ipnet::IpNet;
+use rtnetlink::packet_route::link::{
+    InfoBridge, InfoBridgePort, InfoData, InfoPortData, InfoVxlan, LinkAttribute, LinkFlags,
+    LinkInfo, LinkMessage,
+};
+use rtnetlink::packet_route::neighbour::{NeighbourAddress, NeighbourAttribute};
+use rtnetlink::packet_route::route::{RouteAttribute, RouteFlags, RouteType as NlRouteType};
+use rtnetlink::packet_route::rule::{RuleAction, RuleAttribute, RuleFlags};
+use rtnetlink::packet_route::AddressFamily;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+
+pub(crate) use super::layout::standing;
+pub use super::layout::{layout_of, namespace_at, Layout, NodeLayout};
+
+const NUD_NOARP: u16 = 0x40;
+const NUD_PERMANENT: u16 = 0x80;
+
+/// A link as read, before veth peers are resolved across namespaces.
+struct RawLink {
+    index: u32,
+    link: Link,
+    controller: Option<u32>,
+    /// The peer's index, and the role of its namespace (`None`: this one).
+    peer: Option<(u32, Option<String>)>,
+    vxlan_dev: Option<u32>,
+}
+
+struct RawNamespace {
+    ns: Namespace,
+    links: Vec<RawLink>,
+}
+
+/// Reads every namespace of `layout` into a model (sorted).
+pub fn read(layout: &Layout) -> Result<LabModel, String> {
+    let mut all: Vec<(String, &File)> = layout.underlay.clone();
+    for n in &layout.nodes {
+        all.push((n.name.clone(), n.ns));
+        all.extend(n.pods.iter().cloned());
+    }
+    let others: Vec<(String, i32)> = all
+        .iter()
+        .map(|(role, f)| (role.clone(), f.as_raw_fd()))
+        .collect();
+    let read: Vec<Result<RawNamespace, String>> = crate::util::parallel_map(
+        all.iter(),
+        |(role, file)| read_namespace(role, file, &others),
+        || Err("reader thread panicked".to_string()),
+    );
+    let mut raw: BTreeMap<String, RawNamespace> = BTreeMap::new();
+    for r in read {
+        let r = r?;
+        raw.insert(r.ns.name.clone(), r);
+    }
+    let names: BTreeMap<(String, u32), String> = raw
+        .values()
+        .flat_map(|r| {
+            r.links
+                .iter()
+                .map(|l| ((r.ns.name.clone(), l.index), l.link.name.clone()))
+        })
+        .collect();
+    let mut done: BTreeMap<String, Namespace> = raw
+        .into_values()
+        .map(|r| (r.ns.name.clone(), resolve(r, &names)))
+        .collect();
+    let mut take = |role: &str| done.remove(role).unwrap_or_else(|| Namespace::new(role));
+    let mut model = LabModel {
+        schema_version: SCHEMA_VERSION,
+        name: layout.name.clone(),
+        underlay: layout.underlay.iter().map(|(r, _)| take(r)).collect(),
+        nodes: layout
+            .nodes
+            .iter()
+            .map(|n| Node {
+                net: take(&n.name),
+                pod_cidrs: n.pod_cidrs.clone(),
+                pods: n.pods.iter().map(|(p, _)| take(p)).collect(),
+            })
+            .collect(),
+    };
+    model.sort();
+    Ok(model)
+}
+
+/// Names instead of indexes: controllers, veth peers, VXLAN devices.
+fn resolve(raw: RawNamespace, names: &BTreeMap<(String, u32), String>) -> Namespace {
+    let me = raw.ns.name.clone();
+    let local = |i: u32| names.get(&(me.clone(), i)).cloned();
+    let mut ns = raw.ns;
+    for r in raw.links {
+        let mut link = r.link;
+        link.controller = r.controller.and_then(local);
+        if let Some((index, role)) = r.peer {
+            let peer_ns = role.unwrap_or_else(|| me.clone());
+            link.veth = Some(VethPeer {
+                name: names
+                    .get(&(peer_ns.clone(), index))
+                    .cloned()
+                    .unwrap_or_else(|| format!("#{index}")),
+                namespace: Some(peer_ns),
+            });
+        } else if link.kind == LinkKind::Veth {
+            link.veth = Some(VethPeer {
+                namespace: None,
+                name: String::new(),
+            });
+        }
+        if let (Some(v), Some(dev)) = (link.vxlan.as_mut(), r.vxlan_dev) {
+            v.dev = local(dev);
+        }
+        ns.links.push(link);
+    }
+    ns
+}
+
+fn read_namespace(
+    role: &str,
+    file: &File,
+    others: &[(String, i32)],
+) -> Result<RawNamespace, String> {
+    let what = |e: String| format!("read namespace {role}: {e}");
+    let (mut ns, links) =
+        plugin_netns::netlink_job(file, |h| read_netlink(h, role, others)).map_err(what)?;
+    let link_names: Vec<String> = links.iter().map(|l| l.link.name.clone()).collect();
+    ns.sysctls = plugin_netns::run_in(file, || read_sysctls(&link_names))
+        .map_err(|e| what(e.to_string()))?;
+    ns.nftables = read_nft(file).map_err(what)?;
+    Ok(RawNamespace { ns, links })
+}
+
+async fn read_netlink(
+    h: rtnetlink::Handle,
+    role: &str,
+    others: &[(String, i32)],
+) -> Result<(Namespace, Vec<RawLink>), rtnetlink::Error> {
+    let msgs: Vec<LinkMessage> = h.link().get().execute().try_collect().await?;
+    let mut links: Vec<RawLink> = msgs.iter().map(raw_link).collect();
+    let addresses = nl::addresses(&h, None).await?;
+    for a in addresses {
+        let link_local =
+            matches!(a.addr.addr(), IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80);
+        if let Some(l) = links.iter_mut().find(|l| l.index == a.index) {
+            // What the kernel gives `lo` when it comes up.
+            let loopback = l.link.kind == LinkKind::Loopback
+                && ["127.0.0.1/8", "::1/128"].contains(&a.addr.to_string().as_str());
+            if !link_local && !loopback {
+                l.link.addresses.push(a.addr);
+            }
+        }
+    }
+    // A veth's peer namespace is a netnsid of this namespace: ask which
+    // of the lab's namespaces has it.
+    let mut ids: BTreeMap<i32, String> = BTreeMap::new();
+    let wanted: Vec<i32> = msgs.iter().filter_map(peer_netnsid).collect();
+    for (other, fd) in others {
+        if wanted.iter().all(|w| ids.contains_key(w)) {
+            break;
+        }
+        if let Some(id) = netnsid_of(&h, *fd).await? {
+            ids.entry(id).or_insert_with(|| other.clone());
+        }
+    }
+    for (l, msg) in links.iter_mut().zip(&msgs) {
+        if let Some((_, role)) = l.peer.as_mut() {
+            if let Some(id) = peer_netnsid(msg) {
+                *role = Some(
+                    ids.get(&id)
+                        .cloned()
+                        .unwrap_or_else(|| format!("netnsid {id}")),
+                );
+            }
+        }
+    }
+    let name_of = |i: u32| {
+        links
+            .iter()
+            .find(|l| l.index == i)
+            .map(|l| l.link.name.clone())
+    };
+    let mut ns = Namespace::new(role);
+    for r in nl::all_routes(&h).await? {
+        if let Some(route) = model_route(&r, &name_of) {
+            ns.routes.push(route);
+        }
+    }
+    ns.rules = read_rules(&h, &name_of).await?;
+    for n in nl::neighbours(&h).await? {
+        if u16::from(n.message.header.state) & NUD_PERMANENT != 0 {
+            ns.neighbours.push(Neighbour {
+                dev: name_of(n.index).unwrap_or_default(),
+                addr: n.addr,
+                mac: n.mac,
+                state: "permanent".into(),
+            });
+        }
+    }
+    // `lo`'s all-zeros address is no own address: a VXLAN device's
+    // default-destination entry uses it.
+    let own_macs: Vec<String> = links
+        .iter()
+        .filter(|l| l.link.kind != LinkKind::Loopback)
+        .filter_map(|l| l.link.mac.clone())
+        .collect();
+    ns.fdb = read_fdb(&h, &name_of, &own_macs).await?;
+    ns.qdiscs = read_qdiscs(&h, &name_of).await?;
+    Ok((ns, links))
+}
+
+fn peer_netnsid(msg: &LinkMessage) -> Option<i32> {
+    msg.attributes.iter().find_map(|a| match a {
+        LinkAttribute::LinkNetNsId(id) => Some(*id),
+        _ => None,
+    })
+}
+
+/// RTM_GETNSID for the namespace open as `fd`: its id in this namespace,
+/// `None` when it has none.
+async fn netnsid_of(h: &rtnetlink::Handle, fd: i32) -> Result<Option<i32>, rtnetlink::Error> {
+    use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_REQUEST};
+    use rtnetlink::packet_route::nsid::{NsidAttribute, NsidMessage};
+    use rtnetlink::packet_route::RouteNetlinkMessage;
+    let mut msg = NsidMessage::default();
+    msg.attributes.push(NsidAttribute::Fd(fd as u32));
+    let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetNsId(msg));
+    req.header.flags = NLM_F_REQUEST;
+    let mut answers = h.clone().request(req)?;
+    while let Some(m) = answers.next().await {
+        match m.payload {
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNsId(m)) => {
+                return Ok(m.attributes.iter().find_map(|a| match a {
+                    NsidAttribute::Id(id) if *id >= 0 => Some(*id),
+                    _ => None,
+                }));
+            }
+            NetlinkPayload::Error(e) => return Err(rtnetlink::Error::NetlinkError(e)),
+            _ => {}
+        }
+    }
+    Ok(None)
+}
+
+fn raw_link(msg: &LinkMessage) -> RawLink {
+    let base = nl::Link::from_message(msg);
+    let kind = LinkKind::from_kind(base.kind.as_deref(), &base.name);
+    let mut link = Link::new(&base.name, kind, base.up);
+    link.mtu = base.mtu;
+    link.mac = base.mac;
+    for (flag, ours) in [
+        (LinkFlags::Noarp, LinkFlag::Noarp),
+        (LinkFlags::Promisc, LinkFlag::Promisc),
+        (LinkFlags::Allmulti, LinkFlag::Allmulti),
+    ] {
+        if msg.header.flags.contains(flag) {
+            link.flags.push(ours);
+        }
+    }
+    let mut peer = None;
+    let mut vxlan_dev = None;
+    for attr in &msg.attributes {
+        match attr {
+            LinkAttribute::Link(i) if link.kind == LinkKind::Veth => peer = Some((*i, None)),
+            LinkAttribute::LinkInfo(infos) => {
+                for info in infos {
+                    match info {
+                        LinkInfo::Data(InfoData::Vxlan(v)) => {
+                            let (vx, dev) = vxlan_of(v);
+                            link.vxlan = Some(vx);
+                            vxlan_dev = dev;
+                        }
+                        LinkInfo::Data(InfoData::Bridge(b)) => link.bridge = Some(bridge_of(b)),
+                        LinkInfo::PortData(InfoPortData::BridgePort(p)) => {
+                            link.port = Some(port_of(p))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    RawLink {
+        index: base.index,
+        link,
+        controller: base.controller,
+        peer,
+        vxlan_dev,
+    }
+}
+
+fn vxlan_of(attrs: &[InfoVxlan]) -> (Vxlan, Option<u32>) {
+    let mut v = Vxlan {
+        vni: 0,
+        local: None,
+        port: 0,
+        dev: None,
+        learning: false,
+    };
+    let mut dev = None;
+    for a in attrs {
+        match a {
+            InfoVxlan::Id(id) => v.vni = *id,
+            InfoVxlan::Local(ip) => v.local = Some(IpAddr::V4(*ip)),
+            InfoVxlan::Local6(ip) => v.local = Some(IpAddr::V6(*ip)),
+            InfoVxlan::Port(p) => v.port = *p,
+            InfoVxlan::Learning(l) => v.learning = *l,
+            InfoVxlan::Link(i) => dev = Some(*i),
+            _ => {}
+        }
+    }
+    (v, dev)
+}
+
+fn bridge_of(attrs: &[InfoBridge]) -> Bridge {
+    use rtnetlink::packet_route::link::BridgeStpState;
+    let mut b = Bridge::default();
+    for a in attrs {
+        match a {
+            InfoBridge::StpState(s) => b.stp = *s != BridgeStpState::Disabled,
+            InfoBridge::VlanFiltering(f) => b.vlan_filtering = *f,
+            _ => {}
+        }
+    }
+    b
+}
+
+fn port_of(attrs: &[InfoBridgePort]) -> BridgePort {
+    let mut p = BridgePort {
+        hairpin: false,
+        isolated: false,
+        learning: false,
+        state: None,
+    };
+    for a in attrs {
+        match a {
+            InfoBridgePort::HairpinMode(v) => p.hairpin = *v,
+            InfoBridgePort::Isolated(v) => p.isolated = *v,
+            InfoBridgePort::Learning(v) => p.learning = *v,
+            InfoBridgePort::State(s) => p.state = Some(format!("{s:?}").to_lowercase()),
+            _ => {}
+        }
+    }
+    p
+}
+
+/// `RTPROT_*` as `ip route` names them.
+fn proto_name(p: u8) -> String {
+    match p {
+        2 => "kernel".into(),
+        3 => "boot".into(),
+        4 => "static".into(),
+        9 => "ra".into(),
+        11 => "zebra".into(),
+        12 => "bird".into(),
+        16 => "dhcp".into(),
+        186 => "bgp".into(),
+        188 => "ospf".into(),
+        other => other.to_string(),
+    }
+}
+
+fn scope_name(s: u8) -> String {
+    match s {
+        0 => "universe".into(),
+        200 => "site".into(),
+        253 => "link".into(),
+        254 => "host".into(),
+        255 => "nowhere".into(),
+        other => other.to_string(),
+    }
+}
+
+/// The model's route, or `None` for what the kernel makes from addresses
+/// (the local table, local/broadcast/multicast types, protocol kernel).
+fn model_route(r: &nl::Route, name_of: &impl Fn(u32) -> Option<String>) -> Option<Route> {
+    let h = &r.message.header;
+    let kind = match h.kind {
+        NlRouteType::Unicast => RouteType::Unicast,
+        NlRouteType::BlackHole => RouteType::Blackhole,
+        NlRouteType::Unreachable => RouteType::Unreachable,
+        NlRouteType::Prohibit => RouteType::Prohibit,
+        NlRouteType::Throw => RouteType::Throw,
+        _ => return None,
+    };
+    if r.table == 255 || r.protocol == 2 {
+        return None;
+    }
+    let mut src = None;
+    let mut nexthops = Vec::new();
+    for a in &r.message.attributes {
+        match a {
+            RouteAttribute::PrefSource(a) => src = route_ip(a),
+            RouteAttribute::MultiPath(hops) => {
+                for hop in hops {
+                    let gateway = hop.attributes.iter().find_map(|a| match a {
+                        RouteAttribute::Gateway(g) => route_ip(g),
+                        _ => None,
+                    });
+                    nexthops.push(Nexthop {
+                        gateway,
+                        dev: name_of(hop.interface_index),
+                        weight: u16::from(hop.hops) + 1,
+                        onlink: hop
+                            .flags
+                            .contains(rtnetlink::packet_route::route::RouteNextHopFlags::Onlink),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(Route {
+        table: r.table,
+        kind,
+        dst: r.dst,
+        gateway: r.gateway,
+        dev: r.oif.and_then(name_of),
+        onlink: h.flags.contains(RouteFlags::Onlink),
+        scope: scope_name(u8::from(h.scope)),
+        proto: proto_name(r.protocol),
+        metric: r.priority,
+        src,
+        nexthops,
+    })
+}
+
+fn route_ip(a: &rtnetlink::packet_route::route::RouteAddress) -> Option<IpAddr> {
+    use rtnetlink::packet_route::route::RouteAddress;
+    match a {
+        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
+        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
+        _ => None,
+    }
+}
+
+/// Policy rules of both families, without the kernel's default ones.
+async fn read_rules(
+    h: &rtnetlink::Handle,
+    name_of: &impl Fn(u32) -> Option<String>,
+) -> Result<Vec<Rule>, rtnetlink::Error> {
+    let _ = name_of;
+    let mut out = Vec::new();
+    for version in [rtnetlink::IpVersion::V4, rtnetlink::IpVersion::V6] {
+        let msgs: Vec<_> = h.rule().get(version).execute().try_collect().await?;
+        for m in msgs {
+            let v6 = m.header.family == AddressFamily::Inet6;
+            let mut rule = Rule {
+                priority: 0,
+                v6,
+                src: None,
+                dst: None,
+                iif: None,
+                oif: None,
+                fwmark: None,
+                fwmask: None,
+                invert: m.header.flags.contains(RuleFlags::Invert),
+                action: match m.header.action {
+                    RuleAction::ToTable => "lookup".into(),
+                    RuleAction::Goto => "goto".into(),
+                    RuleAction::Nop => "nop".into(),
+                    RuleAction::Blackhole => "blackhole".into(),
+                    RuleAction::Unreachable => "unreachable".into(),
+                    RuleAction::Prohibit => "prohibit".into(),
+                    other => format!("{other:?}").to_lowercase(),
+                },
+                table: u32::from(m.header.table),
+            };
+            let mut kernel = false;
+            for a in &m.attributes {
+                match a {
+                    RuleAttribute::Priority(p) => rule.priority = *p,
+                    RuleAttribute::Source(ip) => rule.src = IpNet::new(*ip, m.header.src_len).ok(),
+                    RuleAttribute::Destination(ip) => {
+                        rule.dst = IpNet::new(*ip, m.header.dst_len).ok()
+                    }
+                    RuleAttribute::Iifname(n) => rule.iif = Some(n.clone()),
+                    RuleAttribute::Oifname(n) => rule.oif = Some(n.clone()),
+                    RuleAttribute::FwMark(v) => rule.fwmark = Some(*v),
+                    RuleAttribute::FwMask(v) => rule.fwmask = Some(*v),
+                    RuleAttribute::Table(t) => rule.table = *t,
+                    RuleAttribute::Protocol(p) => kernel = u8::from(*p) == 2,
+                    _ => {}
+                }
+            }
+            if !kernel {
+                out.push(rule);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Bridge and VXLAN forwarding entries that configuration made: permanent
+/// or static, not multicast, not a link's own address of this namespace.
+async fn read_fdb(
+    h: &rtnetlink::Handle,
+    name_of: &impl Fn(u32) -> Option<String>,
+    own_macs: &[String],
+) -> Result<Vec<FdbEntry>, rtnetlink::Error> {
+    let msgs: Vec<_> = h
+        .neighbours()
+        .get()
+        .set_address_family(AddressFamily::Bridge)
+        .execute()
+        .try_collect()
+        .await?;
+    let mut out = Vec::new();
+    for m in msgs {
+        // A VXLAN entry may carry several NUD bits at once.
+        let bits = u16::from(m.header.state);
+        let state = if bits & NUD_PERMANENT != 0 {
+            "permanent"
+        } else if bits & NUD_NOARP != 0 {
+            "static"
+        } else {
+            continue;
+        };
+        let mut mac = None;
+        let mut dst = None;
+        for a in &m.attributes {
+            match a {
+                NeighbourAttribute::LinkLayerAddress(b) => mac = Some(nl::mac_string(b)),
+                NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
+                    dst = Some(IpAddr::V4(*v4))
+                }
+                NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
+                    dst = Some(IpAddr::V6(*v6))
+                }
+                // In an AF_BRIDGE message the VTEP comes as raw bytes.
+                NeighbourAttribute::Destination(NeighbourAddress::Other(b)) => {
+                    dst = match b.len() {
+                        4 => <[u8; 4]>::try_from(b.as_slice()).ok().map(IpAddr::from),
+                        16 => <[u8; 16]>::try_from(b.as_slice()).ok().map(IpAddr::from),
+                        _ => None,
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Some(mac) = mac else { continue };
+        let multicast = u8::from_str_radix(mac.get(..2).unwrap_or("00"), 16).unwrap_or(0) & 1 == 1;
+        if multicast || own_macs.contains(&mac) {
+            continue;
+        }
+        out.push(FdbEntry {
+            dev: name_of(m.header.ifindex).unwrap_or_default(),
+            mac,
+            dst,
+            state: state.into(),
+        });
+    }
+    Ok(out)
+}
+
+/// Qdiscs with a handle (the ones the kernel attaches by itself have none).
+async fn read_qdiscs(
+    h: &rtnetlink::Handle,
+    name_of: &impl Fn(u32) -> Option<String>,
+) -> Result<Vec<Qdisc>, rtnetlink::Error> {
+    use rtnetlink::packet_route::tc::{TcAttribute, TcHandle};
+    let msgs: Vec<_> = h.qdisc().get().execute().try_collect().await?;
+    let mut out = Vec::new();
+    for m in msgs {
+        if m.header.handle == TcHandle::UNSPEC {
+            continue;
+        }
+        let kind = m
+            .attributes
+            .iter()
+            .find_map(|a| match a {
+                TcAttribute::Kind(k) => Some(k.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let parent = if m.header.parent == TcHandle::ROOT {
+            "root".to_string()
+        } else {
+            format!("{:x}:{:x}", m.header.parent.major, m.header.parent.minor)
+        };
+        out.push(Qdisc {
+            dev: u32::try_from(m.header.index)
+                .ok()
+                .and_then(name_of)
+                .unwrap_or_default(),
+            kind,
+            handle: format!("{:x}:", m.header.handle.major),
+            parent,
+        });
+    }
+    Ok(out)
+}
+
+/// The sysctls that decide forwarding and filtering, global and per link;
+/// a key the kernel does not have here (no `br_netfilter`) is left out.
+/// Values with whitespace are read with single spaces.
+fn read_sysctls(links: &[String]) -> BTreeMap<String, String> {
+    let mut keys: Vec<String> = [
+        "net/ipv4/ip_forward",
+        "net/ipv4/ping_group_range",
+        "net/bridge/bridge-nf-call-iptables",
+        "net/bridge/bridge-nf-call-ip6tables",
+        "net/bridge/bridge-nf-call-arptables",
+    ]
+    .iter()
+    .map(|k| k.to_string())
+    .collect();
+    const V4: &[&str] = &[
+        "forwarding",
+        "rp_filter",
+        "proxy_arp",
+        "arp_ignore",
+        "arp_announce",
+        "arp_notify",
+        "accept_local",
+        "route_localnet",
+    ];
+    const V6: &[&str] = &["forwarding", "disable_ipv6", "accept_dad"];
+    // Per link, the ones that differ between links on real nodes (Calico:
+    // proxy_arp and forwarding on each cali* veth).
+    const V4_LINK: &[&str] = &["forwarding", "rp_filter", "proxy_arp", "route_localnet"];
+    const V6_LINK: &[&str] = &["forwarding", "disable_ipv6"];
+    let confs = ["all", "default"]
+        .into_iter()
+        .map(|c| (c, V4, V6))
+        .chain(links.iter().map(|l| (l.as_str(), V4_LINK, V6_LINK)));
+    for (conf, v4, v6) in confs {
+        keys.extend(v4.iter().map(|k| format!("net/ipv4/conf/{conf}/{k}")));
+        keys.extend(v6.iter().map(|k| format!("net/ipv6/conf/{conf}/{k}")));
+    }
+    keys.into_iter()
+        .filter_map(|k| {
+            let v = std::fs::read_to_string(format!("/proc/sys/{k}")).ok()?;
+            Some((k, v.split_whitespace().collect::<Vec<_>>().join(" ")))
+        })
+        .collect()
+}
+
+/// `nft -s list ruleset` inside the namespace, one entry per table.
+fn read_nft(file: &File) -> Result<Vec<NftTable>, String> {
+    let mut cmd = std::process::Command::new("nft");
+    cmd.args(["-s", "list", "ruleset"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = plugin_netns::spawn_in(file, &mut cmd)
+        .map_err(|e| format!("nft: {e} (is nftables installed?)"))?;
+    let out = child.wait_with_output().map_err(|e| format!("nft: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "nft list ruleset: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(tables_of(&String::from_utf8_lossy(&out.stdout)))
+}
+
+fn tables_of(ruleset: &str) -> Vec<NftTable> {
+    snapshot::nft_tables(ruleset)
+        .into_iter()
+        .map(|(family, name, text)| NftTable { family, name, text })
+        .collect()
+}
+
+/// Replaces each nftables table's text in `model` by what nft itself
+/// prints after loading it into a throwaway namespace (how the kernel will
+/// hold it), so a compiled table compares with a read one.
+pub(crate) fn canonical_nft(model: &mut LabModel) -> Result<(), String> {
+    for ns in model.namespaces_mut() {
+        for table in &mut ns.nftables {
+            let scratch = crate::netns::Netns::with_label("nftcanon").map_err(|e| e.to_string())?;
+            cnilab_net::nft::load(
+                std::path::Path::new("nft"),
+                Some(scratch.file()),
+                &table.text,
+            )
+            .map_err(|e| format!("table {} {} of {}: {e}", table.family, table.name, ns.name))?;
+            let listed = read_nft(scratch.file())?;
+            let mine = listed
+                .into_iter()
+                .find(|t| t.family == table.family && t.name == table.name)
+                .ok_or_else(|| format!("table {} {} not listed", table.family, table.name))?;
+            table.text = mine.text;
+        }
+    }
+    Ok(())
+}
