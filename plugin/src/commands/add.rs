@@ -2,6 +2,7 @@
 //! Any failure after the first change undoes what was done.
 
 use super::addresses::{self, Allocation};
+use super::delegate;
 use super::{host_veth_name, open_pod_netns, ownership_mark, prev_result, runtime, subnets};
 use crate::config::{IpamPlan, Plan};
 use crate::env::CniEnv;
@@ -19,6 +20,10 @@ use std::net::IpAddr;
 pub fn run(env: &CniEnv, plan: &Plan) -> Result<CniResult> {
     let prev = prev_result(plan)?;
     let ns = open_pod_netns(env)?;
+    // An unsafe or missing delegate is refused before anything changes.
+    if let IpamPlan::Delegate { plugin } = &plan.ipam {
+        delegate::find(plugin, env)?;
+    }
     let rt = runtime()?;
     let _entered = rt.enter();
     let host =
