@@ -17,7 +17,7 @@
 use crate::config::Plan;
 use crate::error::{CniError, Result};
 use crate::ipam::{self, LOCK_TIMEOUT};
-use nix::fcntl::Flock;
+use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
 use std::io::ErrorKind;
@@ -88,9 +88,22 @@ impl Attachments {
     /// Takes the attachment's lock, waiting up to the store's lock timeout
     /// (code 11 after it).
     pub fn lock(&self, container_id: &str, ifname: &str) -> Result<AttachmentLock> {
-        let path = self.path(container_id, ifname, "lock");
-        let deadline = Instant::now() + LOCK_TIMEOUT;
-        let what = format!("attachment {container_id}/{ifname} ({})", path.display());
+        let base = format!("{container_id}:{ifname}");
+        let what = format!("attachment {container_id}/{ifname}");
+        self.acquire(&base, &what, Some(Instant::now() + LOCK_TIMEOUT))?
+            .ok_or_else(|| CniError::io(format!("lock {what}: not acquired")))
+    }
+
+    /// Takes the lock of `<base>.lock`: waiting until `deadline`, or, without
+    /// one, only if it is free (`Ok(None)` if it is held).
+    fn acquire(
+        &self,
+        base: &str,
+        what: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Option<AttachmentLock>> {
+        let path = self.dir.join(format!("{base}.lock"));
+        let what = format!("{what} ({})", path.display());
         loop {
             self.create_dir()?;
             let file = match OpenOptions::new()
@@ -104,27 +117,62 @@ impl Attachments {
                 Ok(f) => f,
                 // The directory went with the last lock of another
                 // attachment: make it again.
-                Err(e) if e.kind() == ErrorKind::NotFound && Instant::now() < deadline => continue,
+                Err(e)
+                    if e.kind() == ErrorKind::NotFound
+                        && deadline.is_some_and(|d| Instant::now() < d) =>
+                {
+                    continue
+                }
                 Err(e) => return Err(CniError::io(format!("open {}: {e}", path.display()))),
             };
             let file = ipam::regular(file, &path)
                 .map_err(|e| CniError::io(format!("open {}: {e}", path.display())))?;
-            let lock = ipam::flock_until(file, (deadline, LOCK_TIMEOUT), &what, &path)?;
+            let lock = match deadline {
+                Some(d) => ipam::flock_until(file, (d, LOCK_TIMEOUT), &what, &path)?,
+                None => match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                    Ok(lock) => lock,
+                    Err(_) => return Ok(None),
+                },
+            };
             let held = lock
                 .metadata()
                 .map_err(|e| CniError::io(format!("stat {}: {e}", path.display())))?;
             match fs::symlink_metadata(&path) {
                 Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
-                    return Ok(AttachmentLock {
+                    return Ok(Some(AttachmentLock {
                         path,
                         dir: self.dir.clone(),
                         _lock: lock,
-                    })
+                    }))
                 }
                 // The previous holder unlinked it as it finished: again.
                 _ => continue,
             }
         }
+    }
+
+    /// Removes what killed operations left: lock files nobody holds and
+    /// half-written caches of attachments nobody is working on (GC).
+    pub fn sweep(&self) {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.filter_map(|e| e.ok()) {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let (base, tmp) = match (name.strip_suffix(".lock"), name.strip_suffix(".json.tmp")) {
+                (Some(base), _) => (base, false),
+                (_, Some(base)) => (base, true),
+                _ => continue,
+            };
+            // Dropping the lock unlinks its file.
+            if let Ok(Some(_free)) = self.acquire(base, base, None) {
+                if tmp {
+                    let _ = fs::remove_file(entry.path());
+                }
+            }
+        }
+        remove_empty_dirs(&self.dir);
     }
 
     /// The attachment's cache; `Ok(None)` when there is none.
@@ -212,6 +260,29 @@ mod tests {
         att.remove("c1", "eth0").expect("remove");
         assert!(!tmp.path().join(".cnilab-bridge").exists(), "empty dirs go");
         assert!(att.all().expect("all").is_empty());
+    }
+
+    #[test]
+    fn sweep_removes_leftovers_of_killed_operations_only() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let dir = tmp.path().join("net");
+        let att = Attachments { dir: dir.clone() };
+        att.write("c1", "eth0", &[]).expect("write");
+        // A killed ADD: its lock file and a half-written cache.
+        std::fs::write(dir.join("c2:eth0.lock"), "").expect("plant");
+        std::fs::write(dir.join("c2:eth0.json.tmp"), "{").expect("plant");
+        // A live operation holds c3's lock.
+        let held = att.lock("c3", "eth0").expect("lock");
+        std::fs::write(dir.join("c3:eth0.json.tmp"), "{").expect("plant");
+        att.sweep();
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["c1:eth0.json", "c3:eth0.json.tmp", "c3:eth0.lock"]);
+        drop(held);
+        assert!(!dir.join("c3:eth0.lock").exists());
     }
 
     #[test]

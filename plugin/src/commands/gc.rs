@@ -107,6 +107,7 @@ pub fn run(env: &CniEnv, plan: &Plan) -> Result<()> {
         }
     }
     if let Some(a) = &attachments {
+        a.sweep();
         for c in cached
             .iter()
             .filter(|c| !valid.contains(&(c.container_id.clone(), c.ifname.clone())))
