@@ -308,7 +308,9 @@ pub fn valid_container_id(id: &str) -> bool {
 }
 
 /// Interface names per SPEC.md: non-empty, at most 15 bytes, not `.` or `..`,
-/// no `/`, `:` or whitespace. Returns why the name is refused.
+/// no `/`, `:` or whitespace; and no `%`, which the kernel expands (`eth%d`
+/// becomes eth0, eth1, ... on each creation: a new link every call).
+/// Returns why the name is refused.
 pub fn check_ifname(name: &str) -> Result<(), &'static str> {
     if name.is_empty() {
         return Err("is empty");
@@ -321,9 +323,11 @@ pub fn check_ifname(name: &str) -> Result<(), &'static str> {
     }
     if name
         .chars()
-        .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control())
+        .any(|c| matches!(c, '/' | ':' | '%') || c.is_whitespace() || c.is_control())
     {
-        return Err("must not contain '/', ':', whitespace or control characters");
+        return Err(
+            "must not contain '/', ':', '%' (the kernel expands %d), whitespace or control characters",
+        );
     }
     Ok(())
 }
@@ -370,6 +374,8 @@ mod tests {
     #[case("a/b", false)]
     #[case("a:b", false)]
     #[case("a b", false)]
+    #[case("eth%d", false)]
+    #[case("%", false)]
     #[case("abcdefghijklmnop", false)]
     #[case("abcdefghijklmno", true)]
     fn ifnames(#[case] name: &str, #[case] ok: bool) {

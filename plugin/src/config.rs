@@ -166,6 +166,9 @@ pub struct Plan {
     pub ipam: IpamPlan,
     pub prev_result: Option<Value>,
     pub valid_attachments: Option<Vec<Attachment>>,
+    /// `<dataDir>/.cnilab-bridge/<network>`: the per-attachment locks and
+    /// caches ([`crate::attachments`]); `None` without an `ipam` section.
+    pub attachments_dir: Option<PathBuf>,
     /// The raw config bytes, forwarded to a delegated IPAM plugin.
     pub raw: Vec<u8>,
 }
@@ -243,6 +246,7 @@ pub fn parse(stdin: &[u8]) -> Result<Plan> {
             }
         },
     };
+    let attachments_dir = attachments_dir(&conf, &name);
     Ok(Plan {
         version,
         name,
@@ -259,8 +263,22 @@ pub fn parse(stdin: &[u8]) -> Result<Plan> {
         ipam,
         prev_result: conf.prev_result.clone(),
         valid_attachments: conf.valid_attachments.clone().or(conf.attachments.clone()),
+        attachments_dir,
         raw: stdin.to_vec(),
     })
+}
+
+/// Where the attachments of a network with an `ipam` section are kept: in
+/// `ipam.dataDir` (a delegate's own store lives there too, but never in
+/// `.cnilab-bridge`), or the default data directory.
+fn attachments_dir(conf: &NetConf, network: &str) -> Option<PathBuf> {
+    let ipam = conf.ipam.as_ref()?;
+    let data_dir = ipam
+        .data_dir
+        .clone()
+        .filter(|d| d.is_absolute())
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+    Some(data_dir.join(".cnilab-bridge").join(network))
 }
 
 fn builtin_ipam(ipam: &IpamConf, network: &str) -> Result<BuiltinIpam> {

@@ -29,11 +29,11 @@ const MAX_STORE_FILE: u64 = 4096;
 /// Flags for every file opened in the store: never through a symlink,
 /// never blocking (a FIFO planted in the store answers at once), no
 /// controlling terminal, not inherited.
-const STORE_FLAGS: i32 =
+pub(crate) const STORE_FLAGS: i32 =
     nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY | nix::libc::O_CLOEXEC;
 
 /// Refuses an opened store file that is not a regular file.
-fn regular(file: File, path: &Path) -> std::io::Result<File> {
+pub(crate) fn regular(file: File, path: &Path) -> std::io::Result<File> {
     let kind = file.metadata()?.file_type();
     if kind.is_file() {
         Ok(file)
@@ -47,7 +47,7 @@ fn regular(file: File, path: &Path) -> std::io::Result<File> {
 
 /// Reads a small store file: not through a symlink, only a regular file,
 /// at most [`MAX_STORE_FILE`] bytes. `Ok(None)` when it does not exist.
-fn read_store_file(path: &Path) -> std::io::Result<Option<String>> {
+pub(crate) fn read_store_file(path: &Path) -> std::io::Result<Option<String>> {
     use std::io::Read;
     let file = match OpenOptions::new()
         .read(true)
@@ -98,6 +98,38 @@ fn create_exclusive(path: &Path, data: &[u8]) -> std::io::Result<()> {
 fn is_temp_name(name: &str) -> bool {
     name.starts_with(".record.")
         || (name.starts_with("last_reserved_ip.") && name.ends_with(".tmp"))
+}
+
+/// Takes an exclusive flock on `file` (the lock file `path`), retrying
+/// until `deadline` (the end of a wait of `timeout`); then code 11 naming
+/// `what` ("try again later").
+pub(crate) fn flock_until(
+    file: File,
+    (deadline, timeout): (Instant, Duration),
+    what: &str,
+    path: &Path,
+) -> Result<Flock<File>> {
+    let mut file = file;
+    let mut pause = Duration::from_micros(200);
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(lock),
+            Err((f, Errno::EWOULDBLOCK)) | Err((f, Errno::EINTR)) => {
+                if Instant::now() >= deadline {
+                    return Err(CniError::new(
+                        code::TRY_AGAIN_LATER,
+                        format!(
+                            "{what} is locked by another operation for more than {timeout:?}; try again later"
+                        ),
+                    ));
+                }
+                file = f;
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(20));
+            }
+            Err((_, e)) => return Err(CniError::io(format!("lock {}: {e}", path.display()))),
+        }
+    }
 }
 
 /// One reservation.
@@ -159,37 +191,12 @@ impl Store {
                     lock_path.display()
                 ))
             })?;
-        let deadline = Instant::now() + timeout;
-        let mut file = file;
-        let mut pause = Duration::from_micros(200);
-        loop {
-            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                Ok(lock) => {
-                    return Ok(Store {
-                        dir: dir.to_path_buf(),
-                        _lock: lock,
-                    })
-                }
-                Err((f, Errno::EWOULDBLOCK)) | Err((f, Errno::EINTR)) => {
-                    if Instant::now() >= deadline {
-                        return Err(CniError::new(
-                            code::TRY_AGAIN_LATER,
-                            format!(
-                                "IPAM store {} is locked by another operation for more than {:?}; try again later",
-                                dir.display(),
-                                timeout
-                            ),
-                        ));
-                    }
-                    file = f;
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(20));
-                }
-                Err((_, e)) => {
-                    return Err(CniError::io(format!("lock {}: {e}", lock_path.display())))
-                }
-            }
-        }
+        let what = format!("IPAM store {}", dir.display());
+        let lock = flock_until(file, (Instant::now() + timeout, timeout), &what, &lock_path)?;
+        Ok(Store {
+            dir: dir.to_path_buf(),
+            _lock: lock,
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -387,7 +394,7 @@ impl Store {
     }
 }
 
-fn remove(path: &Path) -> Result<()> {
+pub(crate) fn remove(path: &Path) -> Result<()> {
     match fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
@@ -397,7 +404,7 @@ fn remove(path: &Path) -> Result<()> {
 
 /// Writes `path` through an exclusive temporary file renamed over it (a
 /// rename replaces a symlink at `path` itself, never its target).
-fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);

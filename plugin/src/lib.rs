@@ -3,11 +3,13 @@
 //! Where things happen: [`commands`] has one file per CNI verb (ADD, DEL,
 //! CHECK, GC, STATUS, VERSION) and the dispatch; [`env`] reads the CNI
 //! environment, [`config`] parses and validates the network config into a
-//! plan, [`ipam`] is the address store, [`masq`] the masquerade rules,
+//! plan, [`ipam`] is the address store, [`attachments`] the
+//! per-attachment locks and caches beside it, [`masq`] the masquerade rules,
 //! [`error`] the CNI error JSON. CNI types, namespaces, netlink, nft and
 //! name derivation come from `cnilab_net` (shared with the agent and the
 //! harness).
 
+pub mod attachments;
 pub mod commands;
 pub mod config;
 pub mod env;

@@ -141,6 +141,26 @@ pub fn store_records(dir: &Path) -> Vec<String> {
     out
 }
 
+/// Starts `cnilab-lock-holder` (a helper binary of this crate, not a test):
+/// it takes the IPAM store lock of `store` with the plugin's own code and
+/// holds it until it is killed. Returns once the lock is held.
+pub fn spawn_lock_holder(store: &Path) -> std::process::Child {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(workspace_bin("cnilab-lock-holder"))
+        .arg(store)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("holder starts");
+    let stdout = child.stdout.take().expect("holder stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let locked = lines.any(|l| l.map(|l| l == "store-locked").unwrap_or(false));
+    assert!(locked, "the holder never took the lock");
+    // Keep draining its output so it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    child
+}
+
 /// `config` with `prevResult` set, as a runtime sends it to CHECK and DEL.
 pub fn with_prev(config: &Value, prev: &CniResult) -> Value {
     let mut c = config.clone();

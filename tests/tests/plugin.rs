@@ -916,8 +916,9 @@ fn non_utf8_env_is_refused_and_input_never_forges_a_log_line() {
 }
 
 /// With a delegated IPAM (the reference host-local) DEL still removes the
-/// pod's masquerade entry, taking the address from the pod interface it
-/// owns (not from `prevResult`, which it does not get here).
+/// pod's masquerade entry, taking the address from the attachment's cache
+/// (not from `prevResult`, which it does not get here, nor from the pod's
+/// interface: `tests/hardening.rs`).
 #[test]
 fn del_with_a_delegated_ipam_unmasquerades_the_pod() {
     let lab = Lab::new();

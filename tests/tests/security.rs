@@ -7,12 +7,13 @@
 use cnilab_harness::netns::Netns;
 use cnilab_net::spec::{code, CniResult, ErrorBody};
 use cnilab_plugin::ipam::{Store, LOCK_TIMEOUT};
-use cnilab_tests::{host_untouched, invoke, require_root, store_records, workspace_bin, Call};
+use cnilab_tests::{
+    host_untouched, invoke, require_root, spawn_lock_holder, store_records, workspace_bin, Call,
+};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -106,25 +107,6 @@ fn store_files_are_0600_and_directories_0700() {
         &conf,
     );
     assert!(del.status.success());
-}
-
-/// Starts `cnilab-lock-holder` (a helper binary of this crate, not a test):
-/// it takes the store lock with the plugin's own code and holds it until
-/// it is killed. Returns once the lock is held.
-fn spawn_lock_holder(store: &Path) -> std::process::Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cnilab-lock-holder"))
-        .arg(store)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("holder starts");
-    let stdout = child.stdout.take().expect("holder stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let locked = lines.any(|l| l.map(|l| l == "store-locked").unwrap_or(false));
-    assert!(locked, "the holder never took the lock");
-    // Keep draining its output so it never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    child
 }
 
 fn add_in_background(

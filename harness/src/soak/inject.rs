@@ -1,6 +1,7 @@
 //! `--inject-leaks N`: plants what a crashed runtime or plugin leaves
 //! behind — N reservations with no pod in a host-local-layout store, and one
-//! veth on the pods' bridge with no pod — so that the account can show
+//! veth on the pods' bridge with no pod, named for the last reservation's
+//! attachment — so that the account can show
 //! whether the plugin's GC reclaims them (and that the account sees them
 //! when it does not).
 
@@ -99,8 +100,11 @@ pub(super) fn plant(
         planted.records.push(ip);
         planted.container_ids.push(id);
     }
-    // One stray veth, named the way cnilab-bridge names host veths and
-    // enslaved where the live pods' host veths are (the bridge).
+    // One stray veth, named the way cnilab-bridge names host veths, for the
+    // attachment of the last planted record (what a plugin killed after
+    // its reservation and its veth leaves), and enslaved where the live
+    // pods' host veths are (the bridge). A plugin may remove an unmarked
+    // link only when its own store proves the link was its attachment's.
     let links = host.links()?;
     let bridge = links
         .iter()
@@ -110,14 +114,13 @@ pub(super) fn plant(
             let name = net.plugins.first()?.get("bridge")?.as_str()?;
             links.iter().find(|l| l.name == name).map(|l| l.index)
         });
-    let id = injected_id(opts.inject_leaks);
+    let id = injected_id(opts.inject_leaks.saturating_sub(1));
     let name = cnilab_net::naming::host_veth_name(&id, &opts.ifname);
     let peer = "soakleakpeer";
     let msg = cnilab_net::nl::veth_message(&name, peer, host.file(), None, bridge);
     host.netlink(move |h| async move { h.link().add(msg).execute().await })?;
     planted.links.push(name);
     planted.links.push(peer.to_string());
-    planted.container_ids.push(id);
     Ok(planted)
 }
 

@@ -1,8 +1,11 @@
 //! ADD: bridge, veth into the pod, addresses, routes, forwarding, masquerade.
-//! Any failure after the first change undoes what was done.
+//! Any failure after the first change undoes what was done. ADD and DEL of
+//! one attachment never run at once (a per-attachment lock).
 
 use super::addresses::{self, Allocation};
+use super::delegate;
 use super::{host_veth_name, open_pod_netns, ownership_mark, prev_result, runtime, subnets};
+use crate::attachments::{Attachments, Cached};
 use crate::config::{IpamPlan, Plan};
 use crate::env::CniEnv;
 use crate::error::{CniError, Result};
@@ -19,6 +22,48 @@ use std::net::IpAddr;
 pub fn run(env: &CniEnv, plan: &Plan) -> Result<CniResult> {
     let prev = prev_result(plan)?;
     let ns = open_pod_netns(env)?;
+    // An unsafe or missing delegate is refused before anything changes.
+    if let IpamPlan::Delegate { plugin } = &plan.ipam {
+        delegate::find(plugin, env)?;
+    }
+    // No DEL of this attachment runs until this ADD is done (or undone).
+    let attachments = Attachments::of(plan);
+    let _lock = attachments
+        .as_ref()
+        .map(|a| a.lock(&env.container_id, &env.ifname))
+        .transpose()?;
+    // The cache exists before any link does: a DEL after this ADD is
+    // killed finds the proof that the unmarked links by its names are ours.
+    let before = match &attachments {
+        Some(a) => {
+            let before = a.read(&env.container_id, &env.ifname)?;
+            if before.is_none() {
+                a.write(&env.container_id, &env.ifname, &[])?;
+            }
+            before
+        }
+        None => None,
+    };
+    let result = attach(env, plan, prev, ns, attachments.as_ref(), before.as_ref());
+    if let (Err(_), Some(a)) = (&result, &attachments) {
+        // Back to what it was: none, or an earlier attachment's.
+        let _ = match &before {
+            Some(cached) => a.write(&env.container_id, &env.ifname, &cached.ips),
+            None => a.remove(&env.container_id, &env.ifname),
+        };
+    }
+    result
+}
+
+/// ADD once the attachment is locked and its cache exists.
+fn attach(
+    env: &CniEnv,
+    plan: &Plan,
+    prev: Option<CniResult>,
+    ns: File,
+    attachments: Option<&Attachments>,
+    before: Option<&Cached>,
+) -> Result<CniResult> {
     let rt = runtime()?;
     let _entered = rt.enter();
     let host =
@@ -72,9 +117,23 @@ pub fn run(env: &CniEnv, plan: &Plan) -> Result<CniResult> {
             "no connection",
         ));
     };
-    match rt.block_on(configure(
-        env, plan, &ns, &host, &cont, &host_veth, &bridge, &alloc,
-    )) {
+    // What this attachment was given is cached before it is masqueraded:
+    // DEL unmasquerades exactly that, GC reads it for liveness. (An earlier
+    // ADD of it that was killed may have been given addresses too.)
+    let mut given: Vec<IpAddr> = before.map(|c| c.ips.clone()).unwrap_or_default();
+    given.extend(alloc.ips.iter().map(|i| i.address.addr()));
+    given.sort();
+    given.dedup();
+    let cached = match attachments {
+        Some(a) => a.write(&env.container_id, &env.ifname, &given),
+        None => Ok(()),
+    };
+    let configured = cached.and_then(|()| {
+        rt.block_on(configure(
+            env, plan, &ns, &host, &cont, &host_veth, &bridge, &alloc,
+        ))
+    });
+    match configured {
         Ok(mut result) => {
             if let Some(prev) = prev {
                 result = merge(prev, result);
@@ -82,11 +141,10 @@ pub fn run(env: &CniEnv, plan: &Plan) -> Result<CniResult> {
             Ok(result)
         }
         Err(e) => {
-            // Undo in reverse: masquerade, veth (its peer goes with it), addresses.
-            if plan.ip_masq {
-                let ips: Vec<IpAddr> = alloc.ips.iter().map(|i| i.address.addr()).collect();
-                let _ = masq::del(&plan.name, &subnets(plan, &alloc.addresses()), &ips);
-            }
+            // Undo in reverse: veth (its peer goes with it), addresses (the
+            // cache is put back by the caller). The masquerade is
+            // configure's last step, so a failed ADD never made one (and
+            // the undo creates no table).
             let _ = rt.block_on(nl::delete_link_by_name(&host, &host_veth));
             addresses::release_allocation(env, plan, &alloc);
             Err(e)
@@ -201,15 +259,17 @@ async fn configure(
     if plan.is_gateway {
         enable_forwarding(alloc)?;
     }
-    if plan.ip_masq && !alloc.ips.is_empty() {
-        let ips: Vec<IpAddr> = alloc.ips.iter().map(|i| i.address.addr()).collect();
-        masq::add(&plan.name, &subnets(plan, &alloc.addresses()), &ips)?;
-    }
     let host_mac = nl::link_by_name(host, host_veth)
         .await
         .map_err(|e| CniError::kernel(format!("look up {host_veth}"), e))?
         .and_then(|l| l.mac)
         .unwrap_or_default();
+    // Last, so that nothing after it can fail: a failed ADD has no
+    // masquerade entry to undo (one atomic nft batch).
+    if plan.ip_masq && !alloc.ips.is_empty() {
+        let ips: Vec<IpAddr> = alloc.ips.iter().map(|i| i.address.addr()).collect();
+        masq::add(&plan.name, &subnets(plan, &alloc.addresses()), &ips)?;
+    }
     Ok(CniResult {
         cni_version: plan.version.to_string(),
         interfaces: vec![

@@ -5,28 +5,86 @@ use crate::env::CniEnv;
 use crate::error::{CniError, Result};
 use cnilab_net::spec::{code, CniResult, ErrorBody};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-fn find(plugin: &str, env: &CniEnv) -> Result<PathBuf> {
-    env.path
+/// The delegate's path: `plugin` in the first absolute `CNI_PATH` directory
+/// that has it. It runs as root, so it is refused (code 103, naming the
+/// path and the fix) unless the binary and every directory above it,
+/// symlinks resolved, are owned by root (or this process's user) and not
+/// writable by group or others; a sticky directory owned by root (`/tmp`)
+/// is accepted, as others cannot replace what root put in it. This is the
+/// rule runc and kubelet apply to the binaries they execute.
+pub fn find(plugin: &str, env: &CniEnv) -> Result<PathBuf> {
+    let found = env
+        .path
         .iter()
         .filter(|dir| dir.is_absolute())
         .map(|dir| dir.join(plugin))
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            CniError::new(
-                code::IPAM_DELEGATE,
-                format!(
-                    "IPAM plugin {plugin:?} not found in CNI_PATH ({})",
-                    env.path
-                        .iter()
-                        .map(|p| p.display().to_string())
-                        .collect::<Vec<_>>()
-                        .join(":")
-                ),
-            )
-        })
+        .find(|p| p.is_file());
+    let Some(path) = found else {
+        return Err(CniError::new(
+            code::IPAM_DELEGATE,
+            format!(
+                "IPAM plugin {plugin:?} not found in CNI_PATH ({})",
+                env.path
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(":")
+            ),
+        ));
+    };
+    let refuse = |why: String| {
+        CniError::new(
+            code::IPAM_DELEGATE,
+            format!(
+                "refusing to run IPAM plugin {}: {why}; a delegate and every directory above it must be owned by root and not writable by group or others (fix with chown root and chmod go-w)",
+                path.display()
+            ),
+        )
+    };
+    let real = std::fs::canonicalize(&path).map_err(|e| refuse(format!("resolve: {e}")))?;
+    let mut checked: Vec<&Path> = vec![&real];
+    checked.extend(real.ancestors().skip(1));
+    if path != real {
+        // The names the runtime gave (a symlinked CNI_PATH entry) must not
+        // be replaceable by others either.
+        checked.push(&path);
+        checked.extend(path.ancestors().skip(1));
+    }
+    for p in checked {
+        if let Some(why) = unsafe_because(p) {
+            return Err(refuse(why));
+        }
+    }
+    Ok(path)
+}
+
+/// Why others than root could replace `path` (or what it names), if they can.
+fn unsafe_because(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let md = match std::fs::metadata(path) {
+        Ok(md) => md,
+        Err(e) => return Some(format!("{}: {e}", path.display())),
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    if md.uid() != 0 && md.uid() != me {
+        return Some(format!(
+            "{} is owned by uid {}, not root",
+            path.display(),
+            md.uid()
+        ));
+    }
+    let sticky_root_dir = md.is_dir() && md.mode() & 0o1000 != 0 && md.uid() == 0;
+    if md.mode() & 0o022 != 0 && !sticky_root_dir {
+        return Some(format!(
+            "{} is writable by group or others (mode {:o})",
+            path.display(),
+            md.mode() & 0o7777
+        ));
+    }
+    None
 }
 
 /// Runs `plugin` for `command` (ADD, DEL, CHECK, STATUS, GC). Returns the
