@@ -1,0 +1,194 @@
+//! `cnilab conform` against plugins that attack the harness itself (issue
+//! 25): a `setsid` child holding stdout, unbounded output, changes to the
+//! namespace conform runs in, escape sequences in error messages. The real
+//! `cnilab` binary runs each; the plugins are the shell scripts in
+//! `tests/broken-plugins/`.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const CNILAB: &str = env!("CARGO_BIN_EXE_cnilab");
+
+/// The reference example config with `type` replaced by a broken plugin.
+fn broken_config(dir: &Path, plugin: &str) -> PathBuf {
+    let text = std::fs::read_to_string(examples_dir().join("reference-bridge.conflist"))
+        .expect("example config");
+    let text = text.replace("\"type\": \"bridge\"", &format!("\"type\": \"{plugin}\""));
+    assert!(text.contains(plugin), "example config names the bridge");
+    let path = dir.join(format!("{plugin}.conflist"));
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+fn plugin_dir() -> String {
+    format!("{}:{REFERENCE_DIR}", broken_plugins_dir().display())
+}
+
+/// `cnilab conform` on `plugin` with `args`, run as `prefix... cnilab ...`;
+/// killed (and the test failed) if it has not ended after `watchdog`, far
+/// beyond any `--timeout` given.
+fn conform(prefix: &[&str], plugin: &str, args: &[&str], watchdog: Duration) -> Output {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = broken_config(tmp.path(), plugin);
+    let (program, pre) = match prefix.split_first() {
+        Some((p, rest)) => (*p, rest),
+        None => (CNILAB, &[][..]),
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(pre);
+    if !prefix.is_empty() {
+        cmd.arg(CNILAB);
+    }
+    let mut child = cmd
+        .args(["conform", "--plugin-dir", &plugin_dir(), "--config"])
+        .arg(&config)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cnilab runs");
+    let until = Instant::now() + watchdog;
+    // Read on threads so a large report never blocks the child.
+    let mut out_pipe = child.stdout.take().expect("stdout");
+    let mut err_pipe = child.stderr.take().expect("stderr");
+    let out_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut out_pipe, &mut buf);
+        buf
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut err_pipe, &mut buf);
+        buf
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            kill_marked_sleeps();
+            panic!(
+                "cnilab conform {args:?} on {plugin} had not ended after {} s",
+                watchdog.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Output {
+        status,
+        stdout: out_reader.join().expect("stdout reader"),
+        stderr: err_reader.join().expect("stderr reader"),
+    }
+}
+
+/// Pids of the `sleep 3601` that `setsid-holds-stdout` leaves.
+fn marked_sleeps() -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == b"sleep\x003601\x00")
+        })
+        .collect()
+}
+
+fn kill_marked_sleeps() {
+    for pid in marked_sleeps() {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Point 6: the plugin's `setsid` child holds stdout for an hour. With
+/// `--timeout 3` conform must end (a FAIL naming the leftover), and the
+/// child must be gone: killed through a cgroup per call, or, where there is
+/// none, as a holder of the call's pipe.
+#[test]
+fn root_timeout_holds_when_a_setsid_child_keeps_stdout_open() {
+    require_root();
+    require_reference();
+    let _host = host_untouched();
+    let out = conform(
+        &[],
+        "setsid-holds-stdout",
+        &["--only", "A1", "--timeout", "3", "-o", "json"],
+        Duration::from_secs(120),
+    );
+    let survivors = marked_sleeps();
+    kill_marked_sleeps();
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.contains("held its output open") || stdout.contains("still held its output"),
+        "the report names the leftover process: {stdout}"
+    );
+    assert!(
+        survivors.is_empty() || stdout.contains("could not be ended"),
+        "sleep {survivors:?} survived and the report does not say so: {stdout}"
+    );
+}
+
+/// Peak RSS of the waited-for children of this test process, in KiB.
+fn children_max_rss_kib() -> i64 {
+    // SAFETY: getrusage only writes into the struct it is given.
+    let mut usage: nix::libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { nix::libc::getrusage(nix::libc::RUSAGE_CHILDREN, &mut usage) };
+    assert_eq!(rc, 0, "getrusage");
+    usage.ru_maxrss
+}
+
+/// Point 7: 100 MB on stdout. conform keeps a bounded part, says the output
+/// was cut, FAILs the rule, and its report and memory stay small.
+#[test]
+fn root_unbounded_plugin_output_is_cut_and_fails_the_rule() {
+    require_root();
+    require_reference();
+    let _host = host_untouched();
+    let out = conform(
+        &[],
+        "huge-stdout",
+        &["--only", "A1", "--timeout", "60", "-o", "json"],
+        Duration::from_secs(300),
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        stdout.len() < 8 << 20,
+        "the JSON report is {} bytes: the output was kept whole",
+        stdout.len()
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON report");
+    let a1 = report["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["id"] == "A1"))
+        .unwrap_or_else(|| panic!("A1 in {report}"));
+    assert_eq!(a1["verdict"], "Fail", "{a1}");
+    assert!(
+        a1.to_string().contains("output cut"),
+        "the report says the output was cut: {a1}"
+    );
+    let rss = children_max_rss_kib();
+    assert!(
+        rss < 512 * 1024,
+        "a child of this test peaked at {rss} KiB: the output was kept whole"
+    );
+}
