@@ -192,3 +192,48 @@ fn root_unbounded_plugin_output_is_cut_and_fails_the_rule() {
         "a child of this test peaked at {rss} KiB: the output was kept whole"
     );
 }
+
+/// Point 9: an error message with escape sequences. The table shows them
+/// escaped (no ESC, CR or C1 byte reaches the terminal); the JSON report
+/// keeps the raw text in its strings.
+#[test]
+fn root_plugin_escape_sequences_never_reach_the_terminal_raw() {
+    require_root();
+    require_reference();
+    let _host = host_untouched();
+    let watchdog = Duration::from_secs(300);
+    let table = conform(
+        &[],
+        "escape-error",
+        &["--only", "A1", "--timeout", "30"],
+        watchdog,
+    );
+    let stdout = text(&table.stdout);
+    assert_eq!(table.status.code(), Some(1), "{stdout}");
+    let raw: Vec<char> = stdout
+        .chars()
+        .filter(|c| *c != '\n' && c.is_control())
+        .collect();
+    assert!(
+        raw.is_empty(),
+        "raw control characters {raw:?} in:\n{stdout}"
+    );
+    assert!(
+        stdout.contains(r"\u{1b}[2K\rPASS A1 all good"),
+        "the message is shown, escaped:\n{stdout}"
+    );
+    let stderr = text(&table.stderr);
+    assert!(!stderr.contains('\u{1b}'), "stderr: {stderr}");
+
+    let json = conform(
+        &[],
+        "escape-error",
+        &["--only", "A1", "--timeout", "30", "-o", "json"],
+        watchdog,
+    );
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON report");
+    assert!(
+        report.to_string().contains(r"\u001b[2K\rPASS A1 all good"),
+        "JSON keeps the raw text (JSON-escaped): {report}"
+    );
+}

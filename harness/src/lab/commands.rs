@@ -114,7 +114,7 @@ fn default_plugin_check(
 
 fn emit(report: &Report, out: &Outputs) -> Result<(), Box<dyn std::error::Error>> {
     match out.format {
-        Format::Table => print!("{}", report.table()),
+        Format::Table => report::print_human(&report.table()),
         Format::Json => println!("{}", report.json()),
         Format::Junit => print!("{}", report.junit()),
     }
