@@ -104,7 +104,15 @@ pub(crate) fn make_ns_from(
 ) -> Result<Netns, NetnsError> {
     match &opts.persistent {
         Some(lab) => {
-            Netns::persistent_from(&format!("{}lab-{lab}-{role}", crate::netns::PREFIX), from)
+            let ns =
+                Netns::persistent_from(&format!("{}lab-{lab}-{role}", crate::netns::PREFIX), from)?;
+            super::state::record_namespace(&opts.run_dir, ns.name()).map_err(|e| {
+                NetnsError::Create {
+                    name: ns.name().to_string(),
+                    reason: format!("record it in {}: {e}", opts.run_dir.display()),
+                }
+            })?;
+            Ok(ns)
         }
         None => {
             let label: String = role.chars().take(12).collect();
