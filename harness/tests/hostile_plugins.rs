@@ -237,3 +237,38 @@ fn root_plugin_escape_sequences_never_reach_the_terminal_raw() {
         "JSON keeps the raw text (JSON-escaped): {report}"
     );
 }
+
+/// Point 8: the plugin enters its parent's namespace (the runtime's own)
+/// and adds links there. conform runs inside a throwaway namespace (its
+/// "machine"), sees the change and FAILs H1 naming the links; the real
+/// machine's network is untouched.
+#[test]
+fn root_a_plugin_changing_conforms_own_namespace_fails_h1() {
+    require_root();
+    require_reference();
+    let _host = host_untouched();
+    let own = cnilab_harness::testing::host_netns();
+    let out = conform(
+        &["ip", "netns", "exec", own.name()],
+        "enters-parent-netns",
+        &["--only", "A1", "--timeout", "30", "-o", "json"],
+        Duration::from_secs(300),
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON report");
+    let h1 = report["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["id"] == "H1"))
+        .unwrap_or_else(|| panic!("H1 reported although not asked for: {report}"));
+    assert_eq!(h1["verdict"], "Fail", "{h1}");
+    assert!(
+        h1.to_string().contains("cnilabevil1"),
+        "H1 names the link: {h1}"
+    );
+}
