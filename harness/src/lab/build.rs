@@ -657,6 +657,8 @@ impl Lab {
             .map_err(|e| setup(format!("{}: {e}", log_path.display())))?;
         let log2 = log.try_clone().map_err(|e| setup(e.to_string()))?;
         let mut command = node.ns.command(&program);
+        // What proves the agent ours to `lab down` and `cnilab sweep`.
+        command.env(super::pidfile::RUN_DIR_ENV, &node_dir);
         // The lab blocks SIGINT/SIGTERM for its Ctrl-C watcher; the agent must
         // get them (a blocked mask survives exec).
         // A throwaway lab's agents die with the lab process, however it dies

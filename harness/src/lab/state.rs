@@ -295,7 +295,7 @@ pub fn stop_agents(state: &LabState) {
             .join(&n.name)
             .join(super::build::AGENT_PIDFILE);
         if let Some(id) = super::pidfile::read(&path) {
-            let _ = id.kill_if_same();
+            let _ = id.kill_if_ours(&state.run_dir);
         }
     }
 }

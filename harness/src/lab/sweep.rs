@@ -49,7 +49,7 @@ fn stop_agents_of(dir: &Path, swept: &mut Swept) {
         let Some(id) = pidfile::read(&path) else {
             continue;
         };
-        if let Ok(true) = id.kill_if_same() {
+        if let Ok(true) = id.kill_if_ours(dir) {
             swept.agents.push((id.pid, path));
             killed.push(id);
         }
