@@ -232,24 +232,19 @@ fn metric(text: &str, name: &str) -> Option<u64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-#[test]
-fn root_running_agent_follows_the_nodes_file_and_leaves_routes_on_sigterm() {
-    let _host = cnilab_net::testing::host_untouched();
-    require_root();
-    let ns = node_a();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let nodes = dir.path().join("nodes.json");
-    write_nodes(&nodes, &[A, B, C]);
+/// The agent running (polling the nodes file every 100 ms) on node `ns`,
+/// with `/metrics` on the port returned; its log in `dir`.
+fn running_agent(ns: &Netns, nodes: &Path, dir: &Path) -> (AgentProcess, u16) {
     let port = free_port();
     let mut args = agent_args(
         ns.path().to_str().expect("utf-8"),
         nodes.to_str().expect("utf-8"),
-        dir.path().to_str().expect("utf-8"),
+        dir.to_str().expect("utf-8"),
     );
     args.extend(["--poll-ms", "100", "--metrics-addr"].map(String::from));
     args.push(format!("127.0.0.1:{port}"));
-    let log = dir.path().join("agent.log");
-    let mut agent = AgentProcess {
+    let log = dir.join("agent.log");
+    let agent = AgentProcess {
         child: Command::new(AGENT)
             .args(&args)
             .env("RUST_LOG", "info")
@@ -260,6 +255,30 @@ fn root_running_agent_follows_the_nodes_file_and_leaves_routes_on_sigterm() {
             .expect("start agent"),
         log,
     };
+    (agent, port)
+}
+
+/// Node a with b and c in the nodes file and the agent running on it.
+fn agent_on_a_with_b_and_c() -> (
+    Netns,
+    tempfile::TempDir,
+    std::path::PathBuf,
+    AgentProcess,
+    u16,
+) {
+    require_root();
+    let ns = node_a();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nodes = dir.path().join("nodes.json");
+    write_nodes(&nodes, &[A, B, C]);
+    let (agent, port) = running_agent(&ns, &nodes, dir.path());
+    (ns, dir, nodes, agent, port)
+}
+
+#[test]
+fn root_running_agent_follows_the_nodes_file_and_leaves_routes_on_sigterm() {
+    let _host = cnilab_net::testing::host_untouched();
+    let (ns, _dir, nodes, mut agent, port) = agent_on_a_with_b_and_c();
     let timeout = Duration::from_secs(30);
     wait_until(timeout, "routes to b and c", || ns.own_routes().len() == 3);
     wait_until(timeout, "/healthz 200", || {
@@ -481,31 +500,7 @@ fn root_a_peer_cidr_covering_the_underlay_is_refused_and_the_others_are_routed()
 #[test]
 fn root_peer_cidrs_outside_the_cluster_or_special_are_refused_keeping_the_last_good_routes() {
     let _host = cnilab_net::testing::host_untouched();
-    require_root();
-    let ns = node_a();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let nodes = dir.path().join("nodes.json");
-    write_nodes(&nodes, &[A, B, C]);
-    let port = free_port();
-    let mut args = agent_args(
-        ns.path().to_str().expect("utf-8"),
-        nodes.to_str().expect("utf-8"),
-        dir.path().to_str().expect("utf-8"),
-    );
-    args.extend(["--poll-ms", "100", "--metrics-addr"].map(String::from));
-    args.push(format!("127.0.0.1:{port}"));
-    let log = dir.path().join("agent.log");
-    let agent = AgentProcess {
-        child: Command::new(AGENT)
-            .args(&args)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("start agent"),
-        log,
-    };
+    let (ns, _dir, nodes, agent, port) = agent_on_a_with_b_and_c();
     let timeout = Duration::from_secs(30);
     wait_until(timeout, "routes to b and c", || ns.own_routes().len() == 3);
     let good = ns.own_routes();

@@ -28,10 +28,14 @@ fn plugin_dir() -> String {
     format!("{}:{REFERENCE_DIR}", broken_plugins_dir().display())
 }
 
-/// `cnilab conform` on `plugin` with `args`, run as `prefix... cnilab ...`;
+/// `cnilab conform` on `plugin` with `args`, run as `prefix... cnilab ...`
+/// (as root, with the reference plugins, the machine's network untouched);
 /// killed (and the test failed) if it has not ended after `watchdog`, far
 /// beyond any `--timeout` given.
 fn conform(prefix: &[&str], plugin: &str, args: &[&str], watchdog: Duration) -> Output {
+    require_root();
+    require_reference();
+    let _host = host_untouched();
     let tmp = tempfile::tempdir().expect("tmp");
     let config = broken_config(tmp.path(), plugin);
     let (program, pre) = match prefix.split_first() {
@@ -109,6 +113,14 @@ fn kill_marked_sleeps() {
     }
 }
 
+/// Check `id` of a JSON conform report.
+fn check<'a>(report: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    report["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["id"] == id))
+        .unwrap_or_else(|| panic!("{id} is not in the report: {report}"))
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -119,9 +131,6 @@ fn text(bytes: &[u8]) -> String {
 /// none, as a holder of the call's pipe.
 #[test]
 fn root_timeout_holds_when_a_setsid_child_keeps_stdout_open() {
-    require_root();
-    require_reference();
-    let _host = host_untouched();
     let out = conform(
         &[],
         "setsid-holds-stdout",
@@ -160,9 +169,6 @@ fn children_max_rss_kib() -> i64 {
 /// was cut, FAILs the rule, and its report and memory stay small.
 #[test]
 fn root_unbounded_plugin_output_is_cut_and_fails_the_rule() {
-    require_root();
-    require_reference();
-    let _host = host_untouched();
     let out = conform(
         &[],
         "huge-stdout",
@@ -177,10 +183,7 @@ fn root_unbounded_plugin_output_is_cut_and_fails_the_rule() {
         stdout.len()
     );
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON report");
-    let a1 = report["checks"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["id"] == "A1"))
-        .unwrap_or_else(|| panic!("A1 in {report}"));
+    let a1 = check(&report, "A1");
     assert_eq!(a1["verdict"], "Fail", "{a1}");
     assert!(
         a1.to_string().contains("output cut"),
@@ -198,9 +201,6 @@ fn root_unbounded_plugin_output_is_cut_and_fails_the_rule() {
 /// keeps the raw text in its strings.
 #[test]
 fn root_plugin_escape_sequences_never_reach_the_terminal_raw() {
-    require_root();
-    require_reference();
-    let _host = host_untouched();
     let watchdog = Duration::from_secs(300);
     let table = conform(
         &[],
@@ -244,9 +244,6 @@ fn root_plugin_escape_sequences_never_reach_the_terminal_raw() {
 /// machine's network is untouched.
 #[test]
 fn root_a_plugin_changing_conforms_own_namespace_fails_h1() {
-    require_root();
-    require_reference();
-    let _host = host_untouched();
     let own = cnilab_harness::testing::host_netns();
     let out = conform(
         &["ip", "netns", "exec", own.name()],
@@ -262,10 +259,8 @@ fn root_a_plugin_changing_conforms_own_namespace_fails_h1() {
         text(&out.stderr)
     );
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON report");
-    let h1 = report["checks"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["id"] == "H1"))
-        .unwrap_or_else(|| panic!("H1 reported although not asked for: {report}"));
+    // Reported although not asked for.
+    let h1 = check(&report, "H1");
     assert_eq!(h1["verdict"], "Fail", "{h1}");
     assert!(
         h1.to_string().contains("cnilabevil1"),
