@@ -4,7 +4,8 @@
 //! and `cgroup.kill` ends all of it. Where no cgroup can be made, the call's
 //! process group is killed, and so is every process that still holds one of
 //! the call's output pipes (found through `/proc/<pid>/fd`): what escaped
-//! both is reported, never hidden.
+//! both is reported, never hidden. Call cgroups left by a process that
+//! exited mid-call are removed by the next one (empty cgroups only).
 
 use std::fs::File;
 use std::io::Write;
@@ -47,6 +48,8 @@ impl CallScope {
     /// fallback.
     pub fn new() -> CallScope {
         let cgroup = own_cgroup_dir().and_then(|parent| {
+            static SWEPT: std::sync::Once = std::sync::Once::new();
+            SWEPT.call_once(|| remove_stale(&parent));
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
             let dir = parent.join(format!("cnilab-call-{}-{n}", std::process::id()));
             std::fs::create_dir(&dir).ok()?;
@@ -146,6 +149,28 @@ impl Drop for CallScope {
     }
 }
 
+/// Removes the call cgroups of processes that are gone (one that exited
+/// with a call under way, e.g. on Ctrl-C). rmdir(2) removes only an empty
+/// cgroup, so nothing that still runs loses its cgroup.
+fn remove_stale(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("cnilab-call-")
+            .and_then(|rest| rest.split('-').next())
+        else {
+            continue;
+        };
+        let numeric = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
+        if numeric && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
+}
+
 /// Processes (other than this one) with an fd on the same pipe as one of
 /// `pipes`.
 fn pipe_holders(pipes: &[RawFd]) -> Vec<i32> {
@@ -179,4 +204,28 @@ fn holds_any(fd_dir: &Path, inodes: &[u64]) -> bool {
                 .is_some_and(|n| inodes.contains(&n))
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::remove_stale;
+
+    #[test]
+    fn stale_call_cgroups_of_gone_processes_are_removed_only() {
+        let parent = tempfile::tempdir().expect("tmp");
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let dead = child.id();
+        child.wait().expect("wait");
+        let stale = parent.path().join(format!("cnilab-call-{dead}-0"));
+        let live = parent
+            .path()
+            .join(format!("cnilab-call-{}-0", std::process::id()));
+        let other = parent.path().join("k8s.io");
+        for d in [&stale, &live, &other] {
+            std::fs::create_dir(d).expect("mkdir");
+        }
+        remove_stale(parent.path());
+        assert!(!stale.exists());
+        assert!(live.exists() && other.exists());
+    }
 }
