@@ -20,6 +20,9 @@ pub struct Metrics {
     pub routes_added: AtomicU64,
     pub routes_replaced: AtomicU64,
     pub routes_deleted: AtomicU64,
+    /// Peer pod CIDRs refused in the last pass: outside every cluster CIDR
+    /// or in a special-purpose block.
+    pub pod_cidrs_refused: AtomicU64,
     /// Unix time in milliseconds; 0 before the first reconcile.
     pub last_reconcile_ms: AtomicU64,
     pub last_success_ms: AtomicU64,
@@ -55,6 +58,12 @@ impl Metrics {
             "gauge",
             "Nodes in the last node list.",
             get(&self.nodes),
+        );
+        metric(
+            "cnilab_agent_pod_cidrs_refused",
+            "gauge",
+            "Peer pod CIDRs refused in the last reconcile: outside every --cluster-cidr or in a special-purpose block.",
+            get(&self.pod_cidrs_refused),
         );
         metric(
             "cnilab_agent_reconciles_total",

@@ -4,6 +4,7 @@
 //! Routes this agent makes carry [`ROUTE_PROTOCOL`] (`proto 199` in `ip
 //! route`); any route without it is foreign and is never changed or deleted.
 
+use crate::cidrs::{self, NetSet, OutOfScope};
 use crate::nodes::NodeInfo;
 use ipnet::IpNet;
 use std::collections::{BTreeMap, BTreeSet};
@@ -88,6 +89,15 @@ pub enum Warning {
     NoNextHop { node: String, dst: IpNet },
     /// The node has no podCIDR yet.
     NoPodCidr { node: String },
+    /// The CIDR overlaps a special-purpose block (loopback, link-local and
+    /// the metadata address, multicast, broadcast): never routed.
+    SpecialPurposeCidr {
+        node: String,
+        dst: IpNet,
+        block: IpNet,
+    },
+    /// The CIDR is outside every `--cluster-cidr`: never routed.
+    OutsideClusterCidrs { node: String, dst: IpNet },
     /// The CIDR overlaps this node's own pod CIDR.
     OverlapsOwnPodCidr { node: String, dst: IpNet },
     /// The CIDR covers a node's InternalIP (this node's or another's):
@@ -130,6 +140,14 @@ impl fmt::Display for Warning {
                 "node {node} has no usable InternalIP of {dst}'s address family: {dst} is not routed"
             ),
             Warning::NoPodCidr { node } => write!(f, "node {node} has no podCIDR yet: no route to it"),
+            Warning::SpecialPurposeCidr { node, dst, block } => write!(
+                f,
+                "node {node}'s podCIDR {dst} overlaps the special-purpose block {block}: refused, not routed (the node's last good route stays)"
+            ),
+            Warning::OutsideClusterCidrs { node, dst } => write!(
+                f,
+                "node {node}'s podCIDR {dst} is outside every --cluster-cidr: refused, not routed (the node's last good route stays)"
+            ),
             Warning::OverlapsOwnPodCidr { node, dst } => write!(
                 f,
                 "node {node}'s podCIDR {dst} overlaps this node's podCIDR: not routed"
@@ -155,6 +173,18 @@ impl fmt::Display for Warning {
     }
 }
 
+impl Warning {
+    /// The node whose pod CIDR this warning refuses as out of scope (outside
+    /// the cluster CIDRs or special-purpose).
+    pub fn refused_out_of_scope(&self) -> Option<&str> {
+        match self {
+            Warning::SpecialPurposeCidr { node, .. }
+            | Warning::OutsideClusterCidrs { node, .. } => Some(node),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Plan {
     pub desired: Vec<NodeRoute>,
@@ -171,8 +201,14 @@ fn usable_next_hop(ip: &IpAddr) -> bool {
 }
 
 /// The routes this node should have: every other node's pod CIDRs via its
-/// InternalIP of the same family.
-pub fn desired_routes(self_name: &str, nodes: &[NodeInfo]) -> (Vec<NodeRoute>, Vec<Warning>) {
+/// InternalIP of the same family, each with the node that claims it. A pod
+/// CIDR outside every cluster CIDR, or overlapping a special-purpose block,
+/// is refused. O(n log n) in the number of nodes.
+pub fn desired_routes(
+    self_name: &str,
+    nodes: &[NodeInfo],
+    cluster_cidrs: &[IpNet],
+) -> (Vec<(String, NodeRoute)>, Vec<Warning>) {
     let mut warnings = Vec::new();
 
     let mut owners_by_ip: BTreeMap<IpAddr, Vec<String>> = BTreeMap::new();
@@ -206,7 +242,7 @@ pub fn desired_routes(self_name: &str, nodes: &[NodeInfo]) -> (Vec<NodeRoute>, V
     let own_cidrs = own_pod_cidrs(self_name, nodes);
 
     let node_ips: BTreeSet<IpAddr> = owners_by_ip.keys().copied().collect();
-    let mut candidates: Vec<(String, NodeRoute)> = Vec::new();
+    let mut candidates: Vec<(String, IpNet, IpAddr)> = Vec::new();
     for node in nodes.iter().filter(|n| n.name != self_name) {
         if node.pod_cidrs.is_empty() {
             warnings.push(Warning::NoPodCidr {
@@ -214,18 +250,37 @@ pub fn desired_routes(self_name: &str, nodes: &[NodeInfo]) -> (Vec<NodeRoute>, V
             });
         }
         for dst in &node.pod_cidrs {
+            let name = node.name.clone();
+            match cidrs::scope(dst, cluster_cidrs) {
+                Some(OutOfScope::Special(block)) => {
+                    warnings.push(Warning::SpecialPurposeCidr {
+                        node: name,
+                        dst: *dst,
+                        block,
+                    });
+                    continue;
+                }
+                Some(OutOfScope::OutsideCluster) => {
+                    warnings.push(Warning::OutsideClusterCidrs {
+                        node: name,
+                        dst: *dst,
+                    });
+                    continue;
+                }
+                None => {}
+            }
             if own_cidrs.iter().any(|own| overlaps(own, dst)) {
                 warnings.push(Warning::OverlapsOwnPodCidr {
-                    node: node.name.clone(),
+                    node: name,
                     dst: *dst,
                 });
                 continue;
             }
-            if let Some(ip) = node_ips.iter().find(|ip| dst.contains(*ip)) {
+            if let Some(ip) = cidrs::contains_any(&node_ips, dst) {
                 warnings.push(Warning::CoversNodeAddress {
-                    node: node.name.clone(),
+                    node: name,
                     dst: *dst,
-                    ip: *ip,
+                    ip,
                 });
                 continue;
             }
@@ -233,15 +288,9 @@ pub fn desired_routes(self_name: &str, nodes: &[NodeInfo]) -> (Vec<NodeRoute>, V
                 ip.is_ipv4() == dst.addr().is_ipv4() && usable_next_hop(ip) && !shared.contains(ip)
             });
             match gateway {
-                Some(gateway) => candidates.push((
-                    node.name.clone(),
-                    NodeRoute {
-                        dst: *dst,
-                        gateway: *gateway,
-                    },
-                )),
+                Some(gateway) => candidates.push((name, *dst, *gateway)),
                 None => warnings.push(Warning::NoNextHop {
-                    node: node.name.clone(),
+                    node: name,
                     dst: *dst,
                 }),
             }
@@ -250,28 +299,31 @@ pub fn desired_routes(self_name: &str, nodes: &[NodeInfo]) -> (Vec<NodeRoute>, V
 
     // Two nodes with overlapping pod CIDRs cannot both be right; routing to
     // either would send some pods' traffic to the wrong node.
+    let keyed: Vec<(&str, IpNet)> = candidates
+        .iter()
+        .map(|(node, dst, _)| (node.as_str(), *dst))
+        .collect();
     let mut rejected = BTreeSet::new();
-    for (i, (node_a, a)) in candidates.iter().enumerate() {
-        for (node_b, b) in candidates.iter().skip(i + 1) {
-            if node_a != node_b && overlaps(&a.dst, &b.dst) {
-                rejected.insert(a.dst);
-                rejected.insert(b.dst);
-                let mut names = vec![node_a.clone(), node_b.clone()];
-                names.sort();
-                warnings.push(Warning::OverlappingPodCidrs {
-                    dst: a.dst,
-                    nodes: names,
-                });
-            }
+    for (outer, inner) in cidrs::overlapping_pairs(&keyed) {
+        let ((node_a, a), (node_b, b)) = (keyed[outer], keyed[inner]);
+        if node_a != node_b {
+            rejected.insert(a);
+            rejected.insert(b);
+            let mut names = vec![node_a.to_string(), node_b.to_string()];
+            names.sort();
+            warnings.push(Warning::OverlappingPodCidrs {
+                dst: a,
+                nodes: names,
+            });
         }
     }
-    let mut routes: Vec<NodeRoute> = candidates
+    let mut routes: Vec<(String, NodeRoute)> = candidates
         .into_iter()
-        .map(|(_, r)| r)
-        .filter(|r| !rejected.contains(&r.dst))
+        .filter(|(_, dst, _)| !rejected.contains(dst))
+        .map(|(node, dst, gateway)| (node, NodeRoute { dst, gateway }))
         .collect();
-    routes.sort();
-    routes.dedup();
+    routes.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+    routes.dedup_by(|a, b| a.1 == b.1);
     warnings.sort();
     warnings.dedup();
     (routes, warnings)
@@ -297,33 +349,52 @@ fn attached_networks(own_cidrs: &[IpNet], installed: &[InstalledRoute]) -> Vec<I
         .collect()
 }
 
+/// The next hops of nodes that have a pod CIDR refused as out of scope: an
+/// own route via one of them that no node wants any more is the node's last
+/// good route, kept while its new CIDR is refused.
+fn refused_gateways(nodes: &[NodeInfo], warnings: &[Warning]) -> BTreeSet<IpAddr> {
+    let refused: BTreeSet<&str> = warnings
+        .iter()
+        .filter_map(Warning::refused_out_of_scope)
+        .collect();
+    nodes
+        .iter()
+        .filter(|n| refused.contains(n.name.as_str()))
+        .flat_map(|n| n.internal_ips.iter().copied())
+        .collect()
+}
+
 /// Compares the desired routes with the installed ones. Only routes marked
 /// ours are replaced or deleted; a foreign route on a wanted destination
 /// wins and is reported. A peer pod CIDR that overlaps a network this node
-/// is attached to (the underlay) is refused and reported.
-pub fn plan(self_name: &str, nodes: &[NodeInfo], installed: &[InstalledRoute]) -> Plan {
-    let (mut desired, mut warnings) = desired_routes(self_name, nodes);
+/// is attached to (the underlay) is refused and reported; so is one outside
+/// every `cluster_cidrs` entry or in a special-purpose block, and then the
+/// node's last good route stays. O(n log n) in nodes and routes.
+pub fn plan(
+    self_name: &str,
+    nodes: &[NodeInfo],
+    installed: &[InstalledRoute],
+    cluster_cidrs: &[IpNet],
+) -> Plan {
+    let (claimed, mut warnings) = desired_routes(self_name, nodes, cluster_cidrs);
     let own_cidrs = own_pod_cidrs(self_name, nodes);
-    let attached = attached_networks(&own_cidrs, installed);
-    desired.retain(|r| {
-        let Some(network) = attached.iter().find(|a| overlaps(a, &r.dst)) else {
-            return true;
-        };
-        let node = nodes
-            .iter()
-            .find(|n| n.name != self_name && n.pod_cidrs.contains(&r.dst))
-            .map(|n| n.name.clone())
-            .unwrap_or_default();
-        warnings.push(Warning::CoversAttachedNetwork {
-            node,
-            dst: r.dst,
-            network: *network,
-        });
-        false
-    });
+    let attached = NetSet::new(attached_networks(&own_cidrs, installed));
+    let mut desired = Vec::with_capacity(claimed.len());
+    for (node, route) in claimed {
+        match attached.overlapping(&route.dst) {
+            Some(network) => warnings.push(Warning::CoversAttachedNetwork {
+                node,
+                dst: route.dst,
+                network,
+            }),
+            None => desired.push(route),
+        }
+    }
     warnings.sort();
     warnings.dedup();
     let wanted: BTreeMap<IpNet, NodeRoute> = desired.iter().map(|r| (r.dst, *r)).collect();
+    let wanted_nets = NetSet::new(wanted.keys().copied());
+    let keep_via = refused_gateways(nodes, &warnings);
     let mut actions = Vec::new();
     let mut satisfied = BTreeSet::new();
 
@@ -344,17 +415,26 @@ pub fn plan(self_name: &str, nodes: &[NodeInfo], installed: &[InstalledRoute]) -
                     });
                 }
             }
+            None if route.gateway.is_some_and(|gw| keep_via.contains(&gw))
+                && cidrs::scope(&route.dst, cluster_cidrs).is_none()
+                && wanted_nets.overlapping(&route.dst).is_none()
+                && attached.overlapping(&route.dst).is_none()
+                && !own_cidrs.iter().any(|own| overlaps(own, &route.dst)) => {}
             _ => actions.push(RouteAction::Delete(*route)),
         }
+    }
+    let mut foreign: BTreeMap<IpNet, &InstalledRoute> = BTreeMap::new();
+    for route in installed.iter().filter(|r| !r.ours) {
+        foreign.entry(route.dst).or_insert(route);
     }
     for want in &desired {
         if satisfied.contains(&want.dst) {
             continue;
         }
-        if let Some(existing) = installed.iter().find(|r| !r.ours && r.dst == want.dst) {
+        if let Some(existing) = foreign.get(&want.dst) {
             warnings.push(Warning::ForeignRouteConflict {
                 dst: want.dst,
-                existing: *existing,
+                existing: **existing,
             });
             continue;
         }

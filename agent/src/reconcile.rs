@@ -11,6 +11,7 @@ use crate::nodes::NodeInfo;
 use crate::plan::{self, RouteAction, Warning};
 use crate::routes;
 use ipnet::IpNet;
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -42,7 +43,7 @@ pub struct Reconciler {
     handle: rtnetlink::Handle,
     metrics: Arc<Metrics>,
     applied_ruleset: Option<String>,
-    reported_warnings: Vec<Warning>,
+    reported_warnings: BTreeSet<Warning>,
     checked_forward_policy: bool,
 }
 
@@ -58,7 +59,7 @@ impl Reconciler {
             handle,
             metrics,
             applied_ruleset: None,
-            reported_warnings: Vec::new(),
+            reported_warnings: BTreeSet::new(),
             checked_forward_policy: false,
         })
     }
@@ -113,8 +114,21 @@ impl Reconciler {
         self.set_up_node(&own, force_rules).await?;
 
         let installed = routes::list_main_table(&self.handle).await?;
-        let plan = plan::plan(&self.setup.node_name, nodes, &installed);
+        let plan = plan::plan(
+            &self.setup.node_name,
+            nodes,
+            &installed,
+            &self.setup.cluster_cidrs,
+        );
         self.report_warnings(&plan.warnings);
+        let refused = plan
+            .warnings
+            .iter()
+            .filter(|w| w.refused_out_of_scope().is_some())
+            .count();
+        self.metrics
+            .pod_cidrs_refused
+            .store(refused as u64, Ordering::Relaxed);
 
         let mut outcome = Outcome::default();
         let mut first_error = None;
@@ -277,6 +291,6 @@ impl Reconciler {
                 tracing::warn!("{warning}");
             }
         }
-        self.reported_warnings = warnings.to_vec();
+        self.reported_warnings = warnings.iter().cloned().collect();
     }
 }

@@ -21,6 +21,11 @@ fn node(name: &str, ips: &[&str], cidrs: &[&str]) -> NodeInfo {
     NodeInfo::new(name, &ips, &cidrs)
 }
 
+/// Wide enough for every table above: these tests are about the other rules.
+fn cluster() -> Vec<IpNet> {
+    vec![net("10.0.0.0/8"), net("fd00::/8")]
+}
+
 fn own(dst: &str, gateway: &str) -> InstalledRoute {
     InstalledRoute {
         dst: net(dst),
@@ -113,7 +118,7 @@ fn plans(
 ) {
     let mut installed = host_routes();
     installed.extend(ours);
-    let result = plan("a", &nodes, &installed);
+    let result = plan("a", &nodes, &installed, &cluster());
     assert_eq!(result.actions, expected);
     assert!(result.warnings.is_empty(), "{:?}", result.warnings);
 }
@@ -121,7 +126,7 @@ fn plans(
 #[test]
 fn a_foreign_route_on_a_wanted_destination_wins_and_is_reported() {
     let installed = vec![foreign("10.244.2.0/24", Some("10.0.0.77"))];
-    let result = plan("a", &[a(), b()], &installed);
+    let result = plan("a", &[a(), b()], &installed, &cluster());
     assert_eq!(result.actions, vec![]);
     assert!(matches!(
         result.warnings.as_slice(),
@@ -168,7 +173,7 @@ fn suspicious_node_lists(
     #[case] desired: Vec<NodeRoute>,
     #[case] warning: &str,
 ) {
-    let result = plan("a", &nodes, &[]);
+    let result = plan("a", &nodes, &[], &cluster());
     assert_eq!(result.desired, desired);
     let text: Vec<String> = result.warnings.iter().map(ToString::to_string).collect();
     assert!(text.iter().any(|w| w.contains(warning)), "{text:?}");
@@ -179,7 +184,7 @@ fn suspicious_node_lists(
 #[test]
 fn a_peer_cidr_overlapping_the_underlay_is_refused_and_the_others_kept() {
     let nodes = vec![a(), node("b", &["10.0.0.2"], &["10.0.0.128/25"]), c()];
-    let result = plan("a", &nodes, &host_routes());
+    let result = plan("a", &nodes, &host_routes(), &cluster());
     assert_eq!(result.actions, vec![add("10.244.3.0/24", "10.0.0.3")]);
     assert_eq!(result.desired, vec![route("10.244.3.0/24", "10.0.0.3")]);
     let text: Vec<String> = result.warnings.iter().map(ToString::to_string).collect();
@@ -197,9 +202,52 @@ fn an_own_route_to_a_refused_cidr_is_deleted() {
     let nodes = vec![a(), node("b", &["10.0.0.2"], &["10.0.0.128/25"])];
     let mut installed = host_routes();
     installed.push(own("10.0.0.128/25", "10.0.0.2"));
-    let result = plan("a", &nodes, &installed);
+    let result = plan("a", &nodes, &installed, &cluster());
     assert_eq!(
         result.actions,
         vec![RouteAction::Delete(own("10.0.0.128/25", "10.0.0.2"))]
     );
+}
+
+/// Peer pod CIDRs outside the cluster CIDRs or in special-purpose blocks are
+/// refused (each named), and the peer's last good route stays.
+#[test]
+fn out_of_scope_peer_cidrs_are_refused_and_the_last_good_route_kept() {
+    let nodes = vec![
+        a(),
+        node("b", &["10.0.0.2"], &["169.254.169.254/32"]),
+        c(),
+        node("d", &["10.0.0.4"], &["192.0.2.0/24"]),
+        node("e", &["10.0.0.5"], &["224.0.0.0/4"]),
+    ];
+    let mut installed = host_routes();
+    installed.push(own("10.244.2.0/24", "10.0.0.2"));
+    installed.push(own("10.244.4.0/24", "10.0.0.4"));
+    // Made by an older agent: now out of scope, so deleted.
+    installed.push(own("169.254.169.254/32", "10.0.0.2"));
+    let result = plan("a", &nodes, &installed, &[net("10.244.0.0/16")]);
+    assert_eq!(
+        result.actions,
+        vec![
+            RouteAction::Delete(own("169.254.169.254/32", "10.0.0.2")),
+            add("10.244.3.0/24", "10.0.0.3"),
+        ]
+    );
+    let text: Vec<String> = result.warnings.iter().map(ToString::to_string).collect();
+    for needle in [
+        "node b's podCIDR 169.254.169.254/32 overlaps the special-purpose block 169.254.0.0/16",
+        "node d's podCIDR 192.0.2.0/24 is outside every --cluster-cidr",
+        "node e's podCIDR 224.0.0.0/4 overlaps the special-purpose block",
+    ] {
+        assert!(
+            text.iter().any(|w| w.contains(needle)),
+            "{needle}: {text:?}"
+        );
+    }
+    let refused = result
+        .warnings
+        .iter()
+        .filter(|w| w.refused_out_of_scope().is_some())
+        .count();
+    assert_eq!(refused, 3);
 }

@@ -232,24 +232,19 @@ fn metric(text: &str, name: &str) -> Option<u64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-#[test]
-fn root_running_agent_follows_the_nodes_file_and_leaves_routes_on_sigterm() {
-    let _host = cnilab_net::testing::host_untouched();
-    require_root();
-    let ns = node_a();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let nodes = dir.path().join("nodes.json");
-    write_nodes(&nodes, &[A, B, C]);
+/// The agent running (polling the nodes file every 100 ms) on node `ns`,
+/// with `/metrics` on the port returned; its log in `dir`.
+fn running_agent(ns: &Netns, nodes: &Path, dir: &Path) -> (AgentProcess, u16) {
     let port = free_port();
     let mut args = agent_args(
         ns.path().to_str().expect("utf-8"),
         nodes.to_str().expect("utf-8"),
-        dir.path().to_str().expect("utf-8"),
+        dir.to_str().expect("utf-8"),
     );
     args.extend(["--poll-ms", "100", "--metrics-addr"].map(String::from));
     args.push(format!("127.0.0.1:{port}"));
-    let log = dir.path().join("agent.log");
-    let mut agent = AgentProcess {
+    let log = dir.join("agent.log");
+    let agent = AgentProcess {
         child: Command::new(AGENT)
             .args(&args)
             .env("RUST_LOG", "info")
@@ -260,6 +255,30 @@ fn root_running_agent_follows_the_nodes_file_and_leaves_routes_on_sigterm() {
             .expect("start agent"),
         log,
     };
+    (agent, port)
+}
+
+/// Node a with b and c in the nodes file and the agent running on it.
+fn agent_on_a_with_b_and_c() -> (
+    Netns,
+    tempfile::TempDir,
+    std::path::PathBuf,
+    AgentProcess,
+    u16,
+) {
+    require_root();
+    let ns = node_a();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nodes = dir.path().join("nodes.json");
+    write_nodes(&nodes, &[A, B, C]);
+    let (agent, port) = running_agent(&ns, &nodes, dir.path());
+    (ns, dir, nodes, agent, port)
+}
+
+#[test]
+fn root_running_agent_follows_the_nodes_file_and_leaves_routes_on_sigterm() {
+    let _host = cnilab_net::testing::host_untouched();
+    let (ns, _dir, nodes, mut agent, port) = agent_on_a_with_b_and_c();
     let timeout = Duration::from_secs(30);
     wait_until(timeout, "routes to b and c", || ns.own_routes().len() == 3);
     wait_until(timeout, "/healthz 200", || {
@@ -471,4 +490,78 @@ fn root_a_peer_cidr_covering_the_underlay_is_refused_and_the_others_are_routed()
         log.contains("node b") && log.contains("192.168.77.0/25") && log.contains("refused"),
         "the log names the node and the CIDR:\n{log}"
     );
+}
+
+/// A peer podCIDR outside every `--cluster-cidr`, or in a special-purpose
+/// block (the metadata address, loopback, multicast, broadcast, link-local,
+/// half the address space), is refused with a warning and the
+/// `cnilab_agent_pod_cidrs_refused` gauge; the peer's last good route stays,
+/// and the other peers stay routed.
+#[test]
+fn root_peer_cidrs_outside_the_cluster_or_special_are_refused_keeping_the_last_good_routes() {
+    let _host = cnilab_net::testing::host_untouched();
+    let (ns, _dir, nodes, agent, port) = agent_on_a_with_b_and_c();
+    let timeout = Duration::from_secs(30);
+    wait_until(timeout, "routes to b and c", || ns.own_routes().len() == 3);
+    let good = ns.own_routes();
+
+    // b's IPv4 podCIDR turns into the metadata address; new peers claim
+    // special-purpose blocks and a block outside the cluster CIDRs.
+    let bad_b: (&str, &[&str], &[&str]) = ("b", B.1, &["169.254.169.254/32", "fd00:10:244:2::/64"]);
+    let hostile: [(&str, &[&str], &[&str]); 6] = [
+        ("d", &["192.168.77.4"], &["127.0.0.0/8"]),
+        ("e", &["192.168.77.5"], &["224.0.0.0/4"]),
+        ("f", &["192.168.77.6"], &["255.255.255.255/32"]),
+        ("g", &["192.168.77.7"], &["128.0.0.0/1"]),
+        ("h", &["192.168.77.8"], &["10.96.0.0/16"]),
+        ("i", &["fd00:77::9"], &["fe80::/64"]),
+    ];
+    let mut list = vec![A, bad_b, C];
+    list.extend(hostile);
+    write_nodes(&nodes, &list);
+    let metrics = || http_get(port, "/metrics");
+    wait_until(timeout, "the hostile node list reconciled", || {
+        metric(&metrics(), "cnilab_agent_nodes") == Some(list.len() as u64)
+            && metric(&metrics(), "cnilab_agent_reconciles_total").is_some()
+    });
+    // One more pass after the list was seen, so its routes are in place.
+    let passes = metric(&metrics(), "cnilab_agent_reconciles_total").unwrap_or(0);
+    wait_until(timeout, "another reconcile pass", || {
+        metric(&metrics(), "cnilab_agent_reconciles_total").is_some_and(|n| n > passes)
+    });
+    assert_eq!(
+        ns.own_routes(),
+        good,
+        "only the last good routes, nothing hostile:\n{}",
+        agent.log_text()
+    );
+    let all = ns.all_routes();
+    for (_, _, cidrs) in &hostile {
+        let via = format!("{} via", cidrs[0]);
+        assert!(
+            !all.iter().any(|r| r.starts_with(&via)),
+            "{} is routed: {all:?}",
+            cidrs[0]
+        );
+    }
+    assert_eq!(
+        metric(&metrics(), "cnilab_agent_pod_cidrs_refused"),
+        Some(7),
+        "{}",
+        metrics()
+    );
+    let text = agent.log_text();
+    for cidr in [
+        "169.254.169.254/32",
+        "127.0.0.0/8",
+        "224.0.0.0/4",
+        "10.96.0.0/16",
+        "fe80::/64",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.contains(cidr) && l.contains("refused")),
+            "no warning names {cidr}:\n{text}"
+        );
+    }
 }

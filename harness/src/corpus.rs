@@ -549,6 +549,8 @@ pub fn run_case(case: &Case, lab: &Lab<'_>, expect: Expect) -> Result<CaseRun, C
             signal: raw.signal,
             timed_out: raw.timed_out,
             duration: raw.duration,
+            cut: raw.cut,
+            leftover: raw.leftover,
         },
         error,
         problems,
@@ -556,6 +558,8 @@ pub fn run_case(case: &Case, lab: &Lab<'_>, expect: Expect) -> Result<CaseRun, C
 }
 
 struct Raw {
+    cut: Option<String>,
+    leftover: Option<String>,
     stdout: Vec<u8>,
     stderr: Vec<u8>,
     exit_code: Option<i32>,
@@ -605,6 +609,9 @@ fn spawn(
     .current_dir(lab.watched)
     .process_group(0);
     cnilab_net::netns::command_in(lab.host.file(), &mut cmd);
+    // Before the hook below, which execs.
+    let scope = crate::runtime::scope::CallScope::new();
+    scope.attach(&mut cmd);
     // SAFETY: close(2) and execve(2) are async-signal-safe; the pointers
     // refer to `program`, `argv`, `envp` and `envv`, which outlive the
     // spawn below. execve only returns on failure, reported through errno.
@@ -624,7 +631,7 @@ fn spawn(
     let started = Instant::now();
     let child = cmd.spawn().map_err(|e| fail(e.to_string()))?;
     drop((argv, envv, envp, program));
-    let out = crate::runtime::collect_child(child, started, timeout, move |mut pipe| {
+    let out = crate::runtime::collect_child(child, started, timeout, &scope, move |mut pipe| {
         match input {
             Feed::Bytes(bytes) => {
                 let _ = pipe.write_all(&bytes);
@@ -641,6 +648,8 @@ fn spawn(
     })
     .map_err(|e| fail(e.to_string()))?;
     Ok(Raw {
+        cut: out.cut(),
+        leftover: out.leftover,
         stdout: out.stdout,
         stderr: out.stderr,
         exit_code: out.status.code(),

@@ -1,10 +1,7 @@
 //! Small helpers shared by the harness modules.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
-
-static SCRATCH: AtomicU32 = AtomicU32::new(0);
 
 /// A scratch directory under the system temp dir, removed on drop.
 #[derive(Debug)]
@@ -12,15 +9,34 @@ pub struct ScratchDir {
     path: PathBuf,
 }
 
+/// 64 random bits from the kernel, written as a decimal number (so
+/// [`sweep_scratch`] still reads `<pid>-<number>`).
+fn random_suffix() -> std::io::Result<u64> {
+    use std::io::Read;
+    let mut bytes = [0u8; 8];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    // The top bit set: always 19-20 digits, never a small counter.
+    Ok(u64::from_le_bytes(bytes) | (1 << 63))
+}
+
 impl ScratchDir {
+    /// mkdtemp-style: `<tmp>/cnilab-<label>-<pid>-<random>`, created with
+    /// one mkdir(2) at mode 0700, which fails rather than reuse anything
+    /// already there (a directory or a symlink someone planted); a name
+    /// taken is retried with another random suffix, never removed.
     pub fn new(label: &str) -> std::io::Result<ScratchDir> {
-        let n = SCRATCH.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("cnilab-{label}-{}-{n}", std::process::id()));
-        if path.exists() {
-            std::fs::remove_dir_all(&path)?;
+        use std::os::unix::fs::DirBuilderExt;
+        let mut last = None;
+        for _ in 0..16 {
+            let name = format!("cnilab-{label}-{}-{}", std::process::id(), random_suffix()?);
+            let path = std::env::temp_dir().join(name);
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(ScratchDir { path }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => return Err(e),
+            }
         }
-        std::fs::create_dir_all(&path)?;
-        Ok(ScratchDir { path })
+        Err(last.unwrap_or_else(|| std::io::Error::other("no free scratch name")))
     }
 
     pub fn path(&self) -> &Path {
@@ -34,7 +50,7 @@ impl Drop for ScratchDir {
     }
 }
 
-/// Removes scratch directories (`<tmp>/cnilab-<label>-<pid>-<n>`) of
+/// Removes scratch directories (`<tmp>/cnilab-<label>-<pid>-<random>`) of
 /// processes that are gone. Returns the paths removed.
 pub fn sweep_scratch() -> std::io::Result<Vec<PathBuf>> {
     let mut removed = Vec::new();
@@ -232,6 +248,36 @@ mod tests {
         assert!(removed.contains(&stale), "{removed:?}");
         assert!(!stale.exists());
         assert!(live.path().exists());
+    }
+
+    /// mkdtemp-style: created atomically (never reused, never a symlink),
+    /// mode 0700, and a random name nobody can plant ahead of time.
+    #[test]
+    fn scratch_dirs_are_private_fresh_and_unpredictable() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let a = ScratchDir::new("mode").expect("scratch dir");
+        let b = ScratchDir::new("mode").expect("scratch dir");
+        for dir in [&a, &b] {
+            let meta = std::fs::symlink_metadata(dir.path()).expect("stat");
+            assert!(meta.is_dir(), "{:?} is a real directory", dir.path());
+            assert_eq!(meta.permissions().mode() & 0o777, 0o700, "{:?}", dir.path());
+            assert_eq!(meta.uid(), nix::unistd::geteuid().as_raw());
+        }
+        let tail = |d: &ScratchDir| {
+            let name = d
+                .path()
+                .file_name()
+                .expect("name")
+                .to_string_lossy()
+                .into_owned();
+            name.rsplit('-').next().expect("suffix").to_string()
+        };
+        let (ta, tb) = (tail(&a), tail(&b));
+        assert!(
+            ta.len() >= 16 && tb.len() >= 16,
+            "random suffixes: {ta} {tb}"
+        );
+        assert_ne!(ta, tb);
     }
 
     #[test]

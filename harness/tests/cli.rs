@@ -308,6 +308,10 @@ fn sleeper() -> Reaped {
     )
 }
 
+/// The sweep tests each sweep the whole machine: one at a time, so neither
+/// sweeps what the other planted.
+static SWEEPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Sweep removes what a dead run left (a namespace named after its pid, its
 /// run directory with conflists and IPAM records), stops the agent its
 /// pidfile proves is ours, and leaves alone a live run's directory and a
@@ -316,6 +320,7 @@ fn sleeper() -> Reaped {
 fn sweep_runs_and_reports() {
     use cnilab_harness::lab::pidfile::{self, Identity};
     require_root();
+    let _one_at_a_time = SWEEPS.lock().unwrap_or_else(|e| e.into_inner());
     let dead = dead_pid();
     let ns = format!("cnilab-{dead}-0-swept");
     let added = std::process::Command::new("ip")
@@ -327,8 +332,15 @@ fn sweep_runs_and_reports() {
     std::fs::create_dir_all(run.join("node1/ipam/net")).expect("run dir");
     std::fs::write(run.join("node1/net.conflist"), "{}").expect("conflist");
     std::fs::write(run.join("node1/ipam/net/10.244.1.2"), "c1").expect("record");
-    // node1's agent is ours (pid and start time match): it must be stopped.
-    let mut agent = sleeper();
+    // node1's agent is ours (pid and start time match, and like every lab
+    // agent it carries its run dir in CNILAB_RUN_DIR): it must be stopped.
+    let mut agent = Reaped(
+        std::process::Command::new("sleep")
+            .arg("60")
+            .env("CNILAB_RUN_DIR", run.join("node1"))
+            .spawn()
+            .expect("sleep"),
+    );
     let agent_id = Identity::of(agent.0.id()).expect("running");
     pidfile::write(&run.join("node1").join("agent.pid"), agent_id).expect("pidfile");
     // node2's pidfile names a live process with another start time: a reused
@@ -382,6 +394,43 @@ fn sweep_runs_and_reports() {
     assert!(
         decoy.0.try_wait().expect("try_wait").is_none(),
         "a process that is not ours is never signalled"
+    );
+}
+
+/// A pidfile with the right pid and start time is not proof enough: one
+/// naming PID 1, or a process that has nothing to do with the run dir, is
+/// never signalled nor reported as stopped.
+#[test]
+fn sweep_ignores_pidfiles_naming_processes_that_are_not_the_runs() {
+    use cnilab_harness::lab::pidfile::{self, Identity};
+    require_root();
+    let _one_at_a_time = SWEEPS.lock().unwrap_or_else(|e| e.into_inner());
+    let dead = dead_pid();
+    let run = std::path::PathBuf::from(format!("/run/cnilab/run-{dead}"));
+    std::fs::create_dir_all(run.join("node1")).expect("node1");
+    std::fs::create_dir_all(run.join("node2")).expect("node2");
+    let init = Identity::of(1).expect("PID 1 runs");
+    pidfile::write(&run.join("node1").join("agent.pid"), init).expect("pidfile");
+    let stranger = sleeper();
+    let stranger_id = Identity::of(stranger.0.id()).expect("running");
+    pidfile::write(&run.join("node2").join("agent.pid"), stranger_id).expect("pidfile");
+
+    let out = cnilab().arg("sweep").output().expect("runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let _ = std::fs::remove_dir_all(&run);
+    let mut stranger = stranger;
+    assert!(out.status.success(), "{text}");
+    assert!(
+        !text.contains("stopped agent 1 "),
+        "PID 1 was signalled as an agent: {text}"
+    );
+    assert!(
+        stranger.0.try_wait().expect("try_wait").is_none(),
+        "a process whose pidfile matched but which is not the run's was killed: {text}"
+    );
+    assert!(
+        !text.contains(&format!("stopped agent {}", stranger_id.pid)),
+        "{text}"
     );
 }
 

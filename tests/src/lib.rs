@@ -73,6 +73,8 @@ pub fn run_limited(mut cmd: Command, config: &Value, limit: Duration) -> Collect
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    let scope = cnilab_harness::runtime::scope::CallScope::new();
+    scope.attach(&mut cmd);
     // SAFETY: setrlimit(2) is async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
@@ -90,7 +92,7 @@ pub fn run_limited(mut cmd: Command, config: &Value, limit: Duration) -> Collect
     let started = Instant::now();
     let child = cmd.spawn().expect("plugin starts");
     let body = config.to_string();
-    cnilab_harness::runtime::collect_child(child, started, limit, move |mut pipe| {
+    cnilab_harness::runtime::collect_child(child, started, limit, &scope, move |mut pipe| {
         let _ = pipe.write_all(body.as_bytes());
     })
     .expect("collect the plugin's output")

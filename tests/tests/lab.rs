@@ -436,6 +436,54 @@ fn lab_down_removes_only_the_named_lab() {
     }
 }
 
+/// `cnilab-lab-X-node1-pod5` is lab `X-node1`'s node `pod5` and, read the
+/// other way, lab `X`'s node1 pod 5. `lab down X` must remove only what lab
+/// X recorded as its own, never the other lab's namespace.
+#[test]
+fn lab_down_never_removes_a_namespace_another_lab_owns() {
+    let short = format!("o{}", std::process::id());
+    let other = format!("{short}-node1");
+    let dir = tempfile::tempdir().expect("tmp");
+    let topo = dir.path().join("pod5.toml");
+    std::fs::write(
+        &topo,
+        "name = \"pod5\"\nrouting = \"static\"\nunderlay = \"10.250.0.0/24\"\npods_per_node = 1\n\n\
+         [[node]]\nname = \"pod5\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n",
+    )
+    .expect("write topology");
+    let _other_guard = LabGuard(other.clone());
+    let up = cnilab(&[
+        "lab",
+        "up",
+        "--name",
+        &other,
+        "--topology",
+        topo.to_str().expect("utf-8"),
+    ]);
+    assert!(up.status.success(), "{}", text(&up));
+    let contested = format!("cnilab-lab-{other}-pod5");
+    assert!(netns_exists(&contested), "{contested} is up");
+
+    let _short_guard = up_one_node_lab(&short);
+    let down = cnilab(&["lab", "down", "--name", &short]);
+    assert!(down.status.success(), "{}", text(&down));
+    assert!(
+        !netns_exists(&format!("cnilab-lab-{short}-node1")),
+        "{short} is down"
+    );
+    assert!(
+        netns_exists(&contested),
+        "{contested} of lab {other} was removed by `lab down --name {short}`: {}",
+        text(&down)
+    );
+    let status = cnilab(&["lab", "status", "--name", &other]);
+    assert!(
+        status.status.success() && !text(&status).contains("MISSING"),
+        "{}",
+        text(&status)
+    );
+}
+
 /// Processes whose command line mentions `needle` (zombies have none).
 fn processes_mentioning(needle: &str) -> Vec<u32> {
     std::fs::read_dir("/proc")

@@ -51,7 +51,7 @@ impl Bench {
         if self.json || self.output.output == Format::Json {
             println!("{}", report::json("BenchReport", &result));
         } else {
-            print!("{result}");
+            report::print_human(&result.to_string());
         }
         Ok(report::verdict(true))
     }

@@ -73,7 +73,7 @@ impl Conform {
         };
         let report = conform::run(&self.options(), &mut progress)?;
         match self.output.output {
-            Format::Table => print!("{}", report.table()),
+            Format::Table => report::print_human(&report.table()),
             Format::Json => println!("{}", report.json()),
             Format::Junit => print!("{}", report.junit()),
         }

@@ -63,12 +63,15 @@ impl Lifecycle {
 }
 
 fn print_table(findings: &[Finding]) {
+    use std::fmt::Write as _;
+    let mut out = String::new();
     for f in findings {
-        println!("{:<4} {:<3} {}", f.verdict, f.id, f.detail);
+        let _ = writeln!(out, "{:<4} {:<3} {}", f.verdict, f.id, f.detail);
         if f.verdict == Verdict::Fail {
             for e in &f.executions {
-                println!("       $ {}", e.shell_line());
-                println!(
+                let _ = writeln!(out, "       $ {}", e.shell_line());
+                let _ = writeln!(
+                    out,
                     "       {} stdout={:?} stderr={:?}",
                     e.status_text(),
                     e.stdout.trim(),
@@ -77,4 +80,5 @@ fn print_table(findings: &[Finding]) {
             }
         }
     }
+    report::print_human(&out);
 }

@@ -77,7 +77,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("cnilab: {e}");
+            eprintln!("cnilab: {}", crate::report::human(&e.to_string()));
             ExitCode::from(crate::report::exit::USAGE)
         }
     }

@@ -90,7 +90,7 @@ impl Soak {
         );
         let result = crate::soak::run(&opts)?;
         match self.output.output {
-            Format::Table => print!("{}", result.table()),
+            Format::Table => report::print_human(&result.table()),
             Format::Json => println!("{}", result.json()),
             Format::Junit => print!("{}", result.junit()),
         }

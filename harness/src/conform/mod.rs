@@ -17,6 +17,7 @@ use crate::runtime::session::Session;
 use crate::runtime::{NetworkConfig, RuntimeError};
 use crate::util::ScratchDir;
 use crate::verdict::{Finding, Verdict};
+use cnilab_net::snapshot::HostNetwork;
 use cnilab_net::spec::Version;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -99,6 +100,7 @@ pub const CATALOG: &[(&str, &str)] = &[
     ("G4", "GC continues on partial failure, reports it"),
     ("G5", "GC below 1.1.0 -> code 1"),
     ("X1", "generic hostile-input corpus refused cleanly"),
+    ("H1", "the namespace conform runs in is unchanged"),
 ];
 
 /// What to run.
@@ -270,6 +272,9 @@ pub fn run(
     let wanted = |id: &str| only.as_ref().is_none_or(|ids| ids.iter().any(|i| i == id));
 
     let net = NetworkConfig::load(&opts.config).map_err(Box::new)?;
+    // The plugins run in throwaway namespaces; one that reaches into the
+    // namespace conform itself runs in must not go unseen.
+    let own_before = own_network();
     let scratch = ScratchDir::new("conform")?;
     let first = world(opts, &net, scratch.path(), 0)?;
     first.runtime.find_plugins(&net).map_err(Box::new)?;
@@ -375,9 +380,13 @@ pub fn run(
             group_times.push((name.to_string(), took));
         }
     }
+    let own = own_namespace_finding(own_before);
+    let own_failed = own.verdict == Verdict::Fail;
+    findings.push(own);
     let checks = CATALOG
         .iter()
-        .filter(|(id, _)| wanted(id))
+        // H1 is reported when asked for, and always when it fails.
+        .filter(|(id, _)| wanted(id) || (*id == "H1" && own_failed))
         .map(|(id, name)| {
             let mine: Vec<&Finding> = findings.iter().filter(|f| f.id == *id).collect();
             CheckReport::from_findings(id, name, &mine)
@@ -392,6 +401,42 @@ pub fn run(
         group_times,
         started.elapsed(),
     ))
+}
+
+/// The namespace this process runs in (the machine's own, or the one
+/// `ip netns exec` put it in), as a snapshot.
+fn own_network() -> Result<HostNetwork, String> {
+    crate::netns::Netns::machine()
+        .and_then(|ns| HostNetwork::of(&ns))
+        .map_err(|e| e.to_string())
+}
+
+/// H1: what changed in conform's own namespace while the plugins ran.
+fn own_namespace_finding(before: Result<HostNetwork, String>) -> Finding {
+    let after = own_network();
+    let (before, after) = match (before, after) {
+        (Ok(b), Ok(a)) => (b, a),
+        (Err(e), _) | (_, Err(e)) => {
+            return Finding::warn(
+                "H1",
+                format!("could not snapshot conform's own namespace: {e}"),
+            )
+        }
+    };
+    let changes = after.changes_since(&before);
+    if changes.is_empty() {
+        return Finding::pass(
+            "H1",
+            "links, addresses, routes, firewall and sysctls unchanged",
+        );
+    }
+    Finding::fail(
+        "H1",
+        format!(
+            "the namespace conform runs in changed while the plugins ran (a plugin reached out of its namespaces): {}",
+            changes.join("; ")
+        ),
+    )
 }
 
 /// Supported-version helper: does the plugin list `v`?

@@ -87,7 +87,7 @@ impl Runner {
                         );
                         eprintln!("+ {}", g.on_failure);
                         if let Ok(out) = run(&g.on_failure, None, Duration::from_secs(60), None) {
-                            eprint!("{out}");
+                            eprint!("{}", crate::report::human(&out));
                         }
                         Err(E2eError::Gate {
                             what: g.what.clone(),
@@ -289,7 +289,7 @@ pub fn run(
     match status? {
         Some(s) if s.success() => {
             if gate.is_some() && !out.is_empty() {
-                eprint!("{out}");
+                eprint!("{}", crate::report::human(&out));
             }
             Ok(out)
         }

@@ -104,7 +104,15 @@ pub(crate) fn make_ns_from(
 ) -> Result<Netns, NetnsError> {
     match &opts.persistent {
         Some(lab) => {
-            Netns::persistent_from(&format!("{}lab-{lab}-{role}", crate::netns::PREFIX), from)
+            let ns =
+                Netns::persistent_from(&format!("{}lab-{lab}-{role}", crate::netns::PREFIX), from)?;
+            super::state::record_namespace(&opts.run_dir, ns.name()).map_err(|e| {
+                NetnsError::Create {
+                    name: ns.name().to_string(),
+                    reason: format!("record it in {}: {e}", opts.run_dir.display()),
+                }
+            })?;
+            Ok(ns)
         }
         None => {
             let label: String = role.chars().take(12).collect();
@@ -649,6 +657,8 @@ impl Lab {
             .map_err(|e| setup(format!("{}: {e}", log_path.display())))?;
         let log2 = log.try_clone().map_err(|e| setup(e.to_string()))?;
         let mut command = node.ns.command(&program);
+        // What proves the agent ours to `lab down` and `cnilab sweep`.
+        command.env(super::pidfile::RUN_DIR_ENV, &node_dir);
         // The lab blocks SIGINT/SIGTERM for its Ctrl-C watcher; the agent must
         // get them (a blocked mask survives exec).
         // A throwaway lab's agents die with the lab process, however it dies

@@ -114,7 +114,7 @@ fn default_plugin_check(
 
 fn emit(report: &Report, out: &Outputs) -> Result<(), Box<dyn std::error::Error>> {
     match out.format {
-        Format::Table => print!("{}", report.table()),
+        Format::Table => report::print_human(&report.table()),
         Format::Json => println!("{}", report.json()),
         Format::Junit => print!("{}", report.junit()),
     }
@@ -214,7 +214,7 @@ pub fn up(
     let lab_name = name.to_string();
     let nodes: Vec<String> = topo.nodes.iter().map(|n| n.name.clone()).collect();
     super::cleanup_on_interrupt(Some(Box::new(move |ns: &str| {
-        state::owns_namespace(&lab_name, &nodes, ns)
+        state::owns(&state::run_dir(&lab_name), &lab_name, &nodes, ns)
     })));
     header(&topo, plugin_dir.as_deref());
     runtime_header(args.runtime)?;
@@ -379,7 +379,7 @@ pub fn down(name: &str) -> CliResult {
     // Whatever containerd (and shims) of the lab still run, proved by pidfile.
     super::cri::daemon::teardown_node_dirs(&s.run_dir);
     let nodes = state::node_names(&s);
-    let removed = netns::remove_matching(|ns| state::owns_namespace(name, &nodes, ns))?;
+    let removed = netns::remove_matching(|ns| state::owns(&s.run_dir, name, &nodes, ns))?;
     if !removed.is_empty() {
         eprintln!("cnilab: removed leftover namespaces {}", removed.join(", "));
     }

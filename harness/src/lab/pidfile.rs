@@ -136,8 +136,29 @@ impl Identity {
     }
 
     /// Sends SIGKILL to this process if, and only if, it is still the
-    /// process this identity names. Returns whether it was signalled.
+    /// process this identity names. Returns whether it was signalled. Only
+    /// for identities read from the live process table (a shim's children);
+    /// an identity from a pidfile goes through [`Identity::kill_if_ours`].
     pub fn kill_if_same(&self) -> io::Result<bool> {
+        self.kill_if(|| true)
+    }
+
+    /// Like [`Identity::kill_if_same`], for an identity read from a pidfile
+    /// in `dir`: a pid and a start time prove nothing on their own (a
+    /// pidfile can name PID 1). The process must also be one this lab
+    /// started: not PID 0/1 nor this process, and its command line or its
+    /// environment (`CNILAB_RUN_DIR`, set for every agent and containerd)
+    /// names `dir` or a path under it.
+    pub fn kill_if_ours(&self, dir: &Path) -> io::Result<bool> {
+        if self.pid <= 1 || self.pid == std::process::id() {
+            return Ok(false);
+        }
+        self.kill_if(|| names_dir(self.pid, dir))
+    }
+
+    /// The signal goes through a pidfd opened before `proof` and the start
+    /// time are checked, so the process checked is the process signalled.
+    fn kill_if(&self, proof: impl FnOnce() -> bool) -> io::Result<bool> {
         let Ok(pid) = i32::try_from(self.pid) else {
             return Ok(false);
         };
@@ -156,7 +177,7 @@ impl Identity {
         // The pidfd was opened before this check: if the start time still
         // matches, the pidfd names the recorded process (a process that
         // replaced it would have started after the pidfd was opened).
-        if start_time(self.pid) != Some(self.start) {
+        if start_time(self.pid) != Some(self.start) || !proof() {
             return Ok(false);
         }
         // SAFETY: pidfd_send_signal(2) on our pidfd, no siginfo, no flags.
@@ -180,6 +201,30 @@ impl Identity {
             }
         }
     }
+}
+
+/// The environment variable naming the run dir of every process a lab
+/// starts (agents, containerd): what [`Identity::kill_if_ours`] looks for.
+pub const RUN_DIR_ENV: &str = "CNILAB_RUN_DIR";
+
+/// Whether process `pid`'s command line or environment names `dir` or a
+/// path under it (`/run/x` does not name `/run/x-y`).
+fn names_dir(pid: u32, dir: &Path) -> bool {
+    let exact = dir.as_os_str().as_encoded_bytes();
+    if exact.is_empty() {
+        return false;
+    }
+    let mut under = exact.to_vec();
+    under.push(b'/');
+    let prefix = format!("{RUN_DIR_ENV}=");
+    ["cmdline", "environ"].iter().any(|what| {
+        std::fs::read(format!("/proc/{pid}/{what}")).is_ok_and(|text| {
+            text.split(|b| *b == 0).any(|word| {
+                let value = word.strip_prefix(prefix.as_bytes()).unwrap_or(word);
+                value.ends_with(exact) || value.windows(under.len()).any(|w| w == under)
+            })
+        })
+    })
 }
 
 /// Writes `id` to `path` (`<pid> <start>`), through a temp file and a rename.

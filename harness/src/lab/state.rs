@@ -54,6 +54,49 @@ fn state_path(name: &str) -> PathBuf {
     run_dir(name).join("state.json")
 }
 
+/// The lab's own record of the namespaces it created, one name a line,
+/// appended right after each creation succeeds (a name that already existed
+/// — another lab's — is never recorded).
+const LEDGER: &str = "namespaces";
+
+/// Records that the lab whose run dir is `run_dir` created namespace `ns`.
+pub fn record_namespace(run_dir: &std::path::Path, ns: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(run_dir)?;
+    let mut ledger = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(run_dir.join(LEDGER))?;
+    // One write(2) of one line: appends never interleave.
+    ledger.write_all(format!("{ns}\n").as_bytes())
+}
+
+/// Whether lab `name`, whose run dir is `dir`, owns namespace `ns`: its
+/// name has the lab's shape ([`owns_namespace`]) and the lab recorded
+/// creating it (its ledger, or for a lab saved before ledgers, its state
+/// file). Names alone can be read two ways (`X-node1-pod5`), so they never
+/// suffice.
+pub fn owns(dir: &std::path::Path, name: &str, nodes: &[String], ns: &str) -> bool {
+    if !owns_namespace(name, nodes, ns) {
+        return false;
+    }
+    let ledger = std::fs::read_to_string(dir.join(LEDGER)).unwrap_or_default();
+    if ledger.lines().any(|l| l == ns) {
+        return true;
+    }
+    let saved = std::fs::read_to_string(dir.join("state.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<LabState>(&text).ok());
+    saved.is_some_and(|s| {
+        s.switch == ns
+            || s.external.as_deref() == Some(ns)
+            || s.extra.iter().any(|e| e == ns)
+            || s.nodes
+                .iter()
+                .any(|n| n.netns == ns || n.pods.iter().any(|p| p.netns == ns))
+    })
+}
+
 /// Lab names become namespace and directory names.
 pub fn check_name(name: &str) -> Result<(), LabError> {
     let ok = !name.is_empty()
@@ -252,7 +295,7 @@ pub fn stop_agents(state: &LabState) {
             .join(&n.name)
             .join(super::build::AGENT_PIDFILE);
         if let Some(id) = super::pidfile::read(&path) {
-            let _ = id.kill_if_same();
+            let _ = id.kill_if_ours(&state.run_dir);
         }
     }
 }

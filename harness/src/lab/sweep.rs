@@ -49,7 +49,7 @@ fn stop_agents_of(dir: &Path, swept: &mut Swept) {
         let Some(id) = pidfile::read(&path) else {
             continue;
         };
-        if let Ok(true) = id.kill_if_same() {
+        if let Ok(true) = id.kill_if_ours(dir) {
             swept.agents.push((id.pid, path));
             killed.push(id);
         }
@@ -123,7 +123,7 @@ pub fn sweep(root: &Path, prefix: &str) -> Result<Swept, Box<dyn std::error::Err
                 .extend(super::cri::daemon::teardown_node_dirs(&path));
             let nodes = node_dirs(&path);
             swept.namespaces.extend(
-                crate::netns::remove_matching(|ns| state::owns_namespace(&name, &nodes, ns))
+                crate::netns::remove_matching(|ns| state::owns(&path, &name, &nodes, ns))
                     .map_err(|e: NetnsError| e.to_string())?,
             );
             dead_dirs.push(path);

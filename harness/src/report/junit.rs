@@ -196,8 +196,9 @@ impl Report {
     }
 }
 
-/// Escapes text for XML (and HTML) attributes and content; drops the
-/// control characters XML 1.0 cannot carry.
+/// Escapes text for XML (and HTML) attributes and content; control
+/// characters (which XML 1.0 cannot carry, and which would steer a terminal
+/// showing the file) are shown escaped through [`super::human`].
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -207,9 +208,8 @@ pub fn escape(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&apos;"),
-            '\n' | '\t' | '\r' => out.push(c),
-            c if (c as u32) < 0x20 => {}
-            c => out.push(c),
+            '\n' => out.push(c),
+            c => out.push_str(&super::human(c.encode_utf8(&mut [0; 4]))),
         }
     }
     out
@@ -220,8 +220,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn escape_markup_and_drop_control_chars() {
-        assert_eq!(escape("a<b>&\"'\u{1}\n"), "a&lt;b&gt;&amp;&quot;&apos;\n");
+    fn escape_markup_and_show_control_chars() {
+        assert_eq!(
+            escape("a<b>&\"'\u{1}\n\u{1b}"),
+            "a&lt;b&gt;&amp;&quot;&apos;\\u{1}\n\\u{1b}"
+        );
     }
 
     #[test]

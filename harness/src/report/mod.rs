@@ -5,6 +5,9 @@
 //!   own fields, objects rather than tuple arrays);
 //! - [`junit`]: the one JUnit writer and the one XML escaper;
 //! - [`quote`]: the one shell quoter (command lines shown to the user);
+//! - [`human`]: the one control-character escaper of every human report
+//!   (tables, HTML, error lines): text from plugins and pods never reaches a
+//!   terminal raw; only JSON strings keep it as it was;
 //! - [`progress`]: progress on a TTY, quiet when piped;
 //! - [`exit`]: the exit codes, the same for every command.
 
@@ -103,6 +106,35 @@ pub fn write_file(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
+/// Whether `c` could steer a terminal or reorder text: C0 and C1 controls,
+/// DEL, and the bidirectional overrides and isolates.
+fn is_steering(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` for a human report: every control character except the newline
+/// becomes visible (`\u{1b}`, `\r`, `\t`), so outside text can neither
+/// erase nor rewrite what is printed around it.
+pub fn human(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c != '\n' && is_steering(c)) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if c != '\n' && is_steering(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Prints a human report on stdout through [`human`].
+pub fn print_human(text: &str) {
+    print!("{}", human(text));
+}
+
 /// Quotes a word for a shell command line shown to the user, only when a
 /// shell would need it.
 pub fn quote(word: &str) -> String {
@@ -183,5 +215,19 @@ mod tests {
         assert_eq!(quote("a b"), "'a b'");
         assert_eq!(quote(""), "''");
         assert_eq!(quote("it's"), r"'it'\''s'");
+    }
+}
+
+#[cfg(test)]
+mod human_tests {
+    use super::human;
+
+    #[test]
+    fn controls_become_visible_and_newlines_stay() {
+        assert_eq!(human("ok\nline"), "ok\nline");
+        assert_eq!(
+            human("a\u{1b}[2K\rPASS\u{9b}1A\u{202e}x"),
+            "a\\u{1b}[2K\\rPASS\\u{9b}1A\\u{202e}x"
+        );
     }
 }

@@ -49,6 +49,8 @@ impl Runtime {
             .stderr(Stdio::piped())
             // Own process group, so that a timeout kills helpers (IPAM) too.
             .process_group(0);
+        let scope = super::scope::CallScope::new();
+        scope.attach(&mut cmd);
         let started = Instant::now();
         let spawned = match &self.host {
             Some(host) => cnilab_net::netns::spawn_in(host, &mut cmd),
@@ -57,16 +59,19 @@ impl Runtime {
         let child = spawned.map_err(|e| spawn_err(e.to_string()))?;
         let stdin_text = String::from_utf8_lossy(stdin).into_owned();
         let deliberate = kill_after.filter(|k| *k < self.timeout);
+        let body = stdin.to_vec();
         let out = collect_child(
             child,
             started,
             deliberate.unwrap_or(self.timeout),
-            |mut pipe| {
+            &scope,
+            move |mut pipe| {
                 // A plugin may exit without reading stdin: EPIPE is fine.
-                let _ = pipe.write_all(stdin);
+                let _ = pipe.write_all(&body);
             },
         )
         .map_err(|e| spawn_err(e.to_string()))?;
+        let cut = out.cut();
         let exec = Execution {
             plugin: plugin.to_path_buf(),
             env: env.to_vec(),
@@ -77,6 +82,8 @@ impl Runtime {
             signal: out.status.signal(),
             timed_out: out.killed && deliberate.is_none(),
             duration: out.duration,
+            cut,
+            leftover: out.leftover,
         };
         self.record(&exec);
         Ok(exec)
@@ -130,6 +137,12 @@ impl Runtime {
         if exec.timed_out {
             return Err(RuntimeError::Timeout(Box::new(exec)));
         }
+        if let Some(cut) = &exec.cut {
+            return Err(RuntimeError::Defect {
+                reason: format!("unbounded output: {cut}"),
+                exec: Box::new(exec),
+            });
+        }
         if exec.success() {
             return Ok(exec);
         }
@@ -143,73 +156,212 @@ impl Runtime {
     }
 }
 
+/// How much of each output stream is kept. CNI results and errors are a few
+/// KiB; what is beyond this is read and dropped, and the execution says so.
+pub const KEEP_BYTES: usize = 1 << 20;
+
+/// After the deadline and the kill, how long the rest of the output may
+/// take to arrive before the pipes are given up.
+const AFTER_KILL: Duration = Duration::from_secs(2);
+
 /// What a child process produced, once it exited or was killed.
 pub struct Collected {
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
+    /// All bytes written to stdout and stderr, kept or not.
+    pub stdout_total: u64,
+    pub stderr_total: u64,
     pub status: std::process::ExitStatus,
-    /// The process group was SIGKILLed because `limit` passed.
+    /// The call was killed because `limit` passed before it ended (exit and
+    /// end of both outputs).
     pub killed: bool,
+    /// Processes outside the plugin that held its output open: what was done.
+    pub leftover: Option<String>,
     /// From `started` to the end of stdout.
     pub duration: Duration,
 }
 
+impl Collected {
+    /// What was cut from the output, if anything.
+    pub fn cut(&self) -> Option<String> {
+        let cut = |what: &str, total: u64, kept: usize| {
+            (total > kept as u64).then(|| {
+                format!("{what} was {total} bytes, only the first {kept} were kept (output cut)")
+            })
+        };
+        let parts: Vec<String> = [
+            cut("stdout", self.stdout_total, self.stdout.len()),
+            cut("stderr", self.stderr_total, self.stderr.len()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+}
+
+/// One output pipe being drained: at most [`KEEP_BYTES`] kept.
+struct Drain {
+    pipe: Option<std::fs::File>,
+    kept: Vec<u8>,
+    total: u64,
+}
+
+impl Drain {
+    fn new(pipe: Option<impl Into<std::os::fd::OwnedFd>>) -> Drain {
+        Drain {
+            pipe: pipe.map(|p| std::fs::File::from(p.into())),
+            kept: Vec::new(),
+            total: 0,
+        }
+    }
+
+    /// Reads what is there; closes the pipe at its end.
+    fn read_some(&mut self) {
+        let Some(pipe) = self.pipe.as_mut() else {
+            return;
+        };
+        let mut buf = [0u8; 64 * 1024];
+        match pipe.read(&mut buf) {
+            Ok(0) => self.pipe = None,
+            Ok(n) => {
+                self.total += n as u64;
+                let room = KEEP_BYTES.saturating_sub(self.kept.len());
+                self.kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => self.pipe = None,
+        }
+    }
+}
+
+/// Reads both pipes until both end or `until` passes; true when both ended.
+fn drain_until(out: &mut Drain, err: &mut Drain, until: Instant) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    loop {
+        if out.pipe.is_none() && err.pipe.is_none() {
+            return true;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let ms = u16::try_from(left.as_millis().clamp(1, 10_000)).unwrap_or(10_000);
+        let (ready_out, ready_err) = {
+            let mut fds: Vec<PollFd> = [&out.pipe, &err.pipe]
+                .into_iter()
+                .flatten()
+                .map(|p| PollFd::new(p.as_fd(), PollFlags::POLLIN))
+                .collect();
+            if poll(&mut fds, PollTimeout::from(ms)).is_err() {
+                continue;
+            }
+            let ready = |i: usize| {
+                fds.get(i)
+                    .and_then(PollFd::revents)
+                    .is_some_and(|r| !r.is_empty())
+            };
+            match (out.pipe.is_some(), err.pipe.is_some()) {
+                (true, true) => (ready(0), ready(1)),
+                (true, false) => (ready(0), false),
+                _ => (false, ready(0)),
+            }
+        };
+        if ready_out {
+            out.read_some();
+        }
+        if ready_err {
+            err.read_some();
+        }
+    }
+}
+
+/// Waits for the child's exit until `until`; `None` when it still runs.
+fn wait_until(
+    child: &mut std::process::Child,
+    until: Instant,
+) -> Option<std::io::Result<std::process::ExitStatus>> {
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(Ok(status)),
+            Ok(None) if Instant::now() >= until => return None,
+            Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+            Err(e) => return Some(Err(e)),
+        }
+    }
+}
+
 /// Feeds the child's stdin with `feed` on a thread of its own, reads stdout
-/// and stderr to the end, and SIGKILLs the child's process group (the child
-/// must lead one) if it has not exited `limit` after it started.
+/// and stderr (keeping at most [`KEEP_BYTES`] of each) until they end, and
+/// waits for the child. If the whole call (exit and the end of both
+/// outputs) is not over `limit` after `started`, everything of the call is
+/// killed through `scope` (the child must lead a process group); a process
+/// that then still holds an output pipe is given up on after a short grace
+/// and named in `leftover`.
 pub fn collect_child(
     mut child: std::process::Child,
     started: Instant,
     limit: Duration,
-    feed: impl FnOnce(std::process::ChildStdin) + Send,
+    scope: &super::scope::CallScope,
+    feed: impl FnOnce(std::process::ChildStdin) + Send + 'static,
 ) -> std::io::Result<Collected> {
+    use std::os::fd::AsRawFd;
     let pid = child.id();
-    let stdin = child.stdin.take();
-    let mut out_pipe = child.stdout.take();
-    let mut err_pipe = child.stderr.take();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::scope(|scope| {
-        scope.spawn(move || {
-            if let Some(pipe) = stdin {
-                feed(pipe);
-            }
-        });
-        let stderr_reader = scope.spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(pipe) = err_pipe.as_mut() {
-                let _ = pipe.read_to_end(&mut buf);
-            }
-            buf
-        });
-        let stdout_reader = scope.spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(pipe) = out_pipe.as_mut() {
-                let _ = pipe.read_to_end(&mut buf);
-            }
-            let status = child.wait();
-            let _ = tx.send(());
-            (buf, status)
-        });
-        let killed = rx.recv_timeout(limit).is_err();
-        if killed {
-            // Kill the whole group: the plugin and anything it started.
-            if let Ok(pgid) = i32::try_from(pid) {
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(pgid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
+    if let Some(pipe) = child.stdin.take() {
+        // Not joined: a feeder blocked on a pipe held by an escaped process
+        // must not hold up the report.
+        std::thread::spawn(move || feed(pipe));
+    }
+    let mut out = Drain::new(child.stdout.take());
+    let mut err = Drain::new(child.stderr.take());
+    let deadline = started + limit;
+    let ended = drain_until(&mut out, &mut err, deadline);
+    let stdout_end = started.elapsed();
+    let mut status = if ended {
+        wait_until(&mut child, deadline)
+    } else {
+        None
+    };
+    let killed = status.is_none();
+    let mut leftover = None;
+    if killed {
+        let pipes: Vec<i32> = [&out.pipe, &err.pipe]
+            .into_iter()
+            .flatten()
+            .map(|p| p.as_raw_fd())
+            .collect();
+        let exited_already = matches!(child.try_wait(), Ok(Some(_)));
+        scope.kill(pid, &pipes);
+        if !pipes.is_empty() && exited_already {
+            leftover = Some(format!(
+                "the plugin exited but a process it left held its output open past the deadline; killed through {}",
+                scope.kind()
+            ));
         }
-        let panicked = |what: &str| std::io::Error::other(format!("{what} reader panicked"));
-        let (stdout, status) = stdout_reader.join().map_err(|_| panicked("stdout"))?;
-        let duration = started.elapsed();
-        let stderr = stderr_reader.join().map_err(|_| panicked("stderr"))?;
-        Ok(Collected {
-            stdout,
-            stderr,
-            status: status.map_err(|e| std::io::Error::new(e.kind(), format!("wait: {e}")))?,
-            killed,
-            duration,
-        })
+        if !drain_until(&mut out, &mut err, Instant::now() + AFTER_KILL) {
+            leftover = Some(format!(
+                "a process the plugin left still held its output {} s after the kill through {}: it could not be ended, the output was given up",
+                AFTER_KILL.as_secs(),
+                scope.kind()
+            ));
+        }
+        status = Some(child.wait());
+    }
+    let status = status.unwrap_or_else(|| child.wait());
+    let duration = if killed {
+        started.elapsed()
+    } else {
+        stdout_end
+    };
+    Ok(Collected {
+        stdout: out.kept,
+        stderr: err.kept,
+        stdout_total: out.total,
+        stderr_total: err.total,
+        status: status.map_err(|e| std::io::Error::new(e.kind(), format!("wait: {e}")))?,
+        killed,
+        leftover,
+        duration,
     })
 }

@@ -1,7 +1,9 @@
 //! The runtime floor: drives any CNI plugin like a container runtime.
 //!
 //! Where things happen: `config` loads and edits network configs, `exec`
-//! runs plugin binaries, `cache` keeps ADD results, `error` says what
+//! runs plugin binaries (bounded output, one deadline for the whole call),
+//! [`scope`] contains and kills what a call leaves (a cgroup per call, else
+//! the process group and the holders of its pipes), `cache` keeps ADD results, `error` says what
 //! went wrong, [`session`] is the setup conform, soak and bench share; this
 //! file holds [`Runtime`] and its operations (ADD, CHECK, DEL, STATUS, GC).
 //!
@@ -17,13 +19,14 @@ mod cache;
 mod config;
 mod error;
 mod exec;
+pub mod scope;
 pub mod session;
 
 use cache::CacheKey;
 use cnilab_net::spec::{self, CniResult, ErrorBody, Version, VersionInfo};
 pub use config::{NetworkConfig, RuntimeConf};
 pub use error::RuntimeError;
-pub use exec::{collect_child, Collected};
+pub use exec::{collect_child, Collected, KEEP_BYTES};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -80,6 +83,12 @@ pub struct Execution {
     pub timed_out: bool,
     #[serde(serialize_with = "serialize_duration")]
     pub duration: Duration,
+    /// What was cut from stdout/stderr (more than [`exec::KEEP_BYTES`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cut: Option<String>,
+    /// Processes the plugin left holding its output past the deadline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leftover: Option<String>,
 }
 
 fn serialize_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -101,7 +110,10 @@ impl Execution {
 
     pub fn status_text(&self) -> String {
         match (self.exit_code, self.signal) {
-            _ if self.timed_out => "timeout".into(),
+            _ if self.timed_out => match &self.leftover {
+                Some(leftover) => format!("timeout: {leftover}"),
+                None => "timeout".into(),
+            },
             (Some(c), _) => format!("exit {c}"),
             (None, Some(s)) => format!("signal {s}"),
             _ => "unknown status".into(),

@@ -244,7 +244,7 @@ pub fn run_blocking(opts: &CheckOptions) -> Result<bool, E2eError> {
 
 fn emit(report: &Report, opts: &CheckOptions) -> Result<(), E2eError> {
     match opts.format {
-        Format::Table => print!("{}", report.table()),
+        Format::Table => crate::report::print_human(&report.table()),
         Format::Json => println!("{}", report.json()),
         Format::Junit => print!("{}", report.junit()),
     }

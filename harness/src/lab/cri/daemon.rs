@@ -107,6 +107,7 @@ impl Containerd {
         command
             .arg("--config")
             .arg(&config_path)
+            .env(pidfile::RUN_DIR_ENV, dir)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);
@@ -371,7 +372,7 @@ pub fn teardown(dir: &Path, id: Option<Identity>) -> Teardown {
         }
     }
     if let Some(id) = id {
-        if let Ok(true) = id.kill_if_same() {
+        if let Ok(true) = id.kill_if_ours(dir) {
             done.killed.push(id.pid);
         }
         wait_gone(&[id]);

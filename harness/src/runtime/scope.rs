@@ -1,0 +1,231 @@
+//! What one plugin call may leave behind, and how it is ended: every call
+//! runs in a cgroup v2 of its own where the machine allows one (the child
+//! joins it before exec, so nothing it starts, `setsid` or not, can leave),
+//! and `cgroup.kill` ends all of it. Where no cgroup can be made, the call's
+//! process group is killed, and so is every process that still holds one of
+//! the call's output pipes (found through `/proc/<pid>/fd`): what escaped
+//! both is reported, never hidden. Call cgroups left by a process that
+//! exited mid-call are removed by the next one (empty cgroups only).
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// How a call's processes are contained.
+pub struct CallScope {
+    cgroup: Option<Cgroup>,
+}
+
+struct Cgroup {
+    dir: PathBuf,
+    /// `cgroup.procs`, opened before the fork: the child writes "0" to it.
+    procs: File,
+}
+
+/// Where this process sits in the cgroup v2 hierarchy, if it is mounted.
+fn own_cgroup_dir() -> Option<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mount = mountinfo.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        (right.split_whitespace().next() == Some("cgroup2"))
+            .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+    })?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+    Some(mount.join(path.trim_start_matches('/')))
+}
+
+impl CallScope {
+    /// A fresh cgroup for one call when possible, else the process-group
+    /// fallback.
+    pub fn new() -> CallScope {
+        let cgroup = own_cgroup_dir().and_then(|parent| {
+            static SWEPT: std::sync::Once = std::sync::Once::new();
+            SWEPT.call_once(|| remove_stale(&parent));
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let dir = parent.join(format!("cnilab-call-{}-{n}", std::process::id()));
+            std::fs::create_dir(&dir).ok()?;
+            let kill_file = dir.join("cgroup.kill");
+            let procs = std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.join("cgroup.procs"));
+            match procs {
+                Ok(procs) if kill_file.exists() => Some(Cgroup { dir, procs }),
+                _ => {
+                    let _ = std::fs::remove_dir(&dir);
+                    None
+                }
+            }
+        });
+        CallScope { cgroup }
+    }
+
+    /// How the call is contained, for reports.
+    pub fn kind(&self) -> &'static str {
+        if self.cgroup.is_some() {
+            "a cgroup per call"
+        } else {
+            "the process group and the holders of its pipes (no cgroup v2 here)"
+        }
+    }
+
+    /// Makes the child of `cmd` join the call's cgroup before it execs.
+    /// Must be called before any other `pre_exec` hook that execs itself.
+    pub fn attach(&self, cmd: &mut Command) {
+        let Some(cgroup) = &self.cgroup else {
+            return;
+        };
+        let fd: RawFd = cgroup.procs.as_raw_fd();
+        // SAFETY: write(2) on an fd opened before the fork is
+        // async-signal-safe; "0" moves the calling process.
+        unsafe {
+            cmd.pre_exec(move || {
+                if nix::libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+
+    /// Kills everything of the call: the cgroup, or the process group
+    /// `pgid` and every process holding one of `pipes` (the read ends this
+    /// process has of the call's stdout and stderr).
+    pub fn kill(&self, pgid: u32, pipes: &[RawFd]) {
+        if let Some(cgroup) = &self.cgroup {
+            if let Ok(mut f) = std::fs::OpenOptions::new()
+                .write(true)
+                .open(cgroup.dir.join("cgroup.kill"))
+            {
+                let _ = f.write_all(b"1");
+            }
+            return;
+        }
+        if let Ok(pgid) = i32::try_from(pgid) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pgid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        for pid in pipe_holders(pipes) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+impl Default for CallScope {
+    fn default() -> Self {
+        CallScope::new()
+    }
+}
+
+impl Drop for CallScope {
+    fn drop(&mut self) {
+        let Some(cgroup) = &self.cgroup else {
+            return;
+        };
+        // Nothing of a finished call may stay: kill what is left, then the
+        // (empty) cgroup goes. An rmdir of a cgroup that still has dying
+        // members fails with EBUSY for a moment.
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .open(cgroup.dir.join("cgroup.kill"))
+            .and_then(|mut f| f.write_all(b"1"));
+        let until = Instant::now() + Duration::from_secs(5);
+        while std::fs::remove_dir(&cgroup.dir).is_err() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Removes the call cgroups of processes that are gone (one that exited
+/// with a call under way, e.g. on Ctrl-C). rmdir(2) removes only an empty
+/// cgroup, so nothing that still runs loses its cgroup.
+fn remove_stale(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("cnilab-call-")
+            .and_then(|rest| rest.split('-').next())
+        else {
+            continue;
+        };
+        let numeric = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
+        if numeric && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
+}
+
+/// Processes (other than this one) with an fd on the same pipe as one of
+/// `pipes`.
+fn pipe_holders(pipes: &[RawFd]) -> Vec<i32> {
+    let own = std::process::id();
+    let inodes: Vec<u64> = pipes
+        .iter()
+        .filter_map(|fd| std::fs::metadata(format!("/proc/self/fd/{fd}")).ok())
+        .map(|m| m.ino())
+        .collect();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| u32::try_from(*pid).is_ok_and(|p| p != own))
+        .filter(|pid| holds_any(Path::new(&format!("/proc/{pid}/fd")), &inodes))
+        .collect()
+}
+
+fn holds_any(fd_dir: &Path, inodes: &[u64]) -> bool {
+    let Ok(fds) = std::fs::read_dir(fd_dir) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path()).is_ok_and(|target| {
+            let text = target.to_string_lossy();
+            text.strip_prefix("pipe:[")
+                .and_then(|t| t.strip_suffix(']'))
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| inodes.contains(&n))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::remove_stale;
+
+    #[test]
+    fn stale_call_cgroups_of_gone_processes_are_removed_only() {
+        let parent = tempfile::tempdir().expect("tmp");
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let dead = child.id();
+        child.wait().expect("wait");
+        let stale = parent.path().join(format!("cnilab-call-{dead}-0"));
+        let live = parent
+            .path()
+            .join(format!("cnilab-call-{}-0", std::process::id()));
+        let other = parent.path().join("k8s.io");
+        for d in [&stale, &live, &other] {
+            std::fs::create_dir(d).expect("mkdir");
+        }
+        remove_stale(parent.path());
+        assert!(!stale.exists());
+        assert!(live.exists() && other.exists());
+    }
+}
