@@ -115,19 +115,22 @@ fn a_redacted_capture_keeps_relations_and_no_original() {
         .is_some_and(|n| n.starts_with("node-")));
 }
 
+/// Takes a standing lab down when dropped (also after a failed assert).
+struct LabDown(String);
+
+impl Drop for LabDown {
+    fn drop(&mut self) {
+        let _ = cnilab(&["lab", "down", "--name", &self.0]);
+    }
+}
+
 /// A standing lab's node: its pods are found, the switch is a peer.
 #[test]
 fn a_standing_lab_node_is_captured_with_its_pods() {
     let _host = host_untouched();
     require_root();
     let name = format!("cap{}", std::process::id());
-    struct Down(String);
-    impl Drop for Down {
-        fn drop(&mut self) {
-            let _ = cnilab(&["lab", "down", "--name", &self.0]);
-        }
-    }
-    let _down = Down(name.clone());
+    let _down = LabDown(name.clone());
     let up = cnilab(&[
         "lab",
         "up",
@@ -265,5 +268,122 @@ fn bench_capture_of_a_110_pod_node() {
         took.as_secs_f64() * 1000.0,
         size,
         size as f64 / 1e6
+    );
+}
+
+/// What cannot be read is a warning, not a failure: without `nft` and
+/// `iptables-legacy-save` on the PATH, the Calico node (legacy tables and
+/// all) is still captured, with a warning naming each tool.
+#[test]
+fn a_missing_tool_is_a_warning() {
+    let _host = host_untouched();
+    let k = calico();
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("node.json");
+    let out = std::process::Command::new(cnilab_tests::workspace_bin("cnilab"))
+        .args(["capture", "--netns", &k.node.path().display().to_string()])
+        .args(["-o", &file.display().to_string()])
+        .env("PATH", dir.path())
+        .output()
+        .expect("cnilab runs");
+    assert!(out.status.success(), "{}", all(&out));
+    let c: Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("file")).expect("JSON");
+    let warnings = c["warnings"].to_string();
+    assert!(warnings.contains("nft"), "{warnings}");
+    assert!(
+        warnings.contains("legacy ipv4 iptables tables filter not read")
+            && warnings.contains("iptables-legacy-save"),
+        "{warnings}"
+    );
+    assert!(c["node"].get("nftables").is_none(), "{}", c["node"]);
+    assert_eq!(link(&c["node"], "cali0abc")["kind"], "veth");
+    assert_eq!(c["pods"].as_array().map(Vec::len), Some(3), "{}", c["pods"]);
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("⚠️") && shown.contains("iptables-legacy-save"),
+        "{shown}"
+    );
+}
+
+/// Pod names come from the CRI where a socket answers: a standing
+/// containerd lab's node, captured with its node's CRI socket, names each
+/// pod by its sandbox (the lab's pod name) and records its pause pid.
+#[test]
+fn pods_are_named_by_the_cri() {
+    let _host = host_untouched();
+    require_root();
+    let name = format!("capc{}", std::process::id());
+    let _down = LabDown(name.clone());
+    let up = cnilab(&[
+        "lab",
+        "up",
+        "--name",
+        &name,
+        "--nodes",
+        "1",
+        "--pods-per-node",
+        "2",
+        "--runtime",
+        "containerd",
+    ]);
+    assert!(up.status.success(), "{}", all(&up));
+    let socket = format!("/run/cnilab/labs/{name}/node1/cri/sock");
+    let node_ns = format!("cnilab-lab-{name}-node1");
+    let out = cnilab(&[
+        "capture",
+        "--netns",
+        &node_ns,
+        "--cri-socket",
+        &socket,
+        "-o",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", all(&out));
+    let c: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let mut named: Vec<(String, String)> = c["pods"]
+        .as_array()
+        .map(|p| {
+            p.iter()
+                .map(|p| (p["name"].to_string(), p["cri"].to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    named.sort();
+    let want = |p: &str| (format!("\"{p}\""), format!("\"{p}\""));
+    assert_eq!(
+        named,
+        [want("node1-pod0"), want("node1-pod1")],
+        "{}",
+        c["pods"]
+    );
+    assert!(
+        c["pods"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|p| p["pid"].as_u64().is_some()),
+        "the pause process holds each: {}",
+        c["pods"]
+    );
+    let pod = pod_named(&c, "node1-pod0");
+    assert!(link(pod, "eth0")["addresses"][0]
+        .as_str()
+        .is_some_and(|a| a.starts_with("10.244.1.")));
+    let cali_like = c["node"]["links"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|l| l["veth"]["namespace"] == "node1-pod0")
+        .count();
+    assert_eq!(
+        cali_like, 1,
+        "the node's veth names the CRI pod: {}",
+        c["node"]["links"]
+    );
+    assert!(
+        !c["warnings"].to_string().contains("CRI"),
+        "{}",
+        c["warnings"]
     );
 }

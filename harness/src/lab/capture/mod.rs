@@ -286,6 +286,32 @@ mod tests {
     }
 
     #[test]
+    fn load_refuses_a_newer_schema_and_reads_its_own() {
+        let dir = std::env::temp_dir().join(format!("cnilab-capture-load-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("node.json");
+        let c = Capture {
+            schema_version: SCHEMA_VERSION,
+            provenance: provenance("n1", None),
+            node: Node::default(),
+            pods: Vec::new(),
+            peers: Vec::new(),
+            warnings: vec!["w".into()],
+        };
+        std::fs::write(&file, serde_json::to_string(&c).expect("json")).expect("write");
+        assert_eq!(load(&file), Ok(c));
+        std::fs::write(&file, r#"{"schemaVersion": 2}"#).expect("write");
+        let e = load(&file).expect_err("newer");
+        assert!(
+            e.contains("schemaVersion 2 is newer") && e.contains("node.json"),
+            "{e}"
+        );
+        std::fs::write(&file, r#"{"schemaVersion": 1, "provenance": {}}"#).expect("write");
+        assert!(load(&file).expect_err("truncated").contains("node.json"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_taken_name_gets_a_number() {
         let mut taken = vec!["node".to_string()];
         assert_eq!(unique("a", &mut taken), "a");
