@@ -137,8 +137,12 @@ pub(super) fn linked(node: &File, warnings: &mut Vec<String>) -> Linked {
     if let Ok(m) = node.metadata() {
         skip.push((m.dev(), m.ino()));
     }
-    if let Ok(i) = inode_of(Path::new("/proc/1/ns/net")) {
-        skip.push(i);
+    // The machine's own namespace (pid 1's, and the one capture runs in:
+    // pid 1 may be unreadable inside a container) is never a pod.
+    for own in ["/proc/1/ns/net", "/proc/self/ns/net"] {
+        if let Ok(i) = inode_of(Path::new(own)) {
+            skip.push(i);
+        }
     }
     let all: Vec<(Inode, (PodSource, PathBuf))> = candidates(&skip, warnings).into_iter().collect();
     let node_fd = node.as_raw_fd();

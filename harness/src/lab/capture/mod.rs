@@ -37,7 +37,8 @@
 //! # Which namespaces are pods
 //! Every network namespace on the machine, named under `/run/netns` or only
 //! held by a process (`/proc/<pid>/ns/net`), deduplicated by inode, except
-//! the node's own and the machine's first (`/proc/1/ns/net`), is a pod when
+//! the node's own and the machine's (`/proc/1/ns/net`, and the one capture
+//! runs in), is a pod when
 //! it has a veth, macvlan or ipvlan whose other end (or lower device) is in
 //! the node's namespace, none of those is a bridge port, and it has no such
 //! link into a third namespace (those join the node to others: `peers`).
