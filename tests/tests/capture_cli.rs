@@ -387,3 +387,23 @@ fn pods_are_named_by_the_cri() {
         c["warnings"]
     );
 }
+
+/// Not root: exit 2 with the fix, before anything is read.
+#[test]
+fn not_root_exits_2_with_the_fix() {
+    require_root();
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(cnilab_tests::workspace_bin("cnilab"))
+        .args(["capture", "-o", "json"])
+        .current_dir(dir.path())
+        .output()
+        .expect("setpriv runs");
+    assert_eq!(out.status.code(), Some(2), "{}", all(&out));
+    assert!(
+        all(&out).contains("needs root") && all(&out).contains("sudo"),
+        "{}",
+        all(&out)
+    );
+}

@@ -97,6 +97,9 @@ impl CaptureCmd {
             redact,
         };
         // Refused before anything else is read.
+        if !nix::unistd::geteuid().is_root() {
+            return Err("cnilab capture enters every network namespace and needs root (CAP_SYS_ADMIN): run it as root, for example with sudo".into());
+        }
         capture::open_node(opts.netns.as_deref())?;
         Ok(capture::capture(&opts)?)
     }
