@@ -124,24 +124,25 @@ impl Drop for LabDown {
     }
 }
 
+/// `cnilab lab up --name NAME --nodes N --pods-per-node 2 EXTRA…`, down
+/// when the guard drops.
+fn lab_up(name: &str, nodes: &str, extra: &[&str]) -> LabDown {
+    let down = LabDown(name.to_string());
+    let mut args = vec!["lab", "up", "--name", name, "--nodes", nodes];
+    args.extend_from_slice(&["--pods-per-node", "2"]);
+    args.extend_from_slice(extra);
+    let up = cnilab(&args);
+    assert!(up.status.success(), "{}", all(&up));
+    down
+}
+
 /// A standing lab's node: its pods are found, the switch is a peer.
 #[test]
 fn a_standing_lab_node_is_captured_with_its_pods() {
     let _host = host_untouched();
     require_root();
     let name = format!("cap{}", std::process::id());
-    let _down = LabDown(name.clone());
-    let up = cnilab(&[
-        "lab",
-        "up",
-        "--name",
-        &name,
-        "--nodes",
-        "2",
-        "--pods-per-node",
-        "2",
-    ]);
-    assert!(up.status.success(), "{}", all(&up));
+    let _down = lab_up(&name, "2", &[]);
     let node_ns = format!("cnilab-lab-{name}-node1");
     let read = || {
         let path = Path::new("/run/netns").join(&node_ns);
@@ -314,20 +315,7 @@ fn pods_are_named_by_the_cri() {
     let _host = host_untouched();
     require_root();
     let name = format!("capc{}", std::process::id());
-    let _down = LabDown(name.clone());
-    let up = cnilab(&[
-        "lab",
-        "up",
-        "--name",
-        &name,
-        "--nodes",
-        "1",
-        "--pods-per-node",
-        "2",
-        "--runtime",
-        "containerd",
-    ]);
-    assert!(up.status.success(), "{}", all(&up));
+    let _down = lab_up(&name, "1", &["--runtime", "containerd"]);
     let socket = format!("/run/cnilab/labs/{name}/node1/cri/sock");
     let node_ns = format!("cnilab-lab-{name}-node1");
     let out = cnilab(&[
