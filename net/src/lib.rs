@@ -4,8 +4,8 @@
 //! type in the project.
 //!
 //! Where things happen: [`spec`] holds the CNI 1.1 types (pure data);
-//! [`netns`] is the only place that calls `setns` ([`netns::run_in`] on a
-//! dedicated thread) and holds the throwaway [`netns::Netns`] and
+//! [`netns`] is the only place that calls `setns` ([`netns::run_in`] and
+//! [`netns::netlink_job`], on dedicated threads) and holds the throwaway [`netns::Netns`] and
 //! [`netns::sweep`]; [`nl`] reads and writes links, addresses and routes
 //! through a handle bound to one namespace; [`nft`] runs `nft -f -` in a
 //! namespace; [`naming`] derives veth names and MACs (pure); [`snapshot`]

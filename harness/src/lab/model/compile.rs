@@ -42,7 +42,9 @@ pub(crate) fn pod_placeholder(pod: &str) -> String {
     format!("{{{{pod:{pod}:ipv4}}}}")
 }
 
-/// The model of the lab `Lab::up` builds from `topo` (direct runtime).
+/// The model of the lab `Lab::up` builds from `topo`, with either runtime
+/// (the pod's `lo` is brought up by the lab, or by containerd; the rest of a
+/// pod is the plugin's).
 pub fn compile(topo: &Topology) -> Result<LabModel, LabError> {
     let mut switch = Namespace::new(SWITCH);
     switch.links.push(lo(false));
@@ -447,13 +449,22 @@ fn bridge_mtus(switch: &mut Namespace) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use rstest::rstest;
     use std::path::{Path, PathBuf};
 
     /// Every shipped topology compiles; every veth's peer exists and names
     /// it back; every controller exists; every route's device exists.
+    /// The compiled model of `lab/topologies/<file>` (for the tests of
+    /// `model/`).
+    pub(crate) fn shipped(file: &str) -> LabModel {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../lab/topologies")
+            .join(file);
+        compile(&Topology::load(&path).expect("topology")).expect("compiles")
+    }
+
     #[rstest]
     fn every_shipped_topology_compiles_into_a_consistent_model(
         #[files("../lab/topologies/*.toml")] path: PathBuf,
@@ -505,10 +516,7 @@ mod tests {
         #[case] node: &str,
         #[case] expected: &[&str],
     ) {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../lab/topologies")
-            .join(file);
-        let model = compile(&Topology::load(&path).expect("topology")).expect("compiles");
+        let model = shipped(file);
         let ns = model.namespaces().find(|n| n.name == node).expect("node");
         let shown: Vec<String> = ns
             .routes
@@ -535,8 +543,7 @@ mod tests {
 
     #[test]
     fn the_routed_underlay_has_a_router_leg_per_subnet_and_routes_in_the_router() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/topologies/routed.toml");
-        let model = compile(&Topology::load(&path).expect("topology")).expect("compiles");
+        let model = shipped("routed.toml");
         let router = model
             .namespaces()
             .find(|n| n.name == "router")
@@ -582,8 +589,7 @@ mod tests {
 
     #[test]
     fn vxlan_peers_are_named_by_reference_and_services_by_placeholder() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/topologies/vxlan.toml");
-        let model = compile(&Topology::load(&path).expect("topology")).expect("compiles");
+        let model = shipped("vxlan.toml");
         let node1 = &model.nodes[0].net;
         let dev = node1.link("vxlan0").expect("vxlan0");
         assert_eq!(dev.mtu, Some(1450));

@@ -427,9 +427,7 @@ mod tests {
 
     #[test]
     fn placeholders_bind_to_the_pods_addresses() {
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/topologies/vxlan.toml");
-        let mut model = compile(&Topology::load(&path).expect("topology")).expect("compiles");
+        let mut model = super::super::compile::tests::shipped("vxlan.toml");
         let read = as_read(&model);
         bind_pod_addresses(&mut model, &read).expect("bound");
         let text = &model.nodes[0].net.nftables[0].text;

@@ -164,14 +164,9 @@ fn route(r: &Route) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::lab::Topology;
-
     #[test]
     fn text_names_links_routes_and_peers_like_ip() {
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/topologies/vxlan.toml");
-        let model = super::super::compile::compile(&Topology::load(&path).expect("topology"))
-            .expect("compiles");
+        let model = super::super::compile::tests::shipped("vxlan.toml");
         let text = model.to_text();
         for line in [
             "lab vxlan (schemaVersion 1)",
