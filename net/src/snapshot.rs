@@ -209,15 +209,24 @@ fn firewall_text(ns: &Netns) -> Vec<String> {
                 continue;
             }
         };
-        out.extend(text.lines().filter_map(|line| {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                return None;
-            }
-            Some(format!("{tool}: {}", normalize_firewall_line(line)))
-        }));
+        out.extend(
+            firewall_lines(&text)
+                .into_iter()
+                .map(|line| format!("{tool}: {line}")),
+        );
     }
     out
+}
+
+/// The lines of `nft list ruleset` or `iptables-save` text normalized as in
+/// [`HostNetwork`]: trimmed, no empty lines, no `#` comments, no counters,
+/// no expiry times.
+pub fn firewall_lines(text: &str) -> Vec<String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(normalize_firewall_line)
+        .collect()
 }
 
 /// One table of `nft list ruleset` text: `(family, name, text)`, the text

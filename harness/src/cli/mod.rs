@@ -5,6 +5,7 @@
 
 pub mod args;
 pub mod bench;
+pub mod capture;
 pub mod completions;
 pub mod conform;
 pub mod e2e;
@@ -41,6 +42,7 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Cmd {
     Bench(bench::Bench),
+    Capture(capture::CaptureCmd),
     Conform(conform::Conform),
     Lifecycle(lifecycle::Lifecycle),
     Lab(lab::Lab),
@@ -55,6 +57,7 @@ impl Cli {
     pub fn run(self) -> CliResult {
         match self.command {
             Cmd::Bench(c) => c.run(),
+            Cmd::Capture(c) => c.run(),
             Cmd::Conform(c) => c.run(),
             Cmd::Lifecycle(c) => c.run(),
             Cmd::Lab(c) => c.run(),

@@ -16,11 +16,13 @@
 //! NAT) in [`underlay`], the VXLAN overlay in [`vxlan`], kube-proxy-like
 //! Services in [`services`], their scenario faults in [`shape_faults`]; the
 //! lab as data in [`model`] (a topology compiled into the model of what the
-//! builder makes, live namespaces read back into it, the two compared). Pods are attached by
+//! builder makes, live namespaces read back into it, the two compared), a
+//! real node's network captured into it in [`capture`] (`cnilab capture`). Pods are attached by
 //! executing the plugin (`direct`) or, with `--runtime containerd`, through
 //! the CRI of a containerd per node ([`cri`]).
 
 pub mod build;
+pub mod capture;
 pub mod checks;
 pub mod commands;
 pub mod cri;

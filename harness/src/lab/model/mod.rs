@@ -9,7 +9,8 @@
 //! through `cnilab_net::nl` on a dedicated thread per namespace, sysctls from
 //! `/proc/sys` inside it, `nft -s list ruleset` inside it); [`identity`]
 //! normalises a read model against a compiled one and names every difference
-//! (node, object, field); `text.rs` prints a model one object per line
+//! (node, object, field); `firewall.rs` reads nftables and iptables-save
+//! text; `text.rs` prints a model one object per line
 //! (`cnilab lab show`), [`read::standing`] reads a standing lab.
 //!
 //! # What the model holds
@@ -23,7 +24,11 @@
 //! [`Route`]s of scope `link`, its blackhole aggregates routes of type
 //! `blackhole`, its proxy ARP a sysctl `net/ipv4/conf/cali…/proxy_arp`;
 //! kube-proxy's iptables-nft chains are [`NftTable`]s (`ip filter`, `ip nat`)
-//! as `nft list ruleset` prints them.
+//! as `nft list ruleset` prints them, and again as [`IptablesSave`] text
+//! (`iptables-nft-save`: nft does not print their comments), like legacy
+//! x_tables rules; a macvlan or ipvlan names its [`Lower`] device and mode.
+//! `cnilab capture` (`super::capture`) writes a node and its pods as these
+//! types.
 //!
 //! What the reader leaves out, because the kernel makes it from other
 //! entries: routes of the `local` table and of types local/broadcast/
@@ -77,6 +82,7 @@
 //! `apply(compile(topology))`.
 
 pub mod compile;
+pub(crate) mod firewall;
 pub mod identity;
 mod layout;
 pub mod read;
@@ -139,6 +145,23 @@ pub struct Namespace {
     pub sysctls: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub qdiscs: Vec<Qdisc>,
+    /// iptables as `iptables-save` prints it, where the namespace has any:
+    /// legacy (x_tables) tables, and the iptables-nft ones again (the
+    /// nftables text above leaves out their comments and any match nft
+    /// cannot translate; `iptables-nft-restore` takes this text whole).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub iptables: Vec<IptablesSave>,
+}
+
+/// One family's iptables of one backend, as `ip[6]tables-{legacy,nft}-save`
+/// prints it, normalised like the nft text (no `#` lines, no counters).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IptablesSave {
+    /// `legacy` or `nft`.
+    pub backend: String,
+    /// `ipv4` or `ipv6`.
+    pub family: String,
+    pub text: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -211,6 +234,10 @@ pub struct Link {
     pub port: Option<BridgePort>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vxlan: Option<Vxlan>,
+    /// A macvlan's or ipvlan's lower device (its namespace by role, as a
+    /// veth peer's) and mode (`bridge`, `l2`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lower: Option<Lower>,
 }
 
 impl Link {
@@ -229,8 +256,18 @@ impl Link {
             bridge: None,
             port: None,
             vxlan: None,
+            lower: None,
         }
     }
+}
+
+/// The device a macvlan or ipvlan sits on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lower {
+    #[serde(flatten)]
+    pub link: VethPeer,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// The other end of a veth: its namespace (by role; `None` when it is not
@@ -457,5 +494,7 @@ impl Namespace {
             .sort_by_key(|t| (t.family.clone(), t.name.clone()));
         self.qdiscs
             .sort_by_key(|q| (q.dev.clone(), q.parent.clone()));
+        self.iptables
+            .sort_by_key(|t| (t.backend.clone(), t.family.clone()));
     }
 }

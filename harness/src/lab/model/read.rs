@@ -8,15 +8,15 @@
 //! which namespaces make a lab is a [`Layout`] (`layout.rs`).
 
 use super::{
-    Bridge, BridgePort, FdbEntry, LabModel, Link, LinkFlag, LinkKind, Namespace, Neighbour,
-    Nexthop, NftTable, Node, Qdisc, Route, RouteType, Rule, VethPeer, Vxlan, SCHEMA_VERSION,
+    Bridge, BridgePort, FdbEntry, LabModel, Link, LinkFlag, LinkKind, Lower, Namespace, Neighbour,
+    Nexthop, Node, Qdisc, Route, RouteType, Rule, VethPeer, Vxlan, SCHEMA_VERSION,
 };
-use cnilab_net::{netns as plugin_netns, nl, snapshot};
+use cnilab_net::{netns as plugin_netns, nl};
 use futures_util::{StreamExt, TryStreamExt};
 use ipnet::IpNet;
 use rtnetlink::packet_route::link::{
-    InfoBridge, InfoBridgePort, InfoData, InfoPortData, InfoVxlan, LinkAttribute, LinkFlags,
-    LinkInfo, LinkMessage,
+    InfoBridge, InfoBridgePort, InfoData, InfoIpVlan, InfoMacVlan, InfoPortData, InfoVxlan,
+    LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
 };
 use rtnetlink::packet_route::neighbour::{NeighbourAddress, NeighbourAttribute};
 use rtnetlink::packet_route::route::{RouteAttribute, RouteFlags, RouteType as NlRouteType};
@@ -26,6 +26,9 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
+
+use super::firewall;
+pub(crate) use super::firewall::canonical_nft;
 
 pub(crate) use super::layout::standing;
 pub use super::layout::{layout_of, namespace_at, Layout, NodeLayout};
@@ -41,15 +44,29 @@ struct RawLink {
     /// The peer's index, and the role of its namespace (`None`: this one).
     peer: Option<(u32, Option<String>)>,
     vxlan_dev: Option<u32>,
+    /// A macvlan's or ipvlan's mode.
+    mode: Option<String>,
 }
 
 struct RawNamespace {
     ns: Namespace,
     links: Vec<RawLink>,
+    warnings: Vec<String>,
 }
 
-/// Reads every namespace of `layout` into a model (sorted).
+/// Reads every namespace of `layout` into a model (sorted); what a tool
+/// could not read is an error.
 pub fn read(layout: &Layout) -> Result<LabModel, String> {
+    let (model, warnings) = read_with_warnings(layout)?;
+    match warnings.is_empty() {
+        true => Ok(model),
+        false => Err(warnings.join("; ")),
+    }
+}
+
+/// [`read`], with what a tool could not read (a missing `nft`, legacy
+/// tables without `iptables-legacy-save`) as warnings beside the model.
+pub fn read_with_warnings(layout: &Layout) -> Result<(LabModel, Vec<String>), String> {
     let mut all: Vec<(String, &File)> = layout.underlay.clone();
     for n in &layout.nodes {
         all.push((n.name.clone(), n.ns));
@@ -65,8 +82,10 @@ pub fn read(layout: &Layout) -> Result<LabModel, String> {
         || Err("reader thread panicked".to_string()),
     );
     let mut raw: BTreeMap<String, RawNamespace> = BTreeMap::new();
+    let mut warnings = Vec::new();
     for r in read {
-        let r = r?;
+        let mut r = r?;
+        warnings.append(&mut r.warnings);
         raw.insert(r.ns.name.clone(), r);
     }
     let names: BTreeMap<(String, u32), String> = raw
@@ -97,7 +116,7 @@ pub fn read(layout: &Layout) -> Result<LabModel, String> {
             .collect(),
     };
     model.sort();
-    Ok(model)
+    Ok((model, warnings))
 }
 
 /// Names instead of indexes: controllers, veth peers, VXLAN devices.
@@ -110,13 +129,21 @@ fn resolve(raw: RawNamespace, names: &BTreeMap<(String, u32), String>) -> Namesp
         link.controller = r.controller.and_then(local);
         if let Some((index, role)) = r.peer {
             let peer_ns = role.unwrap_or_else(|| me.clone());
-            link.veth = Some(VethPeer {
+            let peer = VethPeer {
                 name: names
                     .get(&(peer_ns.clone(), index))
                     .cloned()
                     .unwrap_or_else(|| format!("#{index}")),
                 namespace: Some(peer_ns),
-            });
+            };
+            if link.kind == LinkKind::Veth {
+                link.veth = Some(peer);
+            } else {
+                link.lower = Some(Lower {
+                    link: peer,
+                    mode: r.mode,
+                });
+            }
         } else if link.kind == LinkKind::Veth {
             link.veth = Some(VethPeer {
                 namespace: None,
@@ -131,6 +158,10 @@ fn resolve(raw: RawNamespace, names: &BTreeMap<(String, u32), String>) -> Namesp
     ns
 }
 
+/// Reads one namespace. What a tool could not read (nft missing or
+/// failing, legacy tables without `iptables-legacy-save`) is a warning, not
+/// an error: [`read`] turns warnings into an error, [`read_with_warnings`]
+/// (capture) keeps them.
 fn read_namespace(
     role: &str,
     file: &File,
@@ -140,10 +171,24 @@ fn read_namespace(
     let (mut ns, links) =
         plugin_netns::netlink_job(file, |h| read_netlink(h, role, others)).map_err(what)?;
     let link_names: Vec<String> = links.iter().map(|l| l.link.name.clone()).collect();
-    ns.sysctls = plugin_netns::run_in(file, || read_sysctls(&link_names))
-        .map_err(|e| what(e.to_string()))?;
-    ns.nftables = read_nft(file).map_err(what)?;
-    Ok(RawNamespace { ns, links })
+    let (sysctls, legacy_names) = plugin_netns::run_in(file, || {
+        (read_sysctls(&link_names), firewall::legacy_table_names())
+    })
+    .map_err(|e| what(e.to_string()))?;
+    ns.sysctls = sysctls;
+    let mut warnings = Vec::new();
+    match firewall::read_nft(file) {
+        Ok(tables) => ns.nftables = tables,
+        Err(e) => warnings.push(what(e)),
+    }
+    let (iptables, more) = firewall::read_iptables(file, &legacy_names, &ns.nftables);
+    ns.iptables = iptables;
+    warnings.extend(more.into_iter().map(what));
+    Ok(RawNamespace {
+        ns,
+        links,
+        warnings,
+    })
 }
 
 async fn read_netlink(
@@ -224,7 +269,7 @@ async fn read_netlink(
     Ok((ns, links))
 }
 
-fn peer_netnsid(msg: &LinkMessage) -> Option<i32> {
+pub(crate) fn peer_netnsid(msg: &LinkMessage) -> Option<i32> {
     msg.attributes.iter().find_map(|a| match a {
         LinkAttribute::LinkNetNsId(id) => Some(*id),
         _ => None,
@@ -233,7 +278,10 @@ fn peer_netnsid(msg: &LinkMessage) -> Option<i32> {
 
 /// RTM_GETNSID for the namespace open as `fd`: its id in this namespace,
 /// `None` when it has none.
-async fn netnsid_of(h: &rtnetlink::Handle, fd: i32) -> Result<Option<i32>, rtnetlink::Error> {
+pub(crate) async fn netnsid_of(
+    h: &rtnetlink::Handle,
+    fd: i32,
+) -> Result<Option<i32>, rtnetlink::Error> {
     use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_REQUEST};
     use rtnetlink::packet_route::nsid::{NsidAttribute, NsidMessage};
     use rtnetlink::packet_route::RouteNetlinkMessage;
@@ -274,9 +322,14 @@ fn raw_link(msg: &LinkMessage) -> RawLink {
     }
     let mut peer = None;
     let mut vxlan_dev = None;
+    let mut mode = None;
+    let linked = matches!(
+        link.kind,
+        LinkKind::Veth | LinkKind::Macvlan | LinkKind::Ipvlan
+    );
     for attr in &msg.attributes {
         match attr {
-            LinkAttribute::Link(i) if link.kind == LinkKind::Veth => peer = Some((*i, None)),
+            LinkAttribute::Link(i) if linked => peer = Some((*i, None)),
             LinkAttribute::LinkInfo(infos) => {
                 for info in infos {
                     match info {
@@ -288,6 +341,18 @@ fn raw_link(msg: &LinkMessage) -> RawLink {
                         LinkInfo::Data(InfoData::Bridge(b)) => link.bridge = Some(bridge_of(b)),
                         LinkInfo::PortData(InfoPortData::BridgePort(p)) => {
                             link.port = Some(port_of(p))
+                        }
+                        LinkInfo::Data(InfoData::MacVlan(m)) => {
+                            mode = m.iter().find_map(|a| match a {
+                                InfoMacVlan::Mode(m) => Some(m.to_string()),
+                                _ => None,
+                            })
+                        }
+                        LinkInfo::Data(InfoData::IpVlan(m)) => {
+                            mode = m.iter().find_map(|a| match a {
+                                InfoIpVlan::Mode(m) => Some(m.to_string()),
+                                _ => None,
+                            })
                         }
                         _ => {}
                     }
@@ -302,6 +367,7 @@ fn raw_link(msg: &LinkMessage) -> RawLink {
         controller: base.controller,
         peer,
         vxlan_dev,
+        mode,
     }
 }
 
@@ -650,54 +716,4 @@ fn read_sysctls(links: &[String]) -> BTreeMap<String, String> {
             Some((k, v.split_whitespace().collect::<Vec<_>>().join(" ")))
         })
         .collect()
-}
-
-/// `nft -s list ruleset` inside the namespace, one entry per table.
-fn read_nft(file: &File) -> Result<Vec<NftTable>, String> {
-    let mut cmd = std::process::Command::new("nft");
-    cmd.args(["-s", "list", "ruleset"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let child = plugin_netns::spawn_in(file, &mut cmd)
-        .map_err(|e| format!("nft: {e} (is nftables installed?)"))?;
-    let out = child.wait_with_output().map_err(|e| format!("nft: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "nft list ruleset: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(tables_of(&String::from_utf8_lossy(&out.stdout)))
-}
-
-fn tables_of(ruleset: &str) -> Vec<NftTable> {
-    snapshot::nft_tables(ruleset)
-        .into_iter()
-        .map(|(family, name, text)| NftTable { family, name, text })
-        .collect()
-}
-
-/// Replaces each nftables table's text in `model` by what nft itself
-/// prints after loading it into a throwaway namespace (how the kernel will
-/// hold it), so a compiled table compares with a read one.
-pub(crate) fn canonical_nft(model: &mut LabModel) -> Result<(), String> {
-    for ns in model.namespaces_mut() {
-        for table in &mut ns.nftables {
-            let scratch = crate::netns::Netns::with_label("nftcanon").map_err(|e| e.to_string())?;
-            cnilab_net::nft::load(
-                std::path::Path::new("nft"),
-                Some(scratch.file()),
-                &table.text,
-            )
-            .map_err(|e| format!("table {} {} of {}: {e}", table.family, table.name, ns.name))?;
-            let listed = read_nft(scratch.file())?;
-            let mine = listed
-                .into_iter()
-                .find(|t| t.family == table.family && t.name == table.name)
-                .ok_or_else(|| format!("table {} {} not listed", table.family, table.name))?;
-            table.text = mine.text;
-        }
-    }
-    Ok(())
 }

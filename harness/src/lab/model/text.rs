@@ -74,6 +74,9 @@ fn namespace(out: &mut String, ns: &Namespace, indent: &str) {
     for t in &ns.nftables {
         let _ = writeln!(out, "{i}nft table {} {}", t.family, t.name);
     }
+    for t in &ns.iptables {
+        let _ = writeln!(out, "{i}iptables {} {}", t.backend, t.family);
+    }
     for (k, v) in &ns.sysctls {
         let _ = writeln!(out, "{i}sysctl {k} = {v}");
     }
@@ -102,6 +105,13 @@ fn link(l: &Link) -> String {
             p.namespace.as_deref().unwrap_or("?"),
             p.name
         );
+    }
+    if let Some(low) = &l.lower {
+        let ns = low.link.namespace.as_deref().unwrap_or("?");
+        let _ = write!(s, " link {ns}/{}", low.link.name);
+        if let Some(m) = &low.mode {
+            let _ = write!(s, " mode {m}");
+        }
     }
     if let Some(v) = &l.vxlan {
         let _ = write!(s, " vxlan id {} dstport {}", v.vni, v.port);

@@ -1,0 +1,175 @@
+//! `cnilab capture`: a node's network (and its pods') as one JSON file.
+
+use super::CliResult;
+use crate::lab::capture::{self, Capture, Options};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Capture a node's network and its pods' into one file, to replay and
+/// diagnose elsewhere (run as root on the node, or against a namespace).
+#[derive(clap::Args)]
+#[command(after_help = concat!("Examples:\n  \
+    cnilab capture -o node1.json\n  \
+    cnilab capture --redact --redact-key \"$KEY\" -o node1.json\n  \
+    cnilab capture --netns cnilab-lab-demo-node1 -o json\n\n\
+    The file's schema: README, section \"Capture a node\".\n\n",
+    crate::exit_codes_help!()))]
+pub struct CaptureCmd {
+    /// Where the capture goes: FILE (written at the end, checked before
+    /// anything is read), `json` (the capture on stdout) or `table` (a
+    /// summary on stdout, nothing written).
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "table|json|FILE",
+        default_value = "table"
+    )]
+    pub output: String,
+    /// Capture this namespace (a name under /run/netns or a path such as
+    /// /proc/<pid>/ns/net) instead of the process's own.
+    #[arg(long, value_name = "NAME|PATH")]
+    pub netns: Option<String>,
+    /// The node's name in the capture (default: the hostname, or the
+    /// namespace's name with --netns).
+    #[arg(long, value_name = "NAME")]
+    pub node_name: Option<String>,
+    /// Map addresses and names consistently (keeping prefixes, reserved
+    /// ranges and subnets) for posting in public.
+    #[arg(long)]
+    pub redact: bool,
+    /// The redaction key (implies --redact): the same key on every node
+    /// gives the same mapping (default: a random key, never written).
+    #[arg(long, value_name = "KEY")]
+    pub redact_key: Option<String>,
+    /// A CRI socket to ask for pod names (repeatable; default: the usual
+    /// containerd and CRI-O sockets that exist).
+    #[arg(long, value_name = "PATH")]
+    pub cri_socket: Vec<PathBuf>,
+}
+
+/// Where the capture goes.
+enum Sink {
+    Table,
+    Json,
+    /// The final path and the partial file that proves it is writable.
+    File(PathBuf, PathBuf),
+}
+
+impl CaptureCmd {
+    pub fn run(self) -> CliResult {
+        let sink = match self.output.as_str() {
+            "table" => Sink::Table,
+            "json" => Sink::Json,
+            path => {
+                let (path, partial) = writable(Path::new(path))?;
+                Sink::File(path, partial)
+            }
+        };
+        let result = self.capture();
+        let written = match (&sink, result) {
+            (Sink::File(path, partial), Ok(c)) => write(&c, path, partial).map(|_| c),
+            (Sink::File(_, partial), Err(e)) => {
+                let _ = std::fs::remove_file(partial);
+                Err(e)
+            }
+            (_, r) => r,
+        };
+        let c = written?;
+        match sink {
+            Sink::Json => println!("{}", serde_json::to_string_pretty(&c)?),
+            Sink::Table => print!("{}", summary(&c)),
+            Sink::File(path, _) => println!("{}written to {}", summary(&c), path.display()),
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+
+    fn capture(&self) -> Result<Capture, Box<dyn std::error::Error>> {
+        let redact = match (&self.redact_key, self.redact) {
+            (Some(k), _) if k.is_empty() => return Err("--redact-key is empty".into()),
+            (Some(k), _) => Some(k.as_bytes().to_vec()),
+            (None, true) => Some(capture::redact::random_key()?),
+            (None, false) => None,
+        };
+        let opts = Options {
+            netns: self.netns.as_deref().map(capture::netns_path),
+            node_name: self.node_name.clone(),
+            cri_sockets: self.cri_socket.clone(),
+            redact,
+        };
+        // Refused before anything else is read.
+        if !nix::unistd::geteuid().is_root() {
+            return Err("cnilab capture enters every network namespace and needs root (CAP_SYS_ADMIN): run it as root, for example with sudo".into());
+        }
+        capture::open_node(opts.netns.as_deref())?;
+        Ok(capture::capture(&opts)?)
+    }
+}
+
+/// `-o FILE`: its directory must exist and take a file; the partial file
+/// created there now is renamed over FILE at the end.
+fn writable(path: &Path) -> Result<(PathBuf, PathBuf), String> {
+    let fix = "give -o a file in a directory you can write (or -o json for stdout)";
+    if path.is_dir() {
+        return Err(format!("-o {}: is a directory; {fix}", path.display()));
+    }
+    let name = path
+        .file_name()
+        .ok_or_else(|| format!("-o {}: not a file name; {fix}", path.display()))?;
+    let partial = path.with_file_name(format!(".{}.partial", name.to_string_lossy()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&partial)
+        .map_err(|e| format!("-o {}: cannot write there ({e}); {fix}", path.display()))?;
+    Ok((path.to_path_buf(), partial))
+}
+
+fn write(c: &Capture, path: &Path, partial: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let done = serde_json::to_vec_pretty(c)
+        .map_err(|e| e.to_string())
+        .and_then(|text| std::fs::write(partial, text).map_err(|e| e.to_string()))
+        .and_then(|_| std::fs::rename(partial, path).map_err(|e| e.to_string()));
+    if let Err(e) = done {
+        let _ = std::fs::remove_file(partial);
+        return Err(format!("-o {}: {e}", path.display()).into());
+    }
+    Ok(())
+}
+
+/// A few lines: the node, what it holds, its pods, the warnings.
+fn summary(c: &Capture) -> String {
+    let n = &c.node.net;
+    let mut out = format!(
+        "📸 node {} (kernel {}, {}): {} links, {} routes, {} rules, {} neighbours, {} FDB entries, {} nftables tables{}\n",
+        n.name,
+        c.provenance.kernel,
+        c.provenance.time,
+        n.links.len(),
+        n.routes.len(),
+        n.rules.len(),
+        n.neighbours.len(),
+        n.fdb.len(),
+        n.nftables.len(),
+        if n.iptables.is_empty() { "" } else { ", iptables-save text" }
+    );
+    out.push_str(&format!("   {} pods", c.pods.len()));
+    let names: Vec<&str> = c.pods.iter().map(|p| p.name.as_str()).take(8).collect();
+    if !names.is_empty() {
+        let more = if c.pods.len() > names.len() {
+            ", …"
+        } else {
+            ""
+        };
+        out.push_str(&format!(": {}{more}", names.join(", ")));
+    }
+    out.push('\n');
+    if !c.peers.is_empty() {
+        let peers: Vec<&str> = c.peers.iter().map(|p| p.name.as_str()).collect();
+        out.push_str(&format!("   linked, not pods: {}\n", peers.join(", ")));
+    }
+    for w in &c.warnings {
+        out.push_str(&format!("⚠️  {w}\n"));
+    }
+    out
+}

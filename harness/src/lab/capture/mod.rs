@@ -1,0 +1,322 @@
+//! `cnilab capture`: a real node's network as one file, to be replayed
+//! (`lab up --capture`, next step), probed and diagnosed somewhere else.
+//!
+//! Where things happen: this file holds the file's types ([`Capture`],
+//! `schemaVersion` [`SCHEMA_VERSION`]) and [`capture`], which opens the node
+//! (the process's own namespace, or `--netns`), finds its pods
+//! (`discover.rs`), reads node and pods with the lab model's reader
+//! ([`super::model::read::read_with_warnings`]: one netlink session per
+//! namespace on a dedicated thread inside it) and adds provenance;
+//! `redact.rs` maps addresses and names for posting in public.
+//!
+//! # The file (schemaVersion 1)
+//! One JSON object:
+//! - `schemaVersion`: 1; a reader refuses a newer one.
+//! - `provenance`: `nodeName`, `hostname`, `kernel` (`uname -r`),
+//!   `kernelVersion` (`uname -v`), `arch`, `time` (RFC 3339, UTC),
+//!   `cnilabVersion`, `source` (`host` or the `--netns` path), `redacted`.
+//! - `node`: the lab model's [`Node`](super::model::Node): the node's
+//!   namespace (`name` = the node name; `links`, `routes` of every table,
+//!   `rules`, `neighbours`, `fdb`, `nftables` (iptables-nft included),
+//!   `iptables` (iptables-save text: legacy tables, and iptables-nft's with their comments), `sysctls`, `qdiscs`), `podCidrs` (empty: a node does
+//!   not say; replay derives them from the pods), and `pods`: one model
+//!   namespace per pod, with the same fields. A node veth's `veth.namespace`
+//!   and a pod macvlan's `lower.namespace` name the pod (or the node).
+//!   What the model leaves out (routes the kernel makes from addresses,
+//!   non-permanent neighbours, learned FDB entries, counters) is left out
+//!   here too: `harness/src/lab/model/mod.rs` lists it.
+//! - `pods`: where each pod was found, by the name used in `node.pods`:
+//!   `netns` (its name under `/run/netns`), `pid` (the lowest process that
+//!   holds it), `cri` (the sandbox name a CRI socket gave).
+//! - `peers`: namespaces linked to the node that are not pods (an uplink's
+//!   switch, router or NAT box), named and not read.
+//! - `warnings`: what could not be read (a missing `nft` or
+//!   `iptables-legacy-save`, a process whose namespace was not readable, a
+//!   CRI socket that did not answer). Capture never fails for these.
+//!
+//! # Which namespaces are pods
+//! Every network namespace on the machine, named under `/run/netns` or only
+//! held by a process (`/proc/<pid>/ns/net`), deduplicated by inode, except
+//! the node's own and the machine's (`/proc/1/ns/net`, and the one capture
+//! runs in), is a pod when
+//! it has a veth, macvlan or ipvlan whose other end (or lower device) is in
+//! the node's namespace, none of those is a bridge port, and it has no such
+//! link into a third namespace (those join the node to others: `peers`).
+//! A pod's name is its CRI sandbox name where a socket answers, else its
+//! `/run/netns` name, else `pid:<n>`.
+//!
+//! Capture only reads: netlink dumps, `/proc/sys`, `nft list ruleset`,
+//! `iptables-legacy-save` only where `/proc/net/ip_tables_names` lists
+//! tables. The root tests assert each namespace is the same before and after.
+
+mod discover;
+pub mod redact;
+
+use super::model::{self, read::Layout, read::NodeLayout, Node};
+use cnilab_net::netns as plugin_netns;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The version of the capture file; bumped when a field changes meaning.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One node's capture.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Capture {
+    pub schema_version: u32,
+    pub provenance: Provenance,
+    pub node: Node,
+    #[serde(default)]
+    pub pods: Vec<PodSource>,
+    #[serde(default)]
+    pub peers: Vec<PodSource>,
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Provenance {
+    pub node_name: String,
+    pub hostname: String,
+    pub kernel: String,
+    pub kernel_version: String,
+    pub arch: String,
+    pub time: String,
+    pub cnilab_version: String,
+    /// `host` or the `--netns` path.
+    pub source: String,
+    pub redacted: bool,
+}
+
+/// Where a pod's (or a peer's) namespace was found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodSource {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cri: Option<String>,
+}
+
+/// What to capture.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// The node's namespace (`None`: the process's own).
+    pub netns: Option<PathBuf>,
+    pub node_name: Option<String>,
+    /// CRI sockets to ask for pod names (empty: the usual places).
+    pub cri_sockets: Vec<PathBuf>,
+    /// Redact with this key.
+    pub redact: Option<Vec<u8>>,
+}
+
+/// The usual CRI sockets, asked when they exist.
+pub const CRI_SOCKETS: &[&str] = &[
+    "/run/containerd/containerd.sock",
+    "/run/crio/crio.sock",
+    "/run/k3s/containerd/containerd.sock",
+    "/run/cri-dockerd.sock",
+];
+
+/// `--netns NAME|PATH` as a path: a bare name is under `/run/netns`.
+pub fn netns_path(arg: &str) -> PathBuf {
+    if arg.contains('/') {
+        PathBuf::from(arg)
+    } else {
+        Path::new(plugin_netns::NETNS_DIR).join(arg)
+    }
+}
+
+/// Opens the node's namespace, with the fix in the error.
+pub fn open_node(netns: Option<&Path>) -> Result<std::fs::File, String> {
+    let Some(path) = netns else {
+        return plugin_netns::open_network_namespace("/proc/self/ns/net")
+            .map_err(|e| format!("{e} (capture runs as root)"));
+    };
+    plugin_netns::open_network_namespace(path).map_err(|e| {
+        format!(
+            "--netns {}: {e}; give a name listed by `ip netns list` or a path such as /proc/<pid>/ns/net",
+            path.display()
+        )
+    })
+}
+
+/// Captures the node and its pods (see the module's header).
+pub fn capture(opts: &Options) -> Result<Capture, String> {
+    let node_file = open_node(opts.netns.as_deref())?;
+    let node_name = opts.node_name.clone().unwrap_or_else(|| match &opts.netns {
+        Some(p) => discover::name_of_path(p),
+        None => hostname(),
+    });
+    let mut warnings = Vec::new();
+    let found = discover::linked(&node_file, &mut warnings);
+    let cri = discover::cri_names(&opts.cri_sockets, &mut warnings);
+    let mut pods: Vec<PodSource> = Vec::new();
+    let mut taken = vec![node_name.clone()];
+    for f in &found.pods {
+        let mut source = f.source.clone();
+        source.cri = cri.get(&f.inode).cloned();
+        let base = source.cri.clone().unwrap_or_else(|| source.name.clone());
+        source.name = unique(&base, &mut taken);
+        pods.push(source);
+    }
+    let layout = Layout {
+        name: node_name.clone(),
+        underlay: Vec::new(),
+        nodes: vec![NodeLayout {
+            name: node_name.clone(),
+            ns: &node_file,
+            pod_cidrs: Vec::new(),
+            pods: pods
+                .iter()
+                .zip(&found.pods)
+                .map(|(s, f)| (s.name.clone(), &f.file))
+                .collect(),
+        }],
+    };
+    let (mut read, read_warnings) = model::read::read_with_warnings(&layout)?;
+    warnings.extend(read_warnings);
+    let node = read
+        .nodes
+        .pop()
+        .ok_or_else(|| format!("node {node_name}: nothing read"))?;
+    let mut capture = Capture {
+        schema_version: SCHEMA_VERSION,
+        provenance: provenance(&node_name, opts.netns.as_deref()),
+        node,
+        pods,
+        peers: found.peers,
+        warnings,
+    };
+    if let Some(key) = &opts.redact {
+        redact::Redactor::new(key).capture(&mut capture);
+    }
+    Ok(capture)
+}
+
+/// `base`, or `base#2`, `base#3`… when taken.
+fn unique(base: &str, taken: &mut Vec<String>) -> String {
+    let mut name = base.to_string();
+    let mut n = 1;
+    while taken.contains(&name) {
+        n += 1;
+        name = format!("{base}#{n}");
+    }
+    taken.push(name.clone());
+    name
+}
+
+fn proc_sys(key: &str) -> String {
+    std::fs::read_to_string(format!("/proc/sys/kernel/{key}"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn hostname() -> String {
+    proc_sys("hostname")
+}
+
+fn provenance(node_name: &str, netns: Option<&Path>) -> Provenance {
+    Provenance {
+        node_name: node_name.to_string(),
+        hostname: hostname(),
+        kernel: proc_sys("osrelease"),
+        kernel_version: proc_sys("version"),
+        arch: std::env::consts::ARCH.to_string(),
+        time: rfc3339(std::time::SystemTime::now()),
+        cnilab_version: env!("CARGO_PKG_VERSION").to_string(),
+        source: netns.map_or("host".to_string(), |p| p.display().to_string()),
+        redacted: false,
+    }
+}
+
+/// `2026-11-25T00:14:28Z`.
+fn rfc3339(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60
+    )
+}
+
+/// Reads a capture file: JSON of a schema this cnilab knows.
+pub fn load(path: &Path) -> Result<Capture, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
+    let version = v["schemaVersion"].as_u64().unwrap_or(0);
+    if version > u64::from(SCHEMA_VERSION) {
+        return Err(format!(
+            "{}: schemaVersion {version} is newer than this cnilab's {SCHEMA_VERSION}; use a newer cnilab",
+            path.display()
+        ));
+    }
+    serde_json::from_value(v).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_is_the_civil_date() {
+        let at = |s: u64| rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(s));
+        assert_eq!(at(0), "1970-01-01T00:00:00Z");
+        assert_eq!(at(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(at(1_795_566_868), "2026-11-25T00:34:28Z");
+    }
+
+    #[test]
+    fn load_refuses_a_newer_schema_and_reads_its_own() {
+        let dir = std::env::temp_dir().join(format!("cnilab-capture-load-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("node.json");
+        let c = Capture {
+            schema_version: SCHEMA_VERSION,
+            provenance: provenance("n1", None),
+            node: Node::default(),
+            pods: Vec::new(),
+            peers: Vec::new(),
+            warnings: vec!["w".into()],
+        };
+        std::fs::write(&file, serde_json::to_string(&c).expect("json")).expect("write");
+        assert_eq!(load(&file), Ok(c));
+        std::fs::write(&file, r#"{"schemaVersion": 2}"#).expect("write");
+        let e = load(&file).expect_err("newer");
+        assert!(
+            e.contains("schemaVersion 2 is newer") && e.contains("node.json"),
+            "{e}"
+        );
+        std::fs::write(&file, r#"{"schemaVersion": 1, "provenance": {}}"#).expect("write");
+        assert!(load(&file).expect_err("truncated").contains("node.json"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_taken_name_gets_a_number() {
+        let mut taken = vec!["node".to_string()];
+        assert_eq!(unique("a", &mut taken), "a");
+        assert_eq!(unique("a", &mut taken), "a#2");
+        assert_eq!(unique("node", &mut taken), "node#2");
+    }
+}

@@ -1,0 +1,240 @@
+//! Helpers of the `cnilab capture` root tests (`capture.rs`,
+//! `capture_cli.rs`): nodes and pods made with plain `ip` commands, the
+//! capture run with a before/after check, lookups in its JSON.
+#![allow(dead_code)]
+
+use cnilab_net::netns::Netns;
+use cnilab_net::testing::network_of;
+use cnilab_tests::{require_root, workspace_bin};
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+pub fn all(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+pub fn cnilab(args: &[&str]) -> Output {
+    Command::new(workspace_bin("cnilab"))
+        .args(args)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .output()
+        .expect("cnilab runs")
+}
+
+/// Runs each `program` line (split on spaces) inside `ns`.
+pub fn run(ns: &Netns, program: &str, lines: &[&str]) {
+    for line in lines {
+        let args: Vec<&str> = line.split(' ').collect();
+        let out = ns.command(program).args(&args).output().expect("runs");
+        assert!(out.status.success(), "{program} {line}: {}", all(&out));
+    }
+}
+
+/// A throwaway node with `lo` up and an uplink `eth0` (a veth whose peer
+/// stays in the node: no other namespace is linked) at `addr`.
+pub fn node(label: &str, addr: &str) -> Netns {
+    require_root();
+    let ns = Netns::with_label(label).expect("netns");
+    run(
+        &ns,
+        "ip",
+        &[
+            "link set lo up",
+            "link add eth0 type veth peer name eth0p",
+            "link set eth0p up",
+            "link set eth0 up",
+            &format!("addr add {addr} dev eth0"),
+        ],
+    );
+    ns
+}
+
+/// A pod namespace whose `eth0` is a veth to `host_if` in `node`, with
+/// `addr` and the routes in `routes`.
+pub fn pod(node: &Netns, host_if: &str, addr: &str, routes: &[&str]) -> Netns {
+    let pod = Netns::with_label("cap-pod").expect("netns");
+    run(
+        node,
+        "ip",
+        &[
+            &format!(
+                "link add {host_if} type veth peer name eth0 netns {}",
+                pod.name()
+            ),
+            &format!("link set {host_if} up"),
+        ],
+    );
+    run(
+        &pod,
+        "ip",
+        &[
+            "link set lo up",
+            "link set eth0 up",
+            &format!("addr add {addr} dev eth0"),
+        ],
+    );
+    run(&pod, "ip", routes);
+    pod
+}
+
+/// `cnilab capture --netns NODE -o FILE EXTRA…`, parsed; asserts every
+/// namespace in `same` is unchanged by it.
+pub fn capture(node: &Netns, extra: &[&str], same: &[&Netns]) -> Value {
+    let before: Vec<_> = same.iter().map(|n| network_of(n)).collect();
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("node.json");
+    let path = node.path().display().to_string();
+    let file_arg = file.display().to_string();
+    let mut args = vec!["capture", "--netns", &path, "-o", &file_arg];
+    args.extend_from_slice(extra);
+    let out = cnilab(&args);
+    assert!(out.status.success(), "{}", all(&out));
+    for (n, b) in same.iter().zip(&before) {
+        let changes = network_of(n).changes_since(b);
+        assert!(
+            changes.is_empty(),
+            "capture changed {}: {changes:?}",
+            n.name()
+        );
+    }
+    let text = std::fs::read_to_string(&file).expect("the capture file");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+pub fn link<'a>(ns: &'a Value, name: &str) -> &'a Value {
+    ns["links"]
+        .as_array()
+        .and_then(|l| l.iter().find(|l| l["name"] == name))
+        .unwrap_or_else(|| panic!("no link {name} in {}", ns["links"]))
+}
+
+pub fn pod_named<'a>(c: &'a Value, name: &str) -> &'a Value {
+    c["node"]["pods"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == name))
+        .unwrap_or_else(|| panic!("no pod {name} in {}", c["pods"]))
+}
+
+/// The IPv4 iptables-save text of `backend` (`legacy`, `nft`) in `ns`.
+pub fn iptables_text(ns: &Value, backend: &str) -> String {
+    ns["iptables"]
+        .as_array()
+        .and_then(|t| {
+            t.iter()
+                .find(|t| t["backend"] == backend && t["family"] == "ipv4")
+        })
+        .and_then(|t| t["text"].as_str())
+        .unwrap_or_else(|| panic!("no {backend} ipv4 iptables in {}", ns["iptables"]))
+        .to_string()
+}
+
+pub fn has(list: &Value, want: Value) -> bool {
+    let want = want.as_object().expect("object");
+    list.as_array().is_some_and(|l| {
+        l.iter()
+            .any(|item| want.iter().all(|(k, v)| item.get(k) == Some(v)))
+    })
+}
+
+/// A Calico node, and the same node redacted.
+pub struct Calico {
+    pub node: Netns,
+    pub pods: Vec<Netns>,
+    pub macvlan: Netns,
+}
+
+pub fn calico() -> Calico {
+    let n = node("cap-calico", "198.18.7.1/24");
+    run(
+        &n,
+        "ip",
+        &[
+            "route add blackhole 10.65.1.0/26 proto bird",
+            "route add unreachable 203.0.113.0/24",
+            "route add prohibit 198.51.100.0/24",
+            "route add 100.70.0.0/16 nexthop via 198.18.7.2 weight 1 nexthop via 198.18.7.3 weight 2",
+            "route add default via 198.18.7.254",
+        ],
+    );
+    let mut pods = Vec::new();
+    for (i, addr) in ["10.65.1.2", "10.65.1.3"].iter().enumerate() {
+        let cali = format!("cali{i}abc");
+        let p = pod(
+            &n,
+            &cali,
+            &format!("{addr}/32"),
+            &[
+                "route add 169.254.1.1 dev eth0 scope link",
+                "route add default via 169.254.1.1 dev eth0",
+            ],
+        );
+        run(
+            &n,
+            "ip",
+            &[&format!("route add {addr}/32 dev {cali} scope link")],
+        );
+        cnilab_net::netns::write_sysctl(
+            Some(n.file()),
+            &format!("net/ipv4/conf/{cali}/proxy_arp"),
+            "1",
+        )
+        .expect("proxy_arp");
+        pods.push(p);
+    }
+    let mv = Netns::with_label("cap-mv").expect("netns");
+    run(
+        &n,
+        "ip",
+        &[
+            "link add mv0 link eth0 type macvlan mode bridge",
+            &format!("link set mv0 netns {}", mv.name()),
+        ],
+    );
+    run(
+        &mv,
+        "ip",
+        &["link set mv0 up", "addr add 198.18.7.50/24 dev mv0"],
+    );
+    run(
+        &n,
+        "iptables-legacy",
+        &["-A FORWARD -i cali+ -m comment --comment cali-from-wl -j ACCEPT"],
+    );
+    Calico {
+        node: n,
+        pods,
+        macvlan: mv,
+    }
+}
+
+/// Every string of `v`, keys too.
+pub fn strings(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+        Value::Object(o) => o.iter().for_each(|(k, x)| {
+            out.push(k.clone());
+            strings(x, out)
+        }),
+        _ => {}
+    }
+}
+
+/// Whether `word` appears in `text` as a whole word (not inside a longer
+/// address or name).
+pub fn has_word(text: &str, word: &str) -> bool {
+    let part = |c: char| c.is_ascii_alphanumeric() || c == '.' || c == ':' || c == '-';
+    text.match_indices(word).any(|(i, _)| {
+        let before = text[..i].chars().next_back().is_none_or(|c| !part(c));
+        let after = text[i + word.len()..]
+            .chars()
+            .next()
+            .is_none_or(|c| !part(c) || c == '/');
+        before && after
+    })
+}
