@@ -27,7 +27,8 @@ pub struct Conform {
     /// Also write JUnit XML to this file.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
-    /// Hostile-input corpus whose generic cases make check X1 (default: tests/corpus when present).
+    /// Hostile-input corpus whose generic cases make check X1 (default: the
+    /// built-in corpus, or tests/corpus when that directory exists here).
     #[arg(long)]
     pub corpus: Option<PathBuf>,
     /// Shell script run (`sh FILE`) inside each fresh host namespace before every group,
@@ -48,10 +49,11 @@ impl Conform {
             ifname: self.plugin.ifname.clone(),
             only: self.only.clone(),
             timeout: self.plugin.timeout,
-            corpus: self.corpus.clone().or_else(|| {
-                let default = PathBuf::from("tests/corpus");
-                default.is_dir().then_some(default)
-            }),
+            corpus: Some(
+                self.corpus
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from(crate::assets::CORPUS)),
+            ),
             host_setup: self.host_setup.clone(),
             jobs: self.jobs,
         }
@@ -59,6 +61,10 @@ impl Conform {
 
     pub fn run(self) -> CliResult {
         crate::netns::require_root()?;
+        // A corpus the user names must load before any rule runs (exit 2).
+        if let Some(dir) = &self.corpus {
+            crate::corpus::load_dir(dir)?;
+        }
         let bar = Progress::stderr();
         // Finished groups are always listed on stderr (stdout stays the report).
         let mut progress = |p: GroupProgress<'_>| match p.elapsed {

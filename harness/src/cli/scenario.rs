@@ -25,8 +25,9 @@ pub enum ScenarioCmd {
         cnilab scenario list --dir my/scenarios -o json\n\n",
         crate::exit_codes_help!()))]
     List {
-        /// Directory of scenario files.
-        #[arg(long, default_value = "lab/scenarios")]
+        /// Directory of scenario files (default: the built-in scenarios, or
+        /// lab/scenarios when that directory is here).
+        #[arg(long, default_value = crate::assets::SCENARIOS)]
         dir: PathBuf,
         #[command(flatten)]
         output: OutputArgs,
@@ -37,7 +38,8 @@ pub enum ScenarioCmd {
         cnilab scenario run lab/scenarios --plugin-dir target/debug -o json\n\n",
         crate::exit_codes_help!()))]
     Run {
-        /// Scenario files (or a directory of them).
+        /// Scenario files, directories of them, or built-in scenarios' names
+        /// (`cnilab scenario list`).
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Plugin directory (default: the bundled cnilab-bridge).
@@ -54,18 +56,6 @@ pub enum ScenarioCmd {
     },
 }
 
-fn scenario_paths(files: &[PathBuf]) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>> {
-    let mut out = Vec::new();
-    for f in files {
-        if f.is_dir() {
-            out.extend(lab::scenario_files(f)?);
-        } else {
-            out.push(f.clone());
-        }
-    }
-    Ok(out)
-}
-
 impl Scenario {
     pub fn run(self) -> CliResult {
         match self.command {
@@ -77,7 +67,7 @@ impl Scenario {
                 output,
                 junit,
             } => lab::scenario_run_with(
-                &scenario_paths(&files)?,
+                &lab::scenario_paths(&files)?,
                 plugin_dir,
                 runtime,
                 output.output,

@@ -170,7 +170,7 @@ impl E2eOptions {
             node_image: None,
             image: DEFAULT_IMAGE.to_string(),
             image_archive: None,
-            manifests: PathBuf::from("lab/manifests"),
+            manifests: PathBuf::from(crate::assets::MANIFESTS),
             cni_manifests: Vec::new(),
             kind_config: None,
             timeout: Duration::from_secs(180),

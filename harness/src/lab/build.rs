@@ -92,6 +92,25 @@ pub fn own_dir() -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
+/// The directory of the bundled `cnilab-bridge`: next to this binary
+/// (cargo's target dir; `cargo install` puts both in the same bin dir), else
+/// the first absolute `$PATH` directory that has it. The error says how to
+/// install it or point at a plugin.
+pub fn bundled_plugin_dir() -> Result<PathBuf, String> {
+    const NAME: &str = "cnilab-bridge";
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    own_dir()
+        .into_iter()
+        .chain(std::env::split_paths(&path))
+        .find(|d| d.is_absolute() && d.join(NAME).is_file())
+        .ok_or_else(|| {
+            format!(
+                "the bundled plugin {NAME} is neither next to this binary ({}) nor on $PATH: install it next to cnilab (`cargo install --path plugin` in the repository, or `cargo build --release --workspace`), or pass --plugin-dir DIR (and --config TEMPLATE for your own plugin)",
+                own_dir().unwrap_or_default().display()
+            )
+        })
+}
+
 pub(super) fn make_ns(opts: &UpOptions, role: &str) -> Result<Netns, NetnsError> {
     make_ns_from(opts, role, None)
 }
@@ -250,7 +269,7 @@ pub fn check_template(template: &str, topo: &Topology) -> Result<(), String> {
 pub fn check_template_of(topo: &Topology) -> Result<(), LabError> {
     match topo.plugin.as_ref().and_then(|p| p.config.clone()) {
         Some(path) => {
-            let text = std::fs::read_to_string(&path)
+            let text = crate::assets::read_to_string(&path)
                 .map_err(|e| setup(format!("plugin config template {}: {e}", path.display())))?;
             check_template(&text, topo)
                 .map_err(|e| setup(format!("plugin config template {}: {e}", path.display())))
@@ -417,10 +436,10 @@ impl Lab {
             .plugin_dir
             .clone()
             .or_else(|| topo.plugin.as_ref().and_then(|p| p.dir.clone()))
-            .or_else(|| own_dir().map(|d| d.display().to_string()))
-            .ok_or_else(|| setup("no plugin dir: pass --plugin-dir"))?;
+            .map_or_else(|| bundled_plugin_dir().map(|d| d.display().to_string()), Ok)
+            .map_err(setup)?;
         let template = match topo.plugin.as_ref().and_then(|p| p.config.clone()) {
-            Some(path) => std::fs::read_to_string(&path)
+            Some(path) => crate::assets::read_to_string(&path)
                 .map_err(|e| setup(format!("plugin config template {}: {e}", path.display())))?,
             None => DEFAULT_TEMPLATE.to_string(),
         };

@@ -52,7 +52,7 @@ fn topology(args: &TopologyArgs) -> Result<Topology, Box<dyn std::error::Error>>
     if let Some(config) = &args.config {
         // A generated lab whose template cannot tell the plugin to
         // masquerade ({{ip_masq}}): the nodes masquerade, as an agent would.
-        let tells_plugin = std::fs::read_to_string(config)
+        let tells_plugin = crate::assets::read_to_string(config)
             .map(|t| t.contains("{{ip_masq}}"))
             .unwrap_or(true);
         if args.topology.is_none() && !tells_plugin && topo.masquerade == Masquerade::Plugin {
@@ -98,16 +98,8 @@ fn default_plugin_check(
             .into());
         }
     }
-    let uses_default = dir.is_none();
-    if uses_default {
-        let dir = super::build::own_dir().unwrap_or_default();
-        if !dir.join("cnilab-bridge").is_file() {
-            return Err(format!(
-                "the bundled plugin is not built: {} is missing. Run `cargo build --release --workspace` (or pass --plugin-dir)",
-                dir.join("cnilab-bridge").display()
-            )
-            .into());
-        }
+    if dir.is_none() {
+        super::build::bundled_plugin_dir()?;
     }
     Ok(())
 }
@@ -389,15 +381,44 @@ pub fn down(name: &str) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Scenario files in `dir` (default `lab/scenarios`).
+/// Scenario files in `dir` (default `lab/scenarios`: the built-in ones when
+/// that directory is not in the working directory).
 pub fn scenario_files(dir: &Path) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| format!("cannot read scenarios in {}: {e}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
+    Ok(crate::assets::list(dir)
+        .map_err(|e| {
+            format!(
+                "cannot read scenarios in {}: {e} (--dir DIR names a directory of scenario files; without it the built-in scenarios are listed)",
+                dir.display()
+            )
+        })?
+        .into_iter()
         .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-        .collect();
-    files.sort();
-    Ok(files)
+        .collect())
+}
+
+/// What `scenario run` was given, as scenario files: a file, a directory of
+/// them, or the name of a built-in scenario (`missing-route`).
+pub fn scenario_paths(given: &[PathBuf]) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>> {
+    let mut out = Vec::new();
+    for f in given {
+        let by_name = Path::new(crate::assets::SCENARIOS)
+            .join(f)
+            .with_extension("toml");
+        if f.is_dir() || (!f.exists() && crate::assets::list(f).is_ok()) {
+            out.extend(scenario_files(f)?);
+        } else if f.exists() || crate::assets::builtin(f).is_some() {
+            out.push(f.clone());
+        } else if f.components().count() == 1 && crate::assets::builtin(&by_name).is_some() {
+            out.push(by_name);
+        } else {
+            return Err(format!(
+                "no scenario {}: give a scenario file, a directory of them, or a built-in scenario's name (`cnilab scenario list`)",
+                f.display()
+            )
+            .into());
+        }
+    }
+    Ok(out)
 }
 
 /// `cnilab scenario list`.
@@ -438,9 +459,15 @@ pub fn scenario_list(dir: &Path, format: Format) -> CliResult {
     }
     for e in scenarios {
         match (e.name, e.summary, e.error) {
-            (Some(name), Some(summary), None) => {
-                println!("{name:<28} {summary}  [{}]", e.file.display())
-            }
+            (Some(name), Some(summary), None) => println!(
+                "{name:<28} {summary}  [{}{}]",
+                e.file.display(),
+                if crate::assets::is_builtin(&e.file) {
+                    ", built in"
+                } else {
+                    ""
+                }
+            ),
             (_, _, error) => println!(
                 "{:<28} INVALID: {}",
                 e.file.display(),

@@ -222,7 +222,7 @@ impl Scenario {
             path: path.to_path_buf(),
             reason,
         };
-        let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
+        let text = crate::assets::read_to_string(path).map_err(|e| read(e.to_string()))?;
         let mut scenario: Scenario =
             toml::from_str(&text).map_err(|e| read(e.to_string().trim().to_string()))?;
         scenario

@@ -201,7 +201,7 @@ fn net(text: &str) -> IpNet {
 /// Why a topology was refused: the file, and the line or field at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {
-    #[error("cannot read topology {path}: {source}")]
+    #[error("cannot read topology {path} (--topology FILE): {source}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
@@ -307,7 +307,7 @@ impl Topology {
     }
 
     pub fn load(path: &Path) -> Result<Topology, TopologyError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TopologyError::Read {
+        let text = crate::assets::read_to_string(path).map_err(|source| TopologyError::Read {
             path: path.to_path_buf(),
             source,
         })?;
