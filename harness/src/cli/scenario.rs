@@ -35,16 +35,24 @@ pub enum ScenarioCmd {
     /// Replay scenario files (exit 0 iff each behaved as written).
     #[command(after_help = concat!("Examples:\n  \
         cnilab scenario run lab/scenarios/missing-route.toml\n  \
-        cnilab scenario run lab/scenarios --plugin-dir target/debug -o json\n\n",
+        cnilab scenario run missing-route --plugin-dir /usr/lib/cni --config lab/configs/lab-ptp.conflist.tmpl\n  \
+        cnilab scenario run lab/scenarios -o json\n\n\
+        A scenario that cannot apply to the plugin (a fault that needs the bundled plugin's\n\
+        bridge) is SKIP with the reason; one whose lab cannot be set up is ERROR (exit 2).\n\n",
         crate::exit_codes_help!()))]
     Run {
         /// Scenario files, directories of them, or built-in scenarios' names
         /// (`cnilab scenario list`).
         #[arg(required = true)]
         files: Vec<PathBuf>,
-        /// Plugin directory (default: the bundled cnilab-bridge).
-        #[arg(long)]
+        /// Plugin directory, or several joined by ':' (default: the bundled
+        /// cnilab-bridge). With your own plugin, pass --config too.
+        #[arg(long, value_name = "DIR[:DIR]")]
         plugin_dir: Option<String>,
+        /// Plugin config template for every scenario's nodes (placeholders:
+        /// see `cnilab lab run --help`).
+        #[arg(long, value_name = "TEMPLATE")]
+        config: Option<PathBuf>,
         /// How the labs attach pods: `direct` or `containerd` (CRI, like kubelet).
         #[arg(long, value_enum, default_value_t = crate::lab::cri::RuntimeKind::Direct)]
         runtime: crate::lab::cri::RuntimeKind,
@@ -63,16 +71,18 @@ impl Scenario {
             ScenarioCmd::Run {
                 files,
                 plugin_dir,
+                config,
                 runtime,
                 output,
                 junit,
-            } => lab::scenario_run_with(
-                &lab::scenario_paths(&files)?,
+            } => lab::scenario_run(&lab::ScenarioRun {
+                files: lab::scenario_paths(&files)?,
                 plugin_dir,
+                config,
                 runtime,
-                output.output,
-                junit.as_deref(),
-            ),
+                format: output.output,
+                junit,
+            }),
         }
     }
 }

@@ -25,6 +25,9 @@ pub enum LabError {
     Runtime(#[from] RuntimeError),
     #[error("{0}")]
     Setup(String),
+    /// A fault or check that cannot apply to this plugin (a scenario SKIPs).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 pub(super) fn setup(msg: impl Into<String>) -> LabError {

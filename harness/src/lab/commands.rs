@@ -50,22 +50,29 @@ fn topology(args: &TopologyArgs) -> Result<Topology, Box<dyn std::error::Error>>
         topo.validate(Path::new("--pods-per-node"))?;
     }
     if let Some(config) = &args.config {
-        // A generated lab whose template cannot tell the plugin to
-        // masquerade ({{ip_masq}}): the nodes masquerade, as an agent would.
-        let tells_plugin = crate::assets::read_to_string(config)
-            .map(|t| t.contains("{{ip_masq}}"))
-            .unwrap_or(true);
-        if args.topology.is_none() && !tells_plugin && topo.masquerade == Masquerade::Plugin {
-            topo.masquerade = Masquerade::Node;
-        }
-        let dir = topo.plugin.as_ref().and_then(|p| p.dir.clone());
-        topo.plugin = Some(super::topology::PluginSpec {
-            dir,
-            config: Some(config.clone()),
-        });
+        use_template(&mut topo, config, args.topology.is_none());
     }
     super::underlay::apply_flags(&mut topo, args.shape, args.vxlan, args.service)?;
     Ok(topo)
+}
+
+/// Makes `config` the plugin's template. A template that cannot tell the
+/// plugin to masquerade (no `{{ip_masq}}`) in a lab whose masquerade was not
+/// chosen by a topology file for its plugin (`generated`: a `--nodes` lab,
+/// or a scenario's, which describes the cluster): the nodes masquerade, as an
+/// agent would.
+fn use_template(topo: &mut Topology, config: &Path, generated: bool) {
+    let tells_plugin = crate::assets::read_to_string(config)
+        .map(|t| t.contains("{{ip_masq}}"))
+        .unwrap_or(true);
+    if generated && !tells_plugin && topo.masquerade == Masquerade::Plugin {
+        topo.masquerade = Masquerade::Node;
+    }
+    let dir = topo.plugin.as_ref().and_then(|p| p.dir.clone());
+    topo.plugin = Some(super::topology::PluginSpec {
+        dir,
+        config: Some(config.to_path_buf()),
+    });
 }
 
 /// How the lab will fit the host's neighbour tables; printed when it
@@ -478,12 +485,29 @@ pub fn scenario_list(dir: &Path, format: Format) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
+/// How one scenario ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Outcome {
+    /// Behaved as written.
+    Pass,
+    /// A step did not behave as written.
+    Fail,
+    /// Cannot apply to this plugin (`reason` says why).
+    Skip,
+    /// The lab or a step could not be set up (`reason` says why): nothing judged.
+    Error,
+}
+
 /// One replayed scenario, as `-o json` shows it.
 #[derive(serde::Serialize)]
 struct ScenarioResult {
     name: String,
     file: PathBuf,
     passed: bool,
+    outcome: Outcome,
+    /// Why it was skipped or could not run.
+    reason: Option<String>,
     /// The steps (or the error that stopped the scenario).
     detail: Vec<String>,
 }
@@ -492,103 +516,180 @@ struct ScenarioResult {
 struct ScenarioReport {
     passed: usize,
     failed: usize,
+    skipped: usize,
+    errors: usize,
     scenarios: Vec<ScenarioResult>,
 }
 
 impl ScenarioReport {
+    fn count(&self, o: Outcome) -> usize {
+        self.scenarios.iter().filter(|r| r.outcome == o).count()
+    }
+
     fn junit(&self) -> String {
-        use crate::report::junit::{Case, Report as Junit, Suite};
+        use crate::report::junit::{Case, Outcome as Junit, Report as Doc, Suite};
         let mut suite = Suite::new("cnilab scenarios");
         for r in &self.scenarios {
-            suite.cases.push(if r.passed {
-                Case::pass(&r.name)
-            } else {
-                Case::failure(
+            let reason = r.reason.clone().unwrap_or_default();
+            suite.cases.push(match r.outcome {
+                Outcome::Pass => Case::pass(&r.name),
+                Outcome::Skip => Case::new(&r.name, Junit::Skipped { message: reason }),
+                Outcome::Fail => Case::failure(
                     &r.name,
                     "scenario did not behave as written",
                     r.detail.join("\n"),
-                )
+                ),
+                Outcome::Error => Case::failure(
+                    &r.name,
+                    format!("setup error: {reason}"),
+                    r.detail.join("\n"),
+                ),
             });
         }
-        let mut doc = Junit::new("cnilab scenarios");
+        let mut doc = Doc::new("cnilab scenarios");
         doc.suites.push(suite);
         doc.to_xml()
     }
-}
 
-/// `cnilab scenario run FILE…`: exit 0 iff every scenario behaved as written.
-pub fn scenario_run(
-    files: &[PathBuf],
-    plugin_dir: Option<String>,
-    format: Format,
-    junit: Option<&Path>,
-) -> CliResult {
-    scenario_run_with(files, plugin_dir, Default::default(), format, junit)
-}
-
-/// [`scenario_run`] with the labs' runtime (`--runtime`).
-pub fn scenario_run_with(
-    files: &[PathBuf],
-    plugin_dir: Option<String>,
-    runtime: super::cri::RuntimeKind,
-    format: Format,
-    junit: Option<&Path>,
-) -> CliResult {
-    netns::require_root()?;
-    super::cleanup_on_interrupt(None);
-    runtime_header(runtime)?;
-    let mut results = Vec::new();
-    for path in files {
-        let s = Scenario::load(path)?;
-        eprintln!("🎬 scenario {}: {}", s.name, s.summary);
-        let mut log = |l: &scenario::StepLog| {
-            eprintln!(
-                "  {} step {}: {} — {}",
-                if l.ok { "✅" } else { "❌" },
-                l.step,
-                l.what,
-                l.detail
-            );
-        };
-        let (passed, detail) = match scenario::run_with(&s, plugin_dir.clone(), runtime, &mut log) {
-            Ok(result) => (
-                result.passed,
-                result
-                    .steps
-                    .iter()
-                    .map(|l| format!("step {}: {} — {}", l.step, l.what, l.detail))
-                    .collect(),
-            ),
-            Err(e) => (false, vec![e.to_string()]),
-        };
-        if format == Format::Table {
-            println!(
-                "{} scenario {}",
-                if passed { "✅ PASS" } else { "❌ FAIL" },
-                s.name
-            );
-        }
-        results.push(ScenarioResult {
-            name: s.name,
-            file: path.clone(),
-            passed,
-            detail,
-        });
+    /// 2 when a scenario could not be set up (nothing it checks was
+    /// judged), else 1 when one failed, 3 when every one was skipped, else 0.
+    fn exit_code(&self) -> ExitCode {
+        ExitCode::from(if self.errors > 0 {
+            report::exit::USAGE
+        } else if self.failed > 0 {
+            report::exit::FAIL
+        } else if self.skipped > 0 && self.skipped == self.scenarios.len() {
+            report::exit::INCONCLUSIVE
+        } else {
+            report::exit::PASS
+        })
     }
-    let failed = results.iter().filter(|r| !r.passed).count();
-    let summary = ScenarioReport {
-        passed: results.len() - failed,
-        failed,
+}
+
+/// What `cnilab scenario run` replays, and with which plugin.
+#[derive(Clone, Debug, Default)]
+pub struct ScenarioRun {
+    pub files: Vec<PathBuf>,
+    /// `--plugin-dir` (default: the bundled cnilab-bridge).
+    pub plugin_dir: Option<String>,
+    /// `--config TEMPLATE`: the plugin's config template for every scenario.
+    pub config: Option<PathBuf>,
+    pub runtime: super::cri::RuntimeKind,
+    pub format: Format,
+    pub junit: Option<PathBuf>,
+}
+
+/// A scenario's topology made ready for `run`'s plugin, or why it cannot be
+/// (a setup error: nothing is built).
+fn prepare(s: &mut Scenario, run: &ScenarioRun) -> Result<(), Box<dyn std::error::Error>> {
+    if let Some(config) = &run.config {
+        use_template(&mut s.topology, config, true);
+    }
+    default_plugin_check(&run.plugin_dir, &s.topology)?;
+    super::build::check_template_of(&s.topology)?;
+    Ok(())
+}
+
+/// Replays one scenario; `say` prints a step line.
+fn replay(s: &mut Scenario, path: &Path, run: &ScenarioRun, say: &dyn Fn(&str)) -> ScenarioResult {
+    let mut log = |l: &scenario::StepLog| {
+        say(&format!(
+            "  {} step {}: {} — {}",
+            if l.ok { "✅" } else { "❌" },
+            l.step,
+            l.what,
+            l.detail
+        ))
+    };
+    let result = prepare(s, run).map_err(|e| e.to_string()).and_then(|()| {
+        scenario::run_with(s, run.plugin_dir.clone(), run.runtime, &mut log)
+            .map_err(|e| e.to_string())
+    });
+    let (outcome, reason, detail) = match result {
+        Ok(r) => {
+            let detail = r
+                .steps
+                .iter()
+                .map(|l| format!("step {}: {} — {}", l.step, l.what, l.detail))
+                .collect();
+            match (r.passed, r.skipped) {
+                (_, Some(why)) => (Outcome::Skip, Some(why), detail),
+                (true, None) => (Outcome::Pass, None, detail),
+                (false, None) => (Outcome::Fail, None, detail),
+            }
+        }
+        Err(e) => (Outcome::Error, Some(e.clone()), vec![e]),
+    };
+    ScenarioResult {
+        name: s.name.clone(),
+        file: path.to_path_buf(),
+        passed: outcome == Outcome::Pass,
+        outcome,
+        reason,
+        detail,
+    }
+}
+
+/// `cnilab scenario run FILE…`: exit 0 iff every scenario behaved as
+/// written (2 when one could not be set up, 3 when all were skipped).
+/// Step lines go to stdout with the table, to stderr with JSON or JUnit.
+pub fn scenario_run(run: &ScenarioRun) -> CliResult {
+    netns::require_root()?;
+    if let Some(config) = &run.config {
+        crate::assets::read_to_string(config)
+            .map_err(|e| format!("--config {}: {e}", config.display()))?;
+    }
+    super::cleanup_on_interrupt(None);
+    runtime_header(run.runtime)?;
+    let table = run.format == Format::Table;
+    let say = |line: &str| {
+        if table {
+            println!("{line}");
+        } else {
+            eprintln!("{line}");
+        }
+    };
+    let mut results = Vec::new();
+    for path in &run.files {
+        let mut s = Scenario::load(path)?;
+        say(&format!("🎬 scenario {}: {}", s.name, s.summary));
+        let r = replay(&mut s, path, run, &say);
+        let mark = match r.outcome {
+            Outcome::Pass => "✅ PASS",
+            Outcome::Fail => "❌ FAIL",
+            Outcome::Skip => "⏭️ SKIP",
+            Outcome::Error => "⚠️ ERROR",
+        };
+        let why = r
+            .reason
+            .as_ref()
+            .map(|w| format!(": {w}"))
+            .unwrap_or_default();
+        say(&format!("{mark} scenario {}{why}", r.name));
+        results.push(r);
+    }
+    let mut summary = ScenarioReport {
+        passed: 0,
+        failed: 0,
+        skipped: 0,
+        errors: 0,
         scenarios: results,
     };
-    if let Some(path) = junit {
+    summary.passed = summary.count(Outcome::Pass);
+    summary.failed = summary.count(Outcome::Fail);
+    summary.skipped = summary.count(Outcome::Skip);
+    summary.errors = summary.count(Outcome::Error);
+    if let Some(path) = &run.junit {
         write(path, &summary.junit())?;
     }
     let _ = std::fs::remove_dir_all(super::scratch_run_dir());
-    match format {
-        Format::Table => println!("{} passed, {failed} failed", summary.passed),
+    match run.format {
+        Format::Table => println!(
+            "{} passed, {} failed, {} skipped, {} could not run",
+            summary.passed, summary.failed, summary.skipped, summary.errors
+        ),
         Format::Json => println!("{}", report::json("ScenarioReport", &summary)),
         Format::Junit => print!("{}", summary.junit()),
     }
-    Ok(report::verdict(failed == 0))
+    Ok(summary.exit_code())
 }
