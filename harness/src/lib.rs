@@ -5,7 +5,8 @@
 //! no subcommand imports another):
 //! - below everything: [`assets`] (the repository files the binary ships:
 //!   scenarios, topologies, templates, manifests, corpus; a file on disk
-//!   overrides), [`util`] (scratch dirs, clipping, polling), [`verdict`],
+//!   overrides), [`util`] (scratch dirs, clipping, polling), [`rng`] (a
+//!   seeded PRNG: soak's plans, conform's container IDs), [`verdict`],
 //!   [`netns`] (throwaway namespaces), [`host_state`], [`accounting`],
 //!   [`corpus`] (the hostile-input corpus), [`report`] (the one output
 //!   convention: `-o table|json|junit`, JSON `schemaVersion`, the JUnit
@@ -40,6 +41,7 @@ pub mod lab;
 pub mod lifecycle;
 pub mod netns;
 pub mod report;
+pub mod rng;
 pub mod runtime;
 pub mod soak;
 pub mod testing;

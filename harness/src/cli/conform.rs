@@ -39,6 +39,10 @@ pub struct Conform {
     /// that keeps state outside ipam.dataDir).
     #[arg(long, default_value_t = crate::conform::DEFAULT_JOBS)]
     pub jobs: usize,
+    /// Seed of the container IDs (64 hex characters, like a runtime's; a
+    /// new seed per run without it, printed on stderr).
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 impl Conform {
@@ -56,6 +60,7 @@ impl Conform {
             ),
             host_setup: self.host_setup.clone(),
             jobs: self.jobs,
+            seed: self.seed,
         }
     }
 
@@ -77,7 +82,11 @@ impl Conform {
                 t.as_secs_f64()
             )),
         };
-        let report = conform::run(&self.options(), &mut progress)?;
+        let mut opts = self.options();
+        let seed = opts.seed.unwrap_or_else(crate::rng::seed_from_clock);
+        opts.seed = Some(seed);
+        bar.line(&format!("container IDs from --seed {seed}"));
+        let report = conform::run(&opts, &mut progress)?;
         match self.output.output {
             Format::Table => print!("{}", report.table()),
             Format::Json => println!("{}", report.json()),

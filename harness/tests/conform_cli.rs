@@ -1,0 +1,150 @@
+//! `cnilab conform` as a user with a plugin of their own meets it: the
+//! pre-checks that stop a run which cannot judge anything (exit 2 with the
+//! fix), container IDs like a runtime's, and a report that says what to fix
+//! first.
+
+mod common;
+
+use assert_cmd::Command;
+use common::*;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+fn cnilab() -> Command {
+    Command::cargo_bin("cnilab").expect("cnilab binary")
+}
+
+/// The reference example config with `type` set to `plugin`, in `dir`.
+fn config_for(dir: &Path, plugin: &str) -> std::path::PathBuf {
+    let text =
+        std::fs::read_to_string(examples_dir().join("reference-bridge.conflist")).expect("config");
+    let config = dir.join("c.conflist");
+    std::fs::write(
+        &config,
+        text.replace("\"type\": \"bridge\"", &format!("\"type\": \"{plugin}\"")),
+    )
+    .expect("write");
+    config
+}
+
+/// A plugin `name` in `dir` with `body` and `mode`.
+fn plugin(dir: &Path, name: &str, body: &str, mode: u32) {
+    let path = dir.join(name);
+    std::fs::write(&path, body).expect("write plugin");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+fn conform(dir: &Path, config: &Path, extra: &[&str]) -> std::process::Output {
+    cnilab()
+        .args(["conform", "--plugin-dir"])
+        .arg(format!("{}:{REFERENCE_DIR}", dir.display()))
+        .arg("--config")
+        .arg(config)
+        .args(extra)
+        .output()
+        .expect("runs")
+}
+
+fn all(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn a_plugin_that_cannot_run_is_exit_2_with_the_fix_before_any_rule() {
+    let _host = host_untouched();
+    require_root();
+    require_reference();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = config_for(tmp.path(), "mine");
+
+    // Exec bit off.
+    plugin(
+        tmp.path(),
+        "mine",
+        "#!/bin/sh\nexec /usr/lib/cni/bridge\n",
+        0o644,
+    );
+    let out = conform(tmp.path(), &config, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", all(&out));
+    let text = all(&out);
+    assert!(
+        text.contains(&format!("chmod +x {}", tmp.path().join("mine").display())),
+        "{text}"
+    );
+    assert!(!text.contains("FAIL"), "no rule may run: {text}");
+
+    // An interpreter that does not exist: VERSION cannot start.
+    plugin(tmp.path(), "mine", "#!/no/such/shell\n", 0o755);
+    let out = conform(tmp.path(), &config, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", all(&out));
+    let text = all(&out);
+    assert!(text.contains("does not answer VERSION"), "{text}");
+    assert!(!text.contains("FAIL"), "no rule may run: {text}");
+
+    // Not there at all: names the flags.
+    let out = conform(tmp.path(), &config_for(tmp.path(), "absent"), &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", all(&out));
+    assert!(all(&out).contains("--plugin-dir"), "{}", all(&out));
+}
+
+/// Every `CNI_CONTAINERID` in a JSON report (pairs or objects).
+fn container_ids(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Array(items) => {
+            if let [k, serde_json::Value::String(id)] = items.as_slice() {
+                if k == "CNI_CONTAINERID" {
+                    out.push(id.clone());
+                }
+            }
+            items.iter().for_each(|i| container_ids(i, out));
+        }
+        serde_json::Value::Object(map) => {
+            if let Some(serde_json::Value::String(id)) = map.get("CNI_CONTAINERID") {
+                out.push(id.clone());
+            }
+            map.values().for_each(|i| container_ids(i, out));
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn container_ids_are_64_hex_like_a_runtimes_and_follow_the_seed() {
+    let _host = host_untouched();
+    require_root();
+    require_reference();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = config_for(tmp.path(), "wrong-error-code");
+    let ids = |seed: &str| {
+        let out = cnilab()
+            .args(["conform", "--plugin-dir"])
+            .arg(format!(
+                "{}:{REFERENCE_DIR}",
+                broken_plugins_dir().display()
+            ))
+            .arg("--config")
+            .arg(&config)
+            .args(["--only", "C1", "-o", "json", "--seed", seed])
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(1), "{}", all(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        let mut found = Vec::new();
+        container_ids(&v, &mut found);
+        assert!(!found.is_empty(), "the C1 evidence shows its call: {v}");
+        for id in &found {
+            assert!(
+                id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+                "not a runtime-like ID: {id}"
+            );
+        }
+        found
+    };
+    let first = ids("7");
+    assert_eq!(ids("7"), first, "the same seed gives the same IDs");
+    assert_ne!(ids("8"), first, "another seed, other IDs");
+}
