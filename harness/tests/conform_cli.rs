@@ -148,3 +148,62 @@ fn container_ids_are_64_hex_like_a_runtimes_and_follow_the_seed() {
     assert_eq!(ids("7"), first, "the same seed gives the same IDs");
     assert_ne!(ids("8"), first, "another seed, other IDs");
 }
+
+/// A blog-post-style plugin whose errors are plain text: one root cause
+/// behind every error rule, listed first with the rules it explains; each
+/// failed rule says how to fix it.
+#[test]
+fn one_root_cause_comes_first_with_the_rules_it_explains_and_each_rule_its_fix() {
+    let _host = host_untouched();
+    require_root();
+    require_reference();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = config_for(tmp.path(), "text-errors");
+    let run = |format: &str| {
+        cnilab()
+            .args(["conform", "--plugin-dir"])
+            .arg(format!(
+                "{}:{REFERENCE_DIR}",
+                broken_plugins_dir().display()
+            ))
+            .arg("--config")
+            .arg(&config)
+            .args(["--only", "E1,E2,C1,C2,A5", "-o", format])
+            .output()
+            .expect("runs")
+    };
+    let out = run("table");
+    assert_eq!(out.status.code(), Some(1), "{}", all(&out));
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    let first = table.find("Fix first").expect("a fix-first list");
+    assert!(first < table.find("\nID ").expect("the rules"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains("no CNI error JSON on stdout")
+                && l.contains("explains E1, E2, C1, C2")),
+        "{table}"
+    );
+    assert!(
+        table.contains("how to fix: refuse an unknown CNI_COMMAND"),
+        "{table}"
+    );
+
+    let out = run("json");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        v["root_causes"][0]["ids"],
+        serde_json::json!(["E1", "E2", "C1", "C2"]),
+        "{v}"
+    );
+    for c in v["checks"].as_array().expect("checks") {
+        let failed = c["verdict"]
+            .as_str()
+            .is_some_and(|s| s.eq_ignore_ascii_case("fail"));
+        assert_eq!(
+            failed,
+            c["fix"].as_str().is_some_and(|f| !f.is_empty()),
+            "{c}"
+        );
+    }
+}

@@ -6,7 +6,10 @@
 //! The suite plays the runtime ([`Runtime`]) inside a throwaway host
 //! namespace, with the IPAM `dataDir` pointed at a scratch directory, so
 //! nothing of the real host is touched and the store can be inspected.
+//! `advice` says how to fix each rule and which root cause explains several
+//! failed rules (the report's "fix first" list).
 
+pub mod advice;
 mod checks;
 mod corpus;
 pub mod report;
