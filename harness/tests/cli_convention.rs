@@ -5,7 +5,7 @@
 mod common;
 
 use assert_cmd::Command;
-use clap::CommandFactory;
+use clap::{CommandFactory, Parser};
 use cnilab_harness::cli::Cli;
 use common::*;
 
@@ -380,4 +380,58 @@ fn soak_junit_has_one_case_per_kind_of_finding() {
         Some(if failed == 0 { 0 } else { 1 }),
         "{xml}"
     );
+}
+
+/// Every example in every `--help`, one command per entry: continuation
+/// lines joined, `&&` split, redirections and comments dropped.
+fn help_examples() -> Vec<String> {
+    fn walk(cmd: &clap::Command, out: &mut Vec<String>) {
+        if let Some(help) = cmd.get_after_help() {
+            let text = help.to_string();
+            if let Some((_, rest)) = text.split_once("Examples:\n") {
+                let block = rest.split("\n\n").next().unwrap_or("");
+                let joined = block.replace("\\\n", " ");
+                for line in joined.lines() {
+                    for part in line.split("&&") {
+                        let part = part.split(" #").next().unwrap_or(part);
+                        let part = part.split('>').next().unwrap_or(part).trim();
+                        if !part.is_empty() {
+                            out.push(part.to_string());
+                        }
+                    }
+                }
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            walk(sub, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(&Cli::command(), &mut out);
+    out
+}
+
+#[test]
+fn every_help_example_parses_and_names_repository_files_that_exist() {
+    let examples = help_examples();
+    assert!(examples.len() >= 30, "{examples:?}");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut problems = Vec::new();
+    for example in &examples {
+        let words: Vec<&str> = example.split_whitespace().collect();
+        if let Err(e) = Cli::try_parse_from(&words) {
+            problems.push(format!("{example}: {e}"));
+        }
+        // A path into the repository must exist there (and so is built
+        // into the binary when it is an asset).
+        for w in words.iter().flat_map(|w| w.split(':')) {
+            let repo_path = ["lab/", "harness/", "tests/"]
+                .iter()
+                .any(|p| w.starts_with(p));
+            if repo_path && !root.join(w).exists() {
+                problems.push(format!("{example}: {w} does not exist"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
 }
