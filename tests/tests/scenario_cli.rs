@@ -93,3 +93,55 @@ fn scenario_setup_error_is_exit_2_with_its_reason_in_the_table_and_json() {
         "{v}"
     );
 }
+
+/// A template that is not JSON once filled in is refused before anything is
+/// built, naming the user's file and line (not the runtime copy under
+/// /run/cnilab), by `lab run` and `scenario run` alike.
+#[test]
+fn a_malformed_template_is_named_with_its_line_before_anything_is_built() {
+    require_root();
+    let _host = host_untouched();
+    let dir = tempfile::tempdir().expect("tmp");
+    let good = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/configs/lab-ptp.conflist.tmpl"),
+    )
+    .expect("ptp template");
+    let line = 1 + good[..good.find("\"cniVersion\"").expect("cniVersion")]
+        .matches('\n')
+        .count();
+    let bad = dir.path().join("mine.tmpl");
+    std::fs::write(&bad, good.replacen("\"cniVersion\"", "cniVersion\"", 1)).expect("write");
+    let bad = bad.to_str().expect("utf8");
+    for args in [
+        vec![
+            "lab",
+            "run",
+            "--plugin-dir",
+            "/usr/lib/cni",
+            "--config",
+            bad,
+        ],
+        vec![
+            "scenario",
+            "run",
+            "missing-route",
+            "--plugin-dir",
+            "/usr/lib/cni",
+            "--config",
+            bad,
+        ],
+    ] {
+        let out = std::process::Command::new(workspace_bin("cnilab"))
+            .args(&args)
+            .output()
+            .expect("cnilab runs");
+        let text = all(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {text}");
+        assert!(
+            text.contains(&format!("{bad}: line {line} column")),
+            "{args:?}: {text}"
+        );
+        assert!(!text.contains("/run/cnilab/"), "{args:?}: {text}");
+        assert!(!text.contains("🔭"), "nothing is built: {text}");
+    }
+}

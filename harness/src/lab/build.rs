@@ -264,6 +264,21 @@ pub fn check_template(template: &str, topo: &Topology) -> Result<(), String> {
             rest = &after[close + 2..];
         }
     }
+    // Filled in, it must be JSON: said against the template's own lines
+    // (no value spans lines), before anything is built.
+    for node in &topo.nodes {
+        let text = render_template(template, topo, node, Path::new("/var/lib/cni/cnilab"));
+        if let Err(e) = serde_json::from_str::<serde_json::Value>(&text) {
+            let what = e.to_string();
+            let what = what.split(" at line ").next().unwrap_or(&what);
+            return Err(format!(
+                "line {} column {}: filled in for {}, it is not JSON: {what}",
+                e.line(),
+                e.column(),
+                node.name
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -1077,6 +1092,16 @@ mod tests {
         let err = check_template("\"{{pod_cidr6}}\"", &topo).expect_err("no IPv6 pod CIDR");
         assert!(err.contains("node1") && err.contains("IPv6"), "{err}");
         check_template(DEFAULT_TEMPLATE, &topo).expect("the bundled template is valid");
+        let broken = DEFAULT_TEMPLATE.replacen("\"cniVersion\"", "cniVersion\"", 1);
+        let line = 1 + DEFAULT_TEMPLATE
+            [..DEFAULT_TEMPLATE.find("\"cniVersion\"").expect("cniVersion")]
+            .matches('\n')
+            .count();
+        let err = check_template(&broken, &topo).expect_err("not JSON");
+        assert!(
+            err.starts_with(&format!("line {line} column")) && err.contains("not JSON"),
+            "{err}"
+        );
         let ptp = include_str!("../../../lab/configs/lab-ptp.conflist.tmpl");
         check_template(ptp, &topo).expect("the ptp template is valid");
     }
