@@ -223,8 +223,8 @@ impl Scenario {
             reason,
         };
         let text = crate::assets::read_to_string(path).map_err(|e| read(e.to_string()))?;
-        let mut scenario: Scenario =
-            toml::from_str(&text).map_err(|e| read(e.to_string().trim().to_string()))?;
+        let mut scenario: Scenario = toml::from_str(&text)
+            .map_err(|e| read(super::topology::explain_toml_error(&text, &e)))?;
         scenario
             .topology
             .resolve_paths(path.parent().unwrap_or(Path::new(".")));
