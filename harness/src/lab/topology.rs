@@ -718,9 +718,8 @@ mod tests {
     #[case("10.244.1.0/x", "must be a number from 0 to 32")]
     #[case("10.244.300.0/24", "is not an IPv4 or IPv6 address")]
     fn a_bad_cidr_says_what_is_wrong_with_it(#[case] cidr: &str, #[case] says: &str) {
-        let text = format!(
-            "[[node]]\nname = \"a\"\naddress = \"10.250.0.1\"\npod_cidr = [\"{cidr}\"]\n"
-        );
+        let text =
+            format!("[[node]]\nname = \"a\"\naddress = \"10.250.0.1\"\npod_cidr = [\"{cidr}\"]\n");
         let err = Topology::parse(&text, Path::new("t.toml"))
             .expect_err("bad CIDR")
             .to_string();
@@ -732,10 +731,19 @@ mod tests {
     fn too_many_pods_per_node_says_why_not_that_there_are_none() {
         let mut t = Topology::generated(2, 2).expect("valid");
         t.pods_per_node = 100_000;
-        let err = t.validate(Path::new("--pods-per-node")).expect_err("too many").to_string();
-        assert!(err.contains("at most 250") && !err.contains("without pods"), "{err}");
+        let err = t
+            .validate(Path::new("--pods-per-node"))
+            .expect_err("too many")
+            .to_string();
+        assert!(
+            err.contains("at most 250") && !err.contains("without pods"),
+            "{err}"
+        );
         t.pods_per_node = 0;
-        let err = t.validate(Path::new("--pods-per-node")).expect_err("none").to_string();
+        let err = t
+            .validate(Path::new("--pods-per-node"))
+            .expect_err("none")
+            .to_string();
         assert!(err.contains("without pods"), "{err}");
     }
 
