@@ -154,6 +154,12 @@ fn installed_lab_run_finds_the_bundled_plugin_next_to_it_or_on_path() {
     let inst = install(&["cnilab", "cnilab-bridge", "cnilab-agent"]);
     let out = inst.cnilab(&["lab", "run", "--only", "pod-to-pod"]);
     assert_exit(&out, 0, "lab run (plugin next to cnilab)");
+    // The header in plain words, not Rust's names of the settings.
+    assert!(
+        text(&out).contains("static routes, the plugin masquerades"),
+        "{}",
+        text(&out)
+    );
     // A topology of the built-in set whose template is named relative to it.
     let out = inst.cnilab(&[
         "lab",

@@ -137,11 +137,19 @@ fn header(topo: &Topology, plugin_dir: Option<&str>) {
         .unwrap_or("(bundled cnilab-bridge)");
     let pods: usize = topo.nodes.len() * topo.pods_per_node;
     eprintln!(
-        "🔭 cnilab lab {}: {} nodes, {pods} pods, plugin dir {plugin_dir}, routing {:?}, masquerade {:?}",
+        "🔭 cnilab lab {}: {} nodes, {pods} pods, plugin dir {plugin_dir}, {}, {}",
         topo.name,
         topo.nodes.len(),
-        topo.routing,
-        topo.masquerade
+        match topo.routing {
+            super::topology::Routing::Static => "static routes",
+            super::topology::Routing::Agent => "routes by the agent",
+            super::topology::Routing::Vxlan => "a VXLAN overlay",
+        },
+        match topo.masquerade {
+            Masquerade::Plugin => "the plugin masquerades",
+            Masquerade::Node => "the nodes masquerade",
+            Masquerade::None => "nobody masquerades",
+        }
     );
 }
 
