@@ -240,7 +240,11 @@ fn lab_status_json_has_a_schema_version() {
             .expect("runs");
         assert_eq!(out.status.code(), Some(0), "{spelling:?}");
         let v = json_of(&out);
-        assert_eq!(v["schemaVersion"], 1, "{v}");
+        assert_eq!(
+            v["schemaVersion"],
+            cnilab_harness::report::SCHEMA_VERSION,
+            "{v}"
+        );
         assert_eq!(v["kind"], "LabStatus", "{v}");
         let labs = v["labs"].as_array().expect("labs is an array");
         for lab in labs {
@@ -259,7 +263,7 @@ fn scenario_list_json_lists_objects() {
         .expect("runs");
     assert_eq!(out.status.code(), Some(0));
     let v = json_of(&out);
-    assert_eq!(v["schemaVersion"], 1);
+    assert_eq!(v["schemaVersion"], cnilab_harness::report::SCHEMA_VERSION);
     let list = v["scenarios"].as_array().expect("scenarios");
     assert!(!list.is_empty(), "{v}");
     for s in list {
@@ -286,7 +290,7 @@ fn lifecycle_json_has_a_schema_version_and_findings() {
         .output()
         .expect("runs");
     let v = json_of(&out);
-    assert_eq!(v["schemaVersion"], 1);
+    assert_eq!(v["schemaVersion"], cnilab_harness::report::SCHEMA_VERSION);
     assert_eq!(v["kind"], "LifecycleReport");
     let findings = v["findings"].as_array().expect("findings");
     assert!(!findings.is_empty(), "{v}");
@@ -316,7 +320,7 @@ fn conform_json_and_junit_on_stdout() {
         .expect("runs");
     assert_eq!(out.status.code(), Some(0));
     let v = json_of(&out);
-    assert_eq!(v["schemaVersion"], 1);
+    assert_eq!(v["schemaVersion"], cnilab_harness::report::SCHEMA_VERSION);
     assert_eq!(v["kind"], "ConformReport");
     assert_eq!(v["summary"]["checks"], 2);
 

@@ -207,3 +207,70 @@ fn one_root_cause_comes_first_with_the_rules_it_explains_and_each_rule_its_fix()
         );
     }
 }
+
+/// A JSON report as the README promises: objects, not Rust's tuples
+/// (`[["CNI_COMMAND","ADD"],…]`), and lowercase enum values, never
+/// `"Fail"` or an externally tagged `{"Crashed": …}`.
+fn assert_plain_json(v: &serde_json::Value, path: &str) {
+    use serde_json::Value;
+    let pascal = |s: &str| {
+        s.len() > 1
+            && s.starts_with(|c: char| c.is_ascii_uppercase())
+            && s.chars().all(|c| c.is_ascii_alphabetic())
+            && s.chars().skip(1).any(|c| c.is_ascii_lowercase())
+    };
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                assert!(!pascal(k), "{path}.{k}: an enum variant as a key");
+                if ["verdict", "outcome", "routing", "masquerade"].contains(&k.as_str()) {
+                    if let Some(s) = x.as_str() {
+                        assert_eq!(s, s.to_lowercase(), "{path}.{k}");
+                    }
+                }
+                assert_plain_json(x, &format!("{path}.{k}"));
+            }
+        }
+        Value::Array(a) => {
+            let scalar = |x: &Value| !x.is_object() && !x.is_array();
+            let pairs = !a.is_empty()
+                && a.iter().all(|e| {
+                    e.as_array()
+                        .is_some_and(|p| p.len() == 2 && p.iter().all(scalar))
+                });
+            assert!(!pairs, "{path}: pairs instead of objects: {v}");
+            for x in a {
+                assert_plain_json(x, &format!("{path}[]"));
+            }
+        }
+        Value::String(s) => assert!(!s.starts_with("Some("), "{path}: {s}"),
+        _ => {}
+    }
+}
+
+#[test]
+fn conform_and_lifecycle_json_use_objects_and_lowercase_enums() {
+    let _host = host_untouched();
+    require_root();
+    require_reference();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = config_for(tmp.path(), "text-errors");
+    let dir = format!("{}:{REFERENCE_DIR}", broken_plugins_dir().display());
+    for args in [vec!["conform", "--only", "E1,A7"], vec!["lifecycle"]] {
+        let out = cnilab()
+            .args(&args)
+            .args(["--plugin-dir", &dir, "--config"])
+            .arg(&config)
+            .args(["-o", "json"])
+            .output()
+            .expect("runs");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", all(&out)));
+        assert_plain_json(&v, args[0]);
+        let text = v.to_string();
+        assert!(
+            text.contains("\"CNI_COMMAND\""),
+            "{args:?} shows its evidence: {text}"
+        );
+    }
+}

@@ -69,7 +69,9 @@ impl fmt::Display for CniCommand {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Execution {
     pub plugin: PathBuf,
-    /// The complete environment the plugin saw (besides `PATH`).
+    /// The complete environment the plugin saw (besides `PATH`); JSON:
+    /// `[{"name": "CNI_COMMAND", "value": "ADD"}, …]`.
+    #[serde(serialize_with = "env_objects")]
     pub env: Vec<(String, String)>,
     pub stdin: String,
     pub stdout: String,
@@ -80,6 +82,10 @@ pub struct Execution {
     pub timed_out: bool,
     #[serde(serialize_with = "serialize_duration")]
     pub duration: Duration,
+}
+
+fn env_objects<S: serde::Serializer>(v: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+    crate::report::pairs_as_objects(v, "name", "value", s)
 }
 
 fn serialize_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
