@@ -439,3 +439,67 @@ fn every_help_example_parses_and_names_repository_files_that_exist() {
     }
     assert!(problems.is_empty(), "{problems:#?}");
 }
+
+#[test]
+fn lab_name_completes_standing_labs_not_file_names() {
+    let script = |shell: &str| {
+        let out = cnilab()
+            .args(["completions", shell])
+            .output()
+            .expect("runs");
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let labs = "ls /run/cnilab/labs";
+    // bash: the lab subcommands' --name case lists the labs; e2e's does not.
+    let bash = script("bash");
+    let section = |name: &str| {
+        let start = bash
+            .find(&format!("        {name})\n"))
+            .unwrap_or_else(|| panic!("{name} section"));
+        let rest = &bash[start + name.len() + 10..];
+        let end = rest.find("\n        cnilab__").unwrap_or(rest.len());
+        rest[..end].to_string()
+    };
+    for sub in ["check", "down", "status", "up"] {
+        let s = section(&format!("cnilab__subcmd__lab__subcmd__{sub}"));
+        assert!(
+            s.contains(labs) && !s.contains("--name)\n                    COMPREPLY=($(compgen -f"),
+            "lab {sub}:\n{s}"
+        );
+    }
+    assert!(!section("cnilab__subcmd__e2e__subcmd__kind").contains(labs));
+    let syntax = std::process::Command::new("bash")
+        .args(["-n", "-c", &bash])
+        .status()
+        .expect("bash");
+    assert!(syntax.success(), "the bash script parses");
+    // zsh and fish: the lab --name lines, and only those.
+    for (shell, lab_line, e2e_line) in [
+        (
+            "zsh",
+            "'--name=[Lab name]",
+            "'--name=[Cluster (profile) name",
+        ),
+        (
+            "fish",
+            "-l name -d 'Lab name'",
+            "-l name -d 'Cluster (profile) name",
+        ),
+    ] {
+        let text = script(shell);
+        let lines = |m: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| l.contains(m))
+                .map(String::from)
+                .collect()
+        };
+        assert!(!lines(lab_line).is_empty(), "{shell}");
+        for l in lines(lab_line) {
+            assert!(l.contains("/run/cnilab/labs"), "{shell}: {l}");
+        }
+        for l in lines(e2e_line) {
+            assert!(!l.contains("/run/cnilab/labs"), "{shell}: {l}");
+        }
+    }
+}
