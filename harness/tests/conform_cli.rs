@@ -91,20 +91,14 @@ fn a_plugin_that_cannot_run_is_exit_2_with_the_fix_before_any_rule() {
     assert!(all(&out).contains("--plugin-dir"), "{}", all(&out));
 }
 
-/// Every `CNI_CONTAINERID` in a JSON report (pairs or objects).
+/// Every `CNI_CONTAINERID` in a JSON report's environments
+/// (`{"name": "CNI_CONTAINERID", "value": …}`).
 fn container_ids(v: &serde_json::Value, out: &mut Vec<String>) {
     match v {
-        serde_json::Value::Array(items) => {
-            if let [k, serde_json::Value::String(id)] = items.as_slice() {
-                if k == "CNI_CONTAINERID" {
-                    out.push(id.clone());
-                }
-            }
-            items.iter().for_each(|i| container_ids(i, out));
-        }
+        serde_json::Value::Array(items) => items.iter().for_each(|i| container_ids(i, out)),
         serde_json::Value::Object(map) => {
-            if let Some(serde_json::Value::String(id)) = map.get("CNI_CONTAINERID") {
-                out.push(id.clone());
+            if map.get("name").is_some_and(|n| n == "CNI_CONTAINERID") {
+                out.extend(map.get("value").and_then(|v| v.as_str()).map(String::from));
             }
             map.values().for_each(|i| container_ids(i, out));
         }
@@ -120,17 +114,11 @@ fn container_ids_are_64_hex_like_a_runtimes_and_follow_the_seed() {
     let tmp = tempfile::tempdir().expect("tmp");
     let config = config_for(tmp.path(), "wrong-error-code");
     let ids = |seed: &str| {
-        let out = cnilab()
-            .args(["conform", "--plugin-dir"])
-            .arg(format!(
-                "{}:{REFERENCE_DIR}",
-                broken_plugins_dir().display()
-            ))
-            .arg("--config")
-            .arg(&config)
-            .args(["--only", "C1", "-o", "json", "--seed", seed])
-            .output()
-            .expect("runs");
+        let out = conform(
+            &broken_plugins_dir(),
+            &config,
+            &["--only", "C1", "-o", "json", "--seed", seed],
+        );
         assert_eq!(out.status.code(), Some(1), "{}", all(&out));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
         let mut found = Vec::new();
@@ -160,17 +148,11 @@ fn one_root_cause_comes_first_with_the_rules_it_explains_and_each_rule_its_fix()
     let tmp = tempfile::tempdir().expect("tmp");
     let config = config_for(tmp.path(), "text-errors");
     let run = |format: &str| {
-        cnilab()
-            .args(["conform", "--plugin-dir"])
-            .arg(format!(
-                "{}:{REFERENCE_DIR}",
-                broken_plugins_dir().display()
-            ))
-            .arg("--config")
-            .arg(&config)
-            .args(["--only", "E1,E2,C1,C2,A5", "-o", format])
-            .output()
-            .expect("runs")
+        conform(
+            &broken_plugins_dir(),
+            &config,
+            &["--only", "E1,E2,C1,C2,A5", "-o", format],
+        )
     };
     let out = run("table");
     assert_eq!(out.status.code(), Some(1), "{}", all(&out));
