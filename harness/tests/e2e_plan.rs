@@ -848,7 +848,7 @@ fn minikube_refuses_kind_only_flags() {
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(out.status.code(), Some(2), "{flag}: {err}");
         assert!(
-            err.contains(flag) && err.contains("only applies to kind"),
+            err.contains(flag) && err.contains("only `cnilab e2e kind` takes it"),
             "{err}"
         );
     }

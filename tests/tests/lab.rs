@@ -201,7 +201,7 @@ fn reports_are_written_in_every_format() {
 /// topology was really used.
 #[rstest]
 #[case::reference_plugins_pass_a_two_node_lab("lab/topologies/reference.toml", "/usr/lib/cni")]
-#[case::agent_routed_lab_passes("lab/topologies/agent.toml", "routing Agent")]
+#[case::agent_routed_lab_passes("lab/topologies/agent.toml", "routes by the agent")]
 fn shipped_topology_passes(#[case] topology: &str, #[case] shows: &str) {
     let _host = host_untouched();
     let out = cnilab(&["lab", "run", "--topology", topology]);

@@ -85,8 +85,9 @@ impl Conform {
         let mut opts = self.options();
         let seed = opts.seed.unwrap_or_else(crate::rng::seed_from_clock);
         opts.seed = Some(seed);
-        bar.line(&format!("container IDs from --seed {seed}"));
         let report = conform::run(&opts, &mut progress)?;
+        // After the run, so that an error stays the first line on stderr.
+        bar.line(&format!("container IDs from --seed {seed}"));
         match self.output.output {
             Format::Table => print!("{}", report.table()),
             Format::Json => println!("{}", report.json()),

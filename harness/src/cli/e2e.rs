@@ -118,19 +118,6 @@ pub struct ProviderArgs {
 
 impl ProviderArgs {
     pub fn options(&self, provider: Provider) -> Result<E2eOptions, E2eError> {
-        if provider == Provider::Minikube {
-            let kind_only = [
-                ("--config", self.config.is_some()),
-                ("--node-image", self.node_image.is_some()),
-            ];
-            let given: Vec<&str> = kind_only.iter().filter(|f| f.1).map(|f| f.0).collect();
-            if !given.is_empty() {
-                return Err(E2eError::Invalid(format!(
-                    "{} only applies to kind (`cnilab e2e kind`); minikube takes --k8s-version, --workers and --cni-manifest",
-                    given.join(" and ")
-                )));
-            }
-        }
         let mut o = E2eOptions::new(provider, &self.name);
         o.workers = self.workers;
         o.k8s_version = self.k8s_version.clone();

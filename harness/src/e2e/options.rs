@@ -191,6 +191,11 @@ impl E2eOptions {
                 "--config is a kind config: only `cnilab e2e kind` takes it".into(),
             ));
         }
+        if self.node_image.is_some() && self.provider != Provider::Kind {
+            return Err(E2eError::Invalid(
+                "--node-image is a kind node image: only `cnilab e2e kind` takes it (minikube: --k8s-version)".into(),
+            ));
+        }
         let name_ok = !self.name.is_empty()
             && self.name.len() <= 40
             && self
