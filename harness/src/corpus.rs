@@ -59,7 +59,7 @@ use std::time::{Duration, Instant};
 pub enum CorpusError {
     #[error("corpus case {path}: {reason}")]
     Case { path: PathBuf, reason: String },
-    #[error("corpus directory {path}: {reason}")]
+    #[error("corpus directory {path} (--corpus DIR): {reason}")]
     Dir { path: PathBuf, reason: String },
     #[error("cannot run the plugin {plugin}: {reason}")]
     Spawn { plugin: PathBuf, reason: String },
@@ -163,15 +163,14 @@ impl Case {
 
 /// Loads every `*.json` case of `dir`, sorted by name.
 pub fn load_dir(dir: &Path) -> Result<Vec<Case>, CorpusError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| CorpusError::Dir {
-        path: dir.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    let mut paths: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
+    let paths: Vec<PathBuf> = crate::assets::list(dir)
+        .map_err(|e| CorpusError::Dir {
+            path: dir.to_path_buf(),
+            reason: e.to_string(),
+        })?
+        .into_iter()
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
-    paths.sort();
     paths.iter().map(|p| load_case(p)).collect()
 }
 
@@ -181,7 +180,7 @@ pub fn load_case(path: &Path) -> Result<Case, CorpusError> {
         path: path.to_path_buf(),
         reason,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let text = crate::assets::read_to_string(path).map_err(|e| bad(e.to_string()))?;
     let file: CaseFile = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
     if let StdinSpec::File(name) = &file.stdin {
         if name.contains('/') || name.starts_with('.') {
@@ -389,7 +388,7 @@ fn feed(case: &Case, lab: &Lab<'_>) -> Result<(Feed, String), CorpusError> {
             (Feed::Bytes(text.clone().into_bytes()), text)
         }
         StdinSpec::File(name) => {
-            let bytes = std::fs::read(case.dir.join(name))
+            let bytes = crate::assets::read(&case.dir.join(name))
                 .map_err(|e| bad(format!("stdin file {name}: {e}")))?;
             let shown = format!("<{} bytes of {name}>", bytes.len());
             (Feed::Bytes(bytes), shown)

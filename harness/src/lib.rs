@@ -3,7 +3,10 @@
 //!
 //! Where things happen, floor by floor (a module uses only floors below it;
 //! no subcommand imports another):
-//! - below everything: [`util`] (scratch dirs, clipping, polling), [`verdict`],
+//! - below everything: [`assets`] (the repository files the binary ships:
+//!   scenarios, topologies, templates, manifests, corpus; a file on disk
+//!   overrides), [`util`] (scratch dirs, clipping, polling), [`rng`] (a
+//!   seeded PRNG: soak's plans, conform's container IDs), [`verdict`],
 //!   [`netns`] (throwaway namespaces), [`host_state`], [`accounting`],
 //!   [`corpus`] (the hostile-input corpus), [`report`] (the one output
 //!   convention: `-o table|json|junit`, JSON `schemaVersion`, the JUnit
@@ -26,6 +29,7 @@
 //! host-local store.
 
 pub mod accounting;
+pub mod assets;
 pub mod bench;
 pub mod cli;
 pub mod conform;
@@ -37,6 +41,7 @@ pub mod lab;
 pub mod lifecycle;
 pub mod netns;
 pub mod report;
+pub mod rng;
 pub mod runtime;
 pub mod soak;
 pub mod testing;

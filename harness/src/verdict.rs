@@ -5,7 +5,9 @@ use crate::runtime::Execution;
 use std::fmt;
 
 /// Ordered from best to worst, so `max()` picks the overall verdict.
+/// JSON: `"pass"`, `"skip"`, `"warn"`, `"fail"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Pass,
     Skip,

@@ -5,7 +5,7 @@
 mod common;
 
 use assert_cmd::Command;
-use clap::CommandFactory;
+use clap::{CommandFactory, Parser};
 use cnilab_harness::cli::Cli;
 use common::*;
 
@@ -241,7 +241,11 @@ fn lab_status_json_has_a_schema_version() {
             .expect("runs");
         assert_eq!(out.status.code(), Some(0), "{spelling:?}");
         let v = json_of(&out);
-        assert_eq!(v["schemaVersion"], 1, "{v}");
+        assert_eq!(
+            v["schemaVersion"],
+            cnilab_harness::report::SCHEMA_VERSION,
+            "{v}"
+        );
         assert_eq!(v["kind"], "LabStatus", "{v}");
         let labs = v["labs"].as_array().expect("labs is an array");
         for lab in labs {
@@ -260,7 +264,7 @@ fn scenario_list_json_lists_objects() {
         .expect("runs");
     assert_eq!(out.status.code(), Some(0));
     let v = json_of(&out);
-    assert_eq!(v["schemaVersion"], 1);
+    assert_eq!(v["schemaVersion"], cnilab_harness::report::SCHEMA_VERSION);
     let list = v["scenarios"].as_array().expect("scenarios");
     assert!(!list.is_empty(), "{v}");
     for s in list {
@@ -287,7 +291,7 @@ fn lifecycle_json_has_a_schema_version_and_findings() {
         .output()
         .expect("runs");
     let v = json_of(&out);
-    assert_eq!(v["schemaVersion"], 1);
+    assert_eq!(v["schemaVersion"], cnilab_harness::report::SCHEMA_VERSION);
     assert_eq!(v["kind"], "LifecycleReport");
     let findings = v["findings"].as_array().expect("findings");
     assert!(!findings.is_empty(), "{v}");
@@ -317,7 +321,7 @@ fn conform_json_and_junit_on_stdout() {
         .expect("runs");
     assert_eq!(out.status.code(), Some(0));
     let v = json_of(&out);
-    assert_eq!(v["schemaVersion"], 1);
+    assert_eq!(v["schemaVersion"], cnilab_harness::report::SCHEMA_VERSION);
     assert_eq!(v["kind"], "ConformReport");
     assert_eq!(v["summary"]["checks"], 2);
 
@@ -381,4 +385,122 @@ fn soak_junit_has_one_case_per_kind_of_finding() {
         Some(if failed == 0 { 0 } else { 1 }),
         "{xml}"
     );
+}
+
+/// Every example in every `--help`, one command per entry: continuation
+/// lines joined, `&&` split, redirections and comments dropped.
+fn help_examples() -> Vec<String> {
+    fn walk(cmd: &clap::Command, out: &mut Vec<String>) {
+        if let Some(help) = cmd.get_after_help() {
+            let text = help.to_string();
+            if let Some((_, rest)) = text.split_once("Examples:\n") {
+                let block = rest.split("\n\n").next().unwrap_or("");
+                let joined = block.replace("\\\n", " ");
+                for line in joined.lines() {
+                    for part in line.split("&&") {
+                        let part = part.split(" #").next().unwrap_or(part);
+                        let part = part.split('>').next().unwrap_or(part).trim();
+                        if !part.is_empty() {
+                            out.push(part.to_string());
+                        }
+                    }
+                }
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            walk(sub, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(&Cli::command(), &mut out);
+    out
+}
+
+#[test]
+fn every_help_example_parses_and_names_repository_files_that_exist() {
+    let examples = help_examples();
+    assert!(examples.len() >= 30, "{examples:?}");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut problems = Vec::new();
+    for example in &examples {
+        let words: Vec<&str> = example.split_whitespace().collect();
+        if let Err(e) = Cli::try_parse_from(&words) {
+            problems.push(format!("{example}: {e}"));
+        }
+        // A path into the repository must exist there (and so is built
+        // into the binary when it is an asset).
+        for w in words.iter().flat_map(|w| w.split(':')) {
+            let repo_path = ["lab/", "harness/", "tests/"]
+                .iter()
+                .any(|p| w.starts_with(p));
+            if repo_path && !root.join(w).exists() {
+                problems.push(format!("{example}: {w} does not exist"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn lab_name_completes_standing_labs_not_file_names() {
+    let script = |shell: &str| {
+        let out = cnilab()
+            .args(["completions", shell])
+            .output()
+            .expect("runs");
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let labs = "ls /run/cnilab/labs";
+    // bash: the lab subcommands' --name case lists the labs; e2e's does not.
+    let bash = script("bash");
+    let section = |name: &str| {
+        let start = bash
+            .find(&format!("        {name})\n"))
+            .unwrap_or_else(|| panic!("{name} section"));
+        let rest = &bash[start + name.len() + 10..];
+        let end = rest.find("\n        cnilab__").unwrap_or(rest.len());
+        rest[..end].to_string()
+    };
+    for sub in ["check", "down", "status", "up"] {
+        let s = section(&format!("cnilab__subcmd__lab__subcmd__{sub}"));
+        assert!(
+            s.contains(labs) && !s.contains("--name)\n                    COMPREPLY=($(compgen -f"),
+            "lab {sub}:\n{s}"
+        );
+    }
+    assert!(!section("cnilab__subcmd__e2e__subcmd__kind").contains(labs));
+    let syntax = std::process::Command::new("bash")
+        .args(["-n", "-c", &bash])
+        .status()
+        .expect("bash");
+    assert!(syntax.success(), "the bash script parses");
+    // zsh and fish: the lab --name lines, and only those.
+    for (shell, lab_line, e2e_line) in [
+        (
+            "zsh",
+            "'--name=[Lab name]",
+            "'--name=[Cluster (profile) name",
+        ),
+        (
+            "fish",
+            "-l name -d 'Lab name'",
+            "-l name -d 'Cluster (profile) name",
+        ),
+    ] {
+        let text = script(shell);
+        let lines = |m: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| l.contains(m))
+                .map(String::from)
+                .collect()
+        };
+        assert!(!lines(lab_line).is_empty(), "{shell}");
+        for l in lines(lab_line) {
+            assert!(l.contains("/run/cnilab/labs"), "{shell}: {l}");
+        }
+        for l in lines(e2e_line) {
+            assert!(!l.contains("/run/cnilab/labs"), "{shell}: {l}");
+        }
+    }
 }

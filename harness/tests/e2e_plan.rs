@@ -837,3 +837,19 @@ fn the_example_own_kind_config_plans() {
     );
     assert!(out.contains("\"nodeName\": \"nft-worker3\""), "{out}");
 }
+
+#[test]
+fn minikube_refuses_kind_only_flags() {
+    for (flag, value) in [
+        ("--config", "lab/kind/ipv4.yaml"),
+        ("--node-image", "kindest/node:v1"),
+    ] {
+        let out = run_dry(&["minikube", "create", flag, value]);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{flag}: {err}");
+        assert!(
+            err.contains(flag) && err.contains("only `cnilab e2e kind` takes it"),
+            "{err}"
+        );
+    }
+}

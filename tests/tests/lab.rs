@@ -201,7 +201,7 @@ fn reports_are_written_in_every_format() {
 /// topology was really used.
 #[rstest]
 #[case::reference_plugins_pass_a_two_node_lab("lab/topologies/reference.toml", "/usr/lib/cni")]
-#[case::agent_routed_lab_passes("lab/topologies/agent.toml", "routing Agent")]
+#[case::agent_routed_lab_passes("lab/topologies/agent.toml", "routes by the agent")]
 fn shipped_topology_passes(#[case] topology: &str, #[case] shows: &str) {
     let _host = host_untouched();
     let out = cnilab(&["lab", "run", "--topology", topology]);
@@ -1113,20 +1113,24 @@ fn conntrack_invalid_drops_are_diagnosed_from_the_counters() {
 }
 
 /// A pod without a default route (deleted by hand) gets a diagnosis that
-/// names its node and its routes.
+/// names that pod (not "pods on node1": its neighbour still has the route)
+/// and its routes.
 #[test]
 fn a_pod_without_a_default_route_is_diagnosed() {
-    let (_run, lab) = lab_in_process(2, 1);
+    let (_run, lab) = lab_in_process(2, 2);
     ip_in(lab.nodes[0].pods[0].ns.name(), &["route", "del", "default"]);
-    failing_check_with(
+    let report = failing_check_with(
         lab,
-        &["pod-to-pod/cross-node"],
+        &["pod-to-pod"],
         "pod-no-route",
         &[
-            "pods on node1 have no route to the cluster CIDR 10.244.0.0/16",
+            "pod node1/node1-pod0 has no route to the cluster CIDR 10.244.0.0/16",
             "IPv4",
+            "its routes",
         ],
     );
+    let text = report.table();
+    assert!(!text.contains("pods on node1"), "{text}");
 }
 
 /// One deleted route fails many probes: the terminal shows one line per

@@ -107,7 +107,7 @@ fn assert_nothing_left(dir: &str, ns_prefix: &str, context: &str) {
 #[rstest]
 #[case::cnilab_bridge(&[], "plugin dir (bundled cnilab-bridge)")]
 #[case::reference_plugins(&["--topology", "lab/topologies/reference.toml"], "plugin dir /usr/lib/cni")]
-#[case::agent_routing(&["--topology", "lab/topologies/agent.toml"], "routing Agent")]
+#[case::agent_routing(&["--topology", "lab/topologies/agent.toml"], "routes by the agent")]
 fn two_by_two_through_the_cri_passes(#[case] extra: &[&str], #[case] shows: &str) {
     let _host = host_untouched();
     let mut args = vec!["lab", "run", "--runtime", "containerd", "-o", "json"];

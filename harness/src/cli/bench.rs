@@ -9,7 +9,7 @@ use std::path::PathBuf;
 /// Measure ADD/DEL latency of a plugin (optionally beside another one).
 #[derive(clap::Args)]
 #[command(after_help = concat!("Examples:\n  \
-    cnilab bench --plugin-dir target/release --config lab/bridge.conflist --pods 100\n  \
+    cnilab bench --plugin-dir target/release --config harness/examples/cnilab-bridge.conflist --pods 100\n  \
     cnilab bench --plugin-dir target/release --config a.conflist \\\n      \
     --vs-plugin-dir /usr/lib/cni --vs-config harness/examples/reference-bridge.conflist -o json\n\n",
     crate::exit_codes_help!()))]

@@ -30,7 +30,67 @@ impl Completions {
             Shell::Zsh => clap_complete::Shell::Zsh,
             Shell::Fish => clap_complete::Shell::Fish,
         };
-        clap_complete::generate(shell, &mut Cli::command(), "cnilab", &mut std::io::stdout());
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "cnilab", &mut script);
+        print!(
+            "{}",
+            lab_names(self.shell, &String::from_utf8_lossy(&script))
+        );
         Ok(crate::report::verdict(true))
     }
+}
+
+/// The lab subcommands whose `--name` is a standing lab's.
+const LAB_CMDS: [&str; 4] = ["check", "down", "status", "up"];
+
+/// `script` with `lab … --name` completing the names of standing labs (the
+/// directories of `/run/cnilab/labs`) instead of file names.
+fn lab_names(shell: Shell, script: &str) -> String {
+    let labs = crate::lab::state::LABS_DIR;
+    let mut out = String::with_capacity(script.len());
+    let mut in_lab = false;
+    let mut prev = "";
+    for raw in script.lines() {
+        let mut line = raw.to_string();
+        match shell {
+            Shell::Bash => {
+                if let Some(section) = line.trim().strip_suffix(')') {
+                    if section.starts_with("cnilab__subcmd__") && !section.contains(' ') {
+                        in_lab = LAB_CMDS
+                            .iter()
+                            .any(|c| section == format!("cnilab__subcmd__lab__subcmd__{c}"));
+                    }
+                }
+                if in_lab && prev.trim() == "--name)" && line.contains("compgen -f") {
+                    line = line.replace(
+                        "compgen -f \"${cur}\"",
+                        &format!("compgen -W \"$(ls {labs} 2>/dev/null)\" -- \"${{cur}}\""),
+                    );
+                }
+            }
+            Shell::Zsh => {
+                if line.contains("'--name=[Lab name]") || line.contains("'--name=[Only this lab") {
+                    line = line.replace(
+                        ":NAME:_default'",
+                        &format!(":NAME:_path_files -W {labs} -/'"),
+                    );
+                }
+            }
+            Shell::Fish => {
+                let lab_cmd = LAB_CMDS
+                    .iter()
+                    .any(|c| line.contains(&format!("__fish_seen_subcommand_from {c}\"")));
+                if line.contains("__fish_cnilab_using_subcommand lab;")
+                    && lab_cmd
+                    && line.contains(" -l name ")
+                {
+                    line.push_str(&format!(" -f -a \"(ls {labs} 2>/dev/null)\""));
+                }
+            }
+        }
+        out.push_str(&line);
+        out.push('\n');
+        prev = raw;
+    }
+    out
 }

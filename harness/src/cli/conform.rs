@@ -27,7 +27,8 @@ pub struct Conform {
     /// Also write JUnit XML to this file.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
-    /// Hostile-input corpus whose generic cases make check X1 (default: tests/corpus when present).
+    /// Hostile-input corpus whose generic cases make check X1 (default: the
+    /// built-in corpus, or tests/corpus when that directory exists here).
     #[arg(long)]
     pub corpus: Option<PathBuf>,
     /// Shell script run (`sh FILE`) inside each fresh host namespace before every group,
@@ -38,6 +39,10 @@ pub struct Conform {
     /// that keeps state outside ipam.dataDir).
     #[arg(long, default_value_t = crate::conform::DEFAULT_JOBS)]
     pub jobs: usize,
+    /// Seed of the container IDs (64 hex characters, like a runtime's; a
+    /// new seed per run without it, printed on stderr).
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 impl Conform {
@@ -48,17 +53,23 @@ impl Conform {
             ifname: self.plugin.ifname.clone(),
             only: self.only.clone(),
             timeout: self.plugin.timeout,
-            corpus: self.corpus.clone().or_else(|| {
-                let default = PathBuf::from("tests/corpus");
-                default.is_dir().then_some(default)
-            }),
+            corpus: Some(
+                self.corpus
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from(crate::assets::CORPUS)),
+            ),
             host_setup: self.host_setup.clone(),
             jobs: self.jobs,
+            seed: self.seed,
         }
     }
 
     pub fn run(self) -> CliResult {
         crate::netns::require_root()?;
+        // A corpus the user names must load before any rule runs (exit 2).
+        if let Some(dir) = &self.corpus {
+            crate::corpus::load_dir(dir)?;
+        }
         let bar = Progress::stderr();
         // Finished groups are always listed on stderr (stdout stays the report).
         let mut progress = |p: GroupProgress<'_>| match p.elapsed {
@@ -71,7 +82,12 @@ impl Conform {
                 t.as_secs_f64()
             )),
         };
-        let report = conform::run(&self.options(), &mut progress)?;
+        let mut opts = self.options();
+        let seed = opts.seed.unwrap_or_else(crate::rng::seed_from_clock);
+        opts.seed = Some(seed);
+        let report = conform::run(&opts, &mut progress)?;
+        // After the run, so that an error stays the first line on stderr.
+        bar.line(&format!("container IDs from --seed {seed}"));
         match self.output.output {
             Format::Table => report::print_human(&report.table()),
             Format::Json => println!("{}", report.json()),

@@ -82,7 +82,8 @@ pub struct ProviderArgs {
     /// Image archive to load instead of building (docker save output).
     #[arg(long)]
     pub image_archive: Option<PathBuf>,
-    /// Directory of cnilab's manifests to deploy.
+    /// Directory of cnilab's manifests to deploy (the built-in ones when
+    /// lab/manifests is not in the working directory).
     #[arg(long, default_value = "lab/manifests")]
     pub manifests: PathBuf,
     /// Deploy this CNI manifest instead of cnilab's (flannel, calico, your

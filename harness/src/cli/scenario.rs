@@ -25,8 +25,9 @@ pub enum ScenarioCmd {
         cnilab scenario list --dir my/scenarios -o json\n\n",
         crate::exit_codes_help!()))]
     List {
-        /// Directory of scenario files.
-        #[arg(long, default_value = "lab/scenarios")]
+        /// Directory of scenario files (default: the built-in scenarios, or
+        /// lab/scenarios when that directory is here).
+        #[arg(long, default_value = crate::assets::SCENARIOS)]
         dir: PathBuf,
         #[command(flatten)]
         output: OutputArgs,
@@ -34,15 +35,24 @@ pub enum ScenarioCmd {
     /// Replay scenario files (exit 0 iff each behaved as written).
     #[command(after_help = concat!("Examples:\n  \
         cnilab scenario run lab/scenarios/missing-route.toml\n  \
-        cnilab scenario run lab/scenarios --plugin-dir target/debug -o json\n\n",
+        cnilab scenario run missing-route --plugin-dir /usr/lib/cni --config lab/configs/lab-ptp.conflist.tmpl\n  \
+        cnilab scenario run lab/scenarios -o json\n\n\
+        A scenario that cannot apply to the plugin (a fault that needs the bundled plugin's\n\
+        bridge) is SKIP with the reason; one whose lab cannot be set up is ERROR (exit 2).\n\n",
         crate::exit_codes_help!()))]
     Run {
-        /// Scenario files (or a directory of them).
+        /// Scenario files, directories of them, or built-in scenarios' names
+        /// (`cnilab scenario list`).
         #[arg(required = true)]
         files: Vec<PathBuf>,
-        /// Plugin directory (default: the bundled cnilab-bridge).
-        #[arg(long)]
+        /// Plugin directory, or several joined by ':' (default: the bundled
+        /// cnilab-bridge). With your own plugin, pass --config too.
+        #[arg(long, value_name = "DIR[:DIR]")]
         plugin_dir: Option<String>,
+        /// Plugin config template for every scenario's nodes (placeholders:
+        /// see `cnilab lab run --help`).
+        #[arg(long, value_name = "TEMPLATE")]
+        config: Option<PathBuf>,
         /// How the labs attach pods: `direct` or `containerd` (CRI, like kubelet).
         #[arg(long, value_enum, default_value_t = crate::lab::cri::RuntimeKind::Direct)]
         runtime: crate::lab::cri::RuntimeKind,
@@ -54,18 +64,6 @@ pub enum ScenarioCmd {
     },
 }
 
-fn scenario_paths(files: &[PathBuf]) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>> {
-    let mut out = Vec::new();
-    for f in files {
-        if f.is_dir() {
-            out.extend(lab::scenario_files(f)?);
-        } else {
-            out.push(f.clone());
-        }
-    }
-    Ok(out)
-}
-
 impl Scenario {
     pub fn run(self) -> CliResult {
         match self.command {
@@ -73,16 +71,18 @@ impl Scenario {
             ScenarioCmd::Run {
                 files,
                 plugin_dir,
+                config,
                 runtime,
                 output,
                 junit,
-            } => lab::scenario_run_with(
-                &scenario_paths(&files)?,
+            } => lab::scenario_run(&lab::ScenarioRun {
+                files: lab::scenario_paths(&files)?,
                 plugin_dir,
+                config,
                 runtime,
-                output.output,
-                junit.as_deref(),
-            ),
+                format: output.output,
+                junit,
+            }),
         }
     }
 }

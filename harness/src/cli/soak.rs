@@ -14,7 +14,7 @@ use std::time::Duration;
 #[derive(clap::Args)]
 #[command(after_help = concat!("Examples:\n  \
     cnilab soak --plugin-dir /usr/lib/cni --config harness/examples/reference-bridge.conflist --duration 2m\n  \
-    cnilab soak --plugin-dir target/debug --config lab/bridge.conflist --seed 42 --replay 17 -o json\n\n",
+    cnilab soak --plugin-dir target/debug --config harness/examples/cnilab-bridge.conflist --seed 42 --replay 17 -o json\n\n",
     crate::exit_codes_help!()))]
 pub struct Soak {
     #[command(flatten)]

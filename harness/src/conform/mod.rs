@@ -6,7 +6,10 @@
 //! The suite plays the runtime ([`Runtime`]) inside a throwaway host
 //! namespace, with the IPAM `dataDir` pointed at a scratch directory, so
 //! nothing of the real host is touched and the store can be inspected.
+//! `advice` says how to fix each rule and which root cause explains several
+//! failed rules (the report's "fix first" list).
 
+pub mod advice;
 mod checks;
 mod corpus;
 pub mod report;
@@ -40,6 +43,10 @@ pub enum ConformError {
     BadIfname(String, &'static str),
     #[error("--host-setup {path}: {reason}")]
     HostSetup { path: PathBuf, reason: String },
+    /// A plugin the config names cannot be run at all (missing, not
+    /// executable, VERSION does not start or never ends).
+    #[error("the plugin cannot be run, so nothing was checked: {0}")]
+    Precheck(String),
     /// The first ADD failed for a reason of the machine, not the plugin.
     #[error("the environment cannot run this config, so nothing was checked: {0}")]
     Environment(String),
@@ -121,6 +128,9 @@ pub struct ConformOptions {
     /// Check groups run at once (each in its own namespaces and store); 1
     /// for a plugin that keeps state outside `ipam.dataDir`.
     pub jobs: usize,
+    /// Seeds the container IDs (64 hex characters, like a runtime's);
+    /// `None`: a new seed per run.
+    pub seed: Option<u64>,
 }
 
 impl ConformOptions {
@@ -135,6 +145,7 @@ impl ConformOptions {
             corpus: None,
             host_setup: None,
             jobs: DEFAULT_JOBS,
+            seed: None,
         }
     }
 }
@@ -180,7 +191,7 @@ fn world(
     // exists before the checks and is not counted as their doing.
     let pod = Netns::with_label("pod")?;
     let rt = crate::runtime::RuntimeConf::new(
-        &format!("cnilab-warmup-{n}"),
+        &crate::rng::container_id(crate::rng::seed_from_clock(), n as u64),
         Some(pod.path()),
         &opts.ifname,
     );
@@ -205,11 +216,61 @@ pub fn environment_reason(msg: &str) -> Option<&'static str> {
     }
 }
 
+/// Before any rule: every plugin the config names is on `--plugin-dir`, is
+/// executable, and a VERSION call starts and ends (what it answers is V1's
+/// business). Each failure says how to fix it.
+fn precheck(w: &World, opts: &ConformOptions) -> Result<(), ConformError> {
+    use std::os::unix::fs::PermissionsExt;
+    for index in 0..w.net.plugins.len() {
+        let name = w.net.plugin_type(index);
+        let path = w.runtime.find_plugin(name).map_err(|e| {
+            ConformError::Precheck(format!(
+                "{e}: put the plugin binary in --plugin-dir {}, or fix \"type\" in --config {}",
+                opts.plugin_dir,
+                opts.config.display()
+            ))
+        })?;
+        let mode = std::fs::metadata(&path)
+            .map(|m| m.permissions().mode())
+            .unwrap_or(0);
+        if mode & 0o111 == 0 {
+            return Err(ConformError::Precheck(format!(
+                "{} is not executable (mode {:o}): chmod +x {}",
+                path.display(),
+                mode & 0o7777,
+                path.display()
+            )));
+        }
+        let version = w.net.version.to_string();
+        let broken = match w.runtime.version(name, &version) {
+            Err(RuntimeError::Spawn { reason, .. }) => Some(reason),
+            Err(RuntimeError::Timeout(e)) => Some(format!(
+                "VERSION did not finish within {:?} (--timeout)",
+                e.duration
+            )),
+            // 126/127: the shell could not run it (bad interpreter line).
+            Err(RuntimeError::Crashed(e)) if matches!(e.exit_code, Some(126 | 127)) => {
+                Some(format!("{}: {}", e.status_text(), e.stderr.trim()))
+            }
+            _ => None,
+        };
+        if let Some(why) = broken {
+            return Err(ConformError::Precheck(format!(
+                "{} does not answer VERSION: {why}; run `CNI_COMMAND=VERSION {} </dev/null` to see why (a plugin must start and print {{\"cniVersion\", \"supportedVersions\"}})",
+                path.display(),
+                path.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The first ADD of the run: when it fails for a reason of the machine,
 /// nothing else can be judged.
 fn preflight(w: &World, ifname: &str) -> Result<(), ConformError> {
     let pod = Netns::with_label("pod")?;
-    let rt = crate::runtime::RuntimeConf::new("cnilab-preflight", Some(pod.path()), ifname);
+    let id = crate::rng::container_id(crate::rng::seed_from_clock(), u64::MAX);
+    let rt = crate::runtime::RuntimeConf::new(&id, Some(pod.path()), ifname);
     let added = w.runtime.add(&w.net, &rt);
     let _ = w.runtime.del(&w.net, &rt);
     match added {
@@ -277,7 +338,7 @@ pub fn run(
     let own_before = own_network();
     let scratch = ScratchDir::new("conform")?;
     let first = world(opts, &net, scratch.path(), 0)?;
-    first.runtime.find_plugins(&net).map_err(Box::new)?;
+    precheck(&first, opts)?;
     let started = Instant::now();
     let suite = suite::Suite::new(
         &first.runtime,

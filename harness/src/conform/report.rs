@@ -21,6 +21,8 @@ pub struct CheckReport {
     pub details: Vec<String>,
     /// Plugin calls behind the failures and warnings.
     pub evidence: Vec<Execution>,
+    /// How to fix the rule (FAIL and WARN only).
+    pub fix: Option<String>,
 }
 
 fn ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -52,6 +54,9 @@ impl CheckReport {
         CheckReport {
             id: id.to_string(),
             name: name.to_string(),
+            fix: matches!(verdict, Verdict::Fail | Verdict::Warn)
+                .then(|| super::advice::fix_for(id).map(String::from))
+                .flatten(),
             verdict,
             details,
             evidence,
@@ -91,6 +96,9 @@ pub struct ConformReport {
     pub config_version: String,
     pub plugin: String,
     pub plugin_versions: Vec<String>,
+    /// Causes behind several failed rules at once, most rules first: what to
+    /// fix first.
+    pub root_causes: Vec<super::advice::RootCause>,
     pub checks: Vec<CheckReport>,
     pub operations: Vec<OperationTiming>,
     pub groups: Vec<GroupTiming>,
@@ -141,6 +149,7 @@ impl ConformReport {
             config_version: net.version.to_string(),
             plugin: net.plugin_type(0).to_string(),
             plugin_versions,
+            root_causes: super::advice::root_causes(&checks),
             checks,
             operations,
             groups: groups
@@ -182,6 +191,21 @@ impl ConformReport {
             }
         );
         let _ = writeln!(out);
+        if !self.root_causes.is_empty() {
+            let _ = writeln!(out, "Fix first");
+            for (n, r) in self.root_causes.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "  {}. {} — explains {} ({})",
+                    n + 1,
+                    r.cause,
+                    r.ids.join(", "),
+                    r.ids.len()
+                );
+                let _ = writeln!(out, "     how to fix: {}", r.fix);
+            }
+            let _ = writeln!(out);
+        }
         let _ = writeln!(out, "{:<4} {:<5} {:<48} NOTE", "ID", "", "CHECK");
         for c in &self.checks {
             let note = c
@@ -207,6 +231,9 @@ impl ConformReport {
             let _ = writeln!(out, "\nDetails");
             for c in troubled {
                 let _ = writeln!(out, "\n{} {} — {}", c.id, c.verdict, c.name);
+                if let Some(fix) = &c.fix {
+                    let _ = writeln!(out, "  how to fix: {fix}");
+                }
                 for d in c
                     .details
                     .iter()

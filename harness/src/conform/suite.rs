@@ -36,6 +36,8 @@ pub(crate) struct Suite<'a> {
     /// is narrowed by the whole chain.
     pub single_versions: Vec<Version>,
     counter: Arc<AtomicU32>,
+    /// Seeds the container IDs ([`Suite::cid`]).
+    seed: u64,
     layout: OnceLock<bool>,
 }
 
@@ -72,6 +74,7 @@ impl<'a> Suite<'a> {
             version_findings: Vec::new(),
             single_versions: Vec::new(),
             counter: Arc::new(AtomicU32::new(0)),
+            seed: opts.seed.unwrap_or_else(crate::rng::seed_from_clock),
             layout: OnceLock::new(),
         };
         suite.discover_versions();
@@ -102,6 +105,7 @@ impl<'a> Suite<'a> {
             version_findings: Vec::new(),
             single_versions: self.single_versions.clone(),
             counter: Arc::clone(&self.counter),
+            seed: self.seed,
             layout: OnceLock::new(),
         }
     }
@@ -271,12 +275,13 @@ impl<'a> Suite<'a> {
         Lab::new(self.runtime, self.host, net)
     }
 
-    /// A fresh container ID: `cnilab-<tag>-<n>`.
-    pub fn cid(&self, tag: &str) -> String {
-        format!(
-            "cnilab-{tag}-{}",
-            self.counter.fetch_add(1, Ordering::Relaxed)
-        )
+    /// A fresh container ID like a runtime's: 64 hex characters, from the
+    /// run's seed and a counter, so IDs share no prefix (a plugin naming
+    /// host veths after the first characters of the ID does not collide).
+    /// `tag` names the check in nothing but the caller.
+    pub fn cid(&self, _tag: &str) -> String {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        crate::rng::container_id(self.seed, u64::from(n))
     }
 
     pub fn pod(&self) -> Result<Netns, ConformError> {

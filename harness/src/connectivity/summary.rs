@@ -55,12 +55,27 @@ pub fn causes(failures: &[Failure]) -> Vec<Cause> {
 }
 
 /// Probes between the nodes (and their pods) of one family, as a square
-/// matrix: `cells[from][to] = (probes, passed)`.
+/// matrix: `cells[from][to] = (probes, passed)`; JSON:
+/// `[[{"probes": 14, "passed": 14}, …], …]`.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct FamilyMatrix {
     pub family: &'static str,
     pub nodes: Vec<String>,
+    #[serde(serialize_with = "cell_objects")]
     pub cells: Vec<Vec<(usize, usize)>>,
+}
+
+fn cell_objects<S: serde::Serializer>(
+    rows: &[Vec<(usize, usize)>],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    struct Row<'a>(&'a [(usize, usize)]);
+    impl serde::Serialize for Row<'_> {
+        fn serialize<S2: serde::Serializer>(&self, s: S2) -> Result<S2::Ok, S2::Error> {
+            crate::report::pairs_as_objects(self.0, "probes", "passed", s)
+        }
+    }
+    s.collect_seq(rows.iter().map(|r| Row(r)))
 }
 
 impl FamilyMatrix {
@@ -212,6 +227,20 @@ mod tests {
     use super::*;
     use crate::connectivity::{Endpoint, ProbeSpec, Proto};
     use std::net::IpAddr;
+
+    #[test]
+    fn matrix_cells_are_objects_in_json() {
+        let m = FamilyMatrix {
+            family: "IPv4",
+            nodes: vec!["node1".into(), "node2".into()],
+            cells: vec![vec![(14, 14), (6, 3)], vec![(6, 6), (0, 0)]],
+        };
+        let v = serde_json::to_value(&m).expect("JSON");
+        assert_eq!(
+            v["cells"][0][1],
+            serde_json::json!({"probes": 6, "passed": 3})
+        );
+    }
 
     fn outcome(from: usize, to: usize, ip: &str, ok: bool) -> ProbeOutcome {
         let ep = |n: usize| Endpoint {

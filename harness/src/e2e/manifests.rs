@@ -122,7 +122,7 @@ pub fn read(opts: &E2eOptions) -> Result<(Vec<Manifest>, Origin), E2eError> {
 }
 
 fn read_file(path: &Path) -> Result<String, E2eError> {
-    std::fs::read_to_string(path).map_err(|e| E2eError::Io {
+    crate::assets::read_to_string(path).map_err(|e| E2eError::Io {
         what: format!("cannot read the manifest {}", path.display()),
         source: e,
     })
@@ -130,17 +130,22 @@ fn read_file(path: &Path) -> Result<String, E2eError> {
 
 /// Reads `*.yaml` in `dir`, sorted, except kustomization.yaml.
 pub fn read_dir(dir: &Path) -> Result<Vec<Manifest>, E2eError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| E2eError::Io {
-        what: format!("cannot read the manifests directory {}", dir.display()),
+    let entries = crate::assets::list(dir).map_err(|e| E2eError::Io {
+        what: format!(
+            "cannot read the manifests directory {} (--manifests DIR; without it cnilab's built-in manifests are used)",
+            dir.display()
+        ),
         source: e,
     })?;
     let mut files = Vec::new();
-    for entry in entries.flatten() {
-        let file_name = entry.file_name().to_string_lossy().into_owned();
+    for path in entries {
+        let Some(file_name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+            continue;
+        };
         if !file_name.ends_with(".yaml") || file_name == "kustomization.yaml" {
             continue;
         }
-        let text = read_file(&entry.path())?;
+        let text = read_file(&path)?;
         files.push(Manifest { file_name, text });
     }
     files.sort_by(|a, b| a.file_name.cmp(&b.file_name));

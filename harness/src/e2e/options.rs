@@ -170,7 +170,7 @@ impl E2eOptions {
             node_image: None,
             image: DEFAULT_IMAGE.to_string(),
             image_archive: None,
-            manifests: PathBuf::from("lab/manifests"),
+            manifests: PathBuf::from(crate::assets::MANIFESTS),
             cni_manifests: Vec::new(),
             kind_config: None,
             timeout: Duration::from_secs(180),
@@ -189,6 +189,11 @@ impl E2eOptions {
         if self.kind_config.is_some() && self.provider != Provider::Kind {
             return Err(E2eError::Invalid(
                 "--config is a kind config: only `cnilab e2e kind` takes it".into(),
+            ));
+        }
+        if self.node_image.is_some() && self.provider != Provider::Kind {
+            return Err(E2eError::Invalid(
+                "--node-image is a kind node image: only `cnilab e2e kind` takes it (minikube: --k8s-version)".into(),
             ));
         }
         let name_ok = !self.name.is_empty()

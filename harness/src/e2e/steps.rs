@@ -151,6 +151,12 @@ pub fn load(opts: &E2eOptions, rendered: &Rendered) -> Plan {
             why: "--image-archive names a file that does not exist (cnilab does not rebuild it silently; drop the flag to build the image)".into(),
         }),
         None => {
+            // The image is built from the repository (its root is the
+            // build context): outside it, say so before docker does.
+            plan.push(Action::RequireFile {
+                path: PathBuf::from("lab/image/Dockerfile"),
+                why: "building the cnilab image needs the repository: run from its root, or pass --image-archive FILE (a `docker save` of the image)".into(),
+            });
             plan.push(Action::run(
                 Cmd::new("docker").args([
                     "build",

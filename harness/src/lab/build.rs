@@ -25,6 +25,9 @@ pub enum LabError {
     Runtime(#[from] RuntimeError),
     #[error("{0}")]
     Setup(String),
+    /// A fault or check that cannot apply to this plugin (a scenario SKIPs).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 pub(super) fn setup(msg: impl Into<String>) -> LabError {
@@ -90,6 +93,25 @@ pub fn own_dir() -> Option<PathBuf> {
         .ok()?
         .parent()
         .map(Path::to_path_buf)
+}
+
+/// The directory of the bundled `cnilab-bridge`: next to this binary
+/// (cargo's target dir; `cargo install` puts both in the same bin dir), else
+/// the first absolute `$PATH` directory that has it. The error says how to
+/// install it or point at a plugin.
+pub fn bundled_plugin_dir() -> Result<PathBuf, String> {
+    const NAME: &str = "cnilab-bridge";
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    own_dir()
+        .into_iter()
+        .chain(std::env::split_paths(&path))
+        .find(|d| d.is_absolute() && d.join(NAME).is_file())
+        .ok_or_else(|| {
+            format!(
+                "the bundled plugin {NAME} is neither next to this binary ({}) nor on $PATH: install it next to cnilab (`cargo install --path plugin` in the repository, or `cargo build --release --workspace`), or pass --plugin-dir DIR (and --config TEMPLATE for your own plugin)",
+                own_dir().unwrap_or_default().display()
+            )
+        })
 }
 
 pub(super) fn make_ns(opts: &UpOptions, role: &str) -> Result<Netns, NetnsError> {
@@ -250,6 +272,21 @@ pub fn check_template(template: &str, topo: &Topology) -> Result<(), String> {
             rest = &after[close + 2..];
         }
     }
+    // Filled in, it must be JSON: said against the template's own lines
+    // (no value spans lines), before anything is built.
+    for node in &topo.nodes {
+        let text = render_template(template, topo, node, Path::new("/var/lib/cni/cnilab"));
+        if let Err(e) = serde_json::from_str::<serde_json::Value>(&text) {
+            let what = e.to_string();
+            let what = what.split(" at line ").next().unwrap_or(&what);
+            return Err(format!(
+                "line {} column {}: filled in for {}, it is not JSON: {what}",
+                e.line(),
+                e.column(),
+                node.name
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -258,7 +295,7 @@ pub fn check_template(template: &str, topo: &Topology) -> Result<(), String> {
 pub fn check_template_of(topo: &Topology) -> Result<(), LabError> {
     match topo.plugin.as_ref().and_then(|p| p.config.clone()) {
         Some(path) => {
-            let text = std::fs::read_to_string(&path)
+            let text = crate::assets::read_to_string(&path)
                 .map_err(|e| setup(format!("plugin config template {}: {e}", path.display())))?;
             check_template(&text, topo)
                 .map_err(|e| setup(format!("plugin config template {}: {e}", path.display())))
@@ -425,10 +462,10 @@ impl Lab {
             .plugin_dir
             .clone()
             .or_else(|| topo.plugin.as_ref().and_then(|p| p.dir.clone()))
-            .or_else(|| own_dir().map(|d| d.display().to_string()))
-            .ok_or_else(|| setup("no plugin dir: pass --plugin-dir"))?;
+            .map_or_else(|| bundled_plugin_dir().map(|d| d.display().to_string()), Ok)
+            .map_err(setup)?;
         let template = match topo.plugin.as_ref().and_then(|p| p.config.clone()) {
-            Some(path) => std::fs::read_to_string(&path)
+            Some(path) => crate::assets::read_to_string(&path)
                 .map_err(|e| setup(format!("plugin config template {}: {e}", path.display())))?,
             None => DEFAULT_TEMPLATE.to_string(),
         };
@@ -1065,6 +1102,16 @@ mod tests {
         let err = check_template("\"{{pod_cidr6}}\"", &topo).expect_err("no IPv6 pod CIDR");
         assert!(err.contains("node1") && err.contains("IPv6"), "{err}");
         check_template(DEFAULT_TEMPLATE, &topo).expect("the bundled template is valid");
+        let broken = DEFAULT_TEMPLATE.replacen("\"cniVersion\"", "cniVersion\"", 1);
+        let line = 1 + DEFAULT_TEMPLATE
+            [..DEFAULT_TEMPLATE.find("\"cniVersion\"").expect("cniVersion")]
+            .matches('\n')
+            .count();
+        let err = check_template(&broken, &topo).expect_err("not JSON");
+        assert!(
+            err.starts_with(&format!("line {line} column")) && err.contains("not JSON"),
+            "{err}"
+        );
         let ptp = include_str!("../../../lab/configs/lab-ptp.conflist.tmpl");
         check_template(ptp, &topo).expect("the ptp template is valid");
     }

@@ -50,22 +50,29 @@ fn topology(args: &TopologyArgs) -> Result<Topology, Box<dyn std::error::Error>>
         topo.validate(Path::new("--pods-per-node"))?;
     }
     if let Some(config) = &args.config {
-        // A generated lab whose template cannot tell the plugin to
-        // masquerade ({{ip_masq}}): the nodes masquerade, as an agent would.
-        let tells_plugin = std::fs::read_to_string(config)
-            .map(|t| t.contains("{{ip_masq}}"))
-            .unwrap_or(true);
-        if args.topology.is_none() && !tells_plugin && topo.masquerade == Masquerade::Plugin {
-            topo.masquerade = Masquerade::Node;
-        }
-        let dir = topo.plugin.as_ref().and_then(|p| p.dir.clone());
-        topo.plugin = Some(super::topology::PluginSpec {
-            dir,
-            config: Some(config.clone()),
-        });
+        use_template(&mut topo, config, args.topology.is_none());
     }
     super::underlay::apply_flags(&mut topo, args.shape, args.vxlan, args.service)?;
     Ok(topo)
+}
+
+/// Makes `config` the plugin's template. A template that cannot tell the
+/// plugin to masquerade (no `{{ip_masq}}`) in a lab whose masquerade was not
+/// chosen by a topology file for its plugin (`generated`: a `--nodes` lab,
+/// or a scenario's, which describes the cluster): the nodes masquerade, as an
+/// agent would.
+fn use_template(topo: &mut Topology, config: &Path, generated: bool) {
+    let tells_plugin = crate::assets::read_to_string(config)
+        .map(|t| t.contains("{{ip_masq}}"))
+        .unwrap_or(true);
+    if generated && !tells_plugin && topo.masquerade == Masquerade::Plugin {
+        topo.masquerade = Masquerade::Node;
+    }
+    let dir = topo.plugin.as_ref().and_then(|p| p.dir.clone());
+    topo.plugin = Some(super::topology::PluginSpec {
+        dir,
+        config: Some(config.to_path_buf()),
+    });
 }
 
 /// How the lab will fit the host's neighbour tables; printed when it
@@ -98,16 +105,8 @@ fn default_plugin_check(
             .into());
         }
     }
-    let uses_default = dir.is_none();
-    if uses_default {
-        let dir = super::build::own_dir().unwrap_or_default();
-        if !dir.join("cnilab-bridge").is_file() {
-            return Err(format!(
-                "the bundled plugin is not built: {} is missing. Run `cargo build --release --workspace` (or pass --plugin-dir)",
-                dir.join("cnilab-bridge").display()
-            )
-            .into());
-        }
+    if dir.is_none() {
+        super::build::bundled_plugin_dir()?;
     }
     Ok(())
 }
@@ -138,11 +137,19 @@ fn header(topo: &Topology, plugin_dir: Option<&str>) {
         .unwrap_or("(bundled cnilab-bridge)");
     let pods: usize = topo.nodes.len() * topo.pods_per_node;
     eprintln!(
-        "🔭 cnilab lab {}: {} nodes, {pods} pods, plugin dir {plugin_dir}, routing {:?}, masquerade {:?}",
+        "🔭 cnilab lab {}: {} nodes, {pods} pods, plugin dir {plugin_dir}, {}, {}",
         topo.name,
         topo.nodes.len(),
-        topo.routing,
-        topo.masquerade
+        match topo.routing {
+            super::topology::Routing::Static => "static routes",
+            super::topology::Routing::Agent => "routes by the agent",
+            super::topology::Routing::Vxlan => "a VXLAN overlay",
+        },
+        match topo.masquerade {
+            Masquerade::Plugin => "the plugin masquerades",
+            Masquerade::Node => "the nodes masquerade",
+            Masquerade::None => "nobody masquerades",
+        }
     );
 }
 
@@ -389,15 +396,44 @@ pub fn down(name: &str) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Scenario files in `dir` (default `lab/scenarios`).
+/// Scenario files in `dir` (default `lab/scenarios`: the built-in ones when
+/// that directory is not in the working directory).
 pub fn scenario_files(dir: &Path) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| format!("cannot read scenarios in {}: {e}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
+    Ok(crate::assets::list(dir)
+        .map_err(|e| {
+            format!(
+                "cannot read scenarios in {}: {e} (--dir DIR names a directory of scenario files; without it the built-in scenarios are listed)",
+                dir.display()
+            )
+        })?
+        .into_iter()
         .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-        .collect();
-    files.sort();
-    Ok(files)
+        .collect())
+}
+
+/// What `scenario run` was given, as scenario files: a file, a directory of
+/// them, or the name of a built-in scenario (`missing-route`).
+pub fn scenario_paths(given: &[PathBuf]) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>> {
+    let mut out = Vec::new();
+    for f in given {
+        let by_name = Path::new(crate::assets::SCENARIOS)
+            .join(f)
+            .with_extension("toml");
+        if f.is_dir() || (!f.exists() && crate::assets::list(f).is_ok()) {
+            out.extend(scenario_files(f)?);
+        } else if f.exists() || crate::assets::builtin(f).is_some() {
+            out.push(f.clone());
+        } else if f.components().count() == 1 && crate::assets::builtin(&by_name).is_some() {
+            out.push(by_name);
+        } else {
+            return Err(format!(
+                "no scenario {}: give a scenario file, a directory of them, or a built-in scenario's name (`cnilab scenario list`)",
+                f.display()
+            )
+            .into());
+        }
+    }
+    Ok(out)
 }
 
 /// `cnilab scenario list`.
@@ -438,9 +474,15 @@ pub fn scenario_list(dir: &Path, format: Format) -> CliResult {
     }
     for e in scenarios {
         match (e.name, e.summary, e.error) {
-            (Some(name), Some(summary), None) => {
-                println!("{name:<28} {summary}  [{}]", e.file.display())
-            }
+            (Some(name), Some(summary), None) => println!(
+                "{name:<28} {summary}  [{}{}]",
+                e.file.display(),
+                if crate::assets::is_builtin(&e.file) {
+                    ", built in"
+                } else {
+                    ""
+                }
+            ),
             (_, _, error) => println!(
                 "{:<28} INVALID: {}",
                 e.file.display(),
@@ -451,12 +493,29 @@ pub fn scenario_list(dir: &Path, format: Format) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
+/// How one scenario ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Outcome {
+    /// Behaved as written.
+    Pass,
+    /// A step did not behave as written.
+    Fail,
+    /// Cannot apply to this plugin (`reason` says why).
+    Skip,
+    /// The lab or a step could not be set up (`reason` says why): nothing judged.
+    Error,
+}
+
 /// One replayed scenario, as `-o json` shows it.
 #[derive(serde::Serialize)]
 struct ScenarioResult {
     name: String,
     file: PathBuf,
     passed: bool,
+    outcome: Outcome,
+    /// Why it was skipped or could not run.
+    reason: Option<String>,
     /// The steps (or the error that stopped the scenario).
     detail: Vec<String>,
 }
@@ -465,103 +524,180 @@ struct ScenarioResult {
 struct ScenarioReport {
     passed: usize,
     failed: usize,
+    skipped: usize,
+    errors: usize,
     scenarios: Vec<ScenarioResult>,
 }
 
 impl ScenarioReport {
+    fn count(&self, o: Outcome) -> usize {
+        self.scenarios.iter().filter(|r| r.outcome == o).count()
+    }
+
     fn junit(&self) -> String {
-        use crate::report::junit::{Case, Report as Junit, Suite};
+        use crate::report::junit::{Case, Outcome as Junit, Report as Doc, Suite};
         let mut suite = Suite::new("cnilab scenarios");
         for r in &self.scenarios {
-            suite.cases.push(if r.passed {
-                Case::pass(&r.name)
-            } else {
-                Case::failure(
+            let reason = r.reason.clone().unwrap_or_default();
+            suite.cases.push(match r.outcome {
+                Outcome::Pass => Case::pass(&r.name),
+                Outcome::Skip => Case::new(&r.name, Junit::Skipped { message: reason }),
+                Outcome::Fail => Case::failure(
                     &r.name,
                     "scenario did not behave as written",
                     r.detail.join("\n"),
-                )
+                ),
+                Outcome::Error => Case::failure(
+                    &r.name,
+                    format!("setup error: {reason}"),
+                    r.detail.join("\n"),
+                ),
             });
         }
-        let mut doc = Junit::new("cnilab scenarios");
+        let mut doc = Doc::new("cnilab scenarios");
         doc.suites.push(suite);
         doc.to_xml()
     }
-}
 
-/// `cnilab scenario run FILE…`: exit 0 iff every scenario behaved as written.
-pub fn scenario_run(
-    files: &[PathBuf],
-    plugin_dir: Option<String>,
-    format: Format,
-    junit: Option<&Path>,
-) -> CliResult {
-    scenario_run_with(files, plugin_dir, Default::default(), format, junit)
-}
-
-/// [`scenario_run`] with the labs' runtime (`--runtime`).
-pub fn scenario_run_with(
-    files: &[PathBuf],
-    plugin_dir: Option<String>,
-    runtime: super::cri::RuntimeKind,
-    format: Format,
-    junit: Option<&Path>,
-) -> CliResult {
-    netns::require_root()?;
-    super::cleanup_on_interrupt(None);
-    runtime_header(runtime)?;
-    let mut results = Vec::new();
-    for path in files {
-        let s = Scenario::load(path)?;
-        eprintln!("🎬 scenario {}: {}", s.name, s.summary);
-        let mut log = |l: &scenario::StepLog| {
-            eprintln!(
-                "  {} step {}: {} — {}",
-                if l.ok { "✅" } else { "❌" },
-                l.step,
-                l.what,
-                l.detail
-            );
-        };
-        let (passed, detail) = match scenario::run_with(&s, plugin_dir.clone(), runtime, &mut log) {
-            Ok(result) => (
-                result.passed,
-                result
-                    .steps
-                    .iter()
-                    .map(|l| format!("step {}: {} — {}", l.step, l.what, l.detail))
-                    .collect(),
-            ),
-            Err(e) => (false, vec![e.to_string()]),
-        };
-        if format == Format::Table {
-            println!(
-                "{} scenario {}",
-                if passed { "✅ PASS" } else { "❌ FAIL" },
-                s.name
-            );
-        }
-        results.push(ScenarioResult {
-            name: s.name,
-            file: path.clone(),
-            passed,
-            detail,
-        });
+    /// 2 when a scenario could not be set up (nothing it checks was
+    /// judged), else 1 when one failed, 3 when every one was skipped, else 0.
+    fn exit_code(&self) -> ExitCode {
+        ExitCode::from(if self.errors > 0 {
+            report::exit::USAGE
+        } else if self.failed > 0 {
+            report::exit::FAIL
+        } else if self.skipped > 0 && self.skipped == self.scenarios.len() {
+            report::exit::INCONCLUSIVE
+        } else {
+            report::exit::PASS
+        })
     }
-    let failed = results.iter().filter(|r| !r.passed).count();
-    let summary = ScenarioReport {
-        passed: results.len() - failed,
-        failed,
+}
+
+/// What `cnilab scenario run` replays, and with which plugin.
+#[derive(Clone, Debug, Default)]
+pub struct ScenarioRun {
+    pub files: Vec<PathBuf>,
+    /// `--plugin-dir` (default: the bundled cnilab-bridge).
+    pub plugin_dir: Option<String>,
+    /// `--config TEMPLATE`: the plugin's config template for every scenario.
+    pub config: Option<PathBuf>,
+    pub runtime: super::cri::RuntimeKind,
+    pub format: Format,
+    pub junit: Option<PathBuf>,
+}
+
+/// A scenario's topology made ready for `run`'s plugin, or why it cannot be
+/// (a setup error: nothing is built).
+fn prepare(s: &mut Scenario, run: &ScenarioRun) -> Result<(), Box<dyn std::error::Error>> {
+    if let Some(config) = &run.config {
+        use_template(&mut s.topology, config, true);
+    }
+    default_plugin_check(&run.plugin_dir, &s.topology)?;
+    super::build::check_template_of(&s.topology)?;
+    Ok(())
+}
+
+/// Replays one scenario; `say` prints a step line.
+fn replay(s: &mut Scenario, path: &Path, run: &ScenarioRun, say: &dyn Fn(&str)) -> ScenarioResult {
+    let mut log = |l: &scenario::StepLog| {
+        say(&format!(
+            "  {} step {}: {} — {}",
+            if l.ok { "✅" } else { "❌" },
+            l.step,
+            l.what,
+            l.detail
+        ))
+    };
+    let result = prepare(s, run).map_err(|e| e.to_string()).and_then(|()| {
+        scenario::run_with(s, run.plugin_dir.clone(), run.runtime, &mut log)
+            .map_err(|e| e.to_string())
+    });
+    let (outcome, reason, detail) = match result {
+        Ok(r) => {
+            let detail = r
+                .steps
+                .iter()
+                .map(|l| format!("step {}: {} — {}", l.step, l.what, l.detail))
+                .collect();
+            match (r.passed, r.skipped) {
+                (_, Some(why)) => (Outcome::Skip, Some(why), detail),
+                (true, None) => (Outcome::Pass, None, detail),
+                (false, None) => (Outcome::Fail, None, detail),
+            }
+        }
+        Err(e) => (Outcome::Error, Some(e.clone()), vec![e]),
+    };
+    ScenarioResult {
+        name: s.name.clone(),
+        file: path.to_path_buf(),
+        passed: outcome == Outcome::Pass,
+        outcome,
+        reason,
+        detail,
+    }
+}
+
+/// `cnilab scenario run FILE…`: exit 0 iff every scenario behaved as
+/// written (2 when one could not be set up, 3 when all were skipped).
+/// Step lines go to stdout with the table, to stderr with JSON or JUnit.
+pub fn scenario_run(run: &ScenarioRun) -> CliResult {
+    netns::require_root()?;
+    if let Some(config) = &run.config {
+        crate::assets::read_to_string(config)
+            .map_err(|e| format!("--config {}: {e}", config.display()))?;
+    }
+    super::cleanup_on_interrupt(None);
+    runtime_header(run.runtime)?;
+    let table = run.format == Format::Table;
+    let say = |line: &str| {
+        if table {
+            println!("{line}");
+        } else {
+            eprintln!("{line}");
+        }
+    };
+    let mut results = Vec::new();
+    for path in &run.files {
+        let mut s = Scenario::load(path)?;
+        say(&format!("🎬 scenario {}: {}", s.name, s.summary));
+        let r = replay(&mut s, path, run, &say);
+        let mark = match r.outcome {
+            Outcome::Pass => "✅ PASS",
+            Outcome::Fail => "❌ FAIL",
+            Outcome::Skip => "⏭️ SKIP",
+            Outcome::Error => "⚠️ ERROR",
+        };
+        let why = r
+            .reason
+            .as_ref()
+            .map(|w| format!(": {w}"))
+            .unwrap_or_default();
+        say(&format!("{mark} scenario {}{why}", r.name));
+        results.push(r);
+    }
+    let mut summary = ScenarioReport {
+        passed: 0,
+        failed: 0,
+        skipped: 0,
+        errors: 0,
         scenarios: results,
     };
-    if let Some(path) = junit {
+    summary.passed = summary.count(Outcome::Pass);
+    summary.failed = summary.count(Outcome::Fail);
+    summary.skipped = summary.count(Outcome::Skip);
+    summary.errors = summary.count(Outcome::Error);
+    if let Some(path) = &run.junit {
         write(path, &summary.junit())?;
     }
     let _ = std::fs::remove_dir_all(super::scratch_run_dir());
-    match format {
-        Format::Table => println!("{} passed, {failed} failed", summary.passed),
+    match run.format {
+        Format::Table => println!(
+            "{} passed, {} failed, {} skipped, {} could not run",
+            summary.passed, summary.failed, summary.skipped, summary.errors
+        ),
         Format::Json => println!("{}", report::json("ScenarioReport", &summary)),
         Format::Junit => print!("{}", summary.junit()),
     }
-    Ok(report::verdict(failed == 0))
+    Ok(summary.exit_code())
 }

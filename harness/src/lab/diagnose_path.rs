@@ -282,11 +282,25 @@ pub fn diagnose(
                 .filter(|r| r.table == 254 && r.unicast && r.dst.addr().is_ipv6() == v6)
                 .map(|r| r.dst.to_string())
                 .collect();
+            // "pods on node2" only when every pod there lacks it; else the pod.
+            let node_pods = lab.nodes.get(n).map_or(0, |x| x.pods.len());
+            let lacking = (0..node_pods)
+                .filter(|q| {
+                    pod_routes
+                        .get(&(n, *q))
+                        .is_some_and(|r| lookup(r, other.ip).is_none())
+                })
+                .count();
+            let (who, their) = if node_pods > 1 && lacking == node_pods {
+                let node = facts.get(n).map(|f| f.name.as_str()).unwrap_or("?");
+                (format!("pods on {node} have"), "their")
+            } else {
+                (format!("pod {} has", pod_end.name), "its")
+            };
             out.push(Diagnosis {
                 id: "pod-no-route",
                 message: format!(
-                    "pods on {} have {what} in {} (their routes: {}): give the plugin a default route (IPAM `routes`, or isDefaultGateway)",
-                    facts.get(n).map(|f| f.name.as_str()).unwrap_or("?"),
+                    "{who} {what} in {} ({their} routes: {}): give the plugin a default route (IPAM `routes`, or isDefaultGateway)",
                     crate::connectivity::probe::family(&other.ip),
                     if has.is_empty() { "none".to_string() } else { has.join(", ") },
                 ),

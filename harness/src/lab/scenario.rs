@@ -222,9 +222,9 @@ impl Scenario {
             path: path.to_path_buf(),
             reason,
         };
-        let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
-        let mut scenario: Scenario =
-            toml::from_str(&text).map_err(|e| read(e.to_string().trim().to_string()))?;
+        let text = crate::assets::read_to_string(path).map_err(|e| read(e.to_string()))?;
+        let mut scenario: Scenario = toml::from_str(&text)
+            .map_err(|e| read(super::topology::explain_toml_error(&text, &e)))?;
         scenario
             .topology
             .resolve_paths(path.parent().unwrap_or(Path::new(".")));
@@ -656,11 +656,33 @@ fn undo(lab: &mut Lab, u: Undo) -> Result<(), LabError> {
     }
 }
 
+/// A failed check's diagnoses as text: each distinct diagnosis once, its id
+/// and what it says (`missing-route: node1 has no route …`).
+fn diagnoses_text(report: &Report) -> String {
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    for d in report.failures.iter().flat_map(|f| &f.diagnoses) {
+        if !seen.contains(&(d.id, d.message.as_str())) {
+            seen.push((d.id, d.message.as_str()));
+        }
+    }
+    if seen.is_empty() {
+        return "no diagnosis".into();
+    }
+    let lines: Vec<String> = seen
+        .iter()
+        .map(|(id, message)| format!("{id}: {message}"))
+        .collect();
+    format!("diagnoses: {}", lines.join("; "))
+}
+
 /// The whole replay's verdict.
 #[derive(Debug, serde::Serialize)]
 pub struct ScenarioResult {
     pub name: String,
     pub passed: bool,
+    /// Why the scenario cannot apply to this plugin (a step needed what the
+    /// plugin does not make); the steps before it are in `steps`.
+    pub skipped: Option<String>,
     pub steps: Vec<StepLog>,
     #[serde(skip)]
     pub last_report: Option<Report>,
@@ -693,6 +715,7 @@ pub fn run_with(
     let mut steps = Vec::new();
     let mut last_report = None;
     let mut error = None;
+    let mut skipped = None;
     for (i, step) in scenario.steps.iter().enumerate() {
         let n = i + 1;
         let (what, outcome): (String, Result<(bool, String), LabError>) = match step {
@@ -728,27 +751,12 @@ pub fn run_with(
                     let detail = if passed {
                         format!("all {} probes passed", report.probes)
                     } else {
-                        let unexplained: Vec<&str> = report
-                            .failures
-                            .iter()
-                            .flat_map(|f| &f.diagnoses)
-                            .filter(|d| d.id == super::diagnose::Diagnosis::UNDIAGNOSED)
-                            .map(|d| d.message.as_str())
-                            .collect();
-                        let mut detail = format!(
-                            "{}/{} probes failed; diagnoses: {}",
+                        format!(
+                            "{}/{} probes failed; {}",
                             report.failures.len(),
                             report.probes,
-                            ids.join(", ")
-                        );
-                        if !unexplained.is_empty() {
-                            detail.push_str(&format!(
-                                " ({} undiagnosed: {})",
-                                unexplained.len(),
-                                unexplained.join("; ")
-                            ));
-                        }
-                        detail
+                            diagnoses_text(&report)
+                        )
                     };
                     last_report = Some(report);
                     (ok, detail)
@@ -785,6 +793,15 @@ pub fn run_with(
                 ok,
                 detail,
             },
+            Err(LabError::Unsupported(reason)) => {
+                skipped = Some(reason.clone());
+                StepLog {
+                    step: n,
+                    what,
+                    ok: false,
+                    detail: format!("cannot apply: {reason}"),
+                }
+            }
             Err(e) => {
                 error = Some(ScenarioError::Step {
                     step: n,
@@ -815,6 +832,7 @@ pub fn run_with(
     Ok(ScenarioResult {
         name: scenario.name.clone(),
         passed: steps.iter().all(|s| s.ok) && steps.len() == scenario.steps.len(),
+        skipped,
         steps,
         last_report,
     })

@@ -343,7 +343,8 @@ fn hairpin_mode(lab: &Lab, n: usize, p: usize) -> Option<bool> {
         .as_bool()
 }
 
-/// The name of the bridge port (node side) of node `n`'s pod `p`.
+/// The name of the bridge port (node side) of node `n`'s pod `p`; `None`
+/// when the pod's host end is not enslaved (a ptp-style plugin).
 pub fn bridge_port(lab: &Lab, n: usize, p: usize) -> Option<String> {
     let peer = port_index(lab, n, p)?;
     lab.nodes[n]
@@ -351,7 +352,7 @@ pub fn bridge_port(lab: &Lab, n: usize, p: usize) -> Option<String> {
         .links()
         .ok()?
         .into_iter()
-        .find(|l| u64::from(l.index) == peer)
+        .find(|l| u64::from(l.index) == peer && l.controller.is_some())
         .map(|l| l.name)
 }
 

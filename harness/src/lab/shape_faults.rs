@@ -39,8 +39,8 @@ fn require(ok: bool, what: &str) -> Result<(), LabError> {
 /// The first pod's bridge port on node `i` (the Service backend's).
 fn backend_port(lab: &Lab, i: usize) -> Result<String, LabError> {
     services::bridge_port(lab, i, 0).ok_or_else(|| {
-        setup(format!(
-            "{}: no bridge port for its first pod",
+        LabError::Unsupported(format!(
+            "the fault needs a bridge port for the first pod on {} and the plugin attached it without a bridge (the bundled cnilab-bridge has one)",
             lab.nodes[i].spec.name
         ))
     })

@@ -198,10 +198,51 @@ fn net(text: &str) -> IpNet {
         .unwrap_or_else(|_| IpNet::from(IpAddr::from([0, 0, 0, 0])))
 }
 
+/// A TOML error as a user reads it: an address or CIDR the parser refused
+/// ("invalid IP address syntax") says what is wrong with it.
+pub fn explain_toml_error(text: &str, e: &toml::de::Error) -> String {
+    let message = e.to_string().trim().to_string();
+    let value = e
+        .span()
+        .and_then(|s| text.get(s))
+        .map(|v| v.trim().trim_matches('"'));
+    match value.and_then(cidr_hint) {
+        Some(hint) => message.replace("invalid IP address syntax", &hint),
+        None => message,
+    }
+}
+
+/// What is wrong with `value` as an address or a CIDR (`None`: nothing
+/// this can say).
+fn cidr_hint(value: &str) -> Option<String> {
+    let (addr, prefix) = match value.split_once('/') {
+        Some((a, p)) => (a, Some(p)),
+        None => (value, None),
+    };
+    let Ok(ip) = addr.parse::<IpAddr>() else {
+        return Some(format!("{addr:?} is not an IPv4 or IPv6 address"));
+    };
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    let family = if ip.is_ipv4() { "IPv4" } else { "IPv6" };
+    match prefix.map(str::parse::<u8>) {
+        None => Some(format!(
+            "{value} has no prefix length: write it as a CIDR, e.g. {value}/{}",
+            if ip.is_ipv4() { 24 } else { 64 }
+        )),
+        Some(Ok(p)) if p > max => Some(format!(
+            "{value}: the prefix length /{p} is longer than an {family} address (at most /{max})"
+        )),
+        Some(Err(_)) => Some(format!(
+            "{value}: the prefix length after '/' must be a number from 0 to {max}"
+        )),
+        Some(Ok(_)) => None,
+    }
+}
+
 /// Why a topology was refused: the file, and the line or field at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {
-    #[error("cannot read topology {path}: {source}")]
+    #[error("cannot read topology {path} (--topology FILE): {source}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
@@ -307,7 +348,7 @@ impl Topology {
     }
 
     pub fn load(path: &Path) -> Result<Topology, TopologyError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TopologyError::Read {
+        let text = crate::assets::read_to_string(path).map_err(|source| TopologyError::Read {
             path: path.to_path_buf(),
             source,
         })?;
@@ -331,7 +372,7 @@ impl Topology {
     pub fn parse(text: &str, path: &Path) -> Result<Topology, TopologyError> {
         let topo: Topology = toml::from_str(text).map_err(|e| TopologyError::Parse {
             path: path.to_path_buf(),
-            message: e.to_string().trim().to_string(),
+            message: explain_toml_error(text, &e),
         })?;
         topo.validate_text(path, text, &[])?;
         Ok(topo)
@@ -402,8 +443,13 @@ impl Topology {
             return Err(top(
                 "pods_per_node",
                 format!(
-                    "pods_per_node = {}: use 1..250 (a lab without pods checks nothing)",
-                    self.pods_per_node
+                    "pods_per_node = {}: use 1..250 ({})",
+                    self.pods_per_node,
+                    if self.pods_per_node == 0 {
+                        "a lab without pods checks nothing"
+                    } else {
+                        "a lab node holds at most 250 pods, what a /24 pod CIDR gives; spread more pods over more nodes"
+                    }
                 ),
             ));
         }
@@ -664,6 +710,42 @@ impl Topology {
 mod tests {
     use super::*;
     use rstest::rstest;
+
+    #[rstest]
+    #[case("10.244.1.0/33", "/33 is longer than an IPv4 address (at most /32)")]
+    #[case("fd00::/129", "/129 is longer than an IPv6 address (at most /128)")]
+    #[case("10.244.1.0", "has no prefix length")]
+    #[case("10.244.1.0/x", "must be a number from 0 to 32")]
+    #[case("10.244.300.0/24", "is not an IPv4 or IPv6 address")]
+    fn a_bad_cidr_says_what_is_wrong_with_it(#[case] cidr: &str, #[case] says: &str) {
+        let text =
+            format!("[[node]]\nname = \"a\"\naddress = \"10.250.0.1\"\npod_cidr = [\"{cidr}\"]\n");
+        let err = Topology::parse(&text, Path::new("t.toml"))
+            .expect_err("bad CIDR")
+            .to_string();
+        assert!(err.contains(says) && err.contains("line 4"), "{err}");
+        assert!(!err.contains("invalid IP address syntax"), "{err}");
+    }
+
+    #[test]
+    fn too_many_pods_per_node_says_why_not_that_there_are_none() {
+        let mut t = Topology::generated(2, 2).expect("valid");
+        t.pods_per_node = 100_000;
+        let err = t
+            .validate(Path::new("--pods-per-node"))
+            .expect_err("too many")
+            .to_string();
+        assert!(
+            err.contains("at most 250") && !err.contains("without pods"),
+            "{err}"
+        );
+        t.pods_per_node = 0;
+        let err = t
+            .validate(Path::new("--pods-per-node"))
+            .expect_err("none")
+            .to_string();
+        assert!(err.contains("without pods"), "{err}");
+    }
 
     #[test]
     fn generated_topology_numbers_nodes() {

@@ -25,7 +25,7 @@ use std::process::ExitCode;
 
 /// Version of every JSON document `-o json` prints. Bump it when a field is
 /// renamed or removed (adding a field keeps it).
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// What a command prints on stdout.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]

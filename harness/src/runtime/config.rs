@@ -71,7 +71,7 @@ fn flag(value: Option<&Value>, key: &str, path: &Path) -> Result<bool, RuntimeEr
 impl NetworkConfig {
     /// Reads a `.conf` (one plugin) or `.conflist` (a `plugins` array).
     pub fn load(path: &Path) -> Result<NetworkConfig, RuntimeError> {
-        let text = std::fs::read_to_string(path).map_err(|e| RuntimeError::ReadConfig {
+        let text = crate::assets::read_to_string(path).map_err(|e| RuntimeError::ReadConfig {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("cannot read network config {path}: {reason}")]
+    #[error("cannot read network config {path} (--config FILE): {reason}")]
     ReadConfig { path: PathBuf, reason: String },
     #[error("invalid network config {path}: {reason}")]
     BadConfig { path: PathBuf, reason: String },

@@ -72,7 +72,9 @@ impl fmt::Display for CniCommand {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Execution {
     pub plugin: PathBuf,
-    /// The complete environment the plugin saw (besides `PATH`).
+    /// The complete environment the plugin saw (besides `PATH`); JSON:
+    /// `[{"name": "CNI_COMMAND", "value": "ADD"}, …]`.
+    #[serde(serialize_with = "env_objects")]
     pub env: Vec<(String, String)>,
     pub stdin: String,
     pub stdout: String,
@@ -89,6 +91,10 @@ pub struct Execution {
     /// Processes the plugin left holding its output past the deadline.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leftover: Option<String>,
+}
+
+fn env_objects<S: serde::Serializer>(v: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+    crate::report::pairs_as_objects(v, "name", "value", s)
 }
 
 fn serialize_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

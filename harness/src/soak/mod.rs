@@ -29,7 +29,7 @@ mod inject;
 pub mod plan;
 mod preflight;
 pub mod report;
-pub mod rng;
+pub use crate::rng;
 
 use crate::accounting;
 use crate::host_state;

@@ -2,7 +2,7 @@
 //! is killed and when, how many CHECKs follow, how the pod is deleted, how
 //! often DEL is repeated, and whether a GC runs while the pod is alive.
 
-use super::rng::SplitMix64;
+use crate::rng::SplitMix64;
 use std::fmt;
 
 /// How the first DEL of a pod is made (kubelet does all three).

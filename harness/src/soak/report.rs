@@ -70,7 +70,12 @@ impl OpOutcome {
             OpOutcome::Ok => "ok".into(),
             OpOutcome::Killed => "killed".into(),
             OpOutcome::Error { code, .. } => format!("code {code}"),
-            OpOutcome::Crashed { status, .. } => format!("crashed ({status})"),
+            // A signal is a crash; a plain non-zero exit is a failure
+            // without the error JSON, not a crash.
+            OpOutcome::Crashed { status, .. } if status.starts_with("signal") => {
+                format!("crashed ({status})")
+            }
+            OpOutcome::Crashed { status, .. } => format!("{status}, no error JSON"),
             OpOutcome::Timeout => "timeout".into(),
             OpOutcome::Defect { .. } => "protocol defect".into(),
             OpOutcome::Harness { .. } => "harness error".into(),
@@ -80,6 +85,9 @@ impl OpOutcome {
     fn message(&self) -> String {
         match self {
             OpOutcome::Error { msg, .. } => msg.clone(),
+            OpOutcome::Crashed { stderr, .. } if stderr.is_empty() => {
+                "no CNI error JSON on stdout, nothing on stderr".into()
+            }
             OpOutcome::Crashed { stderr, .. } => stderr.clone(),
             OpOutcome::Defect { reason } => reason.clone(),
             OpOutcome::Harness { msg } => msg.clone(),
@@ -578,10 +586,15 @@ impl SoakReport {
             let _ = writeln!(s);
             let _ = writeln!(s, "failed operations:");
             for f in &self.failures {
+                let msg = if f.msg.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", f.msg)
+                };
                 let _ = writeln!(
                     s,
-                    "  {:<26} {:<20} x{:<5} first: {}: {}",
-                    f.op, f.outcome, f.count, f.example, f.msg
+                    "  {:<26} {:<20} x{:<5} first: {}{msg}",
+                    f.op, f.outcome, f.count, f.example
                 );
             }
         }
@@ -666,6 +679,22 @@ impl SoakReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_non_zero_exit_is_not_called_a_crash_and_always_says_something() {
+        let exit = OpOutcome::Crashed {
+            status: "exit 1".into(),
+            stderr: String::new(),
+        };
+        assert_eq!(exit.short(), "exit 1, no error JSON");
+        assert!(!exit.message().is_empty());
+        let signal = OpOutcome::Crashed {
+            status: "signal 6".into(),
+            stderr: "abort".into(),
+        };
+        assert_eq!(signal.short(), "crashed (signal 6)");
+        assert_eq!(signal.message(), "abort");
+    }
 
     fn rec(op: &str, outcome: OpOutcome, ms: f64) -> OpRecord {
         OpRecord {

@@ -17,6 +17,32 @@ fn interface_state(pod: &Netns, ifname: &str) -> Option<(Option<String>, Vec<Str
     Some((link.mac.clone(), addrs))
 }
 
+/// An [`interface_state`] in plain words: `MAC …, addresses …`, or `gone`.
+fn describe(state: &Option<(Option<String>, Vec<String>)>) -> String {
+    match state {
+        None => "gone".into(),
+        Some((mac, addrs)) => format!(
+            "MAC {}, {}",
+            mac.as_deref().unwrap_or("none"),
+            if addrs.is_empty() {
+                "no addresses".to_string()
+            } else {
+                format!("addresses {}", addrs.join(", "))
+            }
+        ),
+    }
+}
+
+/// Addresses as a plain list (`10.244.1.3, fd00::3`, or `none`).
+fn list<T: std::fmt::Display>(ips: impl IntoIterator<Item = T>) -> String {
+    let v: Vec<String> = ips.into_iter().map(|i| i.to_string()).collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
 pub(super) fn interfaces(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
     let mut out = Vec::new();
     let lab = s.lab();
@@ -62,10 +88,10 @@ pub(super) fn interfaces(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
                 }
                 if interface_state(&pod, &s.ifname) != intact {
                     problems.push(format!(
-                        "existing {} changed: before {:?}, after {:?}",
+                        "existing {} changed: before {}, after {}",
                         s.ifname,
-                        intact,
-                        interface_state(&pod, &s.ifname)
+                        describe(&intact),
+                        describe(&interface_state(&pod, &s.ifname))
                     ));
                 }
                 let now = lab.reservations().len();
@@ -112,17 +138,18 @@ pub(super) fn interfaces(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
                 Finding::fail(
                     "A7",
                     format!(
-                        "adding {second_if} changed the first attachment {}: before {:?}, after {:?}",
+                        "adding {second_if} changed the first attachment {}: before {}, after {}",
                         s.ifname,
-                        intact,
-                        interface_state(&pod, &s.ifname)
+                        describe(&intact),
+                        describe(&interface_state(&pod, &s.ifname))
                     ),
                 )
             } else if !shared.is_empty() && shared.len() == by_design.len() {
                 Finding::skip(
                     "A7",
                     format!(
-                        "not applicable: {second_if} got {shared:?} again, an address the config assigns by name (static IPAM): the same address is the point"
+                        "not applicable: {second_if} got {} again, an address the config assigns by name (static IPAM): the same address is the point",
+                        list(shared.iter())
                     ),
                 )
             } else {
@@ -130,14 +157,14 @@ pub(super) fn interfaces(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
                     "A7",
                     !b.is_empty() && shared.is_empty(),
                     format!(
-                        "{} (container {cid}): {:?}, {second_if} (same container): {:?}{}",
+                        "{} (container {cid}): {}, {second_if} (same container): {}{}",
                         s.ifname,
-                        a,
-                        b,
+                        list(a.iter()),
+                        list(b.iter()),
                         if shared.is_empty() {
                             String::new()
                         } else {
-                            format!("; {shared:?} handed to both")
+                            format!("; {} handed to both", list(shared.iter()))
                         }
                     ),
                 )
@@ -218,4 +245,28 @@ pub(super) fn interfaces(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
     }
     let _ = s.runtime.del(s.net, &rt);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interface_states_read_as_plain_words() {
+        let state = Some((
+            Some("76:29:38:f5:7f:92".to_string()),
+            vec!["10.244.1.3/24".to_string()],
+        ));
+        assert_eq!(
+            describe(&state),
+            "MAC 76:29:38:f5:7f:92, addresses 10.244.1.3/24"
+        );
+        assert_eq!(describe(&None), "gone");
+        assert_eq!(
+            describe(&Some((None, Vec::new()))),
+            "MAC none, no addresses"
+        );
+        assert_eq!(list(["10.0.0.1", "fd00::1"]), "10.0.0.1, fd00::1");
+        assert_eq!(list(Vec::<String>::new()), "none");
+    }
 }

@@ -1,7 +1,8 @@
-//! A tiny seeded PRNG (SplitMix64) and the per-step streams the soak
-//! workload draws from. Every step gets its own stream derived from
-//! `(seed, step)`, so a step's plan does not depend on how the parallel
-//! workers happened to interleave: `--seed X --replay N` rebuilds it.
+//! A tiny seeded PRNG (SplitMix64) and per-step streams: the soak workload
+//! draws from them, and conform's container IDs come from them. Every step
+//! gets its own stream derived from `(seed, step)`, so a step's plan does
+//! not depend on how the parallel workers happened to interleave:
+//! `--seed X --replay N` rebuilds it.
 
 /// SplitMix64 (Steele, Lea, Flood 2014): 64 bits of state, passes BigCrush,
 /// good enough to drive a workload and small enough to own.
@@ -53,6 +54,13 @@ impl SplitMix64 {
     }
 }
 
+/// Container ID number `n` of a run seeded with `seed`, like a runtime's:
+/// 64 lowercase hex characters.
+pub fn container_id(seed: u64, n: u64) -> String {
+    let mut r = SplitMix64::for_step(seed, n);
+    (0..4).map(|_| format!("{:016x}", r.next_u64())).collect()
+}
+
 /// A seed from the clock, for runs without `--seed` (it is printed, so the
 /// run can still be replayed).
 pub fn seed_from_clock() -> u64 {
@@ -83,6 +91,25 @@ mod tests {
         };
         assert_eq!(a, b);
         assert_ne!(a, c);
+    }
+
+    #[test]
+    fn container_ids_look_like_a_runtimes_and_share_no_prefix() {
+        let ids: Vec<String> = (0..64).map(|n| container_id(9, n)).collect();
+        for id in &ids {
+            assert_eq!(id.len(), 64, "{id}");
+            assert!(
+                id.bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
+                "{id}"
+            );
+        }
+        let mut prefixes: Vec<&str> = ids.iter().map(|i| &i[..8]).collect();
+        prefixes.sort();
+        prefixes.dedup();
+        assert_eq!(prefixes.len(), ids.len(), "8-character prefixes collide");
+        assert_eq!(container_id(9, 3), ids[3], "same seed, same ID");
+        assert_ne!(container_id(10, 3), ids[3], "another seed, another ID");
     }
 
     #[test]
