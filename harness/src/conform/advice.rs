@@ -56,6 +56,7 @@ pub const FIXES: &[(&str, &str)] = &[
     ("G4", "GC goes on past one failure and reports it"),
     ("G5", "refuse GC for configs below 1.1.0 with code 1"),
     ("X1", "validate all input before acting; every refusal is CNI error JSON on stdout, never a crash or a hang"),
+    ("H1", "change only the namespace you were started in and CNI_NETNS; never enter or change another (your parent's included)"),
 ];
 
 /// The one-line fix of rule `id`.
