@@ -16,7 +16,9 @@
 //! NAT) in [`underlay`], the VXLAN overlay in [`vxlan`], kube-proxy-like
 //! Services in [`services`], their scenario faults in [`shape_faults`]; the
 //! lab as data in [`model`] (a topology compiled into the model of what the
-//! builder makes, live namespaces read back into it, the two compared). Pods are attached by
+//! builder makes, live namespaces read back into it, the two compared), and
+//! [`trace`] (`lab trace`: FROM/TO and the lab's namespaces resolved for
+//! the tracer in `crate::trace`). Pods are attached by
 //! executing the plugin (`direct`) or, with `--runtime containerd`, through
 //! the CRI of a containerd per node ([`cri`]).
 
@@ -36,6 +38,7 @@ pub mod shape_faults;
 pub mod state;
 pub mod sweep;
 pub mod topology;
+pub mod trace;
 pub mod underlay;
 pub mod vxlan;
 
