@@ -260,6 +260,43 @@ fn an_nft_drop_rule_is_named_by_table_chain_and_handle() {
     lab.assert_no_trace_tables();
 }
 
+/// The VXLAN overlay: a healthy trace follows the outer packet to node2's
+/// VTEP and the inner one on to the pod; node1's FDB entry for node2's
+/// VTEP MAC deleted by hand is named, with the device.
+#[test]
+fn vxlan_outer_packet_is_followed_and_a_missing_fdb_entry_is_named() {
+    let _host = host_untouched();
+    let lab = Standing::up("trvx", &["--vxlan"]);
+    let ok = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_arrived(&ok, "node2-pod0");
+    let hops = ok.1["hops"].to_string();
+    assert!(hops.contains("encapsulate to VTEP 10.250.0.2"), "{hops}");
+    assert!(hops.contains("outer: bridge underlay"), "{hops}");
+    let fdb = lab.sh("node1", "bridge", &["fdb", "show", "dev", "vxlan0"]);
+    let entry = fdb
+        .lines()
+        .find(|l| l.contains("dst 10.250.0.2"))
+        .unwrap_or_else(|| panic!("no FDB entry to node2 in {fdb}"));
+    let mac = entry
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    lab.sh(
+        "node1",
+        "bridge",
+        &["fdb", "del", &mac, "dev", "vxlan0", "dst", "10.250.0.2"],
+    );
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(
+        &t,
+        "node1",
+        "vxlan-fdb-missing",
+        &format!("fdb {mac} dev vxlan0"),
+    );
+    lab.assert_no_trace_tables();
+}
+
 /// FROM or TO that is nothing of the lab: exit 2 and what exists.
 #[test]
 fn an_unknown_endpoint_is_a_usage_error() {

@@ -6,7 +6,8 @@
 //! each namespace, nothing lab-specific: a real node's model and
 //! `/proc/<pid>/ns/net` paths do as well) and [`run`], which puts the two
 //! halves together; `walk.rs` is the routing walk (RTM_GETROUTE per hop in
-//! `route.rs`, then veth peer / bridge port to the next namespace);
+//! `route.rs`, then veth peer / bridge port to the next namespace; `vxlan.rs` the
+//! outer packet to the remote VTEP);
 //! `nftrace.rs` sends one real probe with `meta nftrace` rules of the
 //! trace's own in each crossed namespace and reads `nft monitor trace`;
 //! `probe.rs` sends the probe; `text.rs` prints a trace.
@@ -29,6 +30,7 @@ mod nftrace;
 mod probe;
 pub mod route;
 mod text;
+mod vxlan;
 mod walk;
 
 pub use nftrace::{Event, EventKind, TABLE_PREFIX};
@@ -510,6 +512,14 @@ fn default_check(d: &Death, dst: IpAddr) -> String {
         (Some("link" | "bridge"), Some(name)) => format!("ip -d link show {name}"),
         (Some("port"), Some(name)) => format!("bridge -d link show dev {name}"),
         (Some("neighbour"), _) => "ip neigh show nud permanent".into(),
+        (Some("fdb"), _) => {
+            let dev = d
+                .object
+                .split_whitespace()
+                .skip_while(|w| *w != "dev")
+                .nth(1);
+            format!("bridge fdb show dev {}", dev.unwrap_or(""))
+        }
         _ if d.cause == "forwarding-off" => format!("sysctl {}", d.object.replace('/', ".")),
         _ => format!("ip route get {dst}"),
     }

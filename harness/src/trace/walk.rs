@@ -235,14 +235,14 @@ fn leave(
     match link.kind {
         LinkKind::Veth => {
             let (peer_ns, peer) = world.peer(ns, oif).ok_or_else(|| {
-                End::Inconclusive(format!("{ns}: the other end of veth {oif} is in no namespace the model holds"))
+                End::Inconclusive(format!(
+                    "{ns}: the other end of veth {oif} is in no namespace the model holds"
+                ))
             })?;
             enter(world, w, &peer_ns, &peer, nexthop, 0)
         }
         LinkKind::Bridge => switch(world, w, ns, oif, None, nexthop, 0),
-        LinkKind::Vxlan => Err(End::Inconclusive(format!(
-            "{ns}: the packet leaves by VXLAN device {oif}; following the outer packet is not done yet"
-        ))),
+        LinkKind::Vxlan => super::vxlan::encapsulate(world, w, ns, link, nexthop),
         ref other => Err(End::Inconclusive(format!(
             "{ns}: the packet leaves by {oif} (kind {other:?}), which the trace does not follow yet"
         ))),
