@@ -297,6 +297,34 @@ fn vxlan_outer_packet_is_followed_and_a_missing_fdb_entry_is_named() {
     lab.assert_no_trace_tables();
 }
 
+/// node2-pod0 stops answering ARP (`ip link set eth0 arp off` in the pod):
+/// routing and the firewall let the probe through, and node2's neighbour
+/// entry for the pod, left INCOMPLETE or FAILED by the probe, is named.
+#[test]
+fn a_neighbour_that_never_resolves_is_named() {
+    let _host = host_untouched();
+    let lab = Standing::up("trnb", &[]);
+    lab.sh("node2-pod0", "ip", &["link", "set", "eth0", "arp", "off"]);
+    let pod_ip = lab.sh(
+        "node2-pod0",
+        "ip",
+        &["-4", "-o", "addr", "show", "dev", "eth0"],
+    );
+    let pod_ip = pod_ip
+        .split_whitespace()
+        .nth(3)
+        .and_then(|a| a.split('/').next())
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no address: {pod_ip}"));
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(
+        &t,
+        "node2",
+        "neighbour-failed",
+        &format!("neighbour {pod_ip} dev cnilab0"),
+    );
+}
+
 /// FROM or TO that is nothing of the lab: exit 2 and what exists.
 #[test]
 fn an_unknown_endpoint_is_a_usage_error() {

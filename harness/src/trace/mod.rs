@@ -71,6 +71,10 @@ pub struct Hop {
     pub iif: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oif: Option<String>,
+    /// The address the packet is sent to next (gateway, or the
+    /// destination when connected).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_hop: Option<IpAddr>,
     pub decision: String,
     pub evidence: String,
 }
@@ -384,7 +388,7 @@ pub fn run(world: &World, req: &Request) -> Trace {
         reason: None,
         reproduce: vec![req.command.clone()],
     };
-    let end = combine(&path, walked.end, traced, req, &mut trace);
+    let end = combine(world, &path, walked.end, traced, req, &mut trace);
     match end {
         End::Arrived(_) => trace.verdict = Verdict::Arrived,
         End::Died(mut d) => {
@@ -410,6 +414,7 @@ pub fn run(world: &World, req: &Request) -> Trace {
 
 /// The routing walk's end, corrected by what the firewall trace saw.
 fn combine(
+    world: &World,
     path: &[String],
     end: End,
     traced: Result<nftrace::Traced, String>,
@@ -449,7 +454,9 @@ fn combine(
         }
     }
     match end {
-        End::Arrived(ns) if !traced.seen.contains(&ns) => End::Inconclusive(format!(
+        End::Arrived(ns) if !traced.seen.contains(&ns) => match unresolved(world, &trace.hops) {
+            Some(d) => End::Died(Box::new(d)),
+            None => End::Inconclusive(format!(
             "the kernel's routes deliver it to {ns} and no firewall rule dropped it, but the probe \
              was never seen in {ns} (seen in: {}); what dropped it is something this trace does \
              not read yet (neighbours, qdiscs, bridge filtering)",
@@ -459,12 +466,47 @@ fn combine(
                 traced.seen.join(", ")
             }
         )),
+        },
         End::Arrived(ns) if ns != req.to_ns => End::Inconclusive(format!(
             "the packet is delivered in {ns}, not in {} where {} is",
             req.to_ns, req.dst
         )),
         other => other,
     }
+}
+
+/// After a probe that did not arrive: the first hop whose next hop the
+/// kernel could not resolve (its neighbour entry INCOMPLETE or FAILED).
+fn unresolved(world: &World, hops: &[Hop]) -> Option<Death> {
+    use rtnetlink::packet_route::neighbour::NeighbourState;
+    hops.iter().find_map(|h| {
+        let (oif, next) = (h.oif.as_deref()?, h.next_hop?);
+        let file = world.file(&h.namespace)?;
+        let oif_name = oif.to_string();
+        let state = cnilab_net::netns::netlink_job(file, move |handle| async move {
+            let index = cnilab_net::nl::link_by_name(&handle, &oif_name)
+                .await?
+                .map(|l| l.index);
+            let all = cnilab_net::nl::neighbours(&handle).await?;
+            Ok(all
+                .into_iter()
+                .find(|n| n.addr == next && Some(n.index) == index)
+                .map(|n| n.message.header.state))
+        })
+        .ok()??;
+        let failed = matches!(state, NeighbourState::Incomplete | NeighbourState::Failed);
+        failed.then(|| {
+            let owner = world.owner(next).unwrap_or_else(|| "nobody".into());
+            let mut d = Death::new(
+                &h.namespace,
+                "neighbour-failed",
+                &format!("neighbour {next} dev {oif}"),
+                &format!("{next} on {oif} is {state}: {owner} does not answer ARP/NDP for it"),
+            );
+            d.check = format!("ip neigh show {next} dev {oif}");
+            d
+        })
+    })
 }
 
 fn firewall_death(e: &Event) -> Death {

@@ -79,6 +79,7 @@ pub(crate) fn encapsulate(
         namespace: ns.to_string(),
         iif: None,
         oif: Some(dev.name.clone()),
+        next_hop: None,
         decision: format!(
             "vxlan {} vni {}: encapsulate to VTEP {vtep}",
             dev.name, vx.vni

@@ -77,6 +77,7 @@ fn step(
         namespace: ns.to_string(),
         iif: iif.map(str::to_string),
         oif: None,
+        next_hop: None,
         decision: String::new(),
         evidence: String::new(),
     };
@@ -117,6 +118,7 @@ fn step(
         )));
     };
     let nexthop = gateway.unwrap_or(dst);
+    hop.next_hop = Some(nexthop);
     hop.decision = match gateway {
         Some(g) => format!("forward via {g} dev {oif}"),
         None => format!("forward dev {oif} (connected)"),
@@ -321,6 +323,7 @@ fn switch(
             namespace: ns.to_string(),
             iif: in_port.map(str::to_string),
             oif: Some(port.name.clone()),
+            next_hop: None,
             decision: format!("bridge {bridge}: to port {}", port.name),
             evidence: format!(
                 "{nexthop} is owned behind {}/{} (veth peer {peer_ns}/{peer})",
