@@ -325,6 +325,33 @@ fn a_neighbour_that_never_resolves_is_named() {
     );
 }
 
+/// `lab check` on a lab with a blackhole route that no diagnosis rule
+/// knows: the failures get the trace's cause (`blackhole`, at node1, the
+/// route) instead of `undiagnosed`, with a command that reproduces it.
+#[test]
+fn lab_check_names_what_no_rule_explains_by_a_trace() {
+    let _host = host_untouched();
+    let lab = Standing::up("trck", &[]);
+    lab.sh(
+        "node1",
+        "ip",
+        &["route", "replace", "blackhole", "10.244.2.0/24"],
+    );
+    let out = cnilab(&["lab", "check", "--name", &lab.0, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", all(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let flat = v.to_string();
+    assert!(flat.contains(r#""id":"blackhole""#), "{v:#}");
+    assert!(
+        flat.contains("died at node1: blackhole route blackhole 10.244.2.0/24"),
+        "{v:#}"
+    );
+    assert!(flat.contains("cnilab lab trace --name"), "{v:#}");
+    assert!(!flat.contains("undiagnosed"), "{v:#}");
+    lab.assert_no_trace_tables();
+}
+
 /// FROM or TO that is nothing of the lab: exit 2 and what exists.
 #[test]
 fn an_unknown_endpoint_is_a_usage_error() {

@@ -158,7 +158,7 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
         .enumerate()
         .filter(|(_, o)| !o.passed())
         .collect();
-    let failures = if failed.is_empty() {
+    let mut failures = if failed.is_empty() {
         Vec::new()
     } else {
         let failed_outcomes: Vec<&crate::connectivity::ProbeOutcome> =
@@ -193,6 +193,8 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
             })
             .collect()
     };
+    // What no rule explains is traced (while the responders still run).
+    trace::explain(lab, &mut failures);
     // Wait until the responders' tasks are dropped, so their sockets are
     // closed before the next check binds the same port (a background
     // shutdown let a scenario's second check race the first's UDP socket:

@@ -1,9 +1,12 @@
 //! `cnilab lab trace`: FROM and TO (pods, nodes or addresses) of a standing
 //! lab resolved to namespaces and addresses, and the lab's namespaces handed
-//! by path to the tracer ([`crate::trace`]), which knows nothing of labs.
+//! by path to the tracer ([`crate::trace`]), which knows nothing of labs;
+//! [`failed_probe`] does the same for a failed probe of `lab check`.
 
+use super::build::Lab;
 use super::state::{load_state, LabState};
 use super::LabError;
+use crate::connectivity::ProbeOutcome;
 use crate::trace::{self, Proto, Request, World};
 use cnilab_net::netns as plugin_netns;
 use std::collections::BTreeMap;
@@ -33,13 +36,7 @@ pub fn run(
         Proto::Icmp => None,
         _ => Some(port.unwrap_or(super::probe::PORT)),
     };
-    let mut command = format!("cnilab lab trace --name {name} {from} {to}");
-    if proto != Proto::Icmp {
-        command.push_str(&format!(" --proto {}", format!("{proto:?}").to_lowercase()));
-    }
-    if let Some(p) = port {
-        command.push_str(&format!(" --port {p}"));
-    }
+    let command = command(name, from, to, proto, port);
     let req = Request {
         from: from.to_string(),
         from_ns,
@@ -52,6 +49,75 @@ pub fn run(
         command,
     };
     Ok(trace::run(&world, &req))
+}
+
+/// For `lab check`: traces a failed probe of a lab this process holds
+/// (standing or not). `None` when its ends are in no namespace of the lab.
+pub fn failed_probe(lab: &Lab, o: &ProbeOutcome) -> Result<trace::Trace, String> {
+    let layout = super::model::read::layout_of(lab);
+    let model = super::model::read::read(&layout)?;
+    let mut paths = BTreeMap::new();
+    let mut nodes = BTreeMap::new();
+    let underlay = std::iter::once(&lab.switch)
+        .chain(&lab.external)
+        .chain(&lab.extra);
+    for ns in underlay {
+        let role = layout
+            .underlay
+            .iter()
+            .find(|(_, f)| std::ptr::eq(*f, ns.file()))
+            .map(|(r, _)| r.clone())
+            .unwrap_or_else(|| ns.name().to_string());
+        paths.insert(role, ns.path().to_path_buf());
+    }
+    for n in &lab.nodes {
+        paths.insert(n.spec.name.clone(), n.ns.path().to_path_buf());
+        nodes.insert(n.spec.name.clone(), Some(n.spec.name.clone()));
+        for p in &n.pods {
+            paths.insert(p.name.clone(), p.ns.path().to_path_buf());
+            nodes.insert(p.name.clone(), Some(n.spec.name.clone()));
+        }
+    }
+    let world = World::new(model, paths, nodes)?;
+    let (from, to) = (&o.spec.from, &o.spec.to);
+    let owner = |ip: IpAddr| {
+        world
+            .owner(ip)
+            .ok_or_else(|| format!("{ip} is in no namespace of the lab"))
+    };
+    let proto = match o.spec.proto {
+        crate::connectivity::Proto::Icmp => Proto::Icmp,
+        crate::connectivity::Proto::Tcp => Proto::Tcp,
+        _ => Proto::Udp,
+    };
+    let port = (proto != Proto::Icmp).then_some(super::probe::PORT);
+    let name = lab.opts.persistent.as_deref().unwrap_or(&lab.topo.name);
+    let req = Request {
+        from: from.name.clone(),
+        from_ns: owner(from.ip)?,
+        to: to.name.clone(),
+        to_ns: owner(to.ip)?,
+        src: Some(from.ip),
+        dst: to.ip,
+        proto,
+        port,
+        // Addresses: the probe's endpoint names (`node1/node1-pod0`) are
+        // not what `lab trace` takes.
+        command: command(name, &from.ip.to_string(), &to.ip.to_string(), proto, port),
+    };
+    Ok(trace::run(&world, &req))
+}
+
+/// `cnilab lab trace …` that repeats a trace.
+fn command(name: &str, from: &str, to: &str, proto: Proto, port: Option<u16>) -> String {
+    let mut command = format!("cnilab lab trace --name {name} {from} {to}");
+    if proto != Proto::Icmp {
+        command.push_str(&format!(" --proto {}", format!("{proto:?}").to_lowercase()));
+    }
+    if let Some(p) = port {
+        command.push_str(&format!(" --port {p}"));
+    }
+    command
 }
 
 /// Every namespace of the lab by role (its path under `/run/netns`), and
@@ -150,4 +216,75 @@ fn endpoint(
         pods.join(", "),
         state.name
     ))
+}
+
+/// What one trace says about a failure signature.
+enum Finding {
+    /// The trace named a death: the cause that replaces `undiagnosed`.
+    Cause(crate::connectivity::Diagnosis),
+    /// It saw the packet arrive, or could not tell: said next to
+    /// `undiagnosed`.
+    Note(String),
+}
+
+/// `lab check`: failures that no rule explains get one trace per distinct
+/// signature (check group, protocol, family); a death the trace names
+/// becomes their cause (id from [`trace::CAUSES`], node, object,
+/// evidence, the commands that reproduce it); otherwise what the trace saw
+/// is attached to `undiagnosed`.
+pub fn explain(lab: &Lab, failures: &mut [crate::connectivity::report::Failure]) {
+    use crate::connectivity::Diagnosis;
+    let mut found: BTreeMap<(String, &'static str, &'static str), Finding> = BTreeMap::new();
+    for f in failures.iter_mut() {
+        let unexplained = f.diagnoses.iter().all(|d| d.id == Diagnosis::UNDIAGNOSED);
+        if !unexplained {
+            continue;
+        }
+        let spec = &f.outcome.spec;
+        let key = (spec.group.to_string(), spec.proto.as_str(), spec.family());
+        let finding = found
+            .entry(key)
+            .or_insert_with(|| finding(failed_probe(lab, &f.outcome)));
+        match finding {
+            Finding::Cause(d) => f.diagnoses = vec![d.clone()],
+            Finding::Note(note) => {
+                for d in &mut f.diagnoses {
+                    d.message.push_str(&format!("; {note}"));
+                }
+            }
+        }
+    }
+}
+
+fn finding(traced: Result<trace::Trace, String>) -> Finding {
+    let t = match traced {
+        Ok(t) => t,
+        Err(e) => return Finding::Note(format!("the trace could not run: {e}")),
+    };
+    match (&t.death, &t.reason) {
+        (Some(d), _) => {
+            let at = match &d.node {
+                Some(n) if *n != d.namespace => format!("{} (node {n})", d.namespace),
+                _ => d.namespace.clone(),
+            };
+            Finding::Cause(crate::connectivity::Diagnosis {
+                id: trace::cause_id(&d.cause),
+                message: format!(
+                    "traced {} → {}: died at {at}: {} {}: {}; reproduce: {}",
+                    t.from,
+                    t.to,
+                    d.cause,
+                    d.object,
+                    d.evidence,
+                    t.reproduce.join("; ")
+                ),
+            })
+        }
+        (None, Some(reason)) => Finding::Note(format!("trace INCONCLUSIVE: {reason}")),
+        (None, None) => Finding::Note(format!(
+            "the trace saw the packet arrive ({}): {}",
+            t.to,
+            t.reproduce.join("; ")
+        )),
+    }
 }

@@ -109,6 +109,41 @@ impl Death {
     }
 }
 
+/// Every cause a trace names (the ids `lab check` reports).
+pub const CAUSES: &[&str] = &[
+    "no-route",
+    "blackhole",
+    "unreachable",
+    "prohibit",
+    "route-refused",
+    "routing-loop",
+    "reverse-path",
+    "forwarding-off",
+    "link-down",
+    "bridge-port-blocked",
+    "bridge-loop",
+    "noarp",
+    "wrong-next-hop",
+    "neighbour-wrong-mac",
+    "neighbour-missing",
+    "neighbour-failed",
+    "vxlan-fdb-missing",
+    "vxlan-fdb-wrong",
+    "vxlan-no-device",
+    "firewall-drop",
+    "firewall-reject",
+    "firewall-policy",
+];
+
+/// A cause as its id in [`CAUSES`] (`trace` for one not in the list).
+pub fn cause_id(cause: &str) -> &'static str {
+    CAUSES
+        .iter()
+        .find(|c| **c == cause)
+        .copied()
+        .unwrap_or("trace")
+}
+
 /// How the routing walk ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum End {

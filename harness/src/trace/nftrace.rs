@@ -150,8 +150,9 @@ impl Drop for Monitors {
     }
 }
 
-/// How long a monitor may take to show the trace table's own marker.
-const MARKER_WAIT: Duration = Duration::from_secs(5);
+/// How long a monitor may take to show the trace table's own marker (a
+/// bound for a stuck nft on a loaded machine, not a timing the trace needs).
+const MARKER_WAIT: Duration = Duration::from_secs(30);
 
 /// Traces what `send` sends through `namespaces` (by role, in path order):
 /// `matcher` is the nft match for the probe (`ip daddr 10.0.0.2 meta
