@@ -200,6 +200,7 @@ pub enum LabCmd {
         from: String,
         /// Where it should arrive: a pod, a node or an address.
         to: String,
+        /// The probe's protocol.
         #[arg(long, value_enum, default_value_t = crate::trace::Proto::Icmp)]
         proto: crate::trace::Proto,
         /// Destination port (tcp, udp; default the lab's probe port).
