@@ -16,6 +16,10 @@
 //! - [`lifecycle`]: one pod's whole life as findings (conform builds on it);
 //! - [`connectivity`]: probe specs, the pair matrix, diagnoses and node
 //!   sanity rules, the report: shared by `lab` and `e2e`;
+//! - [`trace`]: one packet followed through namespaces by path, with the
+//!   kernel's own routing answers and nftables' own trace (it reads the
+//!   types of `lab::model`, which hold a real node as well; `lab trace`
+//!   only resolves FROM/TO and the namespaces);
 //! - the subcommands: [`conform`], [`soak`], [`bench`], [`lab`], [`e2e`]
 //!   (`lab::cri`: `lab --runtime containerd`, a containerd per node and pods
 //!   through the CRI; its pause binary is built from `lab/cri/pause.c` by
@@ -45,5 +49,6 @@ pub mod rng;
 pub mod runtime;
 pub mod soak;
 pub mod testing;
+pub mod trace;
 pub mod util;
 pub mod verdict;

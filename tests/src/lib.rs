@@ -169,3 +169,54 @@ pub fn with_prev(config: &Value, prev: &CniResult) -> Value {
     c["prevResult"] = serde_json::to_value(prev).expect("result serializes");
     c
 }
+
+/// Runs `cnilab ARGS` from the repository root (root only).
+pub fn cnilab(args: &[&str]) -> Output {
+    require_root();
+    Command::new(workspace_bin("cnilab"))
+        .args(args)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .output()
+        .expect("cnilab runs")
+}
+
+/// A command's stdout and stderr, for an assertion's message.
+pub fn output_text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A standing lab of 2 nodes with a pod each (`cnilab lab up`, plus
+/// `extra` flags), named `<label><pid>`, taken down when dropped (also
+/// after a failed assert).
+pub struct StandingLab(pub String);
+
+impl StandingLab {
+    pub fn up(label: &str, extra: &[&str]) -> StandingLab {
+        let name = format!("{label}{}", std::process::id());
+        let lab = StandingLab(name.clone());
+        let mut args = vec![
+            "lab",
+            "up",
+            "--name",
+            &name,
+            "--nodes",
+            "2",
+            "--pods-per-node",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        let up = cnilab(&args);
+        assert!(up.status.success(), "{}", output_text(&up));
+        lab
+    }
+}
+
+impl Drop for StandingLab {
+    fn drop(&mut self) {
+        let _ = cnilab(&["lab", "down", "--name", &self.0]);
+    }
+}

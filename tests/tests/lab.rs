@@ -788,10 +788,11 @@ fn a_stale_neighbour_entry_is_diagnosed() {
     );
 }
 
-/// A failed probe that no rule explains is reported as "undiagnosed" with
-/// the probe, never with an empty list of causes.
+/// A failed probe that no diagnosis rule explains is traced, and the
+/// trace's finding is its cause (here the nft rule, by table, chain and
+/// handle), never an empty list of causes.
 #[test]
-fn an_unexplained_failure_says_undiagnosed() {
+fn an_unexplained_failure_is_named_by_the_trace() {
     let (_run, lab) = lab_in_process(2, 1);
     // node1 drops forwarded traffic to node2's pods with a rule in a chain
     // whose policy is accept: no diagnosis rule looks for that.
@@ -802,8 +803,8 @@ fn an_unexplained_failure_says_undiagnosed() {
     .expect("nft");
     let report = failing_cross_node_check(
         lab,
-        "undiagnosed",
-        "undiagnosed ×6: no known cause matched\n      e.g. [pod-to-pod/cross-node] node1/node1-pod0 (10.244.1.",
+        "firewall-drop",
+        "died at node1: firewall-drop inet cnilab_test_drop forward handle ",
     );
     for f in &report.failures {
         assert!(!f.diagnoses.is_empty(), "{}", report.table());

@@ -12,7 +12,7 @@ use cnilab_harness::lab::cri::RuntimeKind;
 use cnilab_harness::lab::model::{compile, identity, read};
 use cnilab_harness::lab::underlay::{apply_flags, Shape};
 use cnilab_harness::lab::{Topology, UpOptions};
-use cnilab_tests::{host_untouched, require_root, workspace_bin};
+use cnilab_tests::{cnilab, host_untouched, output_text, require_root, workspace_bin, StandingLab};
 use rstest::rstest;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -120,51 +120,15 @@ fn identity(topo: Topology, runtime: RuntimeKind) {
     );
 }
 
-/// Runs `cnilab ARGS` from the repository root.
-fn cnilab(args: &[&str]) -> std::process::Output {
-    require_root();
-    std::process::Command::new(workspace_bin("cnilab"))
-        .args(args)
-        .current_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
-        .output()
-        .expect("cnilab runs")
-}
-
-/// Takes a standing lab down when dropped (also after a failed assert).
-struct Standing(String);
-
-impl Drop for Standing {
-    fn drop(&mut self) {
-        let _ = cnilab(&["lab", "down", "--name", &self.0]);
-    }
-}
-
 /// `cnilab lab show` prints a standing lab read back into the model: as
 /// JSON (the model itself, with its own `schemaVersion`) and as text, one object a
 /// line; a lab that is not up is an error that says how to start one.
 #[test]
 fn lab_show_prints_the_model_of_a_standing_lab() {
     let _host = host_untouched();
-    let name = format!("show{}", std::process::id());
-    let _down = Standing(name.clone());
-    let up = cnilab(&[
-        "lab",
-        "up",
-        "--name",
-        &name,
-        "--nodes",
-        "2",
-        "--pods-per-node",
-        "1",
-    ]);
-    let all = |o: &std::process::Output| {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    };
-    assert!(up.status.success(), "{}", all(&up));
+    let lab = StandingLab::up("show", &[]);
+    let name = lab.0.clone();
+    let all = output_text;
     let json = cnilab(&["lab", "show", "--name", &name, "-o", "json"]);
     assert!(json.status.success(), "{}", all(&json));
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");

@@ -183,6 +183,32 @@ pub enum LabCmd {
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// Follow one packet from FROM to TO through every namespace it crosses
+    /// and say where it died: the kernel's routing answer at each hop and
+    /// nftables' own trace of one real probe (exit 0 arrived, 1 died,
+    /// 3 inconclusive).
+    #[command(after_help = concat!("FROM and TO are pods, nodes or addresses of the lab.\n\n\
+        Examples:\n  \
+        cnilab lab trace --name demo node1-pod0 node2-pod0\n  \
+        cnilab lab trace --name demo node1-pod0 node2 --proto tcp --port 7777 -o json\n\n",
+        crate::exit_codes_help!()))]
+    Trace {
+        /// Lab name.
+        #[arg(long, default_value = "default")]
+        name: String,
+        /// Where the packet starts: a pod, a node or an address.
+        from: String,
+        /// Where it should arrive: a pod, a node or an address.
+        to: String,
+        /// The probe's protocol.
+        #[arg(long, value_enum, default_value_t = crate::trace::Proto::Icmp)]
+        proto: crate::trace::Proto,
+        /// Destination port (tcp, udp; default the lab's probe port).
+        #[arg(long)]
+        port: Option<u16>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
     /// Remove a standing lab.
     #[command(after_help = concat!("Examples:\n  \
         cnilab lab down --name demo\n\n",
@@ -220,9 +246,38 @@ impl Lab {
             LabCmd::Check { name, output } => lab::check(&name, &output.only, &output.outputs()),
             LabCmd::Status { name, output } => lab::status(name.as_deref(), output.output),
             LabCmd::Show { name, output } => show(&name, output.output),
+            LabCmd::Trace {
+                name,
+                from,
+                to,
+                proto,
+                port,
+                output,
+            } => trace(&name, &from, &to, proto, port, output.output),
             LabCmd::Down { name } => lab::down(&name),
         }
     }
+}
+
+/// `cnilab lab trace`: one packet followed; the exit code is the verdict's.
+fn trace(
+    name: &str,
+    from: &str,
+    to: &str,
+    proto: crate::trace::Proto,
+    port: Option<u16>,
+    format: crate::report::Format,
+) -> CliResult {
+    if port.is_some() && proto == crate::trace::Proto::Icmp {
+        return Err("--port needs --proto tcp or udp".into());
+    }
+    let t = crate::lab::trace::run(name, from, to, proto, port)?;
+    if format == crate::report::Format::Table {
+        print!("{}", crate::trace::render(&t));
+    } else {
+        println!("{}", serde_json::to_string_pretty(&t)?);
+    }
+    Ok(std::process::ExitCode::from(t.verdict.exit_code()))
 }
 
 /// `cnilab lab show`: the standing lab read back into the lab model.

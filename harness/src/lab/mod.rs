@@ -17,7 +17,9 @@
 //! Services in [`services`], their scenario faults in [`shape_faults`]; the
 //! lab as data in [`model`] (a topology compiled into the model of what the
 //! builder makes, live namespaces read back into it, the two compared), a
-//! real node's network captured into it in [`capture`] (`cnilab capture`). Pods are attached by
+//! real node's network captured into it in [`capture`] (`cnilab capture`),
+//! and [`trace`] (`lab trace`: FROM/TO and the lab's namespaces resolved for
+//! the tracer in `crate::trace`). Pods are attached by
 //! executing the plugin (`direct`) or, with `--runtime containerd`, through
 //! the CRI of a containerd per node ([`cri`]).
 
@@ -38,6 +40,7 @@ pub mod shape_faults;
 pub mod state;
 pub mod sweep;
 pub mod topology;
+pub mod trace;
 pub mod underlay;
 pub mod vxlan;
 
@@ -157,7 +160,7 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
         .enumerate()
         .filter(|(_, o)| !o.passed())
         .collect();
-    let failures = if failed.is_empty() {
+    let mut failures = if failed.is_empty() {
         Vec::new()
     } else {
         let failed_outcomes: Vec<&crate::connectivity::ProbeOutcome> =
@@ -192,6 +195,8 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
             })
             .collect()
     };
+    // What no rule explains is traced (while the responders still run).
+    trace::explain(lab, &mut failures);
     // Wait until the responders' tasks are dropped, so their sockets are
     // closed before the next check binds the same port (a background
     // shutdown let a scenario's second check race the first's UDP socket:

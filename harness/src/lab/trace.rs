@@ -1,0 +1,290 @@
+//! `cnilab lab trace`: FROM and TO (pods, nodes or addresses) of a standing
+//! lab resolved to namespaces and addresses, and the lab's namespaces handed
+//! by path to the tracer ([`crate::trace`]), which knows nothing of labs;
+//! [`failed_probe`] does the same for a failed probe of `lab check`.
+
+use super::build::Lab;
+use super::state::{load_state, LabState};
+use super::LabError;
+use crate::connectivity::ProbeOutcome;
+use crate::trace::{self, Proto, Request, World};
+use cnilab_net::netns as plugin_netns;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+/// Traces one packet from `from` to `to` in the standing lab `name`.
+pub fn run(
+    name: &str,
+    from: &str,
+    to: &str,
+    proto: Proto,
+    port: Option<u16>,
+) -> Result<trace::Trace, LabError> {
+    let state = load_state(name)?;
+    let model = super::model::read::standing(name)?;
+    let (paths, nodes) = namespaces(&state);
+    let world = World::new(model, paths, nodes).map_err(LabError::Setup)?;
+    let (to_ns, dst) = endpoint(&world, &state, to, None)
+        .map_err(|e| LabError::Setup(format!("TO {e}")))?
+        .and_dst()
+        .map_err(|e| LabError::Setup(format!("TO {e}")))?;
+    let (from_ns, src) = endpoint(&world, &state, from, Some(dst))
+        .map_err(|e| LabError::Setup(format!("FROM {e}")))?
+        .pair();
+    let port = match proto {
+        Proto::Icmp => None,
+        _ => Some(port.unwrap_or(super::probe::PORT)),
+    };
+    let command = command(name, from, to, proto, port);
+    let req = Request {
+        from: from.to_string(),
+        from_ns,
+        to: to.to_string(),
+        to_ns,
+        src,
+        dst,
+        proto,
+        port,
+        command,
+    };
+    Ok(trace::run(&world, &req))
+}
+
+/// For `lab check`: traces a failed probe of a lab this process holds
+/// (standing or not). `None` when its ends are in no namespace of the lab.
+pub fn failed_probe(lab: &Lab, o: &ProbeOutcome) -> Result<trace::Trace, String> {
+    let layout = super::model::read::layout_of(lab);
+    let model = super::model::read::read(&layout)?;
+    let mut paths = BTreeMap::new();
+    let mut nodes = BTreeMap::new();
+    let underlay = std::iter::once(&lab.switch)
+        .chain(&lab.external)
+        .chain(&lab.extra);
+    for ns in underlay {
+        let role = layout
+            .underlay
+            .iter()
+            .find(|(_, f)| std::ptr::eq(*f, ns.file()))
+            .map(|(r, _)| r.clone())
+            .unwrap_or_else(|| ns.name().to_string());
+        paths.insert(role, ns.path().to_path_buf());
+    }
+    for n in &lab.nodes {
+        paths.insert(n.spec.name.clone(), n.ns.path().to_path_buf());
+        nodes.insert(n.spec.name.clone(), Some(n.spec.name.clone()));
+        for p in &n.pods {
+            paths.insert(p.name.clone(), p.ns.path().to_path_buf());
+            nodes.insert(p.name.clone(), Some(n.spec.name.clone()));
+        }
+    }
+    let world = World::new(model, paths, nodes)?;
+    let (from, to) = (&o.spec.from, &o.spec.to);
+    let owner = |ip: IpAddr| {
+        world
+            .owner(ip)
+            .ok_or_else(|| format!("{ip} is in no namespace of the lab"))
+    };
+    let proto = match o.spec.proto {
+        crate::connectivity::Proto::Icmp => Proto::Icmp,
+        crate::connectivity::Proto::Tcp => Proto::Tcp,
+        _ => Proto::Udp,
+    };
+    let port = (proto != Proto::Icmp).then_some(super::probe::PORT);
+    let name = lab.opts.persistent.as_deref().unwrap_or(&lab.topo.name);
+    let req = Request {
+        from: from.name.clone(),
+        from_ns: owner(from.ip)?,
+        to: to.name.clone(),
+        to_ns: owner(to.ip)?,
+        src: Some(from.ip),
+        dst: to.ip,
+        proto,
+        port,
+        // Addresses: the probe's endpoint names (`node1/node1-pod0`) are
+        // not what `lab trace` takes.
+        command: command(name, &from.ip.to_string(), &to.ip.to_string(), proto, port),
+    };
+    Ok(trace::run(&world, &req))
+}
+
+/// `cnilab lab trace …` that repeats a trace.
+fn command(name: &str, from: &str, to: &str, proto: Proto, port: Option<u16>) -> String {
+    let mut command = format!("cnilab lab trace --name {name} {from} {to}");
+    if proto != Proto::Icmp {
+        command.push_str(&format!(" --proto {}", format!("{proto:?}").to_lowercase()));
+    }
+    if let Some(p) = port {
+        command.push_str(&format!(" --port {p}"));
+    }
+    command
+}
+
+/// Every namespace of the lab by role (its path under `/run/netns`), and
+/// the node each belongs to.
+fn namespaces(state: &LabState) -> (BTreeMap<String, PathBuf>, BTreeMap<String, Option<String>>) {
+    let dir = std::path::Path::new(plugin_netns::NETNS_DIR);
+    let prefix = format!("{}lab-{}-", plugin_netns::PREFIX, state.name);
+    let role = |ns: &str| ns.strip_prefix(&prefix).unwrap_or(ns).to_string();
+    let mut paths = BTreeMap::new();
+    let mut nodes = BTreeMap::new();
+    paths.insert(
+        super::model::compile::SWITCH.to_string(),
+        dir.join(&state.switch),
+    );
+    for ns in state.external.iter().chain(&state.extra) {
+        paths.insert(role(ns), dir.join(ns));
+    }
+    for n in &state.nodes {
+        paths.insert(n.name.clone(), dir.join(&n.netns));
+        nodes.insert(n.name.clone(), Some(n.name.clone()));
+        for p in &n.pods {
+            paths.insert(p.name.clone(), dir.join(&p.netns));
+            nodes.insert(p.name.clone(), Some(n.name.clone()));
+        }
+    }
+    (paths, nodes)
+}
+
+/// A resolved FROM or TO: its namespace and, when known, its address.
+struct Endpoint {
+    ns: String,
+    addr: Option<IpAddr>,
+}
+
+impl Endpoint {
+    fn pair(self) -> (String, Option<IpAddr>) {
+        (self.ns, self.addr)
+    }
+
+    fn and_dst(self) -> Result<(String, IpAddr), String> {
+        let addr = self
+            .addr
+            .ok_or_else(|| format!("{} has no address to send to", self.ns))?;
+        Ok((self.ns, addr))
+    }
+}
+
+/// A pod, a node or an address of the lab. `like`: the address the other
+/// end has (its family is chosen).
+fn endpoint(
+    world: &World,
+    state: &LabState,
+    what: &str,
+    like: Option<IpAddr>,
+) -> Result<Endpoint, String> {
+    let family = |a: &IpAddr| like.is_none_or(|l| l.is_ipv4() == a.is_ipv4());
+    if let Ok(ip) = what.parse::<IpAddr>() {
+        let ns = world
+            .owner(ip)
+            .ok_or_else(|| format!("{ip}: no namespace of lab {} has this address", state.name))?;
+        return Ok(Endpoint { ns, addr: Some(ip) });
+    }
+    if let Some(spec) = state.topology.node(what) {
+        let addr = [Some(spec.address), spec.address6]
+            .into_iter()
+            .flatten()
+            .find(family);
+        // From a node, the kernel chooses the source address.
+        let addr = if like.is_some() { None } else { addr };
+        return Ok(Endpoint {
+            ns: what.to_string(),
+            addr,
+        });
+    }
+    let pod = state
+        .nodes
+        .iter()
+        .flat_map(|n| &n.pods)
+        .find(|p| p.name == what);
+    if let Some(p) = pod {
+        return Ok(Endpoint {
+            ns: p.name.clone(),
+            addr: p.ips.iter().map(|n| n.addr()).find(family),
+        });
+    }
+    let pods: Vec<&str> = state
+        .nodes
+        .iter()
+        .flat_map(|n| &n.pods)
+        .map(|p| p.name.as_str())
+        .collect();
+    Err(format!(
+        "{what:?} is no pod, node or address of lab {} (nodes: {}; pods: {}); see `cnilab lab status --name {}`",
+        state.name,
+        super::state::node_names(state).join(", "),
+        pods.join(", "),
+        state.name
+    ))
+}
+
+/// What one trace says about a failure signature.
+enum Finding {
+    /// The trace named a death: the cause that replaces `undiagnosed`.
+    Cause(crate::connectivity::Diagnosis),
+    /// It saw the packet arrive, or could not tell: said next to
+    /// `undiagnosed`.
+    Note(String),
+}
+
+/// `lab check`: failures that no rule explains get one trace per distinct
+/// signature (check group, protocol, family); a death the trace names
+/// becomes their cause (id from [`trace::CAUSES`], node, object,
+/// evidence, the commands that reproduce it); otherwise what the trace saw
+/// is attached to `undiagnosed`.
+pub fn explain(lab: &Lab, failures: &mut [crate::connectivity::report::Failure]) {
+    use crate::connectivity::Diagnosis;
+    let mut found: BTreeMap<(String, &'static str, &'static str), Finding> = BTreeMap::new();
+    for f in failures.iter_mut() {
+        let unexplained = f.diagnoses.iter().all(|d| d.id == Diagnosis::UNDIAGNOSED);
+        if !unexplained {
+            continue;
+        }
+        let spec = &f.outcome.spec;
+        let key = (spec.group.to_string(), spec.proto.as_str(), spec.family());
+        let finding = found
+            .entry(key)
+            .or_insert_with(|| finding(failed_probe(lab, &f.outcome)));
+        match finding {
+            Finding::Cause(d) => f.diagnoses = vec![d.clone()],
+            Finding::Note(note) => {
+                for d in &mut f.diagnoses {
+                    d.message.push_str(&format!("; {note}"));
+                }
+            }
+        }
+    }
+}
+
+fn finding(traced: Result<trace::Trace, String>) -> Finding {
+    let t = match traced {
+        Ok(t) => t,
+        Err(e) => return Finding::Note(format!("the trace could not run: {e}")),
+    };
+    match (&t.death, &t.reason) {
+        (Some(d), _) => {
+            let at = match &d.node {
+                Some(n) if *n != d.namespace => format!("{} (node {n})", d.namespace),
+                _ => d.namespace.clone(),
+            };
+            Finding::Cause(crate::connectivity::Diagnosis {
+                id: trace::cause_id(&d.cause),
+                message: format!(
+                    "traced {} → {}: died at {at}: {} {}: {}; reproduce: {}",
+                    t.from,
+                    t.to,
+                    d.cause,
+                    d.object,
+                    d.evidence,
+                    t.reproduce.join("; ")
+                ),
+            })
+        }
+        (None, Some(reason)) => Finding::Note(format!("trace INCONCLUSIVE: {reason}")),
+        (None, None) => Finding::Note(format!(
+            "the trace saw the packet arrive ({}): {}",
+            t.to,
+            t.reproduce.join("; ")
+        )),
+    }
+}

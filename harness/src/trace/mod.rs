@@ -1,0 +1,605 @@
+//! Where did my packet die: one packet followed through the namespaces it
+//! crosses, with the kernel's own answers at each hop.
+//!
+//! Where things happen: this file holds the types ([`Trace`], [`Hop`],
+//! [`Death`]), the [`World`] the tracer reads (a lab model plus the path of
+//! each namespace, nothing lab-specific: a real node's model and
+//! `/proc/<pid>/ns/net` paths do as well) and [`run`], which puts the two
+//! halves together; `walk.rs` is the routing walk (RTM_GETROUTE per hop in
+//! `route.rs`, then veth peer / bridge port to the next namespace; `vxlan.rs` the
+//! outer packet to the remote VTEP);
+//! `nftrace.rs` sends one real probe with `meta nftrace` rules of the
+//! trace's own in each crossed namespace and reads `nft monitor trace`;
+//! `probe.rs` sends the probe; `text.rs` prints a trace.
+//!
+//! # How the halves combine
+//! The routing walk ends ARRIVED, DIED (a named cause) or INCONCLUSIVE.
+//! The firewall trace then runs over the namespaces the walk crossed: the
+//! first rule or chain policy that drops or rejects the probe, in a
+//! namespace before the one routing named, is the death. When routing says
+//! it arrives and no firewall rule dropped it, the verdict is ARRIVED only
+//! if the trace's own chain in the destination saw the probe; otherwise it
+//! is INCONCLUSIVE, with what was seen (the trace never guesses).
+//!
+//! The probe carries mark 0, like the traffic it stands for (a mark would
+//! change what fwmark rules select, and veths clear it between
+//! namespaces); the nft trace rules match it by destination, protocol and
+//! port.
+
+mod nftrace;
+mod probe;
+pub mod route;
+mod text;
+mod vxlan;
+mod walk;
+
+pub use nftrace::{Event, EventKind, TABLE_PREFIX};
+
+use crate::lab::model::{LabModel, Link, Namespace, Route, RouteType};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+/// Version of the trace's JSON form.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// What the tracer reads: the model (links, veth peers, bridge ports,
+/// addresses, routes, permanent neighbours) and each namespace, by role, at
+/// its path.
+pub struct World {
+    pub model: LabModel,
+    files: BTreeMap<String, (PathBuf, File)>,
+    /// Role → the node it belongs to (`None`: underlay).
+    nodes: BTreeMap<String, Option<String>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Proto {
+    Icmp,
+    Tcp,
+    Udp,
+}
+
+/// One decision at one namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Hop {
+    pub namespace: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iif: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oif: Option<String>,
+    /// The address the packet is sent to next (gateway, or the
+    /// destination when connected).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_hop: Option<IpAddr>,
+    pub decision: String,
+    pub evidence: String,
+}
+
+/// Where and why the packet died.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Death {
+    /// The namespace (by role).
+    pub namespace: String,
+    /// The node it belongs to (`None`: an underlay namespace).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// `blackhole`, `no-route`, `link-down`, `forwarding-off`,
+    /// `firewall-drop`, … (README: "where did my packet die").
+    pub cause: String,
+    pub object: String,
+    pub evidence: String,
+    /// A command, run in that namespace, that shows the same.
+    pub check: String,
+}
+
+impl Death {
+    pub(crate) fn new(ns: &str, cause: &str, object: &str, evidence: &str) -> Death {
+        Death {
+            namespace: ns.to_string(),
+            node: None,
+            cause: cause.to_string(),
+            object: object.to_string(),
+            evidence: evidence.to_string(),
+            check: String::new(),
+        }
+    }
+}
+
+/// Every cause a trace names (the ids `lab check` reports).
+pub const CAUSES: &[&str] = &[
+    "no-route",
+    "blackhole",
+    "unreachable",
+    "prohibit",
+    "route-refused",
+    "routing-loop",
+    "reverse-path",
+    "forwarding-off",
+    "link-down",
+    "bridge-port-blocked",
+    "bridge-loop",
+    "noarp",
+    "wrong-next-hop",
+    "neighbour-wrong-mac",
+    "neighbour-missing",
+    "neighbour-failed",
+    "vxlan-fdb-missing",
+    "vxlan-fdb-wrong",
+    "vxlan-no-device",
+    "firewall-drop",
+    "firewall-reject",
+    "firewall-policy",
+];
+
+/// A cause as its id in [`CAUSES`] (`trace` for one not in the list).
+pub fn cause_id(cause: &str) -> &'static str {
+    CAUSES
+        .iter()
+        .find(|c| **c == cause)
+        .copied()
+        .unwrap_or("trace")
+}
+
+/// How the routing walk ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum End {
+    Arrived(String),
+    Died(Box<Death>),
+    Inconclusive(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Arrived,
+    Died,
+    Inconclusive,
+}
+
+impl Verdict {
+    /// 0 arrived, 1 died, 3 inconclusive.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Verdict::Arrived => 0,
+            Verdict::Died => 1,
+            Verdict::Inconclusive => 3,
+        }
+    }
+}
+
+/// A firewall event as the output shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FirewallHop {
+    pub namespace: String,
+    pub table: String,
+    pub chain: String,
+    pub what: String,
+}
+
+/// What to trace: FROM and TO resolved to namespaces and addresses.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub from: String,
+    pub from_ns: String,
+    pub to: String,
+    pub to_ns: String,
+    pub src: Option<IpAddr>,
+    pub dst: IpAddr,
+    pub proto: Proto,
+    pub port: Option<u16>,
+    /// The command line that repeats this trace.
+    pub command: String,
+}
+
+/// A whole trace (`-o json`).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Trace {
+    pub schema_version: u32,
+    pub from: String,
+    pub to: String,
+    pub proto: Proto,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub src: Option<IpAddr>,
+    pub dst: IpAddr,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    pub hops: Vec<Hop>,
+    pub firewall: Vec<FirewallHop>,
+    pub verdict: Verdict,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub death: Option<Death>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Commands that reproduce the finding.
+    pub reproduce: Vec<String>,
+}
+
+impl World {
+    /// `paths`: role → namespace path; `nodes`: role → its node.
+    pub fn new(
+        model: LabModel,
+        paths: BTreeMap<String, PathBuf>,
+        nodes: BTreeMap<String, Option<String>>,
+    ) -> Result<World, String> {
+        let mut files = BTreeMap::new();
+        for (role, path) in paths {
+            let f = cnilab_net::netns::open_network_namespace(&path)
+                .map_err(|e| format!("{role}: {e}"))?;
+            files.insert(role, (path, f));
+        }
+        Ok(World {
+            model,
+            files,
+            nodes,
+        })
+    }
+
+    pub(crate) fn file(&self, ns: &str) -> Option<&File> {
+        self.files.get(ns).map(|(_, f)| f)
+    }
+
+    fn path(&self, ns: &str) -> String {
+        self.files
+            .get(ns)
+            .map(|(p, _)| p.display().to_string())
+            .unwrap_or_else(|| ns.to_string())
+    }
+
+    fn namespaces(&self) -> impl Iterator<Item = &Namespace> {
+        self.model.underlay.iter().chain(
+            self.model
+                .nodes
+                .iter()
+                .flat_map(|n| std::iter::once(&n.net).chain(&n.pods)),
+        )
+    }
+
+    pub(crate) fn namespace(&self, ns: &str) -> Option<&Namespace> {
+        self.namespaces().find(|n| n.name == ns)
+    }
+
+    pub(crate) fn link(&self, ns: &str, link: &str) -> Option<&Link> {
+        self.namespace(ns)?.links.iter().find(|l| l.name == link)
+    }
+
+    /// A sysctl read now, inside the namespace (`?` when unreadable).
+    pub(crate) fn sysctl(&self, ns: &str, key: &str) -> String {
+        self.file(ns)
+            .and_then(|f| cnilab_net::netns::read_sysctl(Some(f), key).ok())
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|| "?".into())
+    }
+
+    /// The veth peer of `ns`/`link`, by role.
+    pub(crate) fn peer(&self, ns: &str, link: &str) -> Option<(String, String)> {
+        let peer = self.link(ns, link)?.veth.as_ref()?;
+        let peer_ns = peer.namespace.clone().unwrap_or_else(|| ns.to_string());
+        Some((peer_ns, peer.name.clone()))
+    }
+
+    pub(crate) fn ports(&self, ns: &str, bridge: &str) -> Vec<&Link> {
+        self.namespace(ns)
+            .map(|n| {
+                n.links
+                    .iter()
+                    .filter(|l| l.controller.as_deref() == Some(bridge))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn owns(&self, ns: &str, ip: IpAddr) -> bool {
+        self.namespace(ns).is_some_and(|n| {
+            n.links
+                .iter()
+                .any(|l| l.addresses.iter().any(|a| a.addr() == ip))
+        })
+    }
+
+    /// The namespace whose link holds `ip`.
+    pub fn owner(&self, ip: IpAddr) -> Option<String> {
+        self.namespaces()
+            .find(|n| self.owns(&n.name, ip))
+            .map(|n| n.name.clone())
+    }
+
+    /// Whether entering `ns` by `link` reaches `ip`'s owner (itself, or
+    /// behind the bridge `link` is a port of).
+    pub(crate) fn leads_to(&self, ns: &str, link: &str, ip: IpAddr, depth: usize) -> bool {
+        if self.owns(ns, ip) {
+            return true;
+        }
+        let Some(bridge) = self.link(ns, link).and_then(|l| l.controller.clone()) else {
+            return false;
+        };
+        depth < 8
+            && self.ports(ns, &bridge).iter().any(|p| {
+                p.name != link
+                    && self
+                        .peer(ns, &p.name)
+                        .is_some_and(|(pn, pl)| self.leads_to(&pn, &pl, ip, depth + 1))
+            })
+    }
+
+    /// The most specific route to `dst` of `ns`, when it is one that
+    /// refuses (blackhole, unreachable, prohibit).
+    pub(crate) fn refusing_route(&self, ns: &str, dst: IpAddr) -> Option<&Route> {
+        let best = self
+            .namespace(ns)?
+            .routes
+            .iter()
+            .filter(|r| r.dst.contains(&dst))
+            .max_by_key(|r| (r.table == 254, r.dst.prefix_len()))?;
+        matches!(
+            best.kind,
+            RouteType::Blackhole | RouteType::Unreachable | RouteType::Prohibit
+        )
+        .then_some(best)
+    }
+
+    /// A permanent neighbour for `ip` on `dev` whose MAC is not the MAC of
+    /// the link that owns `ip`.
+    pub(crate) fn wrong_permanent_neighbour(
+        &self,
+        ns: &str,
+        dev: &str,
+        ip: IpAddr,
+    ) -> Option<Death> {
+        let n = self
+            .namespace(ns)?
+            .neighbours
+            .iter()
+            .find(|n| n.dev == dev && n.addr == ip && n.state == "permanent")?;
+        let mac = n.mac.as_deref()?;
+        let owner = self.owner(ip)?;
+        let owner_mac = self
+            .namespace(&owner)?
+            .links
+            .iter()
+            .find(|l| l.addresses.iter().any(|a| a.addr() == ip))?
+            .mac
+            .clone()?;
+        (!mac.eq_ignore_ascii_case(&owner_mac)).then(|| {
+            Death::new(
+                ns,
+                "neighbour-wrong-mac",
+                &format!("neighbour {ip} dev {dev}"),
+                &format!(
+                    "permanent entry lladdr {mac}, but {ip} is on {owner} with MAC {owner_mac}"
+                ),
+            )
+        })
+    }
+
+    /// The node a namespace belongs to.
+    fn node_of(&self, ns: &str) -> Option<String> {
+        self.nodes.get(ns).cloned().flatten()
+    }
+}
+
+/// Traces `req` through `world`: the routing walk, then the firewall trace
+/// with one real probe.
+pub fn run(world: &World, req: &Request) -> Trace {
+    let walked = walk::walk(world, &req.from_ns, req.src, req.dst);
+    let mut path: Vec<String> = vec![req.from_ns.clone()];
+    for h in &walked.hops {
+        if !path.contains(&h.namespace) {
+            path.push(h.namespace.clone());
+        }
+    }
+    if let End::Died(d) = &walked.end {
+        if !path.contains(&d.namespace) && world.file(&d.namespace).is_some() {
+            path.push(d.namespace.clone());
+        }
+    }
+    let files: Vec<(String, &File)> = path
+        .iter()
+        .filter_map(|ns| world.file(ns).map(|f| (ns.clone(), f)))
+        .collect();
+    let matcher = probe::matcher(req.dst, req.proto, req.port);
+    let from = world.file(&req.from_ns);
+    let traced = nftrace::trace(&files, &matcher, || {
+        if let Some(f) = from {
+            probe::send(f, walked.src, req.dst, req.proto, req.port);
+        }
+    });
+    let mut trace = Trace {
+        schema_version: SCHEMA_VERSION,
+        from: req.from.clone(),
+        to: req.to.clone(),
+        proto: req.proto,
+        src: walked.src,
+        dst: req.dst,
+        port: req.port,
+        hops: walked.hops,
+        firewall: Vec::new(),
+        verdict: Verdict::Inconclusive,
+        death: None,
+        reason: None,
+        reproduce: vec![req.command.clone()],
+    };
+    let end = combine(world, &path, walked.end, traced, req, &mut trace);
+    match end {
+        End::Arrived(_) => trace.verdict = Verdict::Arrived,
+        End::Died(mut d) => {
+            d.node = world.node_of(&d.namespace);
+            if d.check.is_empty() {
+                d.check = default_check(&d, req.dst);
+            }
+            trace.reproduce.push(format!(
+                "nsenter --net={} {}",
+                world.path(&d.namespace),
+                d.check
+            ));
+            trace.verdict = Verdict::Died;
+            trace.death = Some(*d);
+        }
+        End::Inconclusive(reason) => {
+            trace.verdict = Verdict::Inconclusive;
+            trace.reason = Some(reason);
+        }
+    }
+    trace
+}
+
+/// The routing walk's end, corrected by what the firewall trace saw.
+fn combine(
+    world: &World,
+    path: &[String],
+    end: End,
+    traced: Result<nftrace::Traced, String>,
+    req: &Request,
+    trace: &mut Trace,
+) -> End {
+    let traced = match traced {
+        Ok(t) => t,
+        Err(e) => {
+            return match end {
+                End::Arrived(ns) => End::Inconclusive(format!(
+                    "the kernel's routes deliver it to {ns}, but the firewall trace failed: {e}"
+                )),
+                other => other,
+            }
+        }
+    };
+    trace.firewall = traced
+        .events
+        .iter()
+        .filter(|e| !matches!(e.what, EventKind::Packet(_)))
+        .map(|e| FirewallHop {
+            namespace: e.namespace.clone(),
+            table: format!("{} {}", e.family, e.table),
+            chain: e.chain.clone(),
+            what: text::event(e),
+        })
+        .collect();
+    let index = |ns: &str| path.iter().position(|p| p == ns).unwrap_or(path.len());
+    let routing_at = match &end {
+        End::Died(d) => index(&d.namespace),
+        _ => path.len(),
+    };
+    if let Some(kill) = traced.events.iter().find(|e| e.kills()) {
+        if index(&kill.namespace) < routing_at {
+            return End::Died(Box::new(firewall_death(kill)));
+        }
+    }
+    match end {
+        End::Arrived(ns) if !traced.seen.contains(&ns) => match unresolved(world, &trace.hops) {
+            Some(d) => End::Died(Box::new(d)),
+            None => End::Inconclusive(format!(
+            "the kernel's routes deliver it to {ns} and no firewall rule dropped it, but the probe \
+             was never seen in {ns} (seen in: {}); what dropped it is something this trace does \
+             not read yet (neighbours, qdiscs, bridge filtering)",
+            if traced.seen.is_empty() {
+                "none".to_string()
+            } else {
+                traced.seen.join(", ")
+            }
+        )),
+        },
+        End::Arrived(ns) if ns != req.to_ns => End::Inconclusive(format!(
+            "the packet is delivered in {ns}, not in {} where {} is",
+            req.to_ns, req.dst
+        )),
+        other => other,
+    }
+}
+
+/// After a probe that did not arrive: the first hop whose next hop the
+/// kernel could not resolve (its neighbour entry INCOMPLETE or FAILED).
+fn unresolved(world: &World, hops: &[Hop]) -> Option<Death> {
+    use rtnetlink::packet_route::neighbour::NeighbourState;
+    hops.iter().find_map(|h| {
+        let (oif, next) = (h.oif.as_deref()?, h.next_hop?);
+        let file = world.file(&h.namespace)?;
+        let oif_name = oif.to_string();
+        let state = cnilab_net::netns::netlink_job(file, move |handle| async move {
+            let index = cnilab_net::nl::link_by_name(&handle, &oif_name)
+                .await?
+                .map(|l| l.index);
+            let all = cnilab_net::nl::neighbours(&handle).await?;
+            Ok(all
+                .into_iter()
+                .find(|n| n.addr == next && Some(n.index) == index)
+                .map(|n| n.message.header.state))
+        })
+        .ok()??;
+        let failed = matches!(state, NeighbourState::Incomplete | NeighbourState::Failed);
+        failed.then(|| {
+            let owner = world.owner(next).unwrap_or_else(|| "nobody".into());
+            let mut d = Death::new(
+                &h.namespace,
+                "neighbour-failed",
+                &format!("neighbour {next} dev {oif}"),
+                &format!("{next} on {oif} is {state}: {owner} does not answer ARP/NDP for it"),
+            );
+            d.check = format!("ip neigh show {next} dev {oif}");
+            d
+        })
+    })
+}
+
+fn firewall_death(e: &Event) -> Death {
+    let (cause, object, evidence, check) = match &e.what {
+        EventKind::Rule {
+            text,
+            handle,
+            verdict,
+        } => {
+            let reject = text.split_whitespace().any(|w| w == "reject");
+            let handle = handle.map(|h| format!(" handle {h}")).unwrap_or_default();
+            (
+                if reject {
+                    "firewall-reject"
+                } else {
+                    "firewall-drop"
+                },
+                format!("{} {} {}{handle}", e.family, e.table, e.chain),
+                format!("rule `{text}` (verdict {verdict})"),
+                format!("nft -a list chain {} {} {}", e.family, e.table, e.chain),
+            )
+        }
+        EventKind::Policy(p) => (
+            "firewall-policy",
+            format!("{} {} {} policy {p}", e.family, e.table, e.chain),
+            format!("chain {} policy {p}: no rule accepted it", e.chain),
+            format!("nft -a list chain {} {} {}", e.family, e.table, e.chain),
+        ),
+        _ => (
+            "firewall-drop",
+            e.table.clone(),
+            String::new(),
+            String::new(),
+        ),
+    };
+    let mut d = Death::new(&e.namespace, cause, &object, &evidence);
+    d.check = check;
+    d
+}
+
+/// A command that shows a death's object.
+fn default_check(d: &Death, dst: IpAddr) -> String {
+    let mut words = d.object.split_whitespace();
+    match (words.next(), words.next()) {
+        (Some("link" | "bridge"), Some(name)) => format!("ip -d link show {name}"),
+        (Some("port"), Some(name)) => format!("bridge -d link show dev {name}"),
+        (Some("neighbour"), _) => "ip neigh show nud permanent".into(),
+        (Some("fdb"), _) => {
+            let dev = d
+                .object
+                .split_whitespace()
+                .skip_while(|w| *w != "dev")
+                .nth(1);
+            format!("bridge fdb show dev {}", dev.unwrap_or(""))
+        }
+        _ if d.cause == "forwarding-off" => format!("sysctl {}", d.object.replace('/', ".")),
+        _ => format!("ip route get {dst}"),
+    }
+}
+
+pub use text::render;

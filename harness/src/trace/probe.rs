@@ -1,0 +1,61 @@
+//! The probe: one real packet sent from the source namespace (ICMP echo by
+//! `ping`, a TCP SYN by a connect, a UDP datagram), and the nft match the
+//! trace rules use for it.
+
+use super::Proto;
+use std::fs::File;
+use std::net::{IpAddr, SocketAddr};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// How long the probe waits for an answer (it needs none: the trace reads
+/// what the kernel did with it).
+const WAIT: Duration = Duration::from_secs(1);
+
+/// The nft match for the probe: destination, protocol and port.
+pub fn matcher(dst: IpAddr, proto: Proto, port: Option<u16>) -> String {
+    let family = if dst.is_ipv4() { "ip" } else { "ip6" };
+    let l4 = match (proto, dst.is_ipv4()) {
+        (Proto::Icmp, true) => "meta l4proto icmp icmp type echo-request".to_string(),
+        (Proto::Icmp, false) => "meta l4proto ipv6-icmp icmpv6 type echo-request".to_string(),
+        (Proto::Tcp, _) => format!("tcp dport {}", port.unwrap_or(0)),
+        (Proto::Udp, _) => format!("udp dport {}", port.unwrap_or(0)),
+    };
+    format!("{family} daddr {dst} {l4}")
+}
+
+/// Sends one probe from inside `ns` and waits at most [`WAIT`] for it.
+pub fn send(ns: &File, src: Option<IpAddr>, dst: IpAddr, proto: Proto, port: Option<u16>) {
+    match proto {
+        Proto::Icmp => {
+            let mut cmd = Command::new("ping");
+            cmd.args(["-n", "-c", "1", "-W", "1"]);
+            if let Some(src) = src {
+                cmd.args(["-I", &src.to_string()]);
+            }
+            cmd.arg(dst.to_string())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            if let Ok(mut child) = cnilab_net::netns::spawn_in(ns, &mut cmd) {
+                let _ = child.wait();
+            }
+        }
+        Proto::Tcp => {
+            let to = SocketAddr::new(dst, port.unwrap_or(0));
+            let _ =
+                cnilab_net::netns::run_in(ns, || std::net::TcpStream::connect_timeout(&to, WAIT));
+        }
+        Proto::Udp => {
+            let to = SocketAddr::new(dst, port.unwrap_or(0));
+            let _ = cnilab_net::netns::run_in(ns, || {
+                let any: SocketAddr = if dst.is_ipv4() {
+                    ([0, 0, 0, 0], 0).into()
+                } else {
+                    (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+                };
+                std::net::UdpSocket::bind(any).and_then(|s| s.send_to(b"cnilab trace", to))
+            });
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! A trace for people: one line per hop, the firewall rules the probe met,
+//! the verdict and how to reproduce it.
+
+use super::{Event, EventKind, Trace, Verdict};
+use std::fmt::Write;
+
+/// One firewall event as text (`rule … # handle 2 (verdict drop)`).
+pub(crate) fn event(e: &Event) -> String {
+    match &e.what {
+        EventKind::Packet(p) => format!("packet {p}"),
+        EventKind::Rule {
+            text,
+            handle,
+            verdict,
+        } => {
+            let handle = handle.map(|h| format!(" # handle {h}")).unwrap_or_default();
+            format!("rule {text}{handle} (verdict {verdict})")
+        }
+        EventKind::Policy(p) => format!("policy {p}"),
+        EventKind::Verdict(v) => format!("verdict {v}"),
+    }
+}
+
+/// The table form of a trace.
+pub fn render(t: &Trace) -> String {
+    let mut s = String::new();
+    let port = t.port.map(|p| format!(" port {p}")).unwrap_or_default();
+    let src = t.src.map(|a| a.to_string()).unwrap_or_else(|| "?".into());
+    let _ = writeln!(
+        s,
+        "trace {} -> {}: {}{port} {src} -> {}",
+        t.from,
+        t.to,
+        format!("{:?}", t.proto).to_lowercase(),
+        t.dst
+    );
+    for (i, h) in t.hops.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "  {:>2}. {:<16} in {:<14} out {:<14} {}",
+            i + 1,
+            h.namespace,
+            h.iif.as_deref().unwrap_or("-"),
+            h.oif.as_deref().unwrap_or("-"),
+            h.decision
+        );
+        let _ = writeln!(s, "      {}", h.evidence);
+    }
+    for f in &t.firewall {
+        let _ = writeln!(
+            s,
+            "  nft {:<16} {} {}: {}",
+            f.namespace, f.table, f.chain, f.what
+        );
+    }
+    match (t.verdict, &t.death, &t.reason) {
+        (Verdict::Died, Some(d), _) => {
+            let at = match &d.node {
+                Some(n) if *n != d.namespace => format!("{} (node {n})", d.namespace),
+                _ => d.namespace.clone(),
+            };
+            let _ = writeln!(s, "DIED at {at}: {} {}: {}", d.cause, d.object, d.evidence);
+        }
+        (Verdict::Arrived, _, _) => {
+            let _ = writeln!(s, "ARRIVED at {}", t.to);
+        }
+        (_, _, reason) => {
+            let _ = writeln!(
+                s,
+                "INCONCLUSIVE: {}",
+                reason.as_deref().unwrap_or("the trace could not tell")
+            );
+        }
+    }
+    for r in &t.reproduce {
+        let _ = writeln!(s, "reproduce: {r}");
+    }
+    s
+}

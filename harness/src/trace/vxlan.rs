@@ -1,0 +1,125 @@
+//! A packet that leaves by a VXLAN device: the next hop's MAC (a
+//! permanent neighbour, as flannel makes), the FDB entry that gives the
+//! remote VTEP, then the outer packet walked like any other (its hops
+//! marked `outer`) to the namespace that owns the VTEP, where the inner
+//! packet arrives on that namespace's VXLAN device of the same VNI.
+
+use super::walk::{self, Walk};
+use super::{Death, End, Hop, World};
+use crate::lab::model::{Link, LinkKind};
+use std::net::IpAddr;
+
+/// Where the inner packet enters next (namespace, its VXLAN device).
+pub(crate) fn encapsulate(
+    world: &World,
+    w: &mut Walk,
+    ns: &str,
+    dev: &Link,
+    nexthop: IpAddr,
+) -> Result<(String, String), End> {
+    let died = |cause: &str, object: String, evidence: String| {
+        End::Died(Box::new(Death::new(ns, cause, &object, &evidence)))
+    };
+    let vx = dev.vxlan.as_ref().ok_or_else(|| {
+        End::Inconclusive(format!(
+            "{ns}: {} has no VXLAN attributes in the model",
+            dev.name
+        ))
+    })?;
+    let here = world
+        .namespace(ns)
+        .ok_or_else(|| End::Inconclusive(format!("{ns} is not in the model")))?;
+    let Some(mac) = here
+        .neighbours
+        .iter()
+        .find(|n| n.dev == dev.name && n.addr == nexthop)
+        .and_then(|n| n.mac.clone())
+    else {
+        return Err(died(
+            "neighbour-missing",
+            format!("neighbour {nexthop} dev {}", dev.name),
+            format!("no permanent neighbour for {nexthop} on {} (nolearning VXLAN: nothing resolves it)", dev.name),
+        ));
+    };
+    let zeros = "00:00:00:00:00:00";
+    let fdb = here
+        .fdb
+        .iter()
+        .filter(|f| f.dev == dev.name)
+        .find(|f| f.mac.eq_ignore_ascii_case(&mac))
+        .or_else(|| {
+            here.fdb
+                .iter()
+                .find(|f| f.dev == dev.name && f.mac == zeros)
+        });
+    let Some(vtep) = fdb.and_then(|f| f.dst) else {
+        return Err(died(
+            "vxlan-fdb-missing",
+            format!("fdb {mac} dev {}", dev.name),
+            format!(
+                "no FDB entry on {} gives a remote VTEP for {mac} (next hop {nexthop})",
+                dev.name
+            ),
+        ));
+    };
+    let inner_owner = world.owner(nexthop);
+    let vtep_owner = world.owner(vtep);
+    if inner_owner.is_some() && vtep_owner != inner_owner {
+        return Err(died(
+            "vxlan-fdb-wrong",
+            format!("fdb {mac} dev {} dst {vtep}", dev.name),
+            format!(
+                "the next hop {nexthop} is on {}, but the FDB sends {mac} to {vtep} ({})",
+                inner_owner.as_deref().unwrap_or("?"),
+                vtep_owner.as_deref().unwrap_or("nobody's")
+            ),
+        ));
+    }
+    w.hops.push(Hop {
+        namespace: ns.to_string(),
+        iif: None,
+        oif: Some(dev.name.clone()),
+        next_hop: None,
+        decision: format!(
+            "vxlan {} vni {}: encapsulate to VTEP {vtep}",
+            dev.name, vx.vni
+        ),
+        evidence: format!("neighbour {nexthop} lladdr {mac}; fdb {mac} dst {vtep}"),
+    });
+    let outer = walk::walk(world, ns, vx.local, vtep);
+    for mut h in outer.hops {
+        h.decision = format!("outer: {}", h.decision);
+        w.hops.push(h);
+    }
+    let remote = match outer.end {
+        End::Arrived(remote) => remote,
+        other => return Err(other),
+    };
+    let inner_dev = world
+        .namespace(&remote)
+        .and_then(|n| {
+            n.links.iter().find(|l| {
+                l.kind == LinkKind::Vxlan && l.vxlan.as_ref().is_some_and(|x| x.vni == vx.vni)
+            })
+        })
+        .ok_or_else(|| {
+            End::Died(Box::new(Death::new(
+                &remote,
+                "vxlan-no-device",
+                &format!("vni {}", vx.vni),
+                &format!(
+                    "the outer packet reaches {remote}, which has no VXLAN device of VNI {}",
+                    vx.vni
+                ),
+            )))
+        })?;
+    if !inner_dev.up {
+        return Err(End::Died(Box::new(Death::new(
+            &remote,
+            "link-down",
+            &format!("link {}", inner_dev.name),
+            &format!("{} is down", inner_dev.name),
+        ))));
+    }
+    Ok((remote, inner_dev.name.clone()))
+}

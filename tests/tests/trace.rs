@@ -1,0 +1,363 @@
+//! `cnilab lab trace` (root): on standing 2-node labs, each fault is made
+//! by hand with plain `ip`, `nft` and `sysctl` in the lab's namespaces (no
+//! scenario), and the trace must name the node, the cause and the object;
+//! a healthy lab's trace arrives (pod to pod across nodes, pod to node, and
+//! node to pod over TCP, on the l2 and the routed shape); no trace leaves
+//! an nft table behind.
+
+use cnilab_tests::{cnilab, host_untouched, output_text as all, StandingLab as Standing};
+use serde_json::Value;
+use std::process::Command;
+
+/// The lab's namespaces, faults made in them and traces run on them.
+trait Lab {
+    fn netns(&self, role: &str) -> String;
+    fn sh(&self, role: &str, program: &str, args: &[&str]) -> String;
+    fn trace(&self, from: &str, to: &str, extra: &[&str]) -> (Option<i32>, Value);
+    fn assert_no_trace_tables(&self);
+    fn pod_veth(&self, node: &str) -> String;
+}
+
+impl Lab for Standing {
+    /// The kernel's name of a namespace of this lab, by role.
+    fn netns(&self, role: &str) -> String {
+        format!("cnilab-lab-{}-{role}", self.0)
+    }
+
+    /// Runs `program ARGS` inside the lab's namespace `role`; it must succeed.
+    fn sh(&self, role: &str, program: &str, args: &[&str]) -> String {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.netns(role), program])
+            .args(args)
+            .output()
+            .expect("ip netns exec runs");
+        assert!(
+            out.status.success(),
+            "{program} {args:?} in {role}: {}",
+            all(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `cnilab lab trace … -o json`: the exit code and the document.
+    fn trace(&self, from: &str, to: &str, extra: &[&str]) -> (Option<i32>, Value) {
+        let mut args = vec!["lab", "trace", "--name", &self.0, from, to, "-o", "json"];
+        args.extend_from_slice(extra);
+        let out = cnilab(&args);
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("no JSON ({e}): {}", all(&out)));
+        (out.status.code(), v)
+    }
+
+    /// No namespace of the lab holds a table of the trace's own.
+    fn assert_no_trace_tables(&self) {
+        let list = Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .expect("ip netns list");
+        let prefix = self.netns("");
+        let mut checked = 0;
+        for line in String::from_utf8_lossy(&list.stdout).lines() {
+            let Some(ns) = line
+                .split_whitespace()
+                .next()
+                .filter(|n| n.starts_with(&prefix))
+            else {
+                continue;
+            };
+            let role = &ns[prefix.len()..];
+            let tables = self.sh(role, "nft", &["list", "tables"]);
+            assert!(
+                !tables.contains("cnilab_trace_"),
+                "{ns} still has a trace table:\n{tables}"
+            );
+            checked += 1;
+        }
+        assert!(
+            checked >= 5,
+            "only {checked} namespaces of lab {} found",
+            self.0
+        );
+    }
+
+    /// The host side of `node`'s only pod veth.
+    fn pod_veth(&self, node: &str) -> String {
+        let links = self.sh(node, "ip", &["-o", "link", "show", "master", "cnilab0"]);
+        links
+            .split(": ")
+            .nth(1)
+            .and_then(|n| n.split('@').next())
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("no port on cnilab0 of {node}: {links}"))
+    }
+}
+
+/// Asserts a died trace: exit 1, the namespace, the cause and that the
+/// object contains `object`.
+fn assert_died(t: &(Option<i32>, Value), namespace: &str, cause: &str, object: &str) {
+    let (code, v) = t;
+    assert_eq!(v["verdict"], "died", "{v:#}");
+    assert_eq!(*code, Some(1), "{v:#}");
+    let d = &v["death"];
+    assert_eq!(d["namespace"], namespace, "{v:#}");
+    assert_eq!(d["cause"], cause, "{v:#}");
+    let obj = d["object"].as_str().unwrap_or_default();
+    assert!(
+        obj.contains(object),
+        "object {obj:?} lacks {object:?}: {v:#}"
+    );
+    let reproduce = v["reproduce"].to_string();
+    assert!(reproduce.contains("cnilab lab trace"), "{v:#}");
+}
+
+fn assert_arrived(t: &(Option<i32>, Value), to: &str) {
+    let (code, v) = t;
+    assert_eq!(v["verdict"], "arrived", "{v:#}");
+    assert_eq!(*code, Some(0), "{v:#}");
+    let last = v["hops"]
+        .as_array()
+        .and_then(|h| h.last())
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(last["namespace"], to, "{v:#}");
+    assert_eq!(v["schemaVersion"], 1);
+}
+
+/// A healthy lab: pod to pod across nodes, pod to node, node to pod (TCP)
+/// arrive on the l2 and the routed shape, through the expected namespaces;
+/// nothing of the trace is left behind.
+#[test]
+fn a_healthy_lab_trace_arrives_and_leaves_nothing() {
+    let _host = host_untouched();
+    for (label, extra) in [("trok", &[][..]), ("trrt", &["--shape", "routed"][..])] {
+        let lab = Standing::up(label, extra);
+        let pod = lab.trace("node1-pod0", "node2-pod0", &[]);
+        assert_arrived(&pod, "node2-pod0");
+        let crossed: Vec<String> = pod.1["hops"]
+            .as_array()
+            .map(|h| {
+                h.iter()
+                    .map(|h| h["namespace"].as_str().unwrap_or("").to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for ns in ["node1-pod0", "node1", "switch", "node2"] {
+            assert!(
+                crossed.iter().any(|c| c == ns),
+                "{label}: no hop in {ns}: {crossed:?}"
+            );
+        }
+        if label == "trrt" {
+            assert!(crossed.iter().any(|c| c == "router"), "{crossed:?}");
+        }
+        assert_arrived(&lab.trace("node1-pod0", "node2", &[]), "node2");
+        assert_arrived(
+            &lab.trace("node2", "node1-pod0", &["--proto", "tcp"]),
+            "node1-pod0",
+        );
+        lab.assert_no_trace_tables();
+    }
+}
+
+/// A blackhole route to the other node's pod CIDR on node1.
+#[test]
+fn a_blackhole_route_is_named() {
+    let _host = host_untouched();
+    let lab = Standing::up("trbh", &[]);
+    lab.sh(
+        "node1",
+        "ip",
+        &["route", "replace", "blackhole", "10.244.2.0/24"],
+    );
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "node1", "blackhole", "10.244.2.0/24");
+    assert_eq!(t.1["death"]["node"], "node1");
+}
+
+/// node1's route to node2's pod CIDR is missing.
+#[test]
+fn a_missing_route_is_named() {
+    let _host = host_untouched();
+    let lab = Standing::up("trnr", &[]);
+    lab.sh("node1", "ip", &["route", "del", "10.244.2.0/24"]);
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "node1", "no-route", "10.244.2.2");
+}
+
+/// The host end of node1's pod veth set down.
+#[test]
+fn a_pods_host_veth_down_is_named() {
+    let _host = host_untouched();
+    let lab = Standing::up("trvd", &[]);
+    let veth = lab.pod_veth("node1");
+    lab.sh("node1", "ip", &["link", "set", &veth, "down"]);
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "node1", "link-down", &veth);
+}
+
+/// Forwarding off on node2 (the receiving node): named per interface.
+#[test]
+fn forwarding_off_is_named() {
+    let _host = host_untouched();
+    let lab = Standing::up("trfw", &[]);
+    lab.sh(
+        "node2",
+        "sysctl",
+        &["-qw", "net.ipv4.conf.eth0.forwarding=0"],
+    );
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(
+        &t,
+        "node2",
+        "forwarding-off",
+        "net/ipv4/conf/eth0/forwarding",
+    );
+}
+
+/// An nft drop rule in node1's forward chain: table, chain and handle are
+/// named from nftables' own trace, and the trace's table is gone after.
+#[test]
+fn an_nft_drop_rule_is_named_by_table_chain_and_handle() {
+    let _host = host_untouched();
+    let lab = Standing::up("trnf", &[]);
+    lab.sh("node1", "nft", &["add", "table", "ip", "filter"]);
+    lab.sh(
+        "node1",
+        "nft",
+        &["add chain ip filter forward { type filter hook forward priority 0; policy accept; }"],
+    );
+    lab.sh(
+        "node1",
+        "nft",
+        &["add rule ip filter forward ip daddr 10.244.2.0/24 counter drop"],
+    );
+    let listing = lab.sh(
+        "node1",
+        "nft",
+        &["-a", "list", "chain", "ip", "filter", "forward"],
+    );
+    let handle = listing
+        .lines()
+        .find(|l| l.contains("drop"))
+        .and_then(|l| l.rsplit("# handle ").next())
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|| panic!("no handle in {listing}"));
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(
+        &t,
+        "node1",
+        "firewall-drop",
+        &format!("ip filter forward handle {handle}"),
+    );
+    assert!(
+        t.1["death"]["evidence"]
+            .as_str()
+            .unwrap_or("")
+            .contains("ip daddr 10.244.2.0/24"),
+        "{:#}",
+        t.1
+    );
+    lab.assert_no_trace_tables();
+}
+
+/// The VXLAN overlay: a healthy trace follows the outer packet to node2's
+/// VTEP and the inner one on to the pod; node1's FDB entry for node2's
+/// VTEP MAC deleted by hand is named, with the device.
+#[test]
+fn vxlan_outer_packet_is_followed_and_a_missing_fdb_entry_is_named() {
+    let _host = host_untouched();
+    let lab = Standing::up("trvx", &["--vxlan"]);
+    let ok = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_arrived(&ok, "node2-pod0");
+    let hops = ok.1["hops"].to_string();
+    assert!(hops.contains("encapsulate to VTEP 10.250.0.2"), "{hops}");
+    assert!(hops.contains("outer: bridge underlay"), "{hops}");
+    let fdb = lab.sh("node1", "bridge", &["fdb", "show", "dev", "vxlan0"]);
+    let entry = fdb
+        .lines()
+        .find(|l| l.contains("dst 10.250.0.2"))
+        .unwrap_or_else(|| panic!("no FDB entry to node2 in {fdb}"));
+    let mac = entry
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    lab.sh(
+        "node1",
+        "bridge",
+        &["fdb", "del", &mac, "dev", "vxlan0", "dst", "10.250.0.2"],
+    );
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(
+        &t,
+        "node1",
+        "vxlan-fdb-missing",
+        &format!("fdb {mac} dev vxlan0"),
+    );
+    lab.assert_no_trace_tables();
+}
+
+/// node2-pod0 stops answering ARP (`ip link set eth0 arp off` in the pod):
+/// routing and the firewall let the probe through, and node2's neighbour
+/// entry for the pod, left INCOMPLETE or FAILED by the probe, is named.
+#[test]
+fn a_neighbour_that_never_resolves_is_named() {
+    let _host = host_untouched();
+    let lab = Standing::up("trnb", &[]);
+    lab.sh("node2-pod0", "ip", &["link", "set", "eth0", "arp", "off"]);
+    let pod_ip = lab.sh(
+        "node2-pod0",
+        "ip",
+        &["-4", "-o", "addr", "show", "dev", "eth0"],
+    );
+    let pod_ip = pod_ip
+        .split_whitespace()
+        .nth(3)
+        .and_then(|a| a.split('/').next())
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no address: {pod_ip}"));
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(
+        &t,
+        "node2",
+        "neighbour-failed",
+        &format!("neighbour {pod_ip} dev cnilab0"),
+    );
+}
+
+/// `lab check` on a lab with a blackhole route that no diagnosis rule
+/// knows: the failures get the trace's cause (`blackhole`, at node1, the
+/// route) instead of `undiagnosed`, with a command that reproduces it.
+#[test]
+fn lab_check_names_what_no_rule_explains_by_a_trace() {
+    let _host = host_untouched();
+    let lab = Standing::up("trck", &[]);
+    lab.sh(
+        "node1",
+        "ip",
+        &["route", "replace", "blackhole", "10.244.2.0/24"],
+    );
+    let out = cnilab(&["lab", "check", "--name", &lab.0, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", all(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let flat = v.to_string();
+    assert!(flat.contains(r#""id":"blackhole""#), "{v:#}");
+    assert!(
+        flat.contains("died at node1: blackhole route blackhole 10.244.2.0/24"),
+        "{v:#}"
+    );
+    assert!(flat.contains("cnilab lab trace --name"), "{v:#}");
+    assert!(!flat.contains("undiagnosed"), "{v:#}");
+    lab.assert_no_trace_tables();
+}
+
+/// FROM or TO that is nothing of the lab: exit 2 and what exists.
+#[test]
+fn an_unknown_endpoint_is_a_usage_error() {
+    let _host = host_untouched();
+    let lab = Standing::up("trus", &[]);
+    let out = cnilab(&["lab", "trace", "--name", &lab.0, "node1-pod0", "nosuchpod"]);
+    assert_eq!(out.status.code(), Some(2), "{}", all(&out));
+    assert!(all(&out).contains("node2-pod0"), "{}", all(&out));
+}
