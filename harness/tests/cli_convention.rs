@@ -462,7 +462,7 @@ fn lab_name_completes_standing_labs_not_file_names() {
         let end = rest.find("\n        cnilab__").unwrap_or(rest.len());
         rest[..end].to_string()
     };
-    for sub in ["check", "down", "status", "up"] {
+    for sub in ["check", "down", "show", "status", "trace", "up"] {
         let s = section(&format!("cnilab__subcmd__lab__subcmd__{sub}"));
         assert!(
             s.contains(labs) && !s.contains("--name)\n                    COMPREPLY=($(compgen -f"),

@@ -162,12 +162,12 @@ impl HostNetwork {
                     .and_then(|i| net.link_by_index(i))
                     .map(|m| m.name.as_str())
                     .unwrap_or("-");
+                let mtu = l.mtu.map_or_else(|| "-".to_string(), |m| m.to_string());
+                let state = if l.up { "up" } else { "down" };
                 format!(
-                    "link {} ({}) mtu {:?} up {} master {master}",
+                    "link {} ({}) mtu {mtu} {state} master {master}",
                     l.name,
                     l.kind.as_deref().unwrap_or("-"),
-                    l.mtu,
-                    l.up
                 )
             })
             .collect();
@@ -467,7 +467,7 @@ mod tests {
     fn changes_name_what_appeared_and_what_went() {
         let state = |fw: &[&str], sysctl: &str| HostNetwork {
             net: Default::default(),
-            links: vec!["link lo (-) mtu Some(65536) up true master -".into()],
+            links: vec!["link lo (-) mtu 65536 up master -".into()],
             firewall: fw.iter().map(|s| s.to_string()).collect(),
             sysctls: vec![format!("sysctl net/ipv4/ip_forward = {sysctl}")],
         };

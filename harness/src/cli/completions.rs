@@ -41,7 +41,7 @@ impl Completions {
 }
 
 /// The lab subcommands whose `--name` is a standing lab's.
-const LAB_CMDS: [&str; 4] = ["check", "down", "status", "up"];
+const LAB_CMDS: [&str; 6] = ["check", "down", "show", "status", "trace", "up"];
 
 /// `script` with `lab … --name` completing the names of standing labs (the
 /// directories of `/run/cnilab/labs`) instead of file names.
