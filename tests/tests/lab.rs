@@ -484,6 +484,39 @@ fn lab_down_never_removes_a_namespace_another_lab_owns() {
     );
 }
 
+/// Like `kind delete cluster` of a cluster that is gone: a second
+/// `lab down` exits 0 and says there was nothing to remove — and removes
+/// nothing, not even a namespace that merely has the lab's name shape
+/// (the lab never recorded creating it).
+#[test]
+fn a_second_lab_down_exits_0_and_removes_nothing() {
+    let _host = host_untouched();
+    let name = format!("g{}", std::process::id());
+    let stranger = format!("cnilab-lab-{name}-switch");
+    let add = Command::new("ip")
+        .args(["netns", "add", &stranger])
+        .output()
+        .expect("ip netns add");
+    assert!(add.status.success(), "{}", text(&add));
+    let first = cnilab(&["lab", "down", "--name", &name]);
+    let second = cnilab(&["lab", "down", "--name", &name]);
+    let kept = netns_exists(&stranger);
+    let _ = Command::new("ip")
+        .args(["netns", "del", &stranger])
+        .output();
+    for out in [&first, &second] {
+        assert_eq!(out.status.code(), Some(0), "{}", text(out));
+        assert!(
+            text(out).contains(&format!("lab {name} is not up")),
+            "{}",
+            text(out)
+        );
+    }
+    assert!(kept, "a namespace lab {name} never recorded was removed");
+    let bad = cnilab(&["lab", "down", "--name", "no/such"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+}
+
 /// Processes whose command line mentions `needle` (zombies have none).
 fn processes_mentioning(needle: &str) -> Vec<u32> {
     std::fs::read_dir("/proc")
