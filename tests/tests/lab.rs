@@ -484,6 +484,39 @@ fn lab_down_never_removes_a_namespace_another_lab_owns() {
     );
 }
 
+/// Like `kind delete cluster` of a cluster that is gone: a second
+/// `lab down` exits 0 and says there was nothing to remove — and removes
+/// nothing, not even a namespace that merely has the lab's name shape
+/// (the lab never recorded creating it).
+#[test]
+fn a_second_lab_down_exits_0_and_removes_nothing() {
+    let _host = host_untouched();
+    let name = format!("g{}", std::process::id());
+    let stranger = format!("cnilab-lab-{name}-switch");
+    let add = Command::new("ip")
+        .args(["netns", "add", &stranger])
+        .output()
+        .expect("ip netns add");
+    assert!(add.status.success(), "{}", text(&add));
+    let first = cnilab(&["lab", "down", "--name", &name]);
+    let second = cnilab(&["lab", "down", "--name", &name]);
+    let kept = netns_exists(&stranger);
+    let _ = Command::new("ip")
+        .args(["netns", "del", &stranger])
+        .output();
+    for out in [&first, &second] {
+        assert_eq!(out.status.code(), Some(0), "{}", text(out));
+        assert!(
+            text(out).contains(&format!("lab {name} is not up")),
+            "{}",
+            text(out)
+        );
+    }
+    assert!(kept, "a namespace lab {name} never recorded was removed");
+    let bad = cnilab(&["lab", "down", "--name", "no/such"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+}
+
 /// Processes whose command line mentions `needle` (zombies have none).
 fn processes_mentioning(needle: &str) -> Vec<u32> {
     std::fs::read_dir("/proc")
@@ -1015,7 +1048,8 @@ fn br_netfilter_forward_drop_between_same_node_pods_is_diagnosed() {
 /// own second address is not called stale.
 #[test]
 fn rp_filter_on_the_ingress_interface_is_diagnosed_and_a_second_address_is_not_stale() {
-    let (_run, lab) = lab_in_process(2, 1);
+    // Two pods a node: two source addresses, one cause.
+    let (_run, lab) = lab_in_process(2, 2);
     let switch = lab.switch.name().to_string();
     let node2 = lab.nodes[1].ns.name().to_string();
     ip_in(
@@ -1053,6 +1087,52 @@ fn rp_filter_on_the_ingress_interface_is_diagnosed_and_a_second_address_is_not_s
         !report.diagnosis_ids().contains(&"stale-route"),
         "{}",
         report.table()
+    );
+    assert_one_cause(&report, "rp-filter");
+}
+
+/// One cause is one line: the failures a diagnosis `id` explains group
+/// into exactly one cause, however many sources they came from.
+fn assert_one_cause(report: &lab::report::Report, id: &str) {
+    let causes = cnilab_harness::connectivity::summary::causes(&report.failures);
+    let lines: Vec<&str> = causes
+        .iter()
+        .filter(|c| c.id == id)
+        .map(|c| c.message.as_str())
+        .collect();
+    assert_eq!(lines.len(), 1, "{id}: {lines:#?}\n{}", report.table());
+}
+
+/// node1 masquerades all pod traffic (the scenario's fault) next to the
+/// plugin's correct rule: one line, naming the faulty rule's table and
+/// chain, not the correct rule.
+#[test]
+fn masquerade_too_broad_names_the_one_rule_at_fault() {
+    let (_run, lab) = lab_in_process(2, 2);
+    build::nft(
+        &lab.nodes[0].ns,
+        "table ip cnilab_test_masq {\n  chain postrouting {\n    type nat hook postrouting priority srcnat - 10; policy accept;\n    ip saddr { 10.244.0.0/16 } oifname \"eth0\" masquerade\n  }\n}\n",
+    )
+    .expect("nft");
+    let report = failing_check_with(
+        lab,
+        &["pod-to-pod/cross-node"],
+        "masquerade-too-broad",
+        &[
+            "node1",
+            "table ip cnilab_test_masq chain postrouting",
+            "ip saddr 10.244.0.0/16 oifname \"eth0\" masquerade",
+        ],
+    );
+    assert_one_cause(&report, "masquerade-too-broad");
+    let cause = &cnilab_harness::connectivity::summary::causes(&report.failures)
+        .into_iter()
+        .find(|c| c.id == "masquerade-too-broad")
+        .expect("cause");
+    assert!(
+        !cause.message.contains("daddr !="),
+        "the correct rule is named too: {}",
+        cause.message
     );
 }
 

@@ -40,13 +40,26 @@ impl Completions {
     }
 }
 
-/// The lab subcommands whose `--name` is a standing lab's.
-const LAB_CMDS: [&str; 6] = ["check", "down", "show", "status", "trace", "up"];
+/// The lab subcommands whose `--name` is a standing lab's: every `lab`
+/// subcommand with a `--name` (read from the command line's own definition,
+/// so a new one such as `lab show` is never left completing file names).
+fn lab_cmds() -> Vec<String> {
+    Cli::command()
+        .find_subcommand("lab")
+        .map(|lab| {
+            lab.get_subcommands()
+                .filter(|c| c.get_arguments().any(|a| a.get_long() == Some("name")))
+                .map(|c| c.get_name().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
 
 /// `script` with `lab … --name` completing the names of standing labs (the
 /// directories of `/run/cnilab/labs`) instead of file names.
 fn lab_names(shell: Shell, script: &str) -> String {
     let labs = crate::lab::state::LABS_DIR;
+    let lab_cmds = lab_cmds();
     let mut out = String::with_capacity(script.len());
     let mut in_lab = false;
     let mut prev = "";
@@ -56,7 +69,7 @@ fn lab_names(shell: Shell, script: &str) -> String {
             Shell::Bash => {
                 if let Some(section) = line.trim().strip_suffix(')') {
                     if section.starts_with("cnilab__subcmd__") && !section.contains(' ') {
-                        in_lab = LAB_CMDS
+                        in_lab = lab_cmds
                             .iter()
                             .any(|c| section == format!("cnilab__subcmd__lab__subcmd__{c}"));
                     }
@@ -77,7 +90,7 @@ fn lab_names(shell: Shell, script: &str) -> String {
                 }
             }
             Shell::Fish => {
-                let lab_cmd = LAB_CMDS
+                let lab_cmd = lab_cmds
                     .iter()
                     .any(|c| line.contains(&format!("__fish_seen_subcommand_from {c}\"")));
                 if line.contains("__fish_cnilab_using_subcommand lab;")

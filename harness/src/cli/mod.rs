@@ -12,6 +12,7 @@ pub mod e2e;
 pub mod lab;
 pub mod lifecycle;
 pub mod scenario;
+pub mod schema;
 pub mod soak;
 pub mod sweep;
 
@@ -47,6 +48,7 @@ pub enum Cmd {
     Lifecycle(lifecycle::Lifecycle),
     Lab(lab::Lab),
     Scenario(scenario::Scenario),
+    Schema(schema::Schema),
     Soak(soak::Soak),
     Sweep(sweep::Sweep),
     E2e(e2e::E2e),
@@ -62,6 +64,7 @@ impl Cli {
             Cmd::Lifecycle(c) => c.run(),
             Cmd::Lab(c) => c.run(),
             Cmd::Scenario(c) => c.run(),
+            Cmd::Schema(c) => c.run(),
             Cmd::Soak(c) => c.run(),
             Cmd::Sweep(c) => c.run(),
             Cmd::E2e(c) => c.run(),

@@ -372,9 +372,17 @@ pub fn status(name: Option<&str>, format: Format) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `cnilab lab down`.
+/// `cnilab lab down`. A lab that is not up (no run dir: never started, or
+/// already down) is nothing to remove: exit 0 with a note, as `kind delete
+/// cluster` does — and nothing is removed, since only the lab's own record
+/// proves a namespace is its own ([`state::owns`]).
 pub fn down(name: &str) -> CliResult {
     netns::require_root()?;
+    state::check_name(name)?;
+    if !state::run_dir(name).exists() {
+        eprintln!("cnilab: lab {name} is not up; nothing to remove");
+        return Ok(ExitCode::SUCCESS);
+    }
     let s = state::load_state(name)?;
     state::stop_agents(&s);
     match state::adopt(name) {

@@ -130,7 +130,9 @@ fn lookup(routes: &[Route], dst: IpAddr) -> Option<&Route> {
         .max_by_key(|r| r.dst.prefix_len())
 }
 
-pub(super) fn chains_with_drop_policy(ruleset: &str) -> Vec<String> {
+/// Every line of an `nft list ruleset` with the table and chain it is in:
+/// `(table, chain, line)` (chain headers and policies included).
+fn rules_in_place(ruleset: &str) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
     let mut table = String::new();
     let mut chain = String::new();
@@ -140,11 +142,19 @@ pub(super) fn chains_with_drop_policy(ruleset: &str) -> Vec<String> {
             table = rest.trim_end_matches(" {").to_string();
         } else if let Some(rest) = t.strip_prefix("chain ") {
             chain = rest.trim_end_matches(" {").to_string();
-        } else if t.contains("hook forward") && t.contains("policy drop") {
-            out.push(format!("table {table} chain {chain}: {t}"));
+        } else if !t.is_empty() && t != "}" {
+            out.push((table.clone(), chain.clone(), t.to_string()));
         }
     }
     out
+}
+
+pub(super) fn chains_with_drop_policy(ruleset: &str) -> Vec<String> {
+    rules_in_place(ruleset)
+        .into_iter()
+        .filter(|(_, _, t)| t.contains("hook forward") && t.contains("policy drop"))
+        .map(|(table, chain, t)| format!("table {table} chain {chain}: {t}"))
+        .collect()
 }
 
 fn masquerade_lines(ruleset: &str) -> Vec<String> {
@@ -153,6 +163,20 @@ fn masquerade_lines(ruleset: &str) -> Vec<String> {
         .map(str::trim)
         .filter(|l| l.contains("masquerade") || l.contains("snat"))
         .map(str::to_string)
+        .collect()
+}
+
+/// The SNAT rules that also take pod-to-pod traffic: a masquerade or snat
+/// rule that excludes no destination (`daddr != …`), each as `table T
+/// chain C: rule`. A rule that excludes the cluster CIDR is correct and
+/// not named.
+fn masquerade_without_exclusion(ruleset: &str) -> Vec<String> {
+    rules_in_place(ruleset)
+        .into_iter()
+        .filter(|(_, _, t)| {
+            (t.contains("masquerade") || t.contains("snat")) && !t.contains("daddr !=")
+        })
+        .map(|(table, chain, t)| format!("table {table} chain {chain}: {t}"))
         .collect()
 }
 
@@ -387,12 +411,38 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
     }
     if let (Some(ExpectSource::Unchanged(want)), Some(seen)) = (spec.expect_source, o.seen_source) {
         if seen != want {
-            let rules = src
-                .map(|a| masquerade_lines(&a.ruleset).join(" | "))
-                .unwrap_or_default();
+            // One line per cause: the source node and its rules at fault,
+            // not the probe (each probe's addresses are in its failure).
+            let cluster: Vec<String> = lab
+                .topo
+                .cluster_cidr
+                .iter()
+                .map(|c| c.to_string())
+                .collect();
+            let (node, rules) = match src {
+                Some(a) => {
+                    let faulty = masquerade_without_exclusion(&a.ruleset);
+                    let rules = if faulty.is_empty() {
+                        format!(
+                            "its SNAT rules: {}",
+                            masquerade_lines(&a.ruleset).join(" | ")
+                        )
+                    } else {
+                        format!("{} does not exclude it", faulty.join("; "))
+                    };
+                    (a.name.clone(), rules)
+                }
+                None => (
+                    spec.from.name.clone(),
+                    "its SNAT rules are unknown".to_string(),
+                ),
+            };
             out.push(Diagnosis {
                 id: "masquerade-too-broad",
-                message: format!("pod-to-pod traffic was SNATed: {} saw {seen} instead of {want}; masquerade must exclude the cluster CIDR (rules: {rules})", spec.to.name),
+                message: format!(
+                    "{node} masquerades pod-to-pod traffic (peers see {seen} instead of the pod's address): masquerade must exclude the cluster CIDR {}; {rules}",
+                    cluster.join(", ")
+                ),
             });
         }
     }

@@ -157,13 +157,14 @@ fn ingress(
 }
 
 /// Strict (1) or loose (2) reverse-path filtering dropping a packet from
-/// `src` that enters node `b` on `ingress`: the effective value is
-/// max(all, interface).
+/// `src` (on node `a`) that enters node `b` on `ingress`: the effective
+/// value is max(all, interface). The message names the route back, not
+/// `src`: every source behind that route is one cause, one line.
 fn rp_filter(
     out: &mut Vec<Diagnosis>,
     facts: &[NodeFacts],
     paths: &[PathFacts],
-    b: usize,
+    (a, b): (usize, usize),
     ingress: Option<u32>,
     src: IpAddr,
 ) {
@@ -186,12 +187,13 @@ fn rp_filter(
         out.push(Diagnosis {
             id: "rp-filter",
             message: format!(
-                "{} drops packets from {src} arriving on {name}: rp_filter on {name} is {effective} ({}; max of net.ipv4.conf.all.rp_filter = {all} and net.ipv4.conf.{name}.rp_filter = {own}), but the route back to {src} {}",
+                "{} drops packets from {} arriving on {name}: rp_filter on {name} is {effective} ({}; max of net.ipv4.conf.all.rp_filter = {all} and net.ipv4.conf.{name}.rp_filter = {own}), but {}",
                 facts[b].name,
+                facts[a].name,
                 if effective == 1 { "strict" } else { "loose" },
                 match back {
-                    Some(r) => format!("leaves via {}", link_name(p, r.oif)),
-                    None => "does not exist".to_string(),
+                    Some(r) => format!("the route back to {} leaves via {}", r.dst.trunc(), link_name(p, r.oif)),
+                    None => format!("it has no route back to {}'s addresses", facts[a].name),
                 }
             ),
         });
@@ -382,9 +384,9 @@ pub fn diagnose(
     if let (Some(a), Some(b)) = (spec.from.node, spec.to.node) {
         if a != b {
             let in_b = ingress(facts, paths, a, b, spec.to.ip);
-            rp_filter(&mut out, facts, paths, b, in_b, spec.from.ip);
+            rp_filter(&mut out, facts, paths, (a, b), in_b, spec.from.ip);
             let in_a = ingress(facts, paths, b, a, spec.from.ip);
-            rp_filter(&mut out, facts, paths, a, in_a, spec.to.ip);
+            rp_filter(&mut out, facts, paths, (b, a), in_a, spec.to.ip);
         }
     }
     // Conntrack INVALID drops on any node the probe crosses.

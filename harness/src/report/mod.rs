@@ -3,6 +3,8 @@
 //! - [`Format`]: `-o, --output table|json|junit`;
 //! - [`json`]: the JSON envelope (`schemaVersion`, `kind`, then the report's
 //!   own fields, objects rather than tuple arrays);
+//! - [`schema`]: the JSON Schema of each report kind (`cnilab schema`) and
+//!   the validator tests check reports with;
 //! - [`junit`]: the one JUnit writer and the one XML escaper;
 //! - [`quote`]: the one shell quoter (command lines shown to the user);
 //! - [`human`]: the one control-character escaper of every human report
@@ -13,6 +15,7 @@
 
 pub mod junit;
 pub mod progress;
+pub mod schema;
 
 pub use junit::escape;
 
