@@ -9,7 +9,7 @@
 
 use cnilab_harness::lab::build::Lab;
 use cnilab_harness::lab::cri::RuntimeKind;
-use cnilab_harness::lab::model::{compile, identity, read};
+use cnilab_harness::lab::model::{compile, identity, layout, read};
 use cnilab_harness::lab::underlay::{apply_flags, Shape};
 use cnilab_harness::lab::{Topology, UpOptions};
 use cnilab_tests::{cnilab, host_untouched, output_text, require_root, workspace_bin, StandingLab};
@@ -84,7 +84,7 @@ fn identity(topo: Topology, runtime: RuntimeKind) {
     let lab = build(topo.clone(), run.path(), runtime);
     let built = started.elapsed();
     let started = Instant::now();
-    let model = read::read(&read::layout_of(&lab)).expect("read");
+    let model = read::read(&layout::layout_of(&lab)).expect("read");
     let read_took = started.elapsed();
     let expected = identity::expected(&compiled, &model).expect("expected model");
     let differences = identity::differences(&expected, &model);
@@ -241,7 +241,7 @@ fn the_reader_holds_what_calico_and_flannel_nodes_have() {
     cnilab_net::netns::write_sysctl(Some(ns.file()), "net/ipv4/conf/cali1/proxy_arp", "1")
         .expect("proxy_arp");
 
-    let node = read::namespace_at(ns.path(), "node").expect("read");
+    let node = layout::namespace_at(ns.path(), "node").expect("read");
     let shown = serde_json::to_string(&node).expect("json");
     let link = |name: &str| {
         node.links

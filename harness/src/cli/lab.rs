@@ -282,7 +282,7 @@ fn trace(
 
 /// `cnilab lab show`: the standing lab read back into the lab model.
 fn show(name: &str, format: crate::report::Format) -> CliResult {
-    let model = crate::lab::model::read::standing(name)?;
+    let model = crate::lab::model::layout::standing(name)?;
     if format == crate::report::Format::Table {
         print!("{}", model.to_text());
     } else {

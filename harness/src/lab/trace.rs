@@ -22,7 +22,7 @@ pub fn run(
     port: Option<u16>,
 ) -> Result<trace::Trace, LabError> {
     let state = load_state(name)?;
-    let model = super::model::read::standing(name)?;
+    let model = super::model::layout::standing(name)?;
     let (paths, nodes) = namespaces(&state);
     let world = World::new(model, paths, nodes).map_err(LabError::Setup)?;
     let (to_ns, dst) = endpoint(&world, &state, to, None)
@@ -54,7 +54,7 @@ pub fn run(
 /// For `lab check`: traces a failed probe of a lab this process holds
 /// (standing or not). `None` when its ends are in no namespace of the lab.
 pub fn failed_probe(lab: &Lab, o: &ProbeOutcome) -> Result<trace::Trace, String> {
-    let layout = super::model::read::layout_of(lab);
+    let layout = super::model::layout::layout_of(lab);
     let model = super::model::read::read(&layout)?;
     let mut paths = BTreeMap::new();
     let mut nodes = BTreeMap::new();

@@ -1,25 +1,10 @@
 //! Which namespaces make a lab, by role: of a lab this process built
 //! ([`layout_of`]) or of a standing one ([`standing`], read at once).
 
+use super::read::{Layout, NodeLayout};
 use super::LabModel;
 use cnilab_net::netns as plugin_netns;
 use ipnet::IpNet;
-use std::fs::File;
-
-/// Which namespaces make the lab, by role (files of `/run/netns/<name>` or
-/// `/proc/<pid>/ns/net`, opened by the caller).
-pub struct Layout<'a> {
-    pub name: String,
-    pub underlay: Vec<(String, &'a File)>,
-    pub nodes: Vec<NodeLayout<'a>>,
-}
-
-pub struct NodeLayout<'a> {
-    pub name: String,
-    pub ns: &'a File,
-    pub pod_cidrs: Vec<IpNet>,
-    pub pods: Vec<(String, &'a File)>,
-}
 
 /// The layout of a lab built by this process.
 pub fn layout_of(lab: &super::super::build::Lab) -> Layout<'_> {

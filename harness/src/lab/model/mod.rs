@@ -11,7 +11,7 @@
 //! normalises a read model against a compiled one and names every difference
 //! (node, object, field); `firewall.rs` reads nftables and iptables-save
 //! text; `text.rs` prints a model one object per line
-//! (`cnilab lab show`), [`read::standing`] reads a standing lab.
+//! (`cnilab lab show`), [`layout::standing`] reads a standing lab.
 //!
 //! # What the model holds
 //! A [`LabModel`] is the underlay namespaces (`switch`, `router`,
@@ -84,7 +84,7 @@
 pub mod compile;
 pub(crate) mod firewall;
 pub mod identity;
-mod layout;
+pub mod layout;
 pub mod read;
 mod text;
 

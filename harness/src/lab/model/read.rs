@@ -30,8 +30,20 @@ use std::os::fd::AsRawFd;
 use super::firewall;
 pub(crate) use super::firewall::canonical_nft;
 
-pub(crate) use super::layout::standing;
-pub use super::layout::{layout_of, namespace_at, Layout, NodeLayout};
+/// Which namespaces make the lab, by role (files of `/run/netns/<name>` or
+/// `/proc/<pid>/ns/net`, opened by the caller).
+pub struct Layout<'a> {
+    pub name: String,
+    pub underlay: Vec<(String, &'a File)>,
+    pub nodes: Vec<NodeLayout<'a>>,
+}
+
+pub struct NodeLayout<'a> {
+    pub name: String,
+    pub ns: &'a File,
+    pub pod_cidrs: Vec<IpNet>,
+    pub pods: Vec<(String, &'a File)>,
+}
 
 const NUD_NOARP: u16 = 0x40;
 const NUD_PERMANENT: u16 = 0x80;
