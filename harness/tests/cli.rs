@@ -48,14 +48,12 @@ fn conform_fails_with_exit_1_on_a_broken_plugin() {
     require_root();
     require_reference();
     let tmp = tempfile::tempdir().expect("tmp");
-    let text =
-        std::fs::read_to_string(examples_dir().join("reference-bridge.conflist")).expect("config");
-    let config = tmp.path().join("c.conflist");
-    std::fs::write(
-        &config,
-        text.replace("\"type\": \"bridge\"", "\"type\": \"version-garbage\""),
-    )
-    .expect("write");
+    let config = reference_config_edited(
+        tmp.path(),
+        "c.conflist",
+        "\"type\": \"bridge\"",
+        "\"type\": \"version-garbage\"",
+    );
     let out = cnilab()
         .args(["conform", "--plugin-dir"])
         .arg(format!(

@@ -16,15 +16,12 @@ fn cnilab() -> Command {
 
 /// The reference example config with `type` set to `plugin`, in `dir`.
 fn config_for(dir: &Path, plugin: &str) -> std::path::PathBuf {
-    let text =
-        std::fs::read_to_string(examples_dir().join("reference-bridge.conflist")).expect("config");
-    let config = dir.join("c.conflist");
-    std::fs::write(
-        &config,
-        text.replace("\"type\": \"bridge\"", &format!("\"type\": \"{plugin}\"")),
+    reference_config_edited(
+        dir,
+        "c.conflist",
+        "\"type\": \"bridge\"",
+        &format!("\"type\": \"{plugin}\""),
     )
-    .expect("write");
-    config
 }
 
 /// A plugin `name` in `dir` with `body` and `mode`.

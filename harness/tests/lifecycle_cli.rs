@@ -12,12 +12,12 @@ fn lifecycle_has_a_header_one_verdict_per_id_and_says_what_was_not_run() {
     require_root();
     require_reference();
     let tmp = tempfile::tempdir().expect("tmp");
-    let text =
-        std::fs::read_to_string(examples_dir().join("reference-bridge.conflist")).expect("config");
-    let config = tmp.path().join("v031.conflist");
-    let old = text.replace("\"cniVersion\": \"1.0.0\"", "\"cniVersion\": \"0.3.1\"");
-    assert_ne!(old, text, "the example config names cniVersion 1.0.0");
-    std::fs::write(&config, old).expect("write");
+    let config = reference_config_edited(
+        tmp.path(),
+        "v031.conflist",
+        "\"cniVersion\": \"1.0.0\"",
+        "\"cniVersion\": \"0.3.1\"",
+    );
     let run = |format: &str| {
         Command::cargo_bin("cnilab")
             .expect("cnilab binary")

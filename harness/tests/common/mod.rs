@@ -49,6 +49,18 @@ pub fn broken_plugins_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/broken-plugins")
 }
 
+/// The reference example config with `from` replaced by `to`, written to
+/// `dir/<name>` (the replacement must change something).
+pub fn reference_config_edited(dir: &Path, name: &str, from: &str, to: &str) -> PathBuf {
+    let text =
+        std::fs::read_to_string(examples_dir().join("reference-bridge.conflist")).expect("config");
+    let edited = text.replace(from, to);
+    assert_ne!(edited, text, "the example config names {from}");
+    let config = dir.join(name);
+    std::fs::write(&config, edited).expect("write");
+    config
+}
+
 /// The reference bridge + host-local example network, its IPAM store in `data_dir`.
 pub fn reference_network(data_dir: &Path) -> NetworkConfig {
     require_reference();
