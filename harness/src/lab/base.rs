@@ -2,6 +2,7 @@
 //! bundled programs are, and the namespace, netlink and nft helpers every
 //! builder step uses. Imports nothing else from `lab/`.
 
+use super::topology::Topology;
 use crate::netns::{Netns, NetnsError};
 use crate::runtime::RuntimeError;
 use std::path::{Path, PathBuf};
@@ -91,6 +92,22 @@ pub fn bundled_plugin_dir() -> Result<PathBuf, String> {
         })
 }
 
+/// The plugin dir a lab was given: `--plugin-dir`, else the topology's
+/// `[plugin] dir`; `None` means the bundled plugin ([`plugin_dir`]).
+pub fn given_plugin_dir<'a>(flag: Option<&'a str>, topo: &'a Topology) -> Option<&'a str> {
+    flag.or_else(|| topo.plugin.as_ref().and_then(|p| p.dir.as_deref()))
+}
+
+/// The plugin dir a lab uses: the one given ([`given_plugin_dir`]), else
+/// the bundled plugin's ([`bundled_plugin_dir`], whose error says how to
+/// install it).
+pub fn plugin_dir(flag: Option<&str>, topo: &Topology) -> Result<String, String> {
+    match given_plugin_dir(flag, topo) {
+        Some(dir) => Ok(dir.to_string()),
+        None => bundled_plugin_dir().map(|d| d.display().to_string()),
+    }
+}
+
 /// `name` next to the running binary if it is there, else as given (PATH).
 pub fn resolve_program(name: &str) -> PathBuf {
     if !name.contains('/') {
@@ -172,4 +189,34 @@ pub fn nft(ns: &Netns, ruleset: &str) -> Result<(), LabError> {
             setup(format!("nft in {}: {stderr}\n{ruleset}", ns.name()))
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::topology::PluginSpec;
+
+    /// `--plugin-dir`, then the topology's `[plugin] dir`, then the bundled
+    /// plugin: one rule for `lab run`, `lab up`, `scenario run` and the
+    /// builder.
+    #[test]
+    fn the_plugin_dir_is_the_flag_then_the_topology_then_the_bundled_one() {
+        let mut topo = Topology::generated(1, 1).expect("topology");
+        assert_eq!(given_plugin_dir(None, &topo), None);
+        assert_eq!(
+            plugin_dir(None, &topo),
+            bundled_plugin_dir().map(|d| d.display().to_string()),
+            "nothing given: the bundled one (or why it is missing)"
+        );
+        topo.plugin = Some(PluginSpec {
+            dir: Some("/from/topology".into()),
+            config: None,
+        });
+        assert_eq!(given_plugin_dir(None, &topo), Some("/from/topology"));
+        assert_eq!(plugin_dir(None, &topo).as_deref(), Ok("/from/topology"));
+        assert_eq!(
+            plugin_dir(Some("/from/flag"), &topo).as_deref(),
+            Ok("/from/flag")
+        );
+    }
 }

@@ -10,7 +10,7 @@
 //! (`Lab`, `Node`, `Pod`), [`super::template`] (config templates) and
 //! [`super::routes`] (addresses, static routes, the agents' node list).
 
-use super::base::{make_ns, make_ns_from, netlink};
+use super::base::{make_ns, make_ns_from, netlink, plugin_dir};
 use super::topology::{Masquerade, NodeSpec, Routing, Topology};
 use crate::netns::Netns;
 use crate::runtime::{NetworkConfig, Runtime, RuntimeConf};
@@ -82,33 +82,10 @@ fn plug(
 }
 
 /// The nftables ruleset of `masquerade = "node"`: pod traffic that leaves
-/// the cluster CIDR is masqueraded to the node's address.
+/// the cluster CIDR is masqueraded to the node's address (the chain the
+/// agent's table holds too, `cnilab_net::masquerade`).
 pub fn node_nat_ruleset(node: &NodeSpec, cluster: &[IpNet]) -> String {
-    let mut rules = String::new();
-    for (v4, fam) in [(true, "ip"), (false, "ip6")] {
-        let pods: Vec<String> = node
-            .pod_cidr
-            .iter()
-            .filter(|c| c.addr().is_ipv4() == v4)
-            .map(|c| c.trunc().to_string())
-            .collect();
-        let clusters: Vec<String> = cluster
-            .iter()
-            .filter(|c| c.addr().is_ipv4() == v4)
-            .map(|c| c.trunc().to_string())
-            .collect();
-        if pods.is_empty() || clusters.is_empty() {
-            continue;
-        }
-        rules.push_str(&format!(
-            "    {fam} saddr {{ {} }} {fam} daddr != {{ {} }} masquerade\n",
-            pods.join(", "),
-            clusters.join(", ")
-        ));
-    }
-    format!(
-        "table inet cnilab_lab_nat {{\n  chain postrouting {{\n    type nat hook postrouting priority srcnat; policy accept;\n{rules}  }}\n}}\n"
-    )
+    cnilab_net::masquerade::table("cnilab_lab_nat", &node.pod_cidr, cluster)
 }
 
 impl Lab {
@@ -120,12 +97,7 @@ impl Lab {
             super::cri::RuntimeKind::Containerd => Some(super::cri::detect()?),
             super::cri::RuntimeKind::Direct => None,
         };
-        let plugin_dir = opts
-            .plugin_dir
-            .clone()
-            .or_else(|| topo.plugin.as_ref().and_then(|p| p.dir.clone()))
-            .map_or_else(|| bundled_plugin_dir().map(|d| d.display().to_string()), Ok)
-            .map_err(setup)?;
+        let plugin_dir = plugin_dir(opts.plugin_dir.as_deref(), &topo).map_err(setup)?;
         let template = match topo.plugin.as_ref().and_then(|p| p.config.clone()) {
             Some(path) => crate::assets::read_to_string(&path)
                 .map_err(|e| setup(format!("plugin config template {}: {e}", path.display())))?,
@@ -716,7 +688,7 @@ mod tests {
         let topo = Topology::generated(1, 1).expect("topology");
         let rules = node_nat_ruleset(&topo.nodes[0], &topo.cluster_cidr);
         assert!(
-            rules.contains("ip saddr { 10.244.1.0/24 } ip daddr != { 10.244.0.0/16 } masquerade"),
+            rules.contains("ip saddr 10.244.1.0/24 ip daddr != 10.244.0.0/16 counter masquerade"),
             "{rules}"
         );
     }
