@@ -1,5 +1,6 @@
 //! The agent's own nftables table, `inet cnilab_agent`: accept forwarding of
-//! cluster traffic, and masquerade pod traffic leaving the cluster CIDR.
+//! cluster traffic, and masquerade pod traffic leaving the cluster CIDR (the
+//! chain `cnilab_net::masquerade` writes, which the lab's nodes use too).
 //!
 //! Rules go to `nft -f -` as one ruleset on stdin, so the table is replaced
 //! in a single kernel transaction and no input string ever passes a shell.
@@ -8,6 +9,7 @@
 //! agent warns about such chains, it does not fight them.
 
 use crate::error::{AgentError, Result};
+use cnilab_net::masquerade::{self, set_of_family};
 use ipnet::IpNet;
 use std::fmt::Write as _;
 use std::fs::File;
@@ -21,23 +23,6 @@ pub struct NatPolicy {
     pub cluster_cidrs: Vec<IpNet>,
     pub pod_cidrs: Vec<IpNet>,
     pub masquerade: bool,
-}
-
-fn family_keyword(net: &IpNet) -> &'static str {
-    match net {
-        IpNet::V4(_) => "ip",
-        IpNet::V6(_) => "ip6",
-    }
-}
-
-/// A set of networks, written the way `nft list` prints it (one element
-/// without braces) so the table can be compared with the kernel's listing.
-fn set_of<'a>(nets: impl Iterator<Item = &'a IpNet>) -> String {
-    let items: Vec<String> = nets.map(IpNet::to_string).collect();
-    match items.as_slice() {
-        [one] => one.clone(),
-        _ => format!("{{ {} }}", items.join(", ")),
-    }
 }
 
 /// The complete ruleset text, which replaces the table atomically (the
@@ -85,44 +70,18 @@ fn table(policy: &NatPolicy) -> String {
         "\t\ttype filter hook forward priority filter; policy accept;"
     );
     for family in ["ip", "ip6"] {
-        let cidrs: Vec<&IpNet> = policy
-            .cluster_cidrs
-            .iter()
-            .filter(|c| family_keyword(c) == family)
-            .collect();
-        if cidrs.is_empty() {
+        let Some(set) = set_of_family(&policy.cluster_cidrs, family) else {
             continue;
-        }
-        let set = set_of(cidrs.into_iter());
+        };
         let _ = writeln!(text, "\t\t{family} saddr {set} counter accept");
         let _ = writeln!(text, "\t\t{family} daddr {set} counter accept");
     }
     let _ = writeln!(text, "\t}}");
     if policy.masquerade {
-        let _ = writeln!(text, "\tchain postrouting {{");
-        let _ = writeln!(
-            text,
-            "\t\ttype nat hook postrouting priority srcnat; policy accept;"
-        );
-        for pod in &policy.pod_cidrs {
-            let family = family_keyword(pod);
-            let cluster: Vec<&IpNet> = policy
-                .cluster_cidrs
-                .iter()
-                .filter(|c| family_keyword(c) == family)
-                .collect();
-            if cluster.is_empty() {
-                // Without a cluster CIDR of this family every destination
-                // would look external, pod-to-pod included.
-                continue;
-            }
-            let set = set_of(cluster.into_iter());
-            let _ = writeln!(
-                text,
-                "\t\t{family} saddr {pod} {family} daddr != {set} counter masquerade"
-            );
-        }
-        let _ = writeln!(text, "\t}}");
+        text.push_str(&masquerade::postrouting_chain(
+            &policy.pod_cidrs,
+            &policy.cluster_cidrs,
+        ));
     }
     let _ = writeln!(text, "}}");
     text

@@ -8,7 +8,8 @@
 //! [`netns::netlink_job`], on dedicated threads) and holds the throwaway [`netns::Netns`] and
 //! [`netns::sweep`]; [`nl`] reads and writes links, addresses and routes
 //! through a handle bound to one namespace; [`nft`] runs `nft -f -` in a
-//! namespace; [`naming`] derives veth names and MACs (pure); [`snapshot`]
+//! namespace; [`masquerade`] writes a node's masquerade chain (the agent's
+//! and the lab's); [`naming`] derives veth names and MACs (pure); [`snapshot`]
 //! reads what a namespace holds and compares two readings; [`cluster`]
 //! has the node sanity rules (NAT address, overlapping pod CIDRs); [`testing`]
 //! (feature `testing`) has the root-test fixtures and `require_root`.
@@ -17,6 +18,7 @@
 //! the plugin starts once per pod.
 
 pub mod cluster;
+pub mod masquerade;
 pub mod naming;
 pub mod netns;
 pub mod nft;

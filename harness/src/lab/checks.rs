@@ -2,7 +2,7 @@
 //! concurrently, and judging each reply (including the source address the
 //! peer saw, which proves masquerade or its absence).
 
-use super::build::Lab;
+use super::parts::Lab;
 use super::probe::{self, Reply};
 use crate::connectivity::matrix::{self, Slot};
 use crate::connectivity::report::{Failure, NodeView, Report};
@@ -78,20 +78,6 @@ fn selected(groups: &[String], g: &str, v6: Option<bool>) -> bool {
         })
 }
 
-/// Pod `p` of node `n` at its address of one family (`None` when it has none).
-pub(super) fn pod_endpoint(lab: &Lab, n: usize, p: usize, v6: bool) -> Option<Endpoint> {
-    let node = &lab.nodes[n];
-    let pod = node.pods.get(p)?;
-    let ip = pod.ips.iter().find(|ip| ip.addr().is_ipv6() == v6)?.addr();
-    Some(Endpoint {
-        name: format!("{}/{}", node.spec.name, pod.name),
-        node: Some(n),
-        pod: Some(p),
-        ip,
-        external: false,
-    })
-}
-
 /// Node `n` at its underlay address of one family.
 fn node_endpoint(lab: &Lab, n: usize, v6: bool) -> Option<Endpoint> {
     Some(Endpoint {
@@ -145,11 +131,11 @@ fn plan_family(lab: &Lab, groups: &[String], v6: bool) -> Vec<ProbeSpec> {
     for n in 0..nodes {
         let count = lab.nodes[n].pods.len();
         for p in 0..count {
-            let Some(src) = pod_endpoint(lab, n, p, v6) else {
+            let Some(src) = lab.pod_endpoint(n, p, v6) else {
                 continue;
             };
             for peer in matrix::peers(&counts, Slot { node: n, pos: p }) {
-                let Some(dst) = pod_endpoint(lab, peer.to.node, peer.to.pos, v6) else {
+                let Some(dst) = lab.pod_endpoint(peer.to.node, peer.to.pos, v6) else {
                     continue;
                 };
                 push(
@@ -193,7 +179,7 @@ fn plan_family(lab: &Lab, groups: &[String], v6: bool) -> Vec<ProbeSpec> {
         };
         for n in 0..nodes {
             for p in 0..lab.nodes[n].pods.len() {
-                if let Some(dst) = pod_endpoint(lab, n, p, v6) {
+                if let Some(dst) = lab.pod_endpoint(n, p, v6) {
                     push("node-to-pod", &src, &dst, &[Proto::Icmp, Proto::Tcp], None);
                 }
             }

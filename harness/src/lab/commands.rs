@@ -92,11 +92,9 @@ fn default_plugin_check(
     plugin_dir: &Option<String>,
     topo: &Topology,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let dir = plugin_dir
-        .clone()
-        .or_else(|| topo.plugin.as_ref().and_then(|p| p.dir.clone()));
+    let dir = super::base::given_plugin_dir(plugin_dir.as_deref(), topo);
     let template = topo.plugin.as_ref().and_then(|p| p.config.as_ref());
-    if let (Some(dir), None) = (&dir, template) {
+    if let (Some(dir), None) = (dir, template) {
         let has_bridge = std::env::split_paths(dir).any(|d| d.join("cnilab-bridge").is_file());
         if !has_bridge {
             return Err(format!(
@@ -105,9 +103,8 @@ fn default_plugin_check(
             .into());
         }
     }
-    if dir.is_none() {
-        super::build::bundled_plugin_dir()?;
-    }
+    // None given: the bundled plugin must be there (the error says how).
+    super::base::plugin_dir(plugin_dir.as_deref(), topo)?;
     Ok(())
 }
 
@@ -132,9 +129,8 @@ fn write(path: &Path, text: &str) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn header(topo: &Topology, plugin_dir: Option<&str>) {
-    let plugin_dir = plugin_dir
-        .or(topo.plugin.as_ref().and_then(|p| p.dir.as_deref()))
-        .unwrap_or("(bundled cnilab-bridge)");
+    let plugin_dir =
+        super::base::given_plugin_dir(plugin_dir, topo).unwrap_or("(bundled cnilab-bridge)");
     let pods: usize = topo.nodes.len() * topo.pods_per_node;
     eprintln!(
         "🔭 cnilab lab {}: {} nodes, {pods} pods, plugin dir {plugin_dir}, {}, {}",

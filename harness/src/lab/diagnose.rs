@@ -3,123 +3,21 @@
 //! off, FORWARD policy DROP, MTU mismatch, masquerade missing or too broad,
 //! overlapping pod CIDRs, strict rp_filter).
 
-use super::build::Lab;
+pub use super::facts::{neighbours_before, NodeFacts};
+use super::parts::Lab;
 pub use crate::connectivity::Diagnosis;
 use crate::connectivity::{ExpectSource, ProbeOutcome, Proto};
 use crate::netns::Route;
 use ipnet::IpNet;
 use std::net::IpAddr;
 
-/// What the diagnosis reads from a node.
-#[derive(Clone, Debug, Default)]
-pub struct NodeFacts {
-    pub name: String,
-    pub address: Option<IpAddr>,
-    /// Its IPv6 underlay address (a dual-stack or IPv6 underlay).
-    pub address6: Option<IpAddr>,
-    /// Every address on the node's interfaces (its second addresses too).
-    pub addresses: Vec<IpAddr>,
-    pub pod_cidr: Vec<IpNet>,
-    pub routes: Vec<Route>,
-    pub ip_forward: String,
-    pub rp_filter: String,
-    pub uplink_mtu: Option<u32>,
-    /// MAC of the node's underlay interface.
-    pub uplink_mac: Option<String>,
-    /// The node's ARP entries on its underlay interface.
-    pub uplink_neighbours: Vec<crate::netns::Neighbour>,
-    pub ruleset: String,
-    /// MTU and MAC of the node's VXLAN device, and its FDB (`lab/vxlan.rs`).
-    pub vxlan_mtu: Option<u32>,
-    pub vxlan_mac: Option<String>,
-    pub vxlan_fdb: Vec<(String, IpAddr)>,
-}
-
-/// A node's ARP entries on its underlay interface.
-fn uplink_neighbours(node: &super::build::Node) -> Vec<crate::netns::Neighbour> {
-    let Some(eth0) = node
-        .ns
-        .links()
-        .ok()
-        .and_then(|l| l.into_iter().find(|l| l.name == "eth0"))
-    else {
-        return Vec::new();
-    };
-    node.ns
-        .neighbours()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|n| n.index == eth0.index)
-        .collect()
-}
-
-/// Every node's ARP entries on its underlay interface, taken before the
-/// probes run: a stale entry is corrected by the first ARP request from the
-/// peer, so after the probes it may be gone while the failures it caused stay.
-pub fn neighbours_before(lab: &Lab) -> Vec<Vec<crate::netns::Neighbour>> {
-    lab.nodes.iter().map(uplink_neighbours).collect()
-}
-
 /// Reads routes, sysctls, the uplink MTU and the firewall ruleset of every node.
 pub fn collect(lab: &Lab) -> Vec<NodeFacts> {
-    let mut facts = collect_nodes(lab);
+    let mut facts = super::facts::collect_nodes(lab);
     for (i, f) in facts.iter_mut().enumerate() {
         super::vxlan::facts(lab, i, f);
     }
     facts
-}
-
-fn collect_nodes(lab: &Lab) -> Vec<NodeFacts> {
-    lab.nodes
-        .iter()
-        .map(|node| {
-            let file = node.ns.file();
-            let sysctl = |key: &str| {
-                cnilab_net::netns::read_sysctl(Some(file), key)
-                    .unwrap_or_else(|e| format!("unreadable: {e}"))
-            };
-            let ruleset = node
-                .ns
-                .command("nft")
-                .args(["list", "ruleset"])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default();
-            let uplink = node
-                .ns
-                .links()
-                .ok()
-                .and_then(|l| l.into_iter().find(|l| l.name == "eth0"));
-            let rp_all = sysctl("net/ipv4/conf/all/rp_filter");
-            let rp_eth0 = sysctl("net/ipv4/conf/eth0/rp_filter");
-            NodeFacts {
-                name: node.spec.name.clone(),
-                address: Some(node.spec.address),
-                address6: node.spec.address_of(true),
-                addresses: node
-                    .ns
-                    .addresses()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|a| a.addr.addr())
-                    .collect(),
-                pod_cidr: node.spec.pod_cidr.clone(),
-                routes: node.ns.routes().unwrap_or_default(),
-                ip_forward: sysctl("net/ipv4/ip_forward"),
-                // The kernel uses the larger of "all" and the interface's value.
-                rp_filter: if rp_all == "1" || rp_eth0 == "1" {
-                    "1".into()
-                } else {
-                    rp_all.max(rp_eth0)
-                },
-                uplink_mtu: uplink.as_ref().and_then(|l| l.mtu),
-                uplink_mac: uplink.as_ref().and_then(|l| l.mac.clone()),
-                uplink_neighbours: uplink_neighbours(node),
-                ruleset,
-                ..NodeFacts::default()
-            }
-        })
-        .collect()
 }
 
 /// The route the node would use for `dst` (longest prefix, main table).

@@ -5,9 +5,15 @@
 //! routes and firewall rules; a connectivity matrix with diagnoses; bug
 //! scenarios that can be saved as files and replayed.
 //!
-//! Where things happen: [`topology`] (TOML or flags, validated), [`build`]
-//! (namespaces, underlay, routes, pods through the runtime; templates and
-//! their placeholders), [`neighbours`] (the host's neighbour tables: the
+//! Where things happen, floor by floor (each file imports only from the
+//! floors below it): [`topology`] (TOML or flags, validated; the shapes'
+//! settings in `topology/shapes.rs`) and [`base`] (errors, options,
+//! namespace/netlink/nft helpers, where the bundled programs are); then
+//! [`template`] (config templates and their placeholders), [`parts`] (`Lab`,
+//! `Node`, `Pod`), [`routes`] (node addresses, static routes, the agents'
+//! node list) and [`facts`] (what the diagnosis reads from a node); then the
+//! builder's steps, and [`build`] on top (namespaces, underlay, routes, pods
+//! through the runtime); [`neighbours`] (the host's neighbour tables: the
 //! plan, pinning, `--tune-host`, the overflow watch), [`checks`] (the probe
 //! plan per family) and [`probe`] (sockets in namespaces), [`diagnose`]
 //! (node rules) and [`diagnose_path`] (rules along a probe's path, detour
@@ -23,6 +29,7 @@
 //! executing the plugin (`direct`) or, with `--runtime containerd`, through
 //! the CRI of a containerd per node ([`cri`]).
 
+pub mod base;
 pub mod build;
 pub mod capture;
 pub mod checks;
@@ -30,28 +37,32 @@ pub mod commands;
 pub mod cri;
 pub mod diagnose;
 pub mod diagnose_path;
+pub mod facts;
 pub mod model;
 pub mod neighbours;
+pub mod parts;
 pub mod pidfile;
 pub mod probe;
+pub mod routes;
 pub mod scenario;
 pub mod services;
 pub mod shape_faults;
 pub mod state;
 pub mod sweep;
+pub mod template;
 pub mod topology;
 pub mod trace;
 pub mod underlay;
 pub mod vxlan;
 
-use build::Lab;
+use parts::Lab;
 use report::{Failure, Report};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The report lives with the connectivity checks (e2e writes the same one).
 pub use crate::connectivity::report;
-pub use build::{LabError, UpOptions};
+pub use base::{LabError, UpOptions};
 pub use topology::Topology;
 
 /// Set when the Ctrl-C watcher starts removing the lab.

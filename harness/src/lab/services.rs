@@ -18,12 +18,13 @@
 //!   the node's conntrack);
 //! - `service/cluster-ip`: every pod → `web` (any backend may answer).
 
-use super::build::{nft, Lab, LabError};
-use super::diagnose::{Diagnosis, NodeFacts};
+use super::base::{nft, LabError};
+use super::facts::NodeFacts;
+use super::parts::Lab;
 use super::probe::PORT;
-use super::topology::Topology;
+use super::topology::shapes::ServiceSpec;
+use crate::connectivity::Diagnosis;
 use crate::connectivity::{Endpoint, ExpectSource, ProbeOutcome, ProbeSpec, Proto};
-use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -35,57 +36,6 @@ pub const CLUSTER_IP: &str = "service/cluster-ip";
 pub const TABLE: &str = "ip kube-proxy";
 /// How the multi-backend Service shows in reports.
 pub const WEB: &str = "service web";
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServiceSpec {
-    /// The ClusterIP of `web`; the per-backend Services take the next ones.
-    #[serde(default = "default_cluster_ip")]
-    pub cluster_ip: Ipv4Addr,
-    /// How many nodes carry a backend (their first pod); default: all.
-    #[serde(default)]
-    pub backends: Option<usize>,
-}
-
-impl Default for ServiceSpec {
-    fn default() -> Self {
-        ServiceSpec {
-            cluster_ip: default_cluster_ip(),
-            backends: None,
-        }
-    }
-}
-
-fn default_cluster_ip() -> Ipv4Addr {
-    Ipv4Addr::new(10, 96, 0, 10)
-}
-
-pub fn check_topology(topo: &Topology) -> Result<(), (&'static str, String)> {
-    let Some(spec) = &topo.service else {
-        return Ok(());
-    };
-    let ip = IpAddr::V4(spec.cluster_ip);
-    let last = u32::from(spec.cluster_ip).checked_add(topo.nodes.len() as u32 + 1);
-    if last.is_none() || ip.is_unspecified() {
-        return Err((
-            "service",
-            format!("cluster_ip {ip}: no room for the Services"),
-        ));
-    }
-    let clash = std::iter::once(&topo.underlay)
-        .chain(topo.cluster_cidr.iter())
-        .find(|c| c.contains(&ip));
-    if let Some(c) = clash {
-        return Err((
-            "service",
-            format!("cluster_ip {ip} is inside {c}: ClusterIPs come from a range of their own"),
-        ));
-    }
-    if spec.backends == Some(0) {
-        return Err(("service", "backends = 0: a Service needs a backend".into()));
-    }
-    Ok(())
-}
 
 /// The nodes (by index) with a backend, and each backend's address.
 fn backends(lab: &Lab) -> Vec<(usize, IpAddr)> {
@@ -219,7 +169,7 @@ pub fn remove_node(lab: &Lab, i: usize) -> Result<(), LabError> {
 }
 
 fn pod(lab: &Lab, n: usize, p: usize) -> Option<Endpoint> {
-    super::checks::pod_endpoint(lab, n, p, false)
+    lab.pod_endpoint(n, p, false)
 }
 
 /// The Service probes of the groups `wanted` selects.
@@ -408,17 +358,5 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome, out: &mut Vec<
                 src.name, spec.from.name
             ),
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_cluster_ip_inside_the_cluster_cidr_is_refused() {
-        let text = "[service]\ncluster_ip = \"10.244.9.9\"\n[[node]]\nname = \"a\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n";
-        let err = Topology::parse(text, std::path::Path::new("t.toml")).expect_err("refused");
-        assert!(err.to_string().contains("cluster_ip"), "{err}");
     }
 }

@@ -3,7 +3,8 @@
 //! (`cnilab-lab-<lab>-<role>`, so `ip netns exec` works on them) and the
 //! state lives in `/run/cnilab/labs/<lab>/state.json`.
 
-use super::build::{Lab, LabError, Node, Pod, UpOptions};
+use super::base::{LabError, RuntimeKind, UpOptions, AGENT_PIDFILE, LEDGER};
+use super::parts::{Lab, Node, Pod};
 use super::topology::Topology;
 use crate::netns::Netns;
 use crate::runtime::{NetworkConfig, Runtime};
@@ -43,7 +44,7 @@ pub struct LabState {
     pub extra: Vec<String>,
     /// How the pods were attached (labs saved before `--runtime`: direct).
     #[serde(default)]
-    pub runtime: super::cri::RuntimeKind,
+    pub runtime: RuntimeKind,
 }
 
 pub fn run_dir(name: &str) -> PathBuf {
@@ -52,23 +53,6 @@ pub fn run_dir(name: &str) -> PathBuf {
 
 fn state_path(name: &str) -> PathBuf {
     run_dir(name).join("state.json")
-}
-
-/// The lab's own record of the namespaces it created, one name a line,
-/// appended right after each creation succeeds (a name that already existed
-/// — another lab's — is never recorded).
-const LEDGER: &str = "namespaces";
-
-/// Records that the lab whose run dir is `run_dir` created namespace `ns`.
-pub fn record_namespace(run_dir: &std::path::Path, ns: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    std::fs::create_dir_all(run_dir)?;
-    let mut ledger = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(run_dir.join(LEDGER))?;
-    // One write(2) of one line: appends never interleave.
-    ledger.write_all(format!("{ns}\n").as_bytes())
 }
 
 /// Whether lab `name`, whose run dir is `dir`, owns namespace `ns`: its
@@ -245,10 +229,10 @@ pub fn adopt(name: &str) -> Result<Lab, LabError> {
             });
         }
         let cri = match state.runtime {
-            super::cri::RuntimeKind::Containerd => Some(super::cri::Containerd::adopt(
+            RuntimeKind::Containerd => Some(super::cri::Containerd::adopt(
                 &super::cri::node_cri_dir(&node_dir),
             )?),
-            super::cri::RuntimeKind::Direct => None,
+            RuntimeKind::Direct => None,
         };
         nodes.push(Node {
             spec,
@@ -290,10 +274,7 @@ pub fn adopt(name: &str) -> Result<Lab, LabError> {
 /// proves it is still that process (a pid alone may have been reused).
 pub fn stop_agents(state: &LabState) {
     for n in &state.nodes {
-        let path = state
-            .run_dir
-            .join(&n.name)
-            .join(super::build::AGENT_PIDFILE);
+        let path = state.run_dir.join(&n.name).join(AGENT_PIDFILE);
         if let Some(id) = super::pidfile::read(&path) {
             let _ = id.kill_if_ours(&state.run_dir);
         }

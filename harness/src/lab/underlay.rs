@@ -16,82 +16,32 @@
 //!
 //! Everything lives in lab namespaces; nothing is added to the host.
 
-use super::build::{install_static_routes, make_ns, netlink, setup, Lab, LabError};
-use super::diagnose::{Diagnosis, NodeFacts};
+use super::base::{make_ns, netlink, setup, LabError};
+use super::facts::NodeFacts;
+use super::parts::Lab;
+use super::routes::install_static_routes;
+/// Their old paths (`underlay::Shape` …).
+pub use super::topology::shapes::{
+    check_node_address, nat_network, node_prefix, router_address, subnet_of, Shape, SUBNET_PREFIX,
+};
 use super::topology::{Routing, Topology};
+use crate::connectivity::Diagnosis;
 use crate::connectivity::ProbeOutcome;
 use crate::netns::Netns;
 use cnilab_net::{netns as plugin_netns, nl};
 use ipnet::{IpNet, Ipv4Net};
-use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, Ipv4Addr};
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Shape {
-    /// One L2 switch for every node.
-    #[default]
-    L2,
-    /// Nodes in different /24 subnets joined by a router namespace.
-    Routed,
-    /// A VirtualBox-style NAT interface (10.0.2.15 on every node) next to
-    /// the host-only underlay.
-    Nat,
-}
 
 /// The address VirtualBox gives every VM's NAT interface.
 pub const NAT_ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 15);
 /// VirtualBox's NAT gateway.
 pub const NAT_GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
-/// The NAT network.
-pub fn nat_network() -> IpNet {
-    IpNet::V4(Ipv4Net::new(Ipv4Addr::new(10, 0, 2, 0), 24).unwrap_or_default())
-}
 /// VirtualBox's NAT engine in a node's NAT namespace.
 pub(crate) const NAT_RULESET: &str = "table ip vbox_nat {\n  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n    ip saddr 10.0.2.0/24 masquerade\n  }\n}\n";
 /// The node's NAT interface.
 pub const NAT_LINK: &str = "eth1";
-/// Prefix length of one subnet of a routed underlay.
-pub const SUBNET_PREFIX: u8 = 24;
 /// The router namespace's role name.
 pub const ROUTER_ROLE: &str = "router";
-
-/// Checks what a shape requires of the whole topology: `(field, message)`.
-pub fn check_topology(topo: &Topology) -> Result<(), (&'static str, String)> {
-    match topo.shape {
-        Shape::L2 => {}
-        Shape::Routed => {
-            if topo.underlay.prefix_len() > SUBNET_PREFIX - 1 {
-                return Err((
-                    "underlay",
-                    format!(
-                        "shape = \"routed\" with underlay = {}: use a /23 or larger (e.g. 10.250.0.0/16); each /24 in it is a subnet behind the router",
-                        topo.underlay
-                    ),
-                ));
-            }
-            if let Some(ext) = &topo.external {
-                check_node_address(topo, ext.address).map_err(|m| ("external", m))?;
-            }
-        }
-        Shape::Nat => {
-            let nat = nat_network();
-            let clash = std::iter::once(&topo.underlay)
-                .chain(topo.cluster_cidr.iter())
-                .chain(topo.nodes.iter().flat_map(|n| n.pod_cidr.iter()))
-                .find(|c| crate::connectivity::diagnosis::overlaps(c, &nat));
-            if let Some(c) = clash {
-                return Err((
-                    "shape",
-                    format!("shape = \"nat\": {c} overlaps the NAT network {nat}"),
-                ));
-            }
-        }
-    }
-    super::vxlan::check_topology(topo)?;
-    super::services::check_topology(topo)?;
-    Ok(())
-}
 
 /// `--shape`, `--vxlan`, `--service`: a generated lab gets the shape (a
 /// routed one a /24 per node: node N at 10.250.N.10 in 10.250.0.0/16).
@@ -116,43 +66,9 @@ pub fn apply_flags(
         topo.routing = Routing::Vxlan;
     }
     if service && topo.service.is_none() {
-        topo.service = Some(super::services::ServiceSpec::default());
+        topo.service = Some(super::topology::shapes::ServiceSpec::default());
     }
     topo.validate(std::path::Path::new("--shape/--vxlan/--service"))
-}
-
-/// In a routed underlay the first address of each /24 is the router's.
-pub fn check_node_address(topo: &Topology, addr: IpAddr) -> Result<(), String> {
-    if topo.shape == Shape::Routed {
-        if let Some(router) = router_address(addr) {
-            if router == addr {
-                return Err(format!(
-                    "address {addr} is the router's address in its subnet {} (shape = \"routed\")",
-                    subnet_of(addr).map(|s| s.to_string()).unwrap_or_default()
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The /24 an address is in (routed underlays).
-pub fn subnet_of(addr: IpAddr) -> Option<IpNet> {
-    IpNet::new(addr, SUBNET_PREFIX).ok().map(|n| n.trunc())
-}
-
-/// The router's address in `addr`'s /24.
-pub fn router_address(addr: IpAddr) -> Option<IpAddr> {
-    let net = subnet_of(addr)?;
-    net.hosts().next()
-}
-
-/// The prefix length of node (and external) addresses.
-pub fn node_prefix(topo: &Topology) -> u8 {
-    match topo.shape {
-        Shape::Routed => SUBNET_PREFIX,
-        _ => topo.underlay.prefix_len(),
-    }
 }
 
 /// The name of the bridge of `addr`'s subnet in the switch namespace.
@@ -364,7 +280,7 @@ fn attach_nat(lab: &mut Lab, i: usize) -> Result<(), LabError> {
         nl::set_up(&h, link.index).await
     })?;
     // VirtualBox's NAT engine: the VM's traffic leaves masqueraded.
-    super::build::nft(&nat, NAT_RULESET)?;
+    super::base::nft(&nat, NAT_RULESET)?;
     lab.extra.push(nat);
     default_route(&lab.nodes[i].ns, IpAddr::V4(NAT_GATEWAY), &name)
 }
@@ -581,12 +497,5 @@ mod tests {
         assert_eq!(rack_name(&topo, a), "rack2");
         assert!(check_node_address(&topo, "10.250.2.1".parse().expect("ip")).is_err());
         assert!(check_node_address(&topo, a).is_ok());
-    }
-
-    #[test]
-    fn routed_needs_room_for_subnets() {
-        let text = "shape = \"routed\"\n[[node]]\nname = \"a\"\naddress = \"10.250.0.2\"\npod_cidr = [\"10.244.1.0/24\"]\n";
-        let err = Topology::parse(text, std::path::Path::new("t.toml")).expect_err("refused");
-        assert!(err.to_string().contains("/23 or larger"), "{err}");
     }
 }

@@ -13,96 +13,22 @@
 //! The VXLAN packets travel over the lab's own underlay (eth0 in the node
 //! namespaces), never over a host interface.
 
-use super::build::{setup, Lab, LabError};
-use super::diagnose::{Diagnosis, NodeFacts};
-use super::topology::{Routing, Topology};
+use super::base::{setup, LabError};
+use super::facts::NodeFacts;
+use super::parts::Lab;
+/// Its old path (`vxlan::OVERHEAD`).
+pub use super::topology::shapes::OVERHEAD;
+use super::topology::shapes::{pod_mtu, VxlanSpec};
+use super::topology::Routing;
 use super::underlay::batch;
+use crate::connectivity::Diagnosis;
 use crate::connectivity::{ProbeOutcome, Proto};
 use ipnet::IpNet;
-use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
-/// Bytes VXLAN adds to every packet on an IPv4 underlay.
-pub const OVERHEAD: u32 = 50;
 /// The VXLAN device in every node namespace.
 pub const DEVICE: &str = "vxlan0";
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VxlanSpec {
-    /// VXLAN network identifier (flannel's default: 1).
-    #[serde(default = "default_vni")]
-    pub vni: u32,
-    /// UDP port (flannel's and Linux's default: 8472; IANA: 4789).
-    #[serde(default = "default_port")]
-    pub port: u16,
-    /// The pods' MTU (default: the underlay MTU less 50). Setting it to the
-    /// underlay MTU reproduces an overlay whose pod MTU was not reduced.
-    #[serde(default)]
-    pub pod_mtu: Option<u32>,
-}
-
-impl Default for VxlanSpec {
-    fn default() -> Self {
-        VxlanSpec {
-            vni: default_vni(),
-            port: default_port(),
-            pod_mtu: None,
-        }
-    }
-}
-
-fn default_vni() -> u32 {
-    1
-}
-fn default_port() -> u16 {
-    8472
-}
-
-/// The pods' MTU of a topology.
-pub fn pod_mtu(topo: &Topology) -> u32 {
-    if topo.routing != Routing::Vxlan {
-        return topo.mtu;
-    }
-    topo.vxlan
-        .as_ref()
-        .and_then(|v| v.pod_mtu)
-        .unwrap_or(topo.mtu.saturating_sub(OVERHEAD))
-}
-
-pub fn check_topology(topo: &Topology) -> Result<(), (&'static str, String)> {
-    let spec = topo.vxlan.clone().unwrap_or_default();
-    if !(1..=0xff_ffff).contains(&spec.vni) {
-        return Err((
-            "vxlan",
-            format!("vxlan vni = {}: use 1..16777215", spec.vni),
-        ));
-    }
-    if spec.port == 0 {
-        return Err(("vxlan", "vxlan port = 0: use 1..65535".into()));
-    }
-    if topo.routing == Routing::Vxlan {
-        let mtu = pod_mtu(topo);
-        if !(576..=9000).contains(&mtu) {
-            return Err((
-                "mtu",
-                format!("routing = \"vxlan\": the pods' MTU would be {mtu}; use an underlay mtu of 626 or more"),
-            ));
-        }
-        if topo
-            .nodes
-            .iter()
-            .any(|n| n.pod_cidr.iter().any(|c| c.addr().is_ipv6()))
-        {
-            return Err((
-                "routing",
-                "routing = \"vxlan\" carries IPv4 pod CIDRs only (the lab's VXLAN underlay is IPv4)".into(),
-            ));
-        }
-    }
-    Ok(())
-}
 
 /// The VTEP address of a node: its IPv4 pod CIDR's network address.
 fn vtep_address(cidrs: &[IpNet]) -> Option<IpAddr> {
@@ -353,29 +279,4 @@ pub fn facts(lab: &Lab, i: usize, f: &mut NodeFacts) {
     f.vxlan_mtu = dev.as_ref().and_then(|d| d.mtu);
     f.vxlan_mac = dev.and_then(|d| d.mac);
     f.vxlan_fdb = fdb(lab, i);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pod_mtu_leaves_room_for_the_encapsulation() {
-        let mut topo = Topology::generated(2, 1).expect("topology");
-        assert_eq!(pod_mtu(&topo), 1500);
-        topo.routing = Routing::Vxlan;
-        assert_eq!(pod_mtu(&topo), 1450);
-        topo.vxlan = Some(VxlanSpec {
-            pod_mtu: Some(1500),
-            ..VxlanSpec::default()
-        });
-        assert_eq!(pod_mtu(&topo), 1500);
-    }
-
-    #[test]
-    fn vni_is_checked() {
-        let text = "routing = \"vxlan\"\n[vxlan]\nvni = 0\n[[node]]\nname = \"a\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n";
-        let err = Topology::parse(text, std::path::Path::new("t.toml")).expect_err("refused");
-        assert!(err.to_string().contains("vni"), "{err}");
-    }
 }

@@ -2,7 +2,8 @@
 //! containerd, and its pods made through the CRI.
 
 use super::{Containerd, Support};
-use crate::lab::build::{Lab, LabError, Pod};
+use crate::lab::base::LabError;
+use crate::lab::parts::{Lab, Pod};
 use crate::lab::topology::Routing;
 use crate::netns::Netns;
 use std::path::Path;

@@ -6,7 +6,7 @@
 //! CNI DEL), then containerd, then any shim still serving its socket.
 
 use super::client::Cri;
-use crate::lab::build::LabError;
+use crate::lab::base::LabError;
 use crate::lab::pidfile::{self, Identity};
 use crate::netns::Netns;
 use std::os::fd::AsRawFd;

@@ -17,32 +17,12 @@ pub mod client;
 pub mod daemon;
 pub mod image;
 
-use super::build::LabError;
+use super::base::LabError;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub use super::base::RuntimeKind;
 pub use daemon::Containerd;
-
-/// How a lab attaches its pods.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    clap::ValueEnum,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum RuntimeKind {
-    /// The harness executes the plugin itself (env + stdin), as today.
-    #[default]
-    Direct,
-    /// A containerd per node; pods through the CRI, like kubelet.
-    Containerd,
-}
 
 /// The image every node's CRI uses as its sandbox (pause) image.
 pub const SANDBOX_IMAGE: &str = "cnilab.local/pause:1";

@@ -1,7 +1,14 @@
 //! Lab topologies: TOML files (see `lab/topologies/`) or the flags
 //! `--nodes N --pods-per-node M`, validated before anything is created.
+//!
+//! Where things happen: the types, reading and the TOML error lines here;
+//! the checks of a whole topology in [`check`]; the settings of the
+//! underlay shapes, the VXLAN overlay and the Service, and what they
+//! require, in [`shapes`]. Nothing here imports the builders above it.
 
-use crate::connectivity::diagnosis::overlaps;
+mod check;
+pub mod shapes;
+
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -158,13 +165,13 @@ pub struct Topology {
     pub nodes: Vec<NodeSpec>,
     /// The underlay's shape: `l2`, `routed` or `nat` (see `lab/underlay.rs`).
     #[serde(default)]
-    pub shape: super::underlay::Shape,
+    pub shape: shapes::Shape,
     /// VXLAN settings of `routing = "vxlan"`.
     #[serde(default)]
-    pub vxlan: Option<super::vxlan::VxlanSpec>,
+    pub vxlan: Option<shapes::VxlanSpec>,
     /// A kube-proxy-like Service (see `lab/services.rs`).
     #[serde(default)]
-    pub service: Option<super::services::ServiceSpec>,
+    pub service: Option<shapes::ServiceSpec>,
 }
 
 fn default_name() -> String {
@@ -386,7 +393,7 @@ impl Topology {
         text: &str,
         prefix: &[Seg],
     ) -> Result<(), TopologyError> {
-        self.check().map_err(|bad| {
+        check::check(self).map_err(|bad| {
             let mut field = prefix.to_vec();
             field.extend(bad.field);
             TopologyError::Invalid {
@@ -400,305 +407,16 @@ impl Topology {
     /// not deliberate. Overlapping pod CIDRs are allowed (scenarios
     /// reproduce that bug) and reported by the checks' diagnosis instead.
     pub fn validate(&self, path: &Path) -> Result<(), TopologyError> {
-        self.check().map_err(|bad| TopologyError::Invalid {
+        check::check(self).map_err(|bad| TopologyError::Invalid {
             path: path.to_path_buf(),
             message: bad.message,
         })
     }
 
-    fn check(&self) -> Result<(), Invalid> {
-        let top = |key: &'static str, message: String| Invalid {
-            field: vec![Seg::Key(key)],
-            message,
-        };
-        if self.nodes.is_empty() {
-            return Err(top(
-                "node",
-                "no [[node]]: a lab needs at least one node".into(),
-            ));
-        }
-        if self.nodes.len() > 200 {
-            return Err(top(
-                "node",
-                format!("{} nodes: at most 200", self.nodes.len()),
-            ));
-        }
-        if !(576..=9000).contains(&self.mtu) {
-            return Err(top("mtu", format!("mtu = {}: use 576..9000", self.mtu)));
-        }
-        let ipv6_pods = self
-            .nodes
-            .iter()
-            .any(|n| n.pod_cidr.iter().any(|c| c.addr().is_ipv6()));
-        if ipv6_pods && self.mtu < 1280 {
-            return Err(top(
-                "mtu",
-                format!(
-                    "mtu = {}: the pods have IPv6 addresses, and IPv6 needs an MTU of at least 1280",
-                    self.mtu
-                ),
-            ));
-        }
-        if !(1..=250).contains(&self.pods_per_node) {
-            return Err(top(
-                "pods_per_node",
-                format!(
-                    "pods_per_node = {}: use 1..250 ({})",
-                    self.pods_per_node,
-                    if self.pods_per_node == 0 {
-                        "a lab without pods checks nothing"
-                    } else {
-                        "a lab node holds at most 250 pods, what a /24 pod CIDR gives; spread more pods over more nodes"
-                    }
-                ),
-            ));
-        }
-        if !(1..=60_000).contains(&self.probe_timeout_ms) {
-            return Err(top(
-                "probe_timeout_ms",
-                format!(
-                    "probe_timeout_ms = {}: use 1..60000 (0 would fail every probe)",
-                    self.probe_timeout_ms
-                ),
-            ));
-        }
-        // The routed and nat shapes and the VXLAN overlay are built on an
-        // IPv4 underlay (a /24 per node, 10.0.2.15, IPv4 VTEPs).
-        if self.underlay.addr().is_ipv6()
-            && (self.shape != super::underlay::Shape::L2 || self.routing == Routing::Vxlan)
-        {
-            return Err(top(
-                "underlay",
-                format!(
-                    "underlay = {}: shape = \"{}\" and routing = \"vxlan\" need an IPv4 underlay (add underlay6 for IPv6 next to it)",
-                    self.underlay,
-                    format!("{:?}", self.shape).to_lowercase()
-                ),
-            ));
-        }
-        if self.underlay.addr().is_ipv4() && self.underlay.prefix_len() > 30
-            || self.underlay.addr().is_ipv6() && self.underlay.prefix_len() > 126
-        {
-            return Err(top(
-                "underlay",
-                format!(
-                    "underlay = {}: use a subnet of at least 4 addresses (/30 or larger for IPv4, /126 for IPv6)",
-                    self.underlay
-                ),
-            ));
-        }
-        if let Some(u6) = &self.underlay6 {
-            if !u6.addr().is_ipv6() || u6.prefix_len() > 126 || self.underlay.addr().is_ipv6() {
-                return Err(top(
-                    "underlay6",
-                    format!(
-                        "underlay6 = {u6}: a second underlay must be an IPv6 subnet (/126 or larger) next to an IPv4 `underlay`"
-                    ),
-                ));
-            }
-        }
-        let underlays: Vec<IpNet> = std::iter::once(self.underlay)
-            .chain(self.underlay6)
-            .collect();
-        for c in &self.cluster_cidr {
-            if let Some(u) = underlays.iter().find(|u| overlaps(c, u)) {
-                return Err(top(
-                    "cluster_cidr",
-                    format!("cluster_cidr {c} overlaps the underlay {u}"),
-                ));
-            }
-        }
-        // The underlay's network and broadcast addresses belong to no host.
-        let reserved = [self.underlay.network(), self.underlay.broadcast()];
-        let underlay_of = |v6: bool| underlays.iter().find(|u| u.addr().is_ipv6() == v6);
-        let mut seen_names = Vec::new();
-        let mut seen_addrs = Vec::new();
-        for (i, node) in self.nodes.iter().enumerate() {
-            let at = format!("node[{i}] ({})", node.name);
-            let bad = |key: &'static str, message: String| Invalid {
-                field: vec![Seg::Key("node"), Seg::Index(i), Seg::Key(key)],
-                message: format!("{at}: {message}"),
-            };
-            let ok_name = !node.name.is_empty()
-                && node.name.len() <= 10
-                && node
-                    .name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-');
-            if !ok_name {
-                return Err(bad(
-                    "name",
-                    "name must be 1-10 characters of [A-Za-z0-9-] (it names namespaces and links)"
-                        .into(),
-                ));
-            }
-            if seen_names.contains(&node.name) {
-                return Err(bad("name", "duplicate node name".into()));
-            }
-            seen_names.push(node.name.clone());
-            if let Err(message) = super::underlay::check_node_address(self, node.address) {
-                return Err(bad("address", message));
-            }
-            if !self.underlay.contains(&node.address) {
-                return Err(bad(
-                    "address",
-                    format!(
-                        "address {} is not an address in underlay {}",
-                        node.address, self.underlay
-                    ),
-                ));
-            }
-            match (&self.underlay6, node.address6) {
-                (Some(u6), Some(a6)) if !u6.contains(&a6) || a6 == u6.network() => {
-                    return Err(bad(
-                        "address6",
-                        format!("address6 {a6} is not a host address in underlay6 {u6}"),
-                    ))
-                }
-                (Some(u6), None) => {
-                    return Err(bad(
-                        "address",
-                        format!("underlay6 {u6} is set: give this node an address6 in it"),
-                    ))
-                }
-                (None, Some(a6)) => {
-                    return Err(bad(
-                        "address6",
-                        format!("address6 {a6} needs an `underlay6` subnet"),
-                    ))
-                }
-                _ => {}
-            }
-            if let Some(a6) = node.address6 {
-                if seen_addrs.contains(&a6) {
-                    return Err(bad("address6", format!("address {a6} is used twice")));
-                }
-                seen_addrs.push(a6);
-            }
-            if reserved.contains(&node.address) {
-                return Err(bad(
-                    "address",
-                    format!(
-                        "address {} is the network or broadcast address of underlay {}",
-                        node.address, self.underlay
-                    ),
-                ));
-            }
-            if seen_addrs.contains(&node.address) {
-                return Err(bad(
-                    "address",
-                    format!("address {} is used twice", node.address),
-                ));
-            }
-            seen_addrs.push(node.address);
-            if node.pod_cidr.is_empty() {
-                return Err(bad(
-                    "pod_cidr",
-                    "pod_cidr is empty; give one CIDR per family".into(),
-                ));
-            }
-            if node.pod_cidr.iter().filter(|c| c.addr().is_ipv4()).count() > 1
-                || node.pod_cidr.iter().filter(|c| c.addr().is_ipv6()).count() > 1
-            {
-                return Err(bad(
-                    "pod_cidr",
-                    "pod_cidr has two CIDRs of one family".into(),
-                ));
-            }
-            for c in &node.pod_cidr {
-                if c.addr().is_ipv4() && c.prefix_len() > 29
-                    || c.addr().is_ipv6() && c.prefix_len() > 120
-                {
-                    return Err(bad(
-                        "pod_cidr",
-                        format!("pod_cidr {c} is too small for pods"),
-                    ));
-                }
-                if let Some(u) = underlays.iter().find(|u| overlaps(c, u)) {
-                    return Err(bad(
-                        "pod_cidr",
-                        format!(
-                            "pod_cidr {c} overlaps the underlay {u}: pods would take node addresses"
-                        ),
-                    ));
-                }
-                if underlay_of(c.addr().is_ipv6()).is_none() {
-                    let fam = crate::connectivity::probe::family(&c.addr());
-                    return Err(bad(
-                        "pod_cidr",
-                        format!(
-                            "pod_cidr {c} is {fam} but the underlay has no {fam} subnet: nodes could not route it (add `underlay6` and `address6` for a dual-stack underlay)"
-                        ),
-                    ));
-                }
-            }
-            if let Some(mtu) = node.mtu {
-                if !(576..=9000).contains(&mtu) {
-                    return Err(bad("mtu", format!("mtu = {mtu}: use 576..9000")));
-                }
-            }
-            for key in node.sysctls.keys() {
-                if !key.starts_with("net/") || key.contains("..") {
-                    return Err(bad(
-                        "sysctls",
-                        format!("sysctl {key:?} must be a net/... key"),
-                    ));
-                }
-            }
-        }
-        if let Some(ext) = &self.external {
-            let bad6 = match (ext.address6, &self.underlay6) {
-                (Some(a6), Some(u6)) => !u6.contains(&a6) || seen_addrs.contains(&a6),
-                (Some(_), None) => true,
-                (None, _) => false,
-            };
-            if bad6 {
-                return Err(Invalid {
-                    field: vec![Seg::Key("external"), Seg::Key("address6")],
-                    message: format!(
-                        "external address6 {} must be a free host address in underlay6 ({})",
-                        ext.address6.map(|a| a.to_string()).unwrap_or_default(),
-                        self.underlay6
-                            .map(|u| u.to_string())
-                            .unwrap_or_else(|| "not set".into())
-                    ),
-                });
-            }
-            if !self.underlay.contains(&ext.address)
-                || seen_addrs.contains(&ext.address)
-                || reserved.contains(&ext.address)
-            {
-                return Err(Invalid {
-                    field: vec![Seg::Key("external"), Seg::Key("address")],
-                    message: format!(
-                        "external address {} must be a free host address in underlay {}",
-                        ext.address, self.underlay
-                    ),
-                });
-            }
-        }
-        if self.routing == Routing::Agent && self.agent.is_none() {
-            return Err(top(
-                "routing",
-                "routing = \"agent\" needs an [agent] command".into(),
-            ));
-        }
-        super::underlay::check_topology(self).map_err(|(key, message)| top(key, message))?;
-        if let Some(agent) = &self.agent {
-            if agent.command.is_empty() {
-                return Err(Invalid {
-                    field: vec![Seg::Key("agent"), Seg::Key("command")],
-                    message: "[agent] command is empty".into(),
-                });
-            }
-        }
-        Ok(())
-    }
-
     /// The MTU of the pods' interfaces: the underlay's, less the overlay's
     /// encapsulation overhead (see `lab/vxlan.rs`).
     pub fn pod_mtu(&self) -> u32 {
-        super::vxlan::pod_mtu(self)
+        shapes::pod_mtu(self)
     }
 
     pub fn node(&self, name: &str) -> Option<&NodeSpec> {

@@ -1,0 +1,222 @@
+//! The lab's base floor: its error, the options of `lab up`, where the
+//! bundled programs are, and the namespace, netlink and nft helpers every
+//! builder step uses. Imports nothing else from `lab/`.
+
+use super::topology::Topology;
+use crate::netns::{Netns, NetnsError};
+use crate::runtime::RuntimeError;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error("{0}")]
+    Setup(String),
+    /// A fault or check that cannot apply to this plugin (a scenario SKIPs).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+pub(super) fn setup(msg: impl Into<String>) -> LabError {
+    LabError::Setup(msg.into())
+}
+
+/// In a node's run dir: the agent's pid and start time.
+pub const AGENT_PIDFILE: &str = "agent.pid";
+/// In a lab's run dir: the pid and start time of the process that made it.
+pub const OWNER_PIDFILE: &str = "owner.pid";
+
+/// Options that do not belong to the topology.
+#[derive(Clone, Debug, Default)]
+pub struct UpOptions {
+    /// Overrides the topology's plugin dir.
+    pub plugin_dir: Option<String>,
+    /// Names namespaces `cnilab-lab-<name>-…` and keeps them after the
+    /// process exits (`cnilab lab up`).
+    pub persistent: Option<String>,
+    /// Where configs, IPAM stores and agent files go.
+    pub run_dir: PathBuf,
+    /// How pods are attached (`--runtime`).
+    pub runtime: RuntimeKind,
+}
+
+/// How a lab attaches its pods.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeKind {
+    /// The harness executes the plugin itself (env + stdin), as today.
+    #[default]
+    Direct,
+    /// A containerd per node; pods through the CRI, like kubelet.
+    Containerd,
+}
+
+/// The directory of the running `cnilab` binary (where cargo puts
+/// `cnilab-bridge` and `cnilab-agent` too).
+pub fn own_dir() -> Option<PathBuf> {
+    std::env::current_exe()
+        .ok()?
+        .parent()
+        .map(Path::to_path_buf)
+}
+
+/// The directory of the bundled `cnilab-bridge`: next to this binary
+/// (cargo's target dir; `cargo install` puts both in the same bin dir), else
+/// the first absolute `$PATH` directory that has it. The error says how to
+/// install it or point at a plugin.
+pub fn bundled_plugin_dir() -> Result<PathBuf, String> {
+    const NAME: &str = "cnilab-bridge";
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    own_dir()
+        .into_iter()
+        .chain(std::env::split_paths(&path))
+        .find(|d| d.is_absolute() && d.join(NAME).is_file())
+        .ok_or_else(|| {
+            format!(
+                "the bundled plugin {NAME} is neither next to this binary ({}) nor on $PATH: install it next to cnilab (`cargo install --path plugin` in the repository, or `cargo build --release --workspace`), or pass --plugin-dir DIR (and --config TEMPLATE for your own plugin)",
+                own_dir().unwrap_or_default().display()
+            )
+        })
+}
+
+/// The plugin dir a lab was given: `--plugin-dir`, else the topology's
+/// `[plugin] dir`; `None` means the bundled plugin ([`plugin_dir`]).
+pub fn given_plugin_dir<'a>(flag: Option<&'a str>, topo: &'a Topology) -> Option<&'a str> {
+    flag.or_else(|| topo.plugin.as_ref().and_then(|p| p.dir.as_deref()))
+}
+
+/// The plugin dir a lab uses: the one given ([`given_plugin_dir`]), else
+/// the bundled plugin's ([`bundled_plugin_dir`], whose error says how to
+/// install it).
+pub fn plugin_dir(flag: Option<&str>, topo: &Topology) -> Result<String, String> {
+    match given_plugin_dir(flag, topo) {
+        Some(dir) => Ok(dir.to_string()),
+        None => bundled_plugin_dir().map(|d| d.display().to_string()),
+    }
+}
+
+/// `name` next to the running binary if it is there, else as given (PATH).
+pub fn resolve_program(name: &str) -> PathBuf {
+    if !name.contains('/') {
+        if let Some(dir) = own_dir() {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return candidate;
+            }
+        }
+    }
+    PathBuf::from(name)
+}
+
+/// The lab's own record of the namespaces it created, one name a line,
+/// appended right after each creation succeeds (a name that already existed
+/// — another lab's — is never recorded).
+pub(super) const LEDGER: &str = "namespaces";
+
+/// Records that the lab whose run dir is `run_dir` created namespace `ns`.
+pub fn record_namespace(run_dir: &Path, ns: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(run_dir)?;
+    let mut ledger = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(run_dir.join(LEDGER))?;
+    // One write(2) of one line: appends never interleave.
+    ledger.write_all(format!("{ns}\n").as_bytes())
+}
+
+pub(super) fn make_ns(opts: &UpOptions, role: &str) -> Result<Netns, NetnsError> {
+    make_ns_from(opts, role, None)
+}
+
+/// [`make_ns`]; with `from`, names an existing namespace (a CRI pod's).
+pub(crate) fn make_ns_from(
+    opts: &UpOptions,
+    role: &str,
+    from: Option<&Path>,
+) -> Result<Netns, NetnsError> {
+    match &opts.persistent {
+        Some(lab) => {
+            let ns =
+                Netns::persistent_from(&format!("{}lab-{lab}-{role}", crate::netns::PREFIX), from)?;
+            record_namespace(&opts.run_dir, ns.name()).map_err(|e| NetnsError::Create {
+                name: ns.name().to_string(),
+                reason: format!("record it in {}: {e}", opts.run_dir.display()),
+            })?;
+            Ok(ns)
+        }
+        None => {
+            let label: String = role.chars().take(12).collect();
+            Netns::with_label_from(&label, from)
+        }
+    }
+}
+
+/// Runs one netlink job in `ns`, mapping errors to a message naming `what`.
+pub(super) fn netlink<F, Fut, R>(ns: &Netns, what: &str, job: F) -> Result<R, LabError>
+where
+    F: FnOnce(rtnetlink::Handle) -> Fut + Send,
+    Fut: std::future::Future<Output = Result<R, rtnetlink::Error>>,
+    R: Send,
+{
+    ns.netlink(job).map_err(|e| setup(format!("{what}: {e}")))
+}
+
+/// Feeds a ruleset to `nft -f -` inside `ns`.
+pub fn nft(ns: &Netns, ruleset: &str) -> Result<(), LabError> {
+    use cnilab_net::nft::NftError;
+    let program = std::path::Path::new("nft");
+    cnilab_net::nft::load(program, Some(ns.file()), ruleset).map_err(|e| match e {
+        NftError::Spawn { source, .. } => setup(format!(
+            "run nft in {}: {source} (is nftables installed?)",
+            ns.name()
+        )),
+        NftError::Io { what, source } => setup(format!("{what}: {source}")),
+        NftError::Failed { stderr, .. } => {
+            setup(format!("nft in {}: {stderr}\n{ruleset}", ns.name()))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::topology::PluginSpec;
+
+    /// `--plugin-dir`, then the topology's `[plugin] dir`, then the bundled
+    /// plugin: one rule for `lab run`, `lab up`, `scenario run` and the
+    /// builder.
+    #[test]
+    fn the_plugin_dir_is_the_flag_then_the_topology_then_the_bundled_one() {
+        let mut topo = Topology::generated(1, 1).expect("topology");
+        assert_eq!(given_plugin_dir(None, &topo), None);
+        assert_eq!(
+            plugin_dir(None, &topo),
+            bundled_plugin_dir().map(|d| d.display().to_string()),
+            "nothing given: the bundled one (or why it is missing)"
+        );
+        topo.plugin = Some(PluginSpec {
+            dir: Some("/from/topology".into()),
+            config: None,
+        });
+        assert_eq!(given_plugin_dir(None, &topo), Some("/from/topology"));
+        assert_eq!(plugin_dir(None, &topo).as_deref(), Ok("/from/topology"));
+        assert_eq!(
+            plugin_dir(Some("/from/flag"), &topo).as_deref(),
+            Ok("/from/flag")
+        );
+    }
+}
