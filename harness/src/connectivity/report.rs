@@ -3,6 +3,8 @@
 //! (inline SVG, no external assets) to attach to bug reports.
 
 use super::diagnosis::Diagnosis;
+/// A failed probe and its diagnoses (with the diagnoses, below the summary).
+pub use super::diagnosis::Failure;
 use super::probe::{ProbeOutcome, FAMILIES};
 use super::summary::{self, Cause, FamilyMatrix};
 use crate::report::escape as xml;
@@ -23,14 +25,6 @@ pub struct FamilyResult {
     pub family: &'static str,
     pub probes: usize,
     pub passed: usize,
-}
-
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct Failure {
-    /// Position of the probe in the plan.
-    pub index: usize,
-    pub outcome: ProbeOutcome,
-    pub diagnoses: Vec<Diagnosis>,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]

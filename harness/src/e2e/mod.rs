@@ -6,7 +6,8 @@
 //! works against any cluster (lab/e2e-plan.md is the contract).
 //!
 //! - `options`: what a run is about, and the pinned versions (with sources);
-//! - `cluster`: kind configs (lab/kind compiled in, or `--config`), node names;
+//! - `cluster`: the IP family and its subnets, kind configs (lab/kind compiled
+//!   in, or `--config`), node names;
 //! - `manifests`: cnilab's or any CNI's manifests, rendered, and their workloads;
 //! - `steps` → `plan` → `runner`: each step as data, printed or executed;
 //! - `check/`: the in-cluster check (`access`: the kubeconfig as kubectl finds it).
