@@ -34,6 +34,21 @@ pub enum Step {
     Delete,
 }
 
+impl Step {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::All => "all",
+            Step::Create => "create",
+            Step::Load => "load",
+            Step::Deploy => "deploy",
+            Step::Wait => "wait",
+            Step::Check => "check",
+            Step::Dump => "dump",
+            Step::Delete => "delete",
+        }
+    }
+}
+
 /// The IP family is the cluster's (its pod and Service subnets).
 pub use super::cluster::IpFamily;
 
