@@ -175,7 +175,7 @@ pub(super) fn delegation(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
 
     // G3: GC reaches IPAM. G4: an IPAM GC failure is reported, and the
     // plugin still removed its own stale host resources.
-    let lab11 = Lab::new(runtime, s.host, &net11);
+    let target11 = Target::new(runtime, s.host, &net11);
     let stale_pod = s.pod()?;
     let stale = RuntimeConf::new(&s.cid("g4"), Some(stale_pod.path()), &s.ifname);
     let added = runtime.add(&net11, &stale);
@@ -193,7 +193,7 @@ pub(super) fn delegation(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
             let again = runtime.add(&net11, &stale);
             let veths = again
                 .as_ref()
-                .map(|a| lab11.host_veths_in(&a.result))
+                .map(|a| target11.host_veths_in(&a.result))
                 .unwrap_or_default();
             spy.fail("GC", true);
             let gc = runtime.gc(&net11, &[], GcKey::Both);

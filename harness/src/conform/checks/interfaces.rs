@@ -45,7 +45,7 @@ fn list<T: std::fmt::Display>(ips: impl IntoIterator<Item = T>) -> String {
 
 pub(super) fn interfaces(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
     let mut out = Vec::new();
-    let lab = s.lab();
+    let target = s.target();
     let pod = s.pod()?;
     let cid = s.cid("a6");
     let rt = RuntimeConf::new(&cid, Some(pod.path()), &s.ifname);
@@ -61,7 +61,7 @@ pub(super) fn interfaces(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
         }
     };
     let intact = interface_state(&pod, &s.ifname);
-    let reservations_before = lab.reservations().len();
+    let reservations_before = target.reservations().len();
     // The same (container, ifname) again; then another container, same ifname.
     let stdin = to_bytes(&s.stdin_of(s.net));
     for (other, what) in [
@@ -94,7 +94,7 @@ pub(super) fn interfaces(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
                         describe(&interface_state(&pod, &s.ifname))
                     ));
                 }
-                let now = lab.reservations().len();
+                let now = target.reservations().len();
                 if now != reservations_before {
                     problems.push(format!(
                         "reservations went from {reservations_before} to {now}"
@@ -171,8 +171,8 @@ pub(super) fn interfaces(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
             };
             out.push(f.with_all(&second.executions));
             // D8: DEL the second only.
-            let keep_before = reserved(&lab, &cid, &s.ifname);
-            let (f, ok) = del_finding(&lab, &rt2, "D8", &format!("DEL of {second_if}"));
+            let keep_before = reserved(&target, &cid, &s.ifname);
+            let (f, ok) = del_finding(&target, &rt2, "D8", &format!("DEL of {second_if}"));
             if !ok {
                 out.push(f);
             } else {
@@ -180,10 +180,10 @@ pub(super) fn interfaces(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
                 if interface_state(&pod, &s.ifname) != intact {
                     problems.push(format!("{} changed", s.ifname));
                 }
-                if reserved(&lab, &cid, &s.ifname) != keep_before {
+                if reserved(&target, &cid, &s.ifname) != keep_before {
                     problems.push(format!("reservation of {} changed", s.ifname));
                 }
-                if !reserved(&lab, &cid, second_if).is_empty() {
+                if !reserved(&target, &cid, second_if).is_empty() {
                     problems.push(format!("{second_if} still reserved"));
                 }
                 if pod
