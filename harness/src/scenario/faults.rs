@@ -163,44 +163,8 @@ pub(crate) fn apply(lab: &mut Lab, fault: &Fault) -> Result<Undo, LabError> {
                 mtu: before,
             }
         }
-        Fault::FlushMasquerade { node } => {
-            let ns = node_ns(lab, node)?;
-            let listing = cmd(ns, "nft", &["list", "tables"])?;
-            let mut saved = Vec::new();
-            for line in listing.lines() {
-                let words: Vec<&str> = line.split_whitespace().collect();
-                if let [_, family, table] = words[..] {
-                    let text = cmd(ns, "nft", &["list", "table", family, table])?;
-                    if text.contains("masquerade") {
-                        for chain in chains_with_masquerade(&text) {
-                            cmd(ns, "nft", &["flush", "chain", family, table, &chain])?;
-                        }
-                        saved.push((format!("{family} {table}"), text));
-                    }
-                }
-            }
-            Undo::Tables {
-                node: node.clone(),
-                saved,
-            }
-        }
-        Fault::MasqueradeTooBroad { node } => {
-            let cluster: Vec<String> = lab
-                .topo
-                .cluster_cidr
-                .iter()
-                .filter(|c| c.addr().is_ipv4())
-                .map(|c| c.to_string())
-                .collect();
-            let rules = format!(
-                "table ip cnilab_fault_masq {{\n  chain postrouting {{\n    type nat hook postrouting priority srcnat - 10; policy accept;\n    ip saddr {{ {} }} oifname \"eth0\" masquerade\n  }}\n}}\n",
-                cluster.join(", ")
-            );
-            nft(node_ns(lab, node)?, &rules)?;
-            Undo::DeleteTable {
-                node: node.clone(),
-                table: "ip cnilab_fault_masq".into(),
-            }
+        Fault::FlushMasquerade { .. } | Fault::MasqueradeTooBroad { .. } => {
+            masquerade_fault(lab, fault)?
         }
         Fault::ReusePodCidr { node, from } => {
             let original = spec_of(lab, node)?;
@@ -253,6 +217,58 @@ pub(crate) fn apply(lab: &mut Lab, fault: &Fault) -> Result<Undo, LabError> {
             Undo::StopAgent { node: node.clone() }
         }
         _ => Undo::Shape(shape_faults::apply(lab, fault)?),
+    })
+}
+
+/// The masquerade faults: every masquerade rule on a node flushed (its
+/// tables saved), or a table that masquerades the cluster's own traffic.
+fn masquerade_fault(lab: &Lab, fault: &Fault) -> Result<Undo, LabError> {
+    Ok(match fault {
+        Fault::FlushMasquerade { node } => {
+            let ns = node_ns(lab, node)?;
+            let listing = cmd(ns, "nft", &["list", "tables"])?;
+            let mut saved = Vec::new();
+            for line in listing.lines() {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                if let [_, family, table] = words[..] {
+                    let text = cmd(ns, "nft", &["list", "table", family, table])?;
+                    if text.contains("masquerade") {
+                        for chain in chains_with_masquerade(&text) {
+                            cmd(ns, "nft", &["flush", "chain", family, table, &chain])?;
+                        }
+                        saved.push((format!("{family} {table}"), text));
+                    }
+                }
+            }
+            Undo::Tables {
+                node: node.clone(),
+                saved,
+            }
+        }
+        Fault::MasqueradeTooBroad { node } => {
+            let cluster: Vec<String> = lab
+                .topo
+                .cluster_cidr
+                .iter()
+                .filter(|c| c.addr().is_ipv4())
+                .map(|c| c.to_string())
+                .collect();
+            let rules = format!(
+                "table ip cnilab_fault_masq {{\n  chain postrouting {{\n    type nat hook postrouting priority srcnat - 10; policy accept;\n    ip saddr {{ {} }} oifname \"eth0\" masquerade\n  }}\n}}\n",
+                cluster.join(", ")
+            );
+            nft(node_ns(lab, node)?, &rules)?;
+            Undo::DeleteTable {
+                node: node.clone(),
+                table: "ip cnilab_fault_masq".into(),
+            }
+        }
+        other => {
+            return Err(LabError::Setup(format!(
+                "not a masquerade fault: {}",
+                other.describe()
+            )))
+        }
     })
 }
 
