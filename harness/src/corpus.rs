@@ -209,8 +209,9 @@ pub fn load_case(path: &Path) -> Result<Case, CorpusError> {
     })
 }
 
-/// Where and against what a case runs.
-pub struct Lab<'a> {
+/// Where and against what a corpus case runs (its venue: the namespaces,
+/// the plugin, the valid config it patches, the paths it may name).
+pub struct Venue<'a> {
     /// Where the plugin runs (stands for the node).
     pub host: &'a Netns,
     /// The namespace `{netns}` names.
@@ -257,7 +258,7 @@ impl CaseRun {
 }
 
 /// Expands `{netns}`, `{dataDir}`, `{file}`, `{cniPath}`, `{repeat:N:TEXT}`.
-pub fn expand(text: &str, lab: &Lab<'_>) -> String {
+pub fn expand(text: &str, venue: &Venue<'_>) -> String {
     let mut out = String::new();
     let mut rest = text;
     while let Some(start) = rest.find('{') {
@@ -269,10 +270,10 @@ pub fn expand(text: &str, lab: &Lab<'_>) -> String {
         };
         let key = &after[..end];
         let replaced = match key {
-            "netns" => Some(lab.pod.path().to_string_lossy().into_owned()),
-            "dataDir" => Some(lab.data_dir.to_string_lossy().into_owned()),
-            "file" => Some(lab.a_file.to_string_lossy().into_owned()),
-            "cniPath" => Some(lab.cni_path.clone()),
+            "netns" => Some(venue.pod.path().to_string_lossy().into_owned()),
+            "dataDir" => Some(venue.data_dir.to_string_lossy().into_owned()),
+            "file" => Some(venue.a_file.to_string_lossy().into_owned()),
+            "cniPath" => Some(venue.cni_path.clone()),
             _ => key.strip_prefix("repeat:").and_then(|spec| {
                 let (n, unit) = spec.split_once(':')?;
                 let n: usize = n.parse().ok()?;
@@ -294,13 +295,13 @@ pub fn expand(text: &str, lab: &Lab<'_>) -> String {
     out
 }
 
-fn expand_json(value: &Value, lab: &Lab<'_>) -> Value {
+fn expand_json(value: &Value, venue: &Venue<'_>) -> Value {
     match value {
-        Value::String(s) => Value::String(expand(s, lab)),
-        Value::Array(a) => Value::Array(a.iter().map(|v| expand_json(v, lab)).collect()),
+        Value::String(s) => Value::String(expand(s, venue)),
+        Value::Array(a) => Value::Array(a.iter().map(|v| expand_json(v, venue)).collect()),
         Value::Object(o) => Value::Object(
             o.iter()
-                .map(|(k, v)| (k.clone(), expand_json(v, lab)))
+                .map(|(k, v)| (k.clone(), expand_json(v, venue)))
                 .collect(),
         ),
         other => other.clone(),
@@ -329,17 +330,17 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 }
 
 /// The environment block of a case, in order, duplicates kept.
-pub fn environment(case: &Case, lab: &Lab<'_>) -> Vec<(String, String)> {
+pub fn environment(case: &Case, venue: &Venue<'_>) -> Vec<(String, String)> {
     let mut env: Vec<(String, Option<String>)> = vec![
         ("CNI_COMMAND".into(), Some(case.command.clone())),
         ("CNI_CONTAINERID".into(), Some("corpus-case".into())),
         (
             "CNI_NETNS".into(),
-            Some(lab.pod.path().to_string_lossy().into_owned()),
+            Some(venue.pod.path().to_string_lossy().into_owned()),
         ),
         ("CNI_IFNAME".into(), Some("eth0".into())),
         ("CNI_ARGS".into(), Some("IgnoreUnknown=1".into())),
-        ("CNI_PATH".into(), Some(lab.cni_path.clone())),
+        ("CNI_PATH".into(), Some(venue.cni_path.clone())),
     ];
     for (k, v) in &case.env {
         match env.iter_mut().find(|(key, _)| key == k) {
@@ -349,12 +350,12 @@ pub fn environment(case: &Case, lab: &Lab<'_>) -> Vec<(String, String)> {
     }
     let mut out: Vec<(String, String)> = env
         .into_iter()
-        .filter_map(|(k, v)| v.map(|v| (k, expand(&v, lab))))
+        .filter_map(|(k, v)| v.map(|v| (k, expand(&v, venue))))
         .collect();
     out.extend(
         case.env_extra
             .iter()
-            .map(|(k, v)| (k.clone(), expand(v, lab))),
+            .map(|(k, v)| (k.clone(), expand(v, venue))),
     );
     out
 }
@@ -367,24 +368,24 @@ enum Feed {
     Endless,
 }
 
-fn feed(case: &Case, lab: &Lab<'_>) -> Result<(Feed, String), CorpusError> {
+fn feed(case: &Case, venue: &Venue<'_>) -> Result<(Feed, String), CorpusError> {
     let bad = |reason: String| CorpusError::Case {
         path: case.dir.join(format!("{}.json", case.name)),
         reason,
     };
     Ok(match &case.stdin {
         StdinSpec::Base(patch) => {
-            let mut v = lab.base.clone();
-            merge_patch(&mut v, &expand_json(patch, lab));
+            let mut v = venue.base.clone();
+            merge_patch(&mut v, &expand_json(patch, venue));
             let text = v.to_string();
             (Feed::Bytes(text.clone().into_bytes()), text)
         }
         StdinSpec::Json(v) => {
-            let text = expand_json(v, lab).to_string();
+            let text = expand_json(v, venue).to_string();
             (Feed::Bytes(text.clone().into_bytes()), text)
         }
         StdinSpec::Text(t) => {
-            let text = expand(t, lab);
+            let text = expand(t, venue);
             (Feed::Bytes(text.clone().into_bytes()), text)
         }
         StdinSpec::File(name) => {
@@ -397,7 +398,7 @@ fn feed(case: &Case, lab: &Lab<'_>) -> Result<(Feed, String), CorpusError> {
         StdinSpec::Mode(StreamMode::Empty) => (Feed::Empty, "</dev/null>".into()),
         StdinSpec::Mode(StreamMode::Endless) => (Feed::Endless, "<endless stream>".into()),
         StdinSpec::Mode(StreamMode::Huge) => {
-            let mut v = lab.base.clone();
+            let mut v = venue.base.clone();
             merge_patch(
                 &mut v,
                 &serde_json::json!({ "padding": "x".repeat(4 << 20) }),
@@ -455,19 +456,19 @@ fn differences(label: &str, before: &NetState, after: &NetState) -> Vec<String> 
 /// stdout, another code than expected, a panic, a signal or a timeout, and
 /// any change in the host namespace (links, addresses, routes, firewall
 /// rules), the pod namespace or the watched tree.
-pub fn run_case(case: &Case, lab: &Lab<'_>, expect: Expect) -> Result<CaseRun, CorpusError> {
-    let env = environment(case, lab);
-    let (input, shown) = feed(case, lab)?;
-    let host_before = lab.host.snapshot()?;
-    let pod_before = lab.pod.snapshot()?;
-    let tree_before = tree(lab.watched);
-    let rules_before = crate::host_state::firewall_rules(lab.host);
-    let timeout = case.timeout_within(lab.timeout);
-    let raw = spawn(lab, &env, input, timeout)?;
-    let host_after = lab.host.snapshot()?;
-    let pod_after = lab.pod.snapshot()?;
-    let tree_after = tree(lab.watched);
-    let rules_after = crate::host_state::firewall_rules(lab.host);
+pub fn run_case(case: &Case, venue: &Venue<'_>, expect: Expect) -> Result<CaseRun, CorpusError> {
+    let env = environment(case, venue);
+    let (input, shown) = feed(case, venue)?;
+    let host_before = venue.host.snapshot()?;
+    let pod_before = venue.pod.snapshot()?;
+    let tree_before = tree(venue.watched);
+    let rules_before = crate::host_state::firewall_rules(venue.host);
+    let timeout = case.timeout_within(venue.timeout);
+    let raw = spawn(venue, &env, input, timeout)?;
+    let host_after = venue.host.snapshot()?;
+    let pod_after = venue.pod.snapshot()?;
+    let tree_after = tree(venue.watched);
+    let rules_after = crate::host_state::firewall_rules(venue.host);
 
     let mut problems = Vec::new();
     let error: Option<ErrorBody> = serde_json::from_slice(raw.stdout.trim_ascii()).ok();
@@ -539,7 +540,7 @@ pub fn run_case(case: &Case, lab: &Lab<'_>, expect: Expect) -> Result<CaseRun, C
     Ok(CaseRun {
         case: case.name.clone(),
         exec: crate::runtime::Execution {
-            plugin: lab.plugin.to_path_buf(),
+            plugin: venue.plugin.to_path_buf(),
             env,
             stdin: shown.chars().take(2000).collect(),
             stdout,
@@ -571,17 +572,17 @@ struct Raw {
 /// environment block (duplicates included, which `Command::env` cannot
 /// express) and `input` on fd 0. No shell is involved.
 fn spawn(
-    lab: &Lab<'_>,
+    venue: &Venue<'_>,
     env: &[(String, String)],
     input: Feed,
     timeout: Duration,
 ) -> Result<Raw, CorpusError> {
     let fail = |reason: String| CorpusError::Spawn {
-        plugin: lab.plugin.to_path_buf(),
+        plugin: venue.plugin.to_path_buf(),
         reason,
     };
     let cstr = |bytes: Vec<u8>| CString::new(bytes).map_err(|e| fail(format!("NUL byte: {e}")));
-    let program = cstr(lab.plugin.as_os_str().as_bytes().to_vec())?;
+    let program = cstr(venue.plugin.as_os_str().as_bytes().to_vec())?;
     let mut envp: Vec<CString> = Vec::new();
     for (k, v) in env {
         envp.push(cstr(format!("{k}={v}").into_bytes())?);
@@ -597,7 +598,7 @@ fn spawn(
     let program_addr = program.as_ptr() as usize;
     let close_stdin = matches!(input, Feed::Closed);
 
-    let mut cmd = Command::new(lab.plugin);
+    let mut cmd = Command::new(venue.plugin);
     cmd.stdin(match input {
         Feed::Bytes(_) | Feed::Endless => Stdio::piped(),
         Feed::Closed | Feed::Empty => Stdio::null(),
@@ -605,9 +606,9 @@ fn spawn(
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
     // A relative path from the input then lands in the watched tree.
-    .current_dir(lab.watched)
+    .current_dir(venue.watched)
     .process_group(0);
-    cnilab_net::netns::command_in(lab.host.file(), &mut cmd);
+    cnilab_net::netns::command_in(venue.host.file(), &mut cmd);
     // Before the hook below, which execs.
     let scope = crate::runtime::scope::CallScope::new();
     scope.attach(&mut cmd);

@@ -10,7 +10,9 @@
 //!   [`netns`] (throwaway namespaces), [`host_state`], [`accounting`],
 //!   [`corpus`] (the hostile-input corpus), [`report`] (the one output
 //!   convention: `-o table|json|junit`, JSON `schemaVersion`, the JUnit
-//!   writer and XML escaper, the shell quoter, TTY progress, exit codes);
+//!   writer and XML escaper, the shell quoter, TTY progress, exit codes),
+//!   [`interrupt`] (Ctrl-C: the watcher that removes what a run made, and
+//!   exits 130);
 //! - [`runtime`]: config loading, plugin exec, the result cache, and the
 //!   one setup block (`runtime::session`) conform, soak and bench share;
 //! - [`lifecycle`]: one pod's whole life as findings (conform builds on it);
@@ -24,6 +26,8 @@
 //!   (`lab::cri`: `lab --runtime containerd`, a containerd per node and pods
 //!   through the CRI; its pause binary is built from `lab/cri/pause.c` by
 //!   `build.rs`);
+//! - on labs: [`scenario`] (bug scenarios replayed in a lab, with their
+//!   faults) and [`sweep`] (what dead lab runs left behind);
 //! - [`cli`] (and `main.rs`): parse, dispatch, print; one file per
 //!   subcommand, shared flag groups in `cli/args.rs`.
 //!
@@ -41,13 +45,16 @@ pub mod connectivity;
 pub mod corpus;
 pub mod e2e;
 pub mod host_state;
+pub mod interrupt;
 pub mod lab;
 pub mod lifecycle;
 pub mod netns;
 pub mod report;
 pub mod rng;
 pub mod runtime;
+pub(crate) mod scenario;
 pub mod soak;
+pub(crate) mod sweep;
 pub mod testing;
 pub mod trace;
 pub mod util;

@@ -4,9 +4,9 @@
 //! tag. Covers kind and minikube, every IP family, with and without
 //! `--config`, `--cni-manifest`, `--image-archive` and `--workers`.
 
-mod e2e_common;
+mod common;
 
-use e2e_common::{dry_run, repo_root, FLANNEL};
+use common::e2e::{dry_run, repo_root, FLANNEL};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -2,10 +2,10 @@
 //! every step, as lab/e2e-plan.md writes it and the workflows call it. The
 //! binary runs at the repository root, like the workflows.
 
-mod e2e_common;
+mod common;
 
 use assert_cmd::Command;
-use e2e_common::{dry_run, repo_root, run_dry, FLANNEL};
+use common::e2e::{dry_run, repo_root, run_dry, FLANNEL};
 use serde_json::Value;
 
 fn fails(args: &[&str]) -> String {

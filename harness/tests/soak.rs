@@ -19,8 +19,9 @@ struct RootTest {
     _host: cnilab_harness::testing::HostUntouched,
 }
 
-/// The workspace's one root check, then a shared hold on [`SOAKS`].
-fn require_root() -> RootTest {
+/// The workspace's one root check (`testing::require_root`), then a shared
+/// hold on [`SOAKS`] and the host guard.
+fn root_soak() -> RootTest {
     cnilab_harness::testing::require_root();
     RootTest {
         _soaks: SOAKS.read().unwrap_or_else(|e| e.into_inner()),
@@ -81,7 +82,7 @@ fn no_namespaces_of_this_process_left() {
 
 #[test]
 fn short_soak_of_cnilab_bridge_finds_no_leak() {
-    drop(require_root());
+    drop(root_soak());
     let _alone = SOAKS.write().unwrap_or_else(|e| e.into_inner());
     let _host = cnilab_harness::testing::host_untouched();
     let tmp = tempfile::tempdir().expect("tmp");
@@ -113,7 +114,7 @@ fn short_soak_of_cnilab_bridge_finds_no_leak() {
 
 #[test]
 fn gc_reclaims_planted_leaks() {
-    let _soaks = require_root();
+    let _soaks = root_soak();
     let tmp = tempfile::tempdir().expect("tmp");
     let mut o = options(&bridge_dir(), &bridge_config(tmp.path()), 24);
     o.inject_leaks = 3;
@@ -132,7 +133,7 @@ fn gc_reclaims_planted_leaks() {
 
 #[test]
 fn planted_leaks_without_gc_fail_the_run_from_the_cli() {
-    let _soaks = require_root();
+    let _soaks = root_soak();
     let tmp = tempfile::tempdir().expect("tmp");
     let config = bridge_config(tmp.path());
     let out = assert_cmd::Command::new(env!("CARGO_BIN_EXE_cnilab"))
@@ -220,7 +221,7 @@ fn leaky_plugin_dir(dir: &Path) -> PathBuf {
 
 #[test]
 fn a_plugin_that_leaks_is_caught_and_the_replay_reproduces_it() {
-    let _soaks = require_root();
+    let _soaks = root_soak();
     let tmp = tempfile::tempdir().expect("tmp");
     let bin = leaky_plugin_dir(tmp.path());
     let mut o = options(&bin, &tmp.path().join("leaky.conf"), 8);
@@ -258,7 +259,7 @@ fn a_plugin_that_leaks_is_caught_and_the_replay_reproduces_it() {
 
 #[test]
 fn reference_bridge_and_host_local_survive_a_short_soak_without_duplicates() {
-    let _soaks = require_root();
+    let _soaks = root_soak();
     assert!(
         Path::new("/usr/lib/cni/bridge").is_file(),
         "the reference plugins are missing: apt-get install containernetworking-plugins"
@@ -286,7 +287,7 @@ fn reference_bridge_and_host_local_survive_a_short_soak_without_duplicates() {
 
 #[test]
 fn pods_lost_after_killed_adds_leak_without_gc_and_not_with_it() {
-    let _soaks = require_root();
+    let _soaks = root_soak();
     let tmp = tempfile::tempdir().expect("tmp");
     // cnilab-bridge: GC (periodic, and a last one before the cleanup)
     // reclaims what the lost pods' killed ADDs left.
@@ -376,7 +377,7 @@ fn broken_dir_with_reference() -> PathBuf {
 
 #[test]
 fn a_plugin_with_its_own_store_that_leaks_fails_the_soak() {
-    let _soaks = require_root();
+    let _soaks = root_soak();
     let tmp = tempfile::tempdir().expect("tmp");
     let (dir, conf) = own_store(tmp.path(), "leasefile-ipam-forgets", "soakfgt");
     let mut o = options(&dir, &conf, 10);
@@ -401,7 +402,7 @@ fn a_plugin_with_its_own_store_that_leaks_fails_the_soak() {
 
 #[test]
 fn a_plugin_with_its_own_store_that_releases_passes_the_soak() {
-    let _soaks = require_root();
+    let _soaks = root_soak();
     let tmp = tempfile::tempdir().expect("tmp");
     let (dir, conf) = own_store(tmp.path(), "leasefile-ipam", "soakok");
     let mut o = options(&dir, &conf, 10);
@@ -418,7 +419,7 @@ fn a_plugin_with_its_own_store_that_releases_passes_the_soak() {
 
 #[test]
 fn the_duplicate_address_detector_fires() {
-    let _soaks = require_root();
+    let _soaks = root_soak();
     let tmp = tempfile::tempdir().expect("tmp");
     let (dir, conf) = own_store(tmp.path(), "same-address-ipam", "soakdup");
     let mut o = options(&dir, &conf, 4);
@@ -466,7 +467,7 @@ fn detector_config(
 
 #[test]
 fn the_left_in_pod_netns_detector_fires() {
-    let _soaks = require_root();
+    let _soaks = root_soak();
     let tmp = tempfile::tempdir().expect("tmp");
     let conf = detector_config(tmp.path(), "1.0.0", "leaky-del", "10.98.0.0/24", true);
     let mut o = options(&broken_dir_with_reference(), &conf, 12);
@@ -479,7 +480,7 @@ fn the_left_in_pod_netns_detector_fires() {
 
 #[test]
 fn the_leaked_rule_detector_fires() {
-    let _soaks = require_root();
+    let _soaks = root_soak();
     let tmp = tempfile::tempdir().expect("tmp");
     let conf = detector_config(tmp.path(), "1.0.0", "rule-leak", "10.99.0.0/24", true);
     let mut o = options(&broken_dir_with_reference(), &conf, 4);
@@ -492,7 +493,7 @@ fn the_leaked_rule_detector_fires() {
 
 #[test]
 fn the_live_attachment_broken_detector_fires() {
-    let _soaks = require_root();
+    let _soaks = root_soak();
     let tmp = tempfile::tempdir().expect("tmp");
     // cnilab-bridge's built-in IPAM (no ipam.type): it speaks 1.1.0 (GC).
     let conf = detector_config(
@@ -527,7 +528,7 @@ fn the_live_attachment_broken_detector_fires() {
 fn an_empty_record_is_released() {
     use cnilab_harness::netns::Netns;
     use cnilab_harness::runtime::{GcKey, NetworkConfig, Runtime, RuntimeConf};
-    let _soaks = require_root();
+    let _soaks = root_soak();
     let tmp = tempfile::tempdir().expect("tmp");
     let mut net = NetworkConfig::load(&bridge_config(tmp.path())).expect("config");
     let data = tmp.path().join("ipam");

@@ -9,7 +9,7 @@
 //! handles one as documented, the test fails so that the marker goes.
 
 use cnilab_harness::netns::Netns;
-use cnilab_harness::soak::corpus::{self, CaseRun, Expect, Lab};
+use cnilab_harness::soak::corpus::{self, CaseRun, Expect, Venue};
 use cnilab_tests::{host_untouched, invoke, require_root, workspace_bin, Call};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -84,7 +84,7 @@ fn every_corpus_input_is_refused_with_its_code_and_changes_nothing() {
         .parent()
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let lab = Lab {
+    let venue = Venue {
         host: &host,
         pod: &pod,
         plugin: &plugin,
@@ -100,7 +100,7 @@ fn every_corpus_input_is_refused_with_its_code_and_changes_nothing() {
     let mut still_defective = Vec::new();
     let mut fixed = Vec::new();
     for case in &cases {
-        let run = corpus::run_case(case, &lab, Expect::Documented).expect("case runs");
+        let run = corpus::run_case(case, &venue, Expect::Documented).expect("case runs");
         if run.exec.exit_code == Some(0) && case.command == "ADD" {
             // Accepted by mistake: undo it so the next cases start clean.
             let id = first(&run.exec.env, "CNI_CONTAINERID")

@@ -1,4 +1,6 @@
-//! `cnilab e2e …`: real clusters (kind, minikube) and the in-cluster check.
+//! `cnilab e2e …`: real clusters (kind, minikube) and the in-cluster check:
+//! the flags, the step sequence (a dump after a failed step, delete unless
+//! `--keep`), what is printed and the exit code.
 
 use super::args::CheckOutputArgs;
 use super::CliResult;
@@ -11,6 +13,7 @@ use crate::e2e::options::{
 use crate::e2e::E2eError;
 use crate::util::parse_duration;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 /// Real clusters: kind and minikube step by step, and the in-cluster check.
@@ -211,10 +214,84 @@ impl CheckArgs {
 impl E2e {
     pub fn run(self) -> CliResult {
         let code = match self.command {
-            E2eCmd::Kind(a) => crate::e2e::command(&a.options(Provider::Kind)?, a.step),
-            E2eCmd::Minikube(a) => crate::e2e::command(&a.options(Provider::Minikube)?, a.step),
-            E2eCmd::Check(a) => crate::e2e::check_command(&a.options()?, a.dry_run),
+            E2eCmd::Kind(a) => command(&a.options(Provider::Kind)?, a.step),
+            E2eCmd::Minikube(a) => command(&a.options(Provider::Minikube)?, a.step),
+            E2eCmd::Check(a) => check_command(&a.options()?, a.dry_run),
         }?;
         Ok(code)
     }
+}
+
+/// Runs (or with `--dry-run` prints) one step, saying which.
+fn execute(opts: &E2eOptions, step: Step) -> Result<(), E2eError> {
+    let plan = crate::e2e::plan_for(opts, step)?;
+    if opts.dry_run {
+        print!("{}", plan.dry_run());
+        return Ok(());
+    }
+    eprintln!("== cnilab e2e {} {}", opts.provider.as_str(), step.as_str());
+    if let Some(d) = crate::e2e::run_step(opts, step, &plan)? {
+        eprintln!(
+            "cnilab e2e: diagnostics in {} ({} commands failed, see errors.txt)",
+            d.dir.display(),
+            d.failed
+        );
+    }
+    Ok(())
+}
+
+/// `cnilab e2e kind|minikube [STEP]`: exit 0 iff every step passed.
+fn command(opts: &E2eOptions, step: Step) -> Result<ExitCode, E2eError> {
+    opts.validate()?;
+    if step != Step::All {
+        return match execute(opts, step) {
+            Ok(()) => Ok(ExitCode::SUCCESS),
+            Err(E2eError::CheckFailed) => Ok(ExitCode::FAILURE),
+            Err(e) => Err(e),
+        };
+    }
+    if opts.dry_run {
+        print!("{}", crate::e2e::dry_run_all(opts)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut failed = None;
+    for step in crate::e2e::steps::SEQUENCE {
+        if let Err(e) = execute(opts, step) {
+            eprintln!("cnilab e2e: {} failed: {e}", step.as_str());
+            failed = Some(step);
+            break;
+        }
+    }
+    if failed.is_some() {
+        if let Err(e) = execute(opts, Step::Dump) {
+            eprintln!("cnilab e2e: dump failed: {e}");
+        }
+    }
+    if opts.keep {
+        eprintln!(
+            "cnilab e2e: keeping the cluster (--keep); kubeconfig {}",
+            opts.kubeconfig().display()
+        );
+    } else if let Err(e) = execute(opts, Step::Delete) {
+        eprintln!("cnilab e2e: delete failed: {e}");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(match failed {
+        None => ExitCode::SUCCESS,
+        Some(_) => ExitCode::FAILURE,
+    })
+}
+
+/// `cnilab e2e check`: exit 0 iff every probe passed.
+fn check_command(opts: &CheckOptions, dry_run: bool) -> Result<ExitCode, E2eError> {
+    if dry_run {
+        println!("# {}", opts.command_line());
+        print!("{}", crate::e2e::check::dry_run(opts));
+        return Ok(ExitCode::SUCCESS);
+    }
+    Ok(if crate::e2e::check::run_blocking(opts)? {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

@@ -1,11 +1,20 @@
-//! `cnilab lab …`: simulated multi-node clusters in namespaces.
+//! `cnilab lab …`: simulated multi-node clusters in namespaces: the flags,
+//! and what each command does once parsed (printing and exit codes here;
+//! the lab itself is `crate::lab`).
 
 use super::args::{CheckOutputArgs, OutputArgs};
+use super::lab_prep;
 use super::CliResult;
-use crate::lab::commands::{self as lab, Outputs, TopologyArgs};
+use crate::lab::build::UpOptions;
 use crate::lab::cri::RuntimeKind;
+use crate::lab::report::Report;
+use crate::lab::state;
+use crate::lab::topology::{Masquerade, Routing, Topology};
+use crate::netns;
+use crate::report::{self, Format};
 use clap::Subcommand;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 /// Simulated multi-node clusters in namespaces: build, check, tear down.
 #[derive(clap::Args)]
@@ -61,22 +70,6 @@ pub struct TopologyFlags {
     pub runtime: RuntimeKind,
 }
 
-impl TopologyFlags {
-    fn args(&self, tune_host: bool) -> TopologyArgs {
-        TopologyArgs {
-            topology: self.topology.clone(),
-            nodes: self.nodes,
-            pods_per_node: self.pods_per_node,
-            config: self.config.clone(),
-            tune_host,
-            shape: self.shape,
-            vxlan: self.vxlan,
-            service: self.service,
-            runtime: self.runtime,
-        }
-    }
-}
-
 /// Where the check's report goes, and which checks run.
 #[derive(clap::Args)]
 pub struct ReportFlags {
@@ -92,16 +85,6 @@ pub struct ReportFlags {
     /// add @ipv4 or @ipv6 for one address family (pod-to-pod/cross-node@ipv6).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
-}
-
-impl ReportFlags {
-    fn outputs(&self) -> Outputs {
-        Outputs {
-            format: self.output.output,
-            junit: self.junit.clone(),
-            report: self.report.clone(),
-        }
-    }
 }
 
 #[derive(Subcommand)]
@@ -227,24 +210,14 @@ impl Lab {
                 topology,
                 tune_host,
                 output,
-            } => lab::run(
-                &topology.args(tune_host),
-                topology.plugin_dir.clone(),
-                &output.only,
-                &output.outputs(),
-            ),
+            } => run(&topology, tune_host, &output),
             LabCmd::Up {
                 topology,
                 name,
                 output,
-            } => lab::up(
-                &topology.args(false),
-                topology.plugin_dir.clone(),
-                &name,
-                output.output,
-            ),
-            LabCmd::Check { name, output } => lab::check(&name, &output.only, &output.outputs()),
-            LabCmd::Status { name, output } => lab::status(name.as_deref(), output.output),
+            } => up(&topology, &name, output.output),
+            LabCmd::Check { name, output } => check(&name, &output),
+            LabCmd::Status { name, output } => status(name.as_deref(), output.output),
             LabCmd::Show { name, output } => show(&name, output.output),
             LabCmd::Trace {
                 name,
@@ -254,7 +227,7 @@ impl Lab {
                 port,
                 output,
             } => trace(&name, &from, &to, proto, port, output.output),
-            LabCmd::Down { name } => lab::down(&name),
+            LabCmd::Down { name } => down(&name),
         }
     }
 }
@@ -266,29 +239,331 @@ fn trace(
     to: &str,
     proto: crate::trace::Proto,
     port: Option<u16>,
-    format: crate::report::Format,
+    format: Format,
 ) -> CliResult {
     if port.is_some() && proto == crate::trace::Proto::Icmp {
         return Err("--port needs --proto tcp or udp".into());
     }
     let t = crate::lab::trace::run(name, from, to, proto, port)?;
-    if format == crate::report::Format::Table {
+    if format == Format::Table {
         print!("{}", crate::trace::render(&t));
     } else {
         println!("{}", serde_json::to_string_pretty(&t)?);
     }
-    Ok(std::process::ExitCode::from(t.verdict.exit_code()))
+    Ok(ExitCode::from(t.verdict.exit_code()))
 }
 
 /// `cnilab lab show`: the standing lab read back into the lab model.
-fn show(name: &str, format: crate::report::Format) -> CliResult {
+fn show(name: &str, format: Format) -> CliResult {
     let model = crate::lab::model::layout::standing(name)?;
-    if format == crate::report::Format::Table {
+    if format == Format::Table {
         print!("{}", model.to_text());
     } else {
         // The model is its own document (versioned by its own
         // `schemaVersion`; captures will be files of it), not a report.
         println!("{}", serde_json::to_string_pretty(&model)?);
     }
-    Ok(std::process::ExitCode::SUCCESS)
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The lab the flags describe: a topology file or `--nodes`, with
+/// `--pods-per-node`, `--config`, `--shape`, `--vxlan` and `--service` applied.
+fn topology(args: &TopologyFlags) -> Result<Topology, Box<dyn std::error::Error>> {
+    let mut topo = match (&args.topology, args.nodes) {
+        (Some(_), Some(_)) => return Err("give either --topology or --nodes, not both".into()),
+        (Some(path), None) => Topology::load(path)?,
+        (None, nodes) => Topology::generated(nodes.unwrap_or(2), args.pods_per_node.unwrap_or(2))?,
+    };
+    if let (Some(p), Some(_)) = (args.pods_per_node, &args.topology) {
+        topo.pods_per_node = p;
+        topo.validate(Path::new("--pods-per-node"))?;
+    }
+    if let Some(config) = &args.config {
+        lab_prep::use_template(&mut topo, config, args.topology.is_none());
+    }
+    crate::lab::underlay::apply_flags(&mut topo, args.shape, args.vxlan, args.service)?;
+    Ok(topo)
+}
+
+/// How the lab will fit the host's neighbour tables; printed when it
+/// changes anything.
+fn host_plan(
+    topo: &Topology,
+    tune_host: bool,
+) -> Result<crate::lab::neighbours::HostPlan, Box<dyn std::error::Error>> {
+    let plan = crate::lab::neighbours::plan(topo, tune_host)?;
+    if plan.pin || !plan.tune.is_empty() || plan.unchecked {
+        eprintln!("🧮 {}", plan.summary);
+    }
+    Ok(plan)
+}
+
+fn emit(report: &Report, out: &ReportFlags) -> Result<(), Box<dyn std::error::Error>> {
+    match out.output.output {
+        Format::Table => report::print_human(&report.table()),
+        Format::Json => println!("{}", report.json()),
+        Format::Junit => print!("{}", report.junit()),
+    }
+    if let Some(path) = &out.junit {
+        report::write_file(path, &report.junit())?;
+    }
+    if let Some(path) = &out.report {
+        report::write_file(path, &report.html())?;
+        eprintln!("cnilab: HTML report written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn header(topo: &Topology, plugin_dir: Option<&str>) {
+    let plugin_dir = crate::lab::base::given_plugin_dir(plugin_dir, topo)
+        .unwrap_or("(bundled cnilab-bridge)");
+    let pods: usize = topo.nodes.len() * topo.pods_per_node;
+    eprintln!(
+        "🔭 cnilab lab {}: {} nodes, {pods} pods, plugin dir {plugin_dir}, {}, {}",
+        topo.name,
+        topo.nodes.len(),
+        match topo.routing {
+            Routing::Static => "static routes",
+            Routing::Agent => "routes by the agent",
+            Routing::Vxlan => "a VXLAN overlay",
+        },
+        match topo.masquerade {
+            Masquerade::Plugin => "the plugin masquerades",
+            Masquerade::Node => "the nodes masquerade",
+            Masquerade::None => "nobody masquerades",
+        }
+    );
+}
+
+fn verdict(r: &Report) -> ExitCode {
+    ExitCode::from(r.exit_code())
+}
+
+/// `cnilab lab run`.
+fn run(args: &TopologyFlags, tune_host: bool, out: &ReportFlags) -> CliResult {
+    let groups = &out.only;
+    let plugin_dir = args.plugin_dir.clone();
+    netns::require_root()?;
+    crate::lab::checks::check_groups(groups)?;
+    let topo = topology(args)?;
+    lab_prep::check_plugin(&plugin_dir, &topo)?;
+    crate::lab::cleanup_on_interrupt(None);
+    header(&topo, plugin_dir.as_deref());
+    let host = host_plan(&topo, tune_host)?;
+    // Restores the thresholds when dropped (and the Ctrl-C handler does).
+    let _tuning = crate::lab::neighbours::HostTuning::apply(&host)?;
+    lab_prep::runtime_header(args.runtime)?;
+    let opts = UpOptions {
+        plugin_dir,
+        persistent: None,
+        run_dir: crate::lab::scratch_run_dir(),
+        runtime: args.runtime,
+    };
+    let run_dir = opts.run_dir.clone();
+    let report = crate::lab::run_planned(topo, opts, groups, true, &host);
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let report = report?;
+    emit(&report, out)?;
+    Ok(verdict(&report))
+}
+
+/// `cnilab lab up`.
+fn up(args: &TopologyFlags, name: &str, format: Format) -> CliResult {
+    let plugin_dir = args.plugin_dir.clone();
+    netns::require_root()?;
+    state::check_name(name)?;
+    if state::load_state(name).is_ok() {
+        return Err(
+            format!("lab {name:?} is already up; `cnilab lab down --name {name}` first").into(),
+        );
+    }
+    let topo = topology(args)?;
+    lab_prep::check_plugin(&plugin_dir, &topo)?;
+    // A standing lab outlives this process: it must fit without tuning.
+    let host = host_plan(&topo, false)?;
+    let lab_name = name.to_string();
+    let nodes: Vec<String> = topo.nodes.iter().map(|n| n.name.clone()).collect();
+    crate::lab::cleanup_on_interrupt(Some(Box::new(move |ns: &str| {
+        state::owns(&state::run_dir(&lab_name), &lab_name, &nodes, ns)
+    })));
+    header(&topo, plugin_dir.as_deref());
+    lab_prep::runtime_header(args.runtime)?;
+    let opts = UpOptions {
+        plugin_dir,
+        persistent: Some(name.to_string()),
+        run_dir: state::run_dir(name),
+        runtime: args.runtime,
+    };
+    let mut lab = crate::lab::build::Lab::up(topo, opts)?;
+    crate::lab::pin_if_planned(&mut lab, &host)?;
+    let phases: Vec<String> = lab
+        .phases
+        .iter()
+        .map(|(p, d)| format!("{p} {} ms", d.as_millis()))
+        .collect();
+    let saved = state::persist(lab)?;
+    if format != Format::Table {
+        let labs = vec![LabStatus {
+            name: name.to_string(),
+            nodes: saved.nodes.len(),
+            pods: saved.nodes.iter().map(|x| x.pods.len()).sum(),
+            missing: Vec::new(),
+            state: saved,
+        }];
+        println!("{}", report::json("LabStatus", &StatusReport { labs }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("lab {name} is up ({})", phases.join(", "));
+    print_state(&saved);
+    println!("next: `cnilab lab check --name {name}`, `ip netns exec <namespace> sh` to look around, `cnilab lab down --name {name}` to remove it");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_state(s: &state::LabState) {
+    println!("  switch   {}", s.switch);
+    if let Some(e) = &s.external {
+        println!("  external {e}");
+    }
+    for e in &s.extra {
+        println!("  shape    {e}");
+    }
+    for n in &s.nodes {
+        let spec = s.topology.node(&n.name);
+        println!(
+            "  node {:<8} {:<14} podCIDR {:<28} netns {}",
+            n.name,
+            spec.map(|x| x.address.to_string()).unwrap_or_default(),
+            spec.map(|x| x
+                .pod_cidr
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(","))
+                .unwrap_or_default(),
+            n.netns
+        );
+        for p in &n.pods {
+            let ips: Vec<String> = p.ips.iter().map(|i| i.to_string()).collect();
+            println!(
+                "    pod {:<16} {:<30} netns {}",
+                p.name,
+                ips.join(","),
+                p.netns
+            );
+        }
+    }
+}
+
+/// `cnilab lab check`.
+fn check(name: &str, out: &ReportFlags) -> CliResult {
+    let groups = &out.only;
+    netns::require_root()?;
+    crate::lab::checks::check_groups(groups)?;
+    let lab = state::adopt(name)?;
+    let report = crate::lab::check(&lab, groups, true);
+    state::release(lab);
+    let report = report?;
+    emit(&report, out)?;
+    Ok(verdict(&report))
+}
+
+/// One standing lab as `cnilab lab status -o json` shows it.
+#[derive(serde::Serialize)]
+struct LabStatus {
+    name: String,
+    nodes: usize,
+    pods: usize,
+    /// Namespaces the lab's state names that are gone.
+    missing: Vec<String>,
+    state: state::LabState,
+}
+
+#[derive(serde::Serialize)]
+struct StatusReport {
+    labs: Vec<LabStatus>,
+}
+
+/// `cnilab lab status`.
+fn status(name: Option<&str>, format: Format) -> CliResult {
+    let names = match name {
+        Some(n) => vec![n.to_string()],
+        None => state::list(),
+    };
+    let mut labs = Vec::new();
+    for n in names {
+        let s = state::load_state(&n)?;
+        let missing: Vec<String> = std::iter::once(s.switch.as_str())
+            .chain(s.extra.iter().map(String::as_str))
+            .chain(s.nodes.iter().map(|x| x.netns.as_str()))
+            .chain(
+                s.nodes
+                    .iter()
+                    .flat_map(|x| x.pods.iter().map(|p| p.netns.as_str())),
+            )
+            .filter(|ns| !Path::new(netns::NETNS_DIR).join(ns).exists())
+            .map(str::to_string)
+            .collect();
+        labs.push(LabStatus {
+            name: n,
+            nodes: s.nodes.len(),
+            pods: s.nodes.iter().map(|x| x.pods.len()).sum(),
+            missing,
+            state: s,
+        });
+    }
+    if format != Format::Table {
+        println!("{}", report::json("LabStatus", &StatusReport { labs }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if labs.is_empty() {
+        println!("no lab is up (start one with `cnilab lab up --name NAME`)");
+        return Ok(ExitCode::SUCCESS);
+    }
+    for l in labs {
+        println!(
+            "lab {}: {} nodes, {} pods{}",
+            l.name,
+            l.nodes,
+            l.pods,
+            if l.missing.is_empty() {
+                String::new()
+            } else {
+                format!(" — MISSING namespaces: {}", l.missing.join(", "))
+            }
+        );
+        print_state(&l.state);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cnilab lab down`. A lab that is not up (no run dir: never started, or
+/// already down) is nothing to remove: exit 0 with a note, as `kind delete
+/// cluster` does — and nothing is removed, since only the lab's own record
+/// proves a namespace is its own ([`state::owns`]).
+fn down(name: &str) -> CliResult {
+    netns::require_root()?;
+    state::check_name(name)?;
+    if !state::run_dir(name).exists() {
+        eprintln!("cnilab: lab {name} is not up; nothing to remove");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let s = state::load_state(name)?;
+    state::stop_agents(&s);
+    match state::adopt(name) {
+        Ok(lab) => {
+            lab.down();
+        }
+        Err(e) => eprintln!("cnilab: {e}; removing what is left by name"),
+    }
+    // Whatever containerd (and shims) of the lab still run, proved by pidfile.
+    crate::lab::cri::daemon::teardown_node_dirs(&s.run_dir);
+    let nodes = state::node_names(&s);
+    let removed = netns::remove_matching(|ns| state::owns(&s.run_dir, name, &nodes, ns))?;
+    if !removed.is_empty() {
+        eprintln!("cnilab: removed leftover namespaces {}", removed.join(", "));
+    }
+    std::fs::remove_dir_all(state::run_dir(name))
+        .map_err(|e| format!("remove {}: {e}", state::run_dir(name).display()))?;
+    println!("lab {name} is down");
+    Ok(ExitCode::SUCCESS)
 }

@@ -2,7 +2,7 @@
 
 use super::args::{OutputArgs, PluginArgs};
 use super::CliResult;
-use crate::lifecycle::{self, Lab, Lifecycle as Steps};
+use crate::lifecycle::{self, Lifecycle as Steps, Target};
 use crate::netns;
 use crate::report::{self, Format};
 use crate::runtime::{NetworkConfig, Runtime};
@@ -124,8 +124,8 @@ impl Lifecycle {
         let runtime = Runtime::new(&p.plugin_dir)
             .with_timeout(p.timeout)
             .in_netns(&host)?;
-        let lab = Lab::new(&runtime, &host, &net);
-        let findings = Steps::new(&lab).ifname(&p.ifname).run()?;
+        let target = Target::new(&runtime, &host, &net);
+        let findings = Steps::new(&target).ifname(&p.ifname).run()?;
         let passed = lifecycle::all_ok(&findings);
         let checks = per_id(&findings);
         let count = |v: Verdict| checks.iter().filter(|c| c.verdict == v).count();

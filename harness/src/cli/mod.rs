@@ -1,7 +1,9 @@
 //! The `cnilab` command line: one file per subcommand (its flags, examples
-//! and what it does once parsed), shared flag groups in [`args`], and the
-//! one output convention from [`crate::report`]: `-o table|json[|junit]`,
-//! `schemaVersion` in JSON, the same exit codes everywhere.
+//! and what it does once parsed: all printing and exit codes are here),
+//! shared flag groups in [`args`], what `lab` and `scenario` do before a lab
+//! is built in `lab_prep`, and the one output convention from
+//! [`crate::report`]: `-o table|json[|junit]`, `schemaVersion` in JSON, the
+//! same exit codes everywhere.
 
 pub mod args;
 pub mod bench;
@@ -10,6 +12,7 @@ pub mod completions;
 pub mod conform;
 pub mod e2e;
 pub mod lab;
+mod lab_prep;
 pub mod lifecycle;
 pub mod scenario;
 pub mod schema;
@@ -79,7 +82,7 @@ pub fn main() -> ExitCode {
     let result = Cli::parse().run();
     // A Ctrl-C being handled ends the process itself (exit 130) once the
     // lab is removed: an error caused by that removal must not exit first.
-    crate::lab::hold_if_interrupted();
+    crate::interrupt::hold_if_interrupted();
     match result {
         Ok(code) => code,
         Err(e) => {

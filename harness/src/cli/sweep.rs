@@ -45,10 +45,8 @@ struct Swept {
 impl Sweep {
     pub fn run(self) -> CliResult {
         netns::require_root()?;
-        let swept = crate::lab::sweep::sweep(
-            std::path::Path::new(crate::lab::sweep::RUN_ROOT),
-            netns::PREFIX,
-        )?;
+        let swept =
+            crate::sweep::sweep(std::path::Path::new(crate::sweep::RUN_ROOT), netns::PREFIX)?;
         let scratch = crate::util::sweep_scratch().map_err(|e| {
             format!(
                 "cannot sweep scratch directories in {}: {e}",

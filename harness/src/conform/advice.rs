@@ -2,9 +2,6 @@
 //! explain several failed rules at once ([`root_causes`]), so a report can
 //! open with a short "fix first" list instead of twenty FAILs.
 
-use super::report::CheckReport;
-use crate::verdict::Verdict;
-
 /// How to fix each rule, in one line (what a conforming plugin does).
 pub const FIXES: &[(&str, &str)] = &[
     ("E1", "refuse an unknown CNI_COMMAND with error code 4 (JSON on stdout, non-zero exit)"),
@@ -107,13 +104,16 @@ pub struct RootCause {
     pub fix: String,
 }
 
-/// The root causes of the failed rules, those explaining most first; a
-/// rule counts for the first cause its details show. Causes explaining
-/// fewer than two rules are left to the rule's own fix.
-pub fn root_causes(checks: &[CheckReport]) -> Vec<RootCause> {
+/// The root causes of the failed rules, given as (rule id, details), those
+/// explaining most first; a rule counts for the first cause its details
+/// show. Causes explaining fewer than two rules are left to the rule's own
+/// fix.
+pub fn root_causes<'a>(
+    failed: impl IntoIterator<Item = (&'a str, &'a [String])>,
+) -> Vec<RootCause> {
     let mut out: Vec<RootCause> = Vec::new();
-    for c in checks.iter().filter(|c| c.verdict == Verdict::Fail) {
-        let text = c.details.join("\n");
+    for (id, details) in failed {
+        let text = details.join("\n");
         let Some(cause) = CAUSES
             .iter()
             .find(|k| k.marks.iter().any(|m| text.contains(m)))
@@ -121,10 +121,10 @@ pub fn root_causes(checks: &[CheckReport]) -> Vec<RootCause> {
             continue;
         };
         match out.iter_mut().find(|r| r.cause == cause.what) {
-            Some(r) => r.ids.push(c.id.clone()),
+            Some(r) => r.ids.push(id.to_string()),
             None => out.push(RootCause {
                 cause: cause.what.into(),
-                ids: vec![c.id.clone()],
+                ids: vec![id.to_string()],
                 fix: cause.fix.into(),
             }),
         }
@@ -137,6 +137,8 @@ pub fn root_causes(checks: &[CheckReport]) -> Vec<RootCause> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conform::report::CheckReport;
+    use crate::verdict::Verdict;
 
     #[test]
     fn every_rule_has_a_fix() {
@@ -168,7 +170,12 @@ mod tests {
             check("E2", Verdict::Warn, no_json),
             check("D7", Verdict::Fail, "host changed: veth x"),
         ];
-        let causes = root_causes(&checks);
+        let causes = root_causes(
+            checks
+                .iter()
+                .filter(|c| c.verdict == Verdict::Fail)
+                .map(|c| (c.id.as_str(), c.details.as_slice())),
+        );
         assert_eq!(causes.len(), 1, "{causes:?}");
         assert_eq!(causes[0].ids, ["E1", "C1", "K1"]);
         assert!(causes[0].cause.contains("no CNI error JSON"));

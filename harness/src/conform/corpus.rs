@@ -5,7 +5,7 @@
 
 use super::suite::Suite;
 use super::ConformError;
-use crate::corpus::{self, Expect, Lab};
+use crate::corpus::{self, Expect, Venue};
 use crate::netns::Netns;
 use crate::runtime::session::Session;
 use crate::verdict::Finding;
@@ -167,7 +167,7 @@ fn run_world<'c>(
     let mut out = Vec::new();
     for case in cases {
         let pod = Netns::with_label("corpus").map_err(|e| err(&e))?;
-        let lab = Lab {
+        let venue = Venue {
             host: &host,
             pod: &pod,
             plugin,
@@ -179,7 +179,7 @@ fn run_world<'c>(
             timeout: CASE_TIMEOUT,
         };
         let links_before = host.links().unwrap_or_default();
-        let outcome = corpus::run_case(case, &lab, Expect::Generic);
+        let outcome = corpus::run_case(case, &venue, Expect::Generic);
         if let Ok(run) = &outcome {
             if run.exec.exit_code == Some(0) {
                 // A doubled variable: whichever the plugin read, one DEL
@@ -198,7 +198,7 @@ fn run_world<'c>(
                 }
             }
         }
-        drop(lab);
+        drop(venue);
         drop(pod);
         // Veths go with their pod namespace, asynchronously.
         let veths = |l: &[crate::netns::Link]| {

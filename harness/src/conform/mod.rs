@@ -303,14 +303,9 @@ pub(crate) struct Group {
     pub run: fn(&suite::Suite<'_>) -> Result<Vec<Finding>, ConformError>,
 }
 
-/// Runs the suite. `progress` is called before and after each group.
-pub fn run(
-    opts: &ConformOptions,
-    progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<ConformReport, ConformError> {
-    if let Err(why) = cnilab_net::spec::check_ifname(&opts.ifname) {
-        return Err(ConformError::BadIfname(opts.ifname.clone(), why));
-    }
+/// The rule IDs `--only` names, upper-cased (`None`: every rule); an ID
+/// the catalog does not know is an error naming it.
+fn only_ids(opts: &ConformOptions) -> Result<Option<Vec<String>>, ConformError> {
     let only: Option<Vec<String>> = opts
         .only
         .as_ref()
@@ -330,6 +325,18 @@ pub fn run(
             ));
         }
     }
+    Ok(only)
+}
+
+/// Runs the suite. `progress` is called before and after each group.
+pub fn run(
+    opts: &ConformOptions,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<ConformReport, ConformError> {
+    if let Err(why) = cnilab_net::spec::check_ifname(&opts.ifname) {
+        return Err(ConformError::BadIfname(opts.ifname.clone(), why));
+    }
+    let only = only_ids(opts)?;
     let wanted = |id: &str| only.as_ref().is_none_or(|ids| ids.iter().any(|i| i == id));
 
     let net = NetworkConfig::load(&opts.config).map_err(Box::new)?;

@@ -149,7 +149,12 @@ impl ConformReport {
             config_version: net.version.to_string(),
             plugin: net.plugin_type(0).to_string(),
             plugin_versions,
-            root_causes: super::advice::root_causes(&checks),
+            root_causes: super::advice::root_causes(
+                checks
+                    .iter()
+                    .filter(|c| c.verdict == Verdict::Fail)
+                    .map(|c| (c.id.as_str(), c.details.as_slice())),
+            ),
             checks,
             operations,
             groups: groups

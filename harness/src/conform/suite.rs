@@ -3,7 +3,7 @@
 
 use super::ConformError;
 use crate::host_state;
-use crate::lifecycle::{HostSnapshot, Lab};
+use crate::lifecycle::{HostSnapshot, Target};
 use crate::netns::Netns;
 use crate::runtime::{CniCommand, Execution, NetworkConfig, Runtime, RuntimeConf};
 use crate::util::clip;
@@ -267,12 +267,12 @@ impl<'a> Suite<'a> {
         }
     }
 
-    pub fn lab(&self) -> Lab<'_> {
-        Lab::new(self.runtime, self.host, self.net)
+    pub fn target(&self) -> Target<'_> {
+        Target::new(self.runtime, self.host, self.net)
     }
 
-    pub fn lab_for<'b>(&'b self, net: &'b NetworkConfig) -> Lab<'b> {
-        Lab::new(self.runtime, self.host, net)
+    pub fn target_for<'b>(&'b self, net: &'b NetworkConfig) -> Target<'b> {
+        Target::new(self.runtime, self.host, net)
     }
 
     /// A fresh container ID like a runtime's: 64 hex characters, from the
@@ -357,8 +357,8 @@ impl<'a> Suite<'a> {
         stdin: &[u8],
         pod: Option<&Netns>,
     ) -> Finding {
-        let lab = self.lab();
-        let before: Option<HostSnapshot> = lab.snapshot().ok();
+        let target = self.target();
+        let before: Option<HostSnapshot> = target.snapshot().ok();
         let pod_before = pod.and_then(|p| p.links().ok());
         let files_before = self.store_files();
         let plugin = match self.first_plugin() {
@@ -410,7 +410,7 @@ impl<'a> Suite<'a> {
             }
         }
         if let Some(before) = &before {
-            if let Ok(leaks) = lab.leaks_since(before, &[]) {
+            if let Ok(leaks) = target.leaks_since(before, &[]) {
                 for l in leaks {
                     problems.push(format!("host changed: {l}"));
                 }
@@ -570,11 +570,11 @@ impl Suite<'_> {
         *self.layout.get_or_init(|| {
             let Ok(pod) = self.pod() else { return false };
             let rt = RuntimeConf::new(&self.cid("layout"), Some(pod.path()), &self.ifname);
-            let lab = self.lab();
+            let target = self.target();
             let applies = self
                 .runtime
                 .add(self.net, &rt)
-                .is_ok_and(|a| lab.layout_applies(&rt.container_id, &a.result));
+                .is_ok_and(|a| target.layout_applies(&rt.container_id, &a.result));
             let _ = self.runtime.del(self.net, &rt);
             applies
         })
@@ -665,6 +665,10 @@ impl SpyCall {
 }
 
 /// Reservation check helper used by several groups.
-pub(crate) fn reserved(lab: &Lab<'_>, cid: &str, ifname: &str) -> Vec<host_state::Reservation> {
-    lab.reservations_of(cid, ifname)
+pub(crate) fn reserved(
+    target: &Target<'_>,
+    cid: &str,
+    ifname: &str,
+) -> Vec<host_state::Reservation> {
+    target.reservations_of(cid, ifname)
 }

@@ -1,8 +1,18 @@
-//! A named likely cause of a failure. The node sanity rules that the lab,
+//! A named likely cause of a failure, and a failed probe with its causes
+//! ([`Failure`], which the report and the summary both read). The node sanity rules that the lab,
 //! the in-cluster check and the agent share live in `cnilab_net::cluster`
 //! (re-exported here).
 
 use super::probe::ProbeOutcome;
+
+/// A failed probe and the likely causes found for it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Failure {
+    /// Position of the probe in the plan.
+    pub index: usize,
+    pub outcome: ProbeOutcome,
+    pub diagnoses: Vec<Diagnosis>,
+}
 
 /// One likely cause, with a stable id that scenarios assert on.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]

@@ -1,6 +1,8 @@
 //! The pair matrix: which pod probes which. The namespace lab and the
 //! in-cluster check both send their pod-to-pod probes along these pairs.
 
+use super::groups::{POD_TO_POD_CROSS_NODE, POD_TO_POD_SAME_NODE};
+
 /// A pod by its node and its position among that node's pods.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slot {
@@ -31,7 +33,7 @@ pub fn peers(pods_per_node: &[usize], from: Slot) -> Vec<Peer> {
     };
     if count > 1 {
         out.push(Peer {
-            group: "pod-to-pod/same-node",
+            group: POD_TO_POD_SAME_NODE,
             to: Slot {
                 node: from.node,
                 pos: (from.pos + 1) % count,
@@ -44,7 +46,7 @@ pub fn peers(pods_per_node: &[usize], from: Slot) -> Vec<Peer> {
             continue;
         }
         out.push(Peer {
-            group: "pod-to-pod/cross-node",
+            group: POD_TO_POD_CROSS_NODE,
             to: Slot {
                 node: m,
                 pos: from.pos % other,

@@ -3,6 +3,8 @@
 //! (inline SVG, no external assets) to attach to bug reports.
 
 use super::diagnosis::Diagnosis;
+/// A failed probe and its diagnoses (with the diagnoses, below the summary).
+pub use super::diagnosis::Failure;
 use super::probe::{ProbeOutcome, FAMILIES};
 use super::summary::{self, Cause, FamilyMatrix};
 use crate::report::escape as xml;
@@ -23,14 +25,6 @@ pub struct FamilyResult {
     pub family: &'static str,
     pub probes: usize,
     pub passed: usize,
-}
-
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct Failure {
-    /// Position of the probe in the plan.
-    pub index: usize,
-    pub outcome: ProbeOutcome,
-    pub diagnoses: Vec<Diagnosis>,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -283,6 +277,41 @@ impl Report {
     /// compact grid), the node × node matrix per family, the causes, and
     /// every failed probe.
     pub fn html(&self) -> String {
+        let svg = self.html_topology();
+        let checks = self.html_checks();
+        let matrix = self.html_matrix();
+        let causes = self.html_causes();
+        let pairs = self.html_failed_probes();
+        let verdict = if let Some(why) = &self.inconclusive {
+            format!("INCONCLUSIVE: {why}")
+        } else if self.passed() {
+            format!(
+                "All {} checks ({} probes) passed",
+                self.groups.len(),
+                self.probes
+            )
+        } else {
+            format!("{} of {} probes failed", self.failures.len(), self.probes)
+        };
+        let failures = if self.failures.is_empty() && self.warnings.is_empty() {
+            "<p>none</p>".to_string()
+        } else {
+            format!("{causes}{pairs}")
+        };
+        format!(
+            "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>cnilab lab {}</title><style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #999;padding:3px 8px;font-size:13px}}tr.ok,td.ok{{background:#d4edda}}tr.bad,td.bad{{background:#f8d7da}}tr.warn{{background:#fff3cd}}td.none{{color:#aaa}}</style></head><body><h1>cnilab lab: {}</h1><p>plugin {} · routing {} · <b>{}</b></p><h2>Topology</h2>{svg}<h2>Checks</h2>{checks}<h2>Reachability</h2>{matrix}<h2>Causes</h2>{failures}</body></html>\n",
+            xml(&self.lab),
+            xml(&self.lab),
+            xml(&self.plugin_dir),
+            xml(&self.routing),
+            xml(&verdict),
+        )
+    }
+
+    /// The topology drawing: the underlay switch, each node (red when a
+    /// cause names it, orange when a warning does) with its pods as a grid
+    /// of squares and its first causes.
+    fn html_topology(&self) -> String {
         let names: Vec<&str> = self.nodes.iter().map(|n| n.name.as_str()).collect();
         // Causes per node (by the node each diagnosis names first) and per pod.
         let mut node_causes: Vec<Vec<&Cause>> = vec![Vec::new(); self.nodes.len()];
@@ -392,7 +421,11 @@ impl Report {
             }
         }
         svg.push_str("</svg>");
+        svg
+    }
 
+    /// Each check group's probes and passes per family.
+    fn html_checks(&self) -> String {
         let mut checks = String::from(
             "<table><tr><th>check</th><th>family</th><th>probes</th><th>passed</th></tr>",
         );
@@ -410,6 +443,11 @@ impl Report {
             }
         }
         checks.push_str("</table>");
+        checks
+    }
+
+    /// The node × node matrix per family.
+    fn html_matrix(&self) -> String {
         let mut matrix = String::new();
         for m in &self.matrix {
             let _ = write!(
@@ -437,6 +475,11 @@ impl Report {
             }
             matrix.push_str("</table>");
         }
+        matrix
+    }
+
+    /// The causes, then the warnings.
+    fn html_causes(&self) -> String {
         let mut causes = String::from(
             "<table><tr><th>cause</th><th>failed probes</th><th>diagnosis</th><th>example probe</th></tr>",
         );
@@ -460,6 +503,11 @@ impl Report {
             );
         }
         causes.push_str("</table>");
+        causes
+    }
+
+    /// Every failed probe (up to [`MAX_HTML_FAILURES`]), folded.
+    fn html_failed_probes(&self) -> String {
         let mut pairs = String::from("<details><summary>every failed probe</summary><table><tr><th>from</th><th>to</th><th>family</th><th>proto</th><th>result</th><th>diagnosis</th></tr>");
         for f in self.failures.iter().take(MAX_HTML_FAILURES) {
             let o = &f.outcome;
@@ -490,30 +538,7 @@ impl Report {
             );
         }
         pairs.push_str("</details>");
-        let verdict = if let Some(why) = &self.inconclusive {
-            format!("INCONCLUSIVE: {why}")
-        } else if self.passed() {
-            format!(
-                "All {} checks ({} probes) passed",
-                self.groups.len(),
-                self.probes
-            )
-        } else {
-            format!("{} of {} probes failed", self.failures.len(), self.probes)
-        };
-        let failures = if self.failures.is_empty() && self.warnings.is_empty() {
-            "<p>none</p>".to_string()
-        } else {
-            format!("{causes}{pairs}")
-        };
-        format!(
-            "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>cnilab lab {}</title><style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #999;padding:3px 8px;font-size:13px}}tr.ok,td.ok{{background:#d4edda}}tr.bad,td.bad{{background:#f8d7da}}tr.warn{{background:#fff3cd}}td.none{{color:#aaa}}</style></head><body><h1>cnilab lab: {}</h1><p>plugin {} · routing {} · <b>{}</b></p><h2>Topology</h2>{svg}<h2>Checks</h2>{checks}<h2>Reachability</h2>{matrix}<h2>Causes</h2>{failures}</body></html>\n",
-            xml(&self.lab),
-            xml(&self.lab),
-            xml(&self.plugin_dir),
-            xml(&self.routing),
-            xml(&verdict),
-        )
+        pairs
     }
 }
 

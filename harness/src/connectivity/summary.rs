@@ -3,9 +3,8 @@
 //! probe), the node × node reachability matrix per address family, and the
 //! node (or pod) a diagnosis is about, which the HTML drawing marks.
 
-use super::diagnosis::Diagnosis;
+use super::diagnosis::{Diagnosis, Failure};
 use super::probe::{ProbeOutcome, FAMILIES};
-use super::report::Failure;
 use std::fmt::Write as _;
 
 /// One cause: a diagnosis, how many failed probes it explains, and one of them.

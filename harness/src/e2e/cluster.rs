@@ -1,11 +1,56 @@
-//! The cluster's shape for kind: the default configs (lab/kind/*.yaml,
+//! The cluster's shape: its IP family (pod and Service subnets), and for
+//! kind the default configs (lab/kind/*.yaml,
 //! compiled in, so the files and the code cannot drift apart), the user's
 //! own `--config`, and the node names kind gives (in config order, named
 //! as kind's pkg/cluster/internal/providers/common/namer.go does).
 
-use super::options::IpFamily;
 use super::E2eError;
 use std::path::{Path, PathBuf};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IpFamily {
+    #[default]
+    Ipv4,
+    Ipv6,
+    Dual,
+}
+
+impl IpFamily {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpFamily::Ipv4 => "ipv4",
+            IpFamily::Ipv6 => "ipv6",
+            IpFamily::Dual => "dual",
+        }
+    }
+
+    /// The cluster's pod network (also the agent's CNILAB_CLUSTER_CIDR).
+    pub fn pod_subnet(self) -> &'static str {
+        match self {
+            IpFamily::Ipv4 => "10.244.0.0/16",
+            IpFamily::Ipv6 => "fd00:10:244::/56",
+            IpFamily::Dual => "10.244.0.0/16,fd00:10:244::/56",
+        }
+    }
+
+    pub fn service_subnet(self) -> &'static str {
+        match self {
+            IpFamily::Ipv4 => "10.96.0.0/16",
+            IpFamily::Ipv6 => "fd00:10:96::/112",
+            IpFamily::Dual => "10.96.0.0/16,fd00:10:96::/112",
+        }
+    }
+
+    /// Whether probes run over IPv4 and IPv6, in that order.
+    pub fn families(self) -> (bool, bool) {
+        match self {
+            IpFamily::Ipv4 => (true, false),
+            IpFamily::Ipv6 => (false, true),
+            IpFamily::Dual => (true, true),
+        }
+    }
+}
 
 /// lab/kind/<family>.yaml: 1 control plane + 2 workers, no default CNI.
 const DEFAULT_CONFIGS: [(IpFamily, &str); 3] = [

@@ -6,10 +6,15 @@
 //! works against any cluster (lab/e2e-plan.md is the contract).
 //!
 //! - `options`: what a run is about, and the pinned versions (with sources);
-//! - `cluster`: kind configs (lab/kind compiled in, or `--config`), node names;
+//! - `cluster`: the IP family and its subnets, kind configs (lab/kind compiled
+//!   in, or `--config`), node names;
 //! - `manifests`: cnilab's or any CNI's manifests, rendered, and their workloads;
 //! - `steps` → `plan` → `runner`: each step as data, printed or executed;
 //! - `check/`: the in-cluster check (`access`: the kubeconfig as kubectl finds it).
+//!
+//! Here: [`plan_for`] (a step's plan), [`run_step`], [`dry_run_all`]; the
+//! command line (`cli/e2e.rs`) runs the sequence, prints and picks exit
+//! codes.
 
 pub mod check;
 pub mod cluster;
@@ -22,7 +27,7 @@ pub mod steps;
 use options::{E2eOptions, Provider, Step};
 use plan::Plan;
 use runner::Runner;
-use std::process::ExitCode;
+use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +77,7 @@ pub fn rendered(opts: &E2eOptions) -> Result<manifests::Rendered, E2eError> {
 }
 
 /// The plan of a step, reading the manifests when the step needs them.
-fn plan_for(opts: &E2eOptions, step: Step) -> Result<Plan, E2eError> {
+pub fn plan_for(opts: &E2eOptions, step: Step) -> Result<Plan, E2eError> {
     let rendered = match (step, opts.provider) {
         (Step::Load | Step::Deploy | Step::Wait, _) | (Step::Create, Provider::Minikube) => {
             rendered(opts)?
@@ -88,17 +93,16 @@ fn plan_for(opts: &E2eOptions, step: Step) -> Result<Plan, E2eError> {
     steps::step_plan(opts, step, &rendered)
 }
 
-fn execute(opts: &E2eOptions, step: Step) -> Result<(), E2eError> {
-    let plan = plan_for(opts, step)?;
-    if opts.dry_run {
-        print!("{}", plan.dry_run());
-        return Ok(());
-    }
-    eprintln!(
-        "== cnilab e2e {} {}",
-        opts.provider.as_str(),
-        step_name(step)
-    );
+/// Where a `dump` step left its diagnostics, and how many of its commands
+/// failed (a dump goes on past a failure).
+pub struct Dumped {
+    pub dir: PathBuf,
+    pub failed: usize,
+}
+
+/// Runs one step's plan: strictly, or for `dump` best effort into its
+/// directory (then says where).
+pub fn run_step(opts: &E2eOptions, step: Step, plan: &Plan) -> Result<Option<Dumped>, E2eError> {
     if step == Step::Dump {
         let dir = opts.dump_dir();
         std::fs::create_dir_all(&dir).map_err(|e| E2eError::Io {
@@ -106,28 +110,13 @@ fn execute(opts: &E2eOptions, step: Step) -> Result<(), E2eError> {
             source: e,
         })?;
         let mut runner = Runner::best_effort(dir.join("errors.txt"));
-        runner.run(&plan)?;
-        eprintln!(
-            "cnilab e2e: diagnostics in {} ({} commands failed, see errors.txt)",
-            dir.display(),
-            runner.recorded
-        );
-        return Ok(());
+        runner.run(plan)?;
+        return Ok(Some(Dumped {
+            dir,
+            failed: runner.recorded,
+        }));
     }
-    Runner::strict().run(&plan)
-}
-
-fn step_name(step: Step) -> &'static str {
-    match step {
-        Step::All => "all",
-        Step::Create => "create",
-        Step::Load => "load",
-        Step::Deploy => "deploy",
-        Step::Wait => "wait",
-        Step::Check => "check",
-        Step::Dump => "dump",
-        Step::Delete => "delete",
-    }
+    Runner::strict().run(plan).map(|()| None)
 }
 
 /// The whole dry run of `all`: every step, the dump shown as conditional.
@@ -142,60 +131,4 @@ pub fn dry_run_all(opts: &E2eOptions) -> Result<String, E2eError> {
         out.push_str(&plan_for(opts, Step::Delete)?.dry_run());
     }
     Ok(out)
-}
-
-/// `cnilab e2e kind|minikube [STEP]`: exit 0 iff every step passed.
-pub fn command(opts: &E2eOptions, step: Step) -> Result<ExitCode, E2eError> {
-    opts.validate()?;
-    if step != Step::All {
-        return match execute(opts, step) {
-            Ok(()) => Ok(ExitCode::SUCCESS),
-            Err(E2eError::CheckFailed) => Ok(ExitCode::FAILURE),
-            Err(e) => Err(e),
-        };
-    }
-    if opts.dry_run {
-        print!("{}", dry_run_all(opts)?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    let mut failed = None;
-    for step in steps::SEQUENCE {
-        if let Err(e) = execute(opts, step) {
-            eprintln!("cnilab e2e: {} failed: {e}", step_name(step));
-            failed = Some(step);
-            break;
-        }
-    }
-    if failed.is_some() {
-        if let Err(e) = execute(opts, Step::Dump) {
-            eprintln!("cnilab e2e: dump failed: {e}");
-        }
-    }
-    if opts.keep {
-        eprintln!(
-            "cnilab e2e: keeping the cluster (--keep); kubeconfig {}",
-            opts.kubeconfig().display()
-        );
-    } else if let Err(e) = execute(opts, Step::Delete) {
-        eprintln!("cnilab e2e: delete failed: {e}");
-        return Ok(ExitCode::FAILURE);
-    }
-    Ok(match failed {
-        None => ExitCode::SUCCESS,
-        Some(_) => ExitCode::FAILURE,
-    })
-}
-
-/// `cnilab e2e check`: exit 0 iff every probe passed.
-pub fn check_command(opts: &check::CheckOptions, dry_run: bool) -> Result<ExitCode, E2eError> {
-    if dry_run {
-        println!("# {}", opts.command_line());
-        print!("{}", check::dry_run(opts));
-        return Ok(ExitCode::SUCCESS);
-    }
-    Ok(if check::run_blocking(opts)? {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
 }

@@ -34,50 +34,23 @@ pub enum Step {
     Delete,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum IpFamily {
-    #[default]
-    Ipv4,
-    Ipv6,
-    Dual,
-}
-
-impl IpFamily {
+impl Step {
     pub fn as_str(self) -> &'static str {
         match self {
-            IpFamily::Ipv4 => "ipv4",
-            IpFamily::Ipv6 => "ipv6",
-            IpFamily::Dual => "dual",
-        }
-    }
-
-    /// The cluster's pod network (also the agent's CNILAB_CLUSTER_CIDR).
-    pub fn pod_subnet(self) -> &'static str {
-        match self {
-            IpFamily::Ipv4 => "10.244.0.0/16",
-            IpFamily::Ipv6 => "fd00:10:244::/56",
-            IpFamily::Dual => "10.244.0.0/16,fd00:10:244::/56",
-        }
-    }
-
-    pub fn service_subnet(self) -> &'static str {
-        match self {
-            IpFamily::Ipv4 => "10.96.0.0/16",
-            IpFamily::Ipv6 => "fd00:10:96::/112",
-            IpFamily::Dual => "10.96.0.0/16,fd00:10:96::/112",
-        }
-    }
-
-    /// Whether probes run over IPv4 and IPv6, in that order.
-    pub fn families(self) -> (bool, bool) {
-        match self {
-            IpFamily::Ipv4 => (true, false),
-            IpFamily::Ipv6 => (false, true),
-            IpFamily::Dual => (true, true),
+            Step::All => "all",
+            Step::Create => "create",
+            Step::Load => "load",
+            Step::Deploy => "deploy",
+            Step::Wait => "wait",
+            Step::Check => "check",
+            Step::Dump => "dump",
+            Step::Delete => "delete",
         }
     }
 }
+
+/// The IP family is the cluster's (its pod and Service subnets).
+pub use super::cluster::IpFamily;
 
 /// A node image and the kind release that ships it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

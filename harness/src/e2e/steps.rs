@@ -376,6 +376,10 @@ pub fn check(opts: &E2eOptions) -> Plan {
     }
 }
 
+/// What `dump` saves when a step failed: the cluster's nodes, pods and
+/// events, each workload of the manifests, CoreDNS, each node's network
+/// (addresses, routes, rules, firewall, sysctls, CNI files), and the
+/// provider's own logs, all under the dump directory.
 pub fn dump(opts: &E2eOptions, workloads: &[Workload]) -> Plan {
     let mut plan = Plan::default();
     let out = opts.dump_dir();
@@ -405,9 +409,31 @@ pub fn dump(opts: &E2eOptions, workloads: &[Workload]) -> Plan {
         ]),
         "events.txt",
     ));
-    // Each workload of the manifests: described, its pods described, and
-    // the logs of each pod (current and previous) under
-    // workloads/<namespace>.<name>/.
+    dump_workloads(opts, &out, workloads, &mut plan);
+    plan.push(capture(
+        kubectl(opts).args([
+            "--namespace",
+            "kube-system",
+            "describe",
+            "pods",
+            "--selector=k8s-app=kube-dns",
+        ]),
+        "coredns.txt",
+    ));
+    plan.push(dump_nodes(opts, &out));
+    plan.push(dump_provider_logs(opts, &out));
+    plan
+}
+
+/// Each workload of the manifests: described, its pods described, and the
+/// logs of each pod (current and previous) under
+/// workloads/<namespace>.<name>/.
+fn dump_workloads(opts: &E2eOptions, out: &Path, workloads: &[Workload], plan: &mut Plan) {
+    let capture = |cmd: Cmd, file: &str| Action::Capture {
+        cmd,
+        file: out.join(file),
+        timeout: SHORT,
+    };
     for w in workloads {
         let in_ns = || kubectl(opts).args(["--namespace", w.namespace.as_str()]);
         let selector = format!("--selector={}", w.selector);
@@ -437,16 +463,16 @@ pub fn dump(opts: &E2eOptions, workloads: &[Workload]) -> Plan {
             ],
         });
     }
-    plan.push(capture(
-        kubectl(opts).args([
-            "--namespace",
-            "kube-system",
-            "describe",
-            "pods",
-            "--selector=k8s-app=kube-dns",
-        ]),
-        "coredns.txt",
-    ));
+}
+
+/// Each node's network and CNI files, one capture per file under
+/// nodes/<node>/.
+fn dump_nodes(opts: &E2eOptions, out: &Path) -> Action {
+    let capture = |cmd: Cmd, file: &str| Action::Capture {
+        cmd,
+        file: out.join(file),
+        timeout: SHORT,
+    };
     let node_cmd = |args: &[&str]| on_node(opts, "<node>").args(args.iter().copied());
     let node_file = |f: &str| format!("nodes/<node>/{f}");
     let mut cni_files = vec!["ls", "-l", "/etc/cni/net.d", "/opt/cni/bin"];
@@ -506,14 +532,18 @@ pub fn dump(opts: &E2eOptions, workloads: &[Workload]) -> Plan {
         Provider::Kind => Cmd::new("kind").args(["get", "nodes", "--name", opts.name.as_str()]),
         Provider::Minikube => minikube(opts).args(["node", "list"]),
     };
-    plan.push(Action::ForEach {
+    Action::ForEach {
         list,
         placeholder: "<node>".into(),
         predicted: Some(opts.predicted_nodes()),
         body,
-    });
+    }
+}
+
+/// The provider's own logs (`kind export logs`, `minikube logs`).
+fn dump_provider_logs(opts: &E2eOptions, out: &Path) -> Action {
     match opts.provider {
-        Provider::Kind => plan.push(Action::run(
+        Provider::Kind => Action::run(
             Cmd::new("kind").args([
                 "export".to_string(),
                 "logs".into(),
@@ -522,17 +552,16 @@ pub fn dump(opts: &E2eOptions, workloads: &[Workload]) -> Plan {
                 opts.name.clone(),
             ]),
             LONG,
-        )),
-        Provider::Minikube => plan.push(Action::run(
+        ),
+        Provider::Minikube => Action::run(
             minikube(opts).args([
                 "logs".to_string(),
                 "--file".into(),
                 path(&out.join("minikube-logs.txt")),
             ]),
             LONG,
-        )),
+        ),
     }
-    plan
 }
 
 pub fn delete(opts: &E2eOptions) -> Plan {

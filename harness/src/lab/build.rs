@@ -382,7 +382,7 @@ impl Lab {
                 ))
             })?;
         drop(pidfile);
-        crate::lab::register_child(child.id());
+        crate::interrupt::register_child(child.id());
         self.nodes[i].agent = Some(child);
         Ok(())
     }

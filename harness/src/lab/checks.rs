@@ -12,14 +12,7 @@ use std::fs::File;
 use std::time::Duration;
 
 /// Check groups, in report order.
-pub const GROUPS: &[&str] = &[
-    "pod-to-pod/same-node",
-    "pod-to-pod/cross-node",
-    "node-to-pod",
-    "pod-to-node",
-    "pod-to-external",
-    "mtu/df-cross-node",
-];
+pub const GROUPS: &[&str] = crate::connectivity::groups::LAB;
 
 /// Check groups that run only in labs that have what they check (a
 /// `[service]`, IPv6 pods), in report order after [`GROUPS`].

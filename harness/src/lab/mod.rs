@@ -2,8 +2,9 @@
 //!
 //! A multi-node cluster's data plane simulated in network
 //! namespaces, with real kernel objects, the real plugin binary and real
-//! routes and firewall rules; a connectivity matrix with diagnoses; bug
-//! scenarios that can be saved as files and replayed.
+//! routes and firewall rules; a connectivity matrix with diagnoses. Bug
+//! scenarios (`crate::scenario`) and `cnilab sweep` (`crate::sweep`) build
+//! on it; the command line (`cli/lab.rs`) prints and picks exit codes.
 //!
 //! Where things happen, floor by floor (each file imports only from the
 //! floors below it): [`topology`] (TOML or flags, validated; the shapes'
@@ -17,23 +18,23 @@
 //! plan, pinning, `--tune-host`, the overflow watch), [`checks`] (the probe
 //! plan per family) and [`probe`] (sockets in namespaces), [`diagnose`]
 //! (node rules) and [`diagnose_path`] (rules along a probe's path, detour
-//! warnings), [`scenario`], [`state`] and [`pidfile`] (standing labs),
-//! [`sweep`], [`commands`] (what the CLI runs); underlay shapes (routed,
-//! NAT) in [`underlay`], the VXLAN overlay in [`vxlan`], kube-proxy-like
-//! Services in [`services`], their scenario faults in [`shape_faults`]; the
+//! warnings), [`state`] and [`pidfile`] (standing labs); underlay shapes
+//! (routed, NAT) in [`underlay`], the VXLAN overlay in [`vxlan`],
+//! kube-proxy-like Services in [`services`]; the
 //! lab as data in [`model`] (a topology compiled into the model of what the
 //! builder makes, live namespaces read back into it, the two compared), a
 //! real node's network captured into it in [`capture`] (`cnilab capture`),
 //! and [`trace`] (`lab trace`: FROM/TO and the lab's namespaces resolved for
 //! the tracer in `crate::trace`). Pods are attached by
 //! executing the plugin (`direct`) or, with `--runtime containerd`, through
-//! the CRI of a containerd per node ([`cri`]).
+//! the CRI of a containerd per node ([`cri`]). Here: [`check`] and [`run`]
+//! (up, check, down), and what Ctrl-C removes of a lab
+//! ([`cleanup_on_interrupt`], on `crate::interrupt`'s watcher).
 
 pub mod base;
 pub mod build;
 pub mod capture;
 pub mod checks;
-pub mod commands;
 pub mod cri;
 pub mod diagnose;
 pub mod diagnose_path;
@@ -44,11 +45,8 @@ pub mod parts;
 pub mod pidfile;
 pub mod probe;
 pub mod routes;
-pub mod scenario;
 pub mod services;
-pub mod shape_faults;
 pub mod state;
-pub mod sweep;
 pub mod template;
 pub mod topology;
 pub mod trace;
@@ -57,7 +55,6 @@ pub mod vxlan;
 
 use parts::Lab;
 use report::{Failure, Report};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The report lives with the connectivity checks (e2e writes the same one).
@@ -65,66 +62,16 @@ pub use crate::connectivity::report;
 pub use base::{LabError, UpOptions};
 pub use topology::Topology;
 
-/// Set when the Ctrl-C watcher starts removing the lab.
-static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Once the Ctrl-C watcher has started, never returns: the watcher exits
-/// the process (130) when the lab is gone (its sandboxes removed through
-/// the CRI take a while, and the command may fail meanwhile).
-pub fn hold_if_interrupted() {
-    while INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
-        std::thread::park();
-    }
-}
-
-/// Processes (agents) the lab started, killed on Ctrl-C.
-static CHILDREN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
-
-pub fn register_child(pid: u32) {
-    if let Ok(mut c) = CHILDREN.lock() {
-        c.push(pid);
-    }
-}
-
-/// On SIGINT or SIGTERM: kill the agents, remove every namespace of this
-/// process, and exit 130. Must be called before other threads start, so
-/// that they inherit the blocked signal mask and only the watcher sees it.
-/// Says which namespaces, by name, belong to what is being torn down.
-pub type NamespaceFilter = Box<dyn Fn(&str) -> bool + Send>;
-
-/// `extra` names namespaces to remove besides this process's own (a
-/// standing lab's, which do not carry the pid).
-pub fn cleanup_on_interrupt(extra: Option<NamespaceFilter>) {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    set.add(Signal::SIGINT);
-    set.add(Signal::SIGTERM);
-    if set.thread_block().is_err() {
-        return;
-    }
-    std::thread::spawn(move || {
-        let Ok(sig) = set.wait() else { return };
-        INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
-        eprintln!("\ncnilab: {sig:?}: removing the lab's namespaces");
-        // Sandboxes go through the CRI while their nodes still stand.
-        cri::daemon::stop_all_started();
-        if let Ok(children) = CHILDREN.lock() {
-            for pid in children.iter() {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(*pid as i32),
-                    Signal::SIGKILL,
-                );
-            }
-        }
-        crate::netns::stop_creating();
-        neighbours::restore_host();
-        let own = format!("{}{}-", crate::netns::PREFIX, std::process::id());
-        let _ = crate::netns::remove_prefixed(&own);
-        if let Some(owned) = &extra {
-            let _ = crate::netns::remove_matching(owned);
-        }
-        let _ = std::fs::remove_dir_all(scratch_run_dir());
-        std::process::exit(130);
+/// On Ctrl-C, remove the lab (see [`crate::interrupt`]): its sandboxes
+/// first, the host's neighbour tables restored, its namespaces (this
+/// process's, and those `extra` names: a standing lab's) and scratch run
+/// directory removed.
+pub fn cleanup_on_interrupt(extra: Option<crate::interrupt::NamespaceFilter>) {
+    crate::interrupt::cleanup_on_interrupt(crate::interrupt::Teardown {
+        first: cri::daemon::stop_all_started,
+        then: neighbours::restore_host,
+        extra,
+        run_dir: scratch_run_dir(),
     });
 }
 

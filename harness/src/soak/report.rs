@@ -607,6 +607,29 @@ impl SoakReport {
             );
         }
         let _ = writeln!(s);
+        self.findings_table(&mut s);
+        if !self.notes.is_empty() {
+            let _ = writeln!(s);
+            for n in &self.notes {
+                let _ = writeln!(s, "note: {n}");
+            }
+        }
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "verdict: {}",
+            if self.passed() {
+                "PASS (no leak, no duplicate, no failed ADD)"
+            } else {
+                "FAIL"
+            }
+        );
+        s
+    }
+
+    /// The findings: counted by kind, then each with how to replay it, the
+    /// plans of its steps and its operation log.
+    fn findings_table(&self, s: &mut String) {
         if self.findings.is_empty() {
             let _ = writeln!(s, "findings: none (no leak, no duplicate, no failed ADD)");
         } else {
@@ -656,23 +679,6 @@ impl SoakReport {
                 }
             }
         }
-        if !self.notes.is_empty() {
-            let _ = writeln!(s);
-            for n in &self.notes {
-                let _ = writeln!(s, "note: {n}");
-            }
-        }
-        let _ = writeln!(s);
-        let _ = writeln!(
-            s,
-            "verdict: {}",
-            if self.passed() {
-                "PASS (no leak, no duplicate, no failed ADD)"
-            } else {
-                "FAIL"
-            }
-        );
-        s
     }
 }
 

@@ -1,6 +1,9 @@
-//! rstest fixtures for root tests, built on `cnilab_harness::testing`
-//! (see its docs for using them in another crate).
+//! The harness tests' one helper home: rstest fixtures for root tests, built
+//! on `cnilab_harness::testing` (see its docs for using them in another
+//! crate), and in [`e2e`] what the e2e plan tests share.
 #![allow(dead_code, unused_imports)]
+
+pub mod e2e;
 
 pub use cnilab_harness::netns::Netns;
 pub use cnilab_harness::runtime::{NetworkConfig, Runtime, RuntimeConf};

@@ -4,10 +4,10 @@ use super::*;
 
 pub(super) fn del_variants(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
     let mut out = Vec::new();
-    let lab = s.lab();
+    let target = s.target();
     let pod = s.pod()?;
     let never = RuntimeConf::new(&s.cid("d3"), Some(pod.path()), &s.ifname);
-    let (f, _) = del_finding(&lab, &never, "D3", "DEL of a container never added");
+    let (f, _) = del_finding(&target, &never, "D3", "DEL of a container never added");
     out.push(f);
 
     // D6: DEL without prevResult, straight to each plugin in reverse.
@@ -15,8 +15,8 @@ pub(super) fn del_variants(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> 
     let rt = RuntimeConf::new(&cid, Some(pod.path()), &s.ifname);
     match s.runtime.add(s.net, &rt) {
         Ok(added) => {
-            let veths = lab.host_veths_in(&added.result);
-            let layout = lab.layout_applies(&cid, &added.result);
+            let veths = target.host_veths_in(&added.result);
+            let layout = target.layout_applies(&cid, &added.result);
             let env = s.runtime.cni_env(CniCommand::Del, Some(&rt));
             let mut problems = Vec::new();
             let mut execs = Vec::new();
@@ -39,7 +39,7 @@ pub(super) fn del_variants(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> 
                     Err(e) => problems.push(e.to_string()),
                 }
             }
-            if !reserved(&lab, &cid, &s.ifname).is_empty() {
+            if !reserved(&target, &cid, &s.ifname).is_empty() {
                 problems.push("address still reserved".into());
             }
             let links = s.host.links().unwrap_or_default();
@@ -76,7 +76,7 @@ pub(super) fn del_variants(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> 
                         what: format!("DEL without prevResult of {cid}"),
                     })
                     .collect();
-                out.extend(lab.judge_releases(&s.ifname, &cid, &pending));
+                out.extend(target.judge_releases(&s.ifname, &cid, &pending));
             }
         }
         Err(e) => out.push(error_finding("D6", "setup ADD must succeed", &e)),

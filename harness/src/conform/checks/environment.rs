@@ -119,8 +119,15 @@ pub(super) fn environment(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
         ));
     }
 
-    // E5: each ADD that may succeed gets a fresh pod, so a plugin whose
-    // DEL leaves the interface behind fails D7, not this.
+    out.extend(e5(s, &stdin)?);
+    Ok(out)
+}
+
+/// E5: unknown CNI_ARGS keys, with IgnoreUnknown=1 (accepted) and without
+/// (either answer is allowed). Each ADD that may succeed gets a fresh pod,
+/// so a plugin whose DEL leaves the interface behind fails D7, not this.
+fn e5(s: &Suite<'_>, stdin: &[u8]) -> Result<Vec<Finding>, ConformError> {
+    let mut out = Vec::new();
     let pod = s.pod()?;
     let base = |cmd: CniCommand, cid: &str| s.env(cmd, cid, Some(pod.path()), &s.ifname);
     let cid = s.cid("e5");
@@ -131,20 +138,20 @@ pub(super) fn environment(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
             "E5",
             "ADD with CNI_ARGS=IgnoreUnknown=1;CNILAB_PROBE=x",
             &env,
-            &stdin,
+            stdin,
         ) {
             Ok(_) => Finding::pass("E5", "unknown CNI_ARGS key accepted with IgnoreUnknown=1"),
             Err(f) => f,
         },
     );
-    raw_del(s, &cid, Some(pod.path()), &stdin);
+    raw_del(s, &cid, Some(pod.path()), stdin);
     let pod = s.pod()?;
     let base = |cmd: CniCommand, cid: &str| s.env(cmd, cid, Some(pod.path()), &s.ifname);
     let cid = s.cid("e5");
     let mut env = base(CniCommand::Add, &cid);
     set_env(&mut env, "CNI_ARGS", Some("CNILAB_PROBE=x"));
     if let Ok(plugin) = s.first_plugin() {
-        if let Ok(exec) = s.runtime.exec_raw(&plugin, &env, &stdin) {
+        if let Ok(exec) = s.runtime.exec_raw(&plugin, &env, stdin) {
             let detail = if exec.success() {
                 "unknown CNI_ARGS key without IgnoreUnknown: accepted (allowed)".to_string()
             } else {
@@ -156,6 +163,6 @@ pub(super) fn environment(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
             out.push(Finding::pass("E5", detail));
         }
     }
-    raw_del(s, &cid, Some(pod.path()), &stdin);
+    raw_del(s, &cid, Some(pod.path()), stdin);
     Ok(out)
 }

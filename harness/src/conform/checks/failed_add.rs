@@ -28,11 +28,11 @@ pub(super) fn failed_add(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
         Some(sp) => (&sp.runtime, sp.net.clone()),
         None => (s.runtime, net),
     };
-    let lab = Lab::new(runtime, s.host, &net);
+    let target = Target::new(runtime, s.host, &net);
     let pod = s.pod()?;
     let cid = s.cid("a10");
     let rt = RuntimeConf::new(&cid, Some(pod.path()), &s.ifname);
-    let before = lab.snapshot()?;
+    let before = target.snapshot()?;
     match runtime.add(&net, &rt) {
         Ok(added) => {
             out.push(Finding::warn("A10", "could not provoke a failure after IPAM: ADD with an unreachable route gateway (203.0.113.1) succeeded").with_all(&added.executions));
@@ -52,7 +52,7 @@ pub(super) fn failed_add(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
                         .collect()
                 })
                 .unwrap_or_default();
-            let left = reserved(&lab, &cid, &s.ifname);
+            let left = reserved(&target, &cid, &s.ifname);
             let mut fs = if !left.is_empty() {
                 vec![Finding::fail(
                     "A10",
@@ -77,7 +77,7 @@ pub(super) fn failed_add(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
                     .collect();
                 // Probes use the network without the failing route (same
                 // store, same name).
-                s.lab().judge_releases(&s.ifname, &cid, &pending)
+                s.target().judge_releases(&s.ifname, &cid, &pending)
             } else {
                 vec![Finding::skip(
                     "A10",
@@ -91,12 +91,12 @@ pub(super) fn failed_add(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
         }
     }
     // A11: the runtime's DEL after the failed ADD cleans up everything.
-    let (f, ok) = del_finding(&lab, &rt, "A11", "DEL after the failed ADD");
+    let (f, ok) = del_finding(&target, &rt, "A11", "DEL after the failed ADD");
     if !ok {
         out.push(f);
         return Ok(out);
     }
-    let keep = lab
+    let keep = target
         .host
         .links()
         .unwrap_or_default()
@@ -104,7 +104,7 @@ pub(super) fn failed_add(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
         .filter(|l| l.kind.as_deref() == Some("bridge"))
         .map(|l| l.name)
         .collect::<Vec<_>>();
-    let mut problems = lab.leaks_since(&before, &keep)?;
+    let mut problems = target.leaks_since(&before, &keep)?;
     if pod.links()?.iter().any(|l| l.name == s.ifname) {
         problems.push(format!("{} still exists in the pod", s.ifname));
     }

@@ -27,7 +27,7 @@ pub(super) fn gc(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
     ));
 
     let net = s.net.with_version(Version::V1_1_0);
-    let lab = s.lab_for(&net);
+    let target = s.target_for(&net);
     let pods: Vec<Netns> = (0..3).map(|_| s.pod()).collect::<Result<_, _>>()?;
     let confs: Vec<RuntimeConf> = pods
         .iter()
@@ -68,7 +68,7 @@ pub(super) fn gc(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
                 continue;
             }
         };
-        let veths = lab.host_veths_in(&added.result);
+        let veths = target.host_veths_in(&added.result);
         match s.runtime.gc(&net, std::slice::from_ref(&keep), key) {
             Ok(execs) => {
                 let quiet = execs.iter().all(|e| e.stdout.trim().is_empty());
@@ -81,7 +81,7 @@ pub(super) fn gc(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
                     .with_all(&execs),
                 );
                 let mut problems = Vec::new();
-                if layout && reserved(&lab, &keep.container_id, &s.ifname).is_empty() {
+                if layout && reserved(&target, &keep.container_id, &s.ifname).is_empty() {
                     problems.push(format!(
                         "kept attachment {} lost its reservation",
                         keep.container_id
@@ -98,7 +98,7 @@ pub(super) fn gc(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
                         keep.container_id
                     ));
                 }
-                if layout && !reserved(&lab, &stale.container_id, &s.ifname).is_empty() {
+                if layout && !reserved(&target, &stale.container_id, &s.ifname).is_empty() {
                     problems.push(format!("stale {} still reserved", stale.container_id));
                 }
                 let links = s.host.links().unwrap_or_default();
@@ -127,7 +127,7 @@ pub(super) fn gc(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
                             what: format!("GC ({label}) of stale {}", stale.container_id),
                         })
                         .collect();
-                    out.extend(lab.judge_releases_beside(
+                    out.extend(target.judge_releases_beside(
                         &s.ifname,
                         &stale.container_id,
                         &pending,

@@ -2,7 +2,10 @@
 
 use super::*;
 
-fn interface_state(pod: &Netns, ifname: &str) -> Option<(Option<String>, Vec<String>)> {
+/// An interface's MAC and addresses (`None`: it is gone).
+type InterfaceState = Option<(Option<String>, Vec<String>)>;
+
+fn interface_state(pod: &Netns, ifname: &str) -> InterfaceState {
     let state = pod.snapshot().ok()?;
     let link = state.link(ifname)?;
     // IPv6 link-local addresses come from the kernel itself, some time after
@@ -45,7 +48,7 @@ fn list<T: std::fmt::Display>(ips: impl IntoIterator<Item = T>) -> String {
 
 pub(super) fn interfaces(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
     let mut out = Vec::new();
-    let lab = s.lab();
+    let target = s.target();
     let pod = s.pod()?;
     let cid = s.cid("a6");
     let rt = RuntimeConf::new(&cid, Some(pod.path()), &s.ifname);
@@ -61,61 +64,7 @@ pub(super) fn interfaces(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
         }
     };
     let intact = interface_state(&pod, &s.ifname);
-    let reservations_before = lab.reservations().len();
-    // The same (container, ifname) again; then another container, same ifname.
-    let stdin = to_bytes(&s.stdin_of(s.net));
-    for (other, what) in [
-        (cid.clone(), "second ADD of the same (container, ifname)"),
-        (
-            s.cid("a6-other"),
-            "ADD of another container with an ifname that exists in the netns",
-        ),
-    ] {
-        let env = s.env(CniCommand::Add, &other, Some(pod.path()), &s.ifname);
-        let Ok(plugin) = s.first_plugin() else {
-            continue;
-        };
-        match s.runtime.exec_raw(&plugin, &env, &stdin) {
-            Ok(exec) => {
-                let mut problems = Vec::new();
-                if exec.success() {
-                    problems.push("ADD exited 0".to_string());
-                } else if exec.error_body().is_none() {
-                    problems.push(format!(
-                        "no CNI error body on stdout: {:?}",
-                        clip(&exec.stdout)
-                    ));
-                }
-                if interface_state(&pod, &s.ifname) != intact {
-                    problems.push(format!(
-                        "existing {} changed: before {}, after {}",
-                        s.ifname,
-                        describe(&intact),
-                        describe(&interface_state(&pod, &s.ifname))
-                    ));
-                }
-                let now = lab.reservations().len();
-                if now != reservations_before {
-                    problems.push(format!(
-                        "reservations went from {reservations_before} to {now}"
-                    ));
-                }
-                out.push(
-                    Finding::check(
-                        "A6",
-                        problems.is_empty(),
-                        if problems.is_empty() {
-                            format!("{what}: failed, existing attachment intact")
-                        } else {
-                            format!("{what}: {}", problems.join("; "))
-                        },
-                    )
-                    .with(&exec),
-                );
-            }
-            Err(e) => out.push(Finding::fail("A6", format!("could not run: {e}"))),
-        }
-    }
+    out.extend(a6(s, &target, &pod, &cid, &intact));
 
     // A7: same container, second interface.
     let second_if = if s.ifname == "cnilab1" {
@@ -170,40 +119,7 @@ pub(super) fn interfaces(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
                 )
             };
             out.push(f.with_all(&second.executions));
-            // D8: DEL the second only.
-            let keep_before = reserved(&lab, &cid, &s.ifname);
-            let (f, ok) = del_finding(&lab, &rt2, "D8", &format!("DEL of {second_if}"));
-            if !ok {
-                out.push(f);
-            } else {
-                let mut problems = Vec::new();
-                if interface_state(&pod, &s.ifname) != intact {
-                    problems.push(format!("{} changed", s.ifname));
-                }
-                if reserved(&lab, &cid, &s.ifname) != keep_before {
-                    problems.push(format!("reservation of {} changed", s.ifname));
-                }
-                if !reserved(&lab, &cid, second_if).is_empty() {
-                    problems.push(format!("{second_if} still reserved"));
-                }
-                if pod
-                    .links()
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|l| l.name == second_if)
-                {
-                    problems.push(format!("{second_if} still exists"));
-                }
-                out.push(Finding::check(
-                    "D8",
-                    problems.is_empty(),
-                    if problems.is_empty() {
-                        format!("DEL of {second_if} left {} and its address alone", s.ifname)
-                    } else {
-                        problems.join("; ")
-                    },
-                ));
-            }
+            out.push(d8(s, &target, &pod, &cid, &rt2, second_if, &intact));
         }
         Err(e) => {
             let _ = s.runtime.del(s.net, &rt2);
@@ -245,6 +161,124 @@ pub(super) fn interfaces(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
     }
     let _ = s.runtime.del(s.net, &rt);
     Ok(out)
+}
+
+/// A6: ADD of an ifname that exists in the netns (the same container, then
+/// another) fails with a CNI error and leaves the attachment and the
+/// reservations as they were.
+fn a6(
+    s: &Suite<'_>,
+    target: &Target<'_>,
+    pod: &Netns,
+    cid: &str,
+    intact: &InterfaceState,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let reservations_before = target.reservations().len();
+    // The same (container, ifname) again; then another container, same ifname.
+    let stdin = to_bytes(&s.stdin_of(s.net));
+    for (other, what) in [
+        (
+            cid.to_string(),
+            "second ADD of the same (container, ifname)",
+        ),
+        (
+            s.cid("a6-other"),
+            "ADD of another container with an ifname that exists in the netns",
+        ),
+    ] {
+        let env = s.env(CniCommand::Add, &other, Some(pod.path()), &s.ifname);
+        let Ok(plugin) = s.first_plugin() else {
+            continue;
+        };
+        match s.runtime.exec_raw(&plugin, &env, &stdin) {
+            Ok(exec) => {
+                let mut problems = Vec::new();
+                if exec.success() {
+                    problems.push("ADD exited 0".to_string());
+                } else if exec.error_body().is_none() {
+                    problems.push(format!(
+                        "no CNI error body on stdout: {:?}",
+                        clip(&exec.stdout)
+                    ));
+                }
+                if interface_state(pod, &s.ifname) != *intact {
+                    problems.push(format!(
+                        "existing {} changed: before {}, after {}",
+                        s.ifname,
+                        describe(intact),
+                        describe(&interface_state(pod, &s.ifname))
+                    ));
+                }
+                let now = target.reservations().len();
+                if now != reservations_before {
+                    problems.push(format!(
+                        "reservations went from {reservations_before} to {now}"
+                    ));
+                }
+                out.push(
+                    Finding::check(
+                        "A6",
+                        problems.is_empty(),
+                        if problems.is_empty() {
+                            format!("{what}: failed, existing attachment intact")
+                        } else {
+                            format!("{what}: {}", problems.join("; "))
+                        },
+                    )
+                    .with(&exec),
+                );
+            }
+            Err(e) => out.push(Finding::fail("A6", format!("could not run: {e}"))),
+        }
+    }
+
+    out
+}
+
+/// D8: DEL of the second interface leaves the first, its address and its
+/// reservation alone, and removes the second.
+fn d8(
+    s: &Suite<'_>,
+    target: &Target<'_>,
+    pod: &Netns,
+    cid: &str,
+    rt2: &RuntimeConf,
+    second_if: &str,
+    intact: &InterfaceState,
+) -> Finding {
+    let keep_before = reserved(target, cid, &s.ifname);
+    let (f, ok) = del_finding(target, rt2, "D8", &format!("DEL of {second_if}"));
+    if !ok {
+        return f;
+    }
+    let mut problems = Vec::new();
+    if interface_state(pod, &s.ifname) != *intact {
+        problems.push(format!("{} changed", s.ifname));
+    }
+    if reserved(target, cid, &s.ifname) != keep_before {
+        problems.push(format!("reservation of {} changed", s.ifname));
+    }
+    if !reserved(target, cid, second_if).is_empty() {
+        problems.push(format!("{second_if} still reserved"));
+    }
+    if pod
+        .links()
+        .unwrap_or_default()
+        .iter()
+        .any(|l| l.name == second_if)
+    {
+        problems.push(format!("{second_if} still exists"));
+    }
+    Finding::check(
+        "D8",
+        problems.is_empty(),
+        if problems.is_empty() {
+            format!("DEL of {second_if} left {} and its address alone", s.ifname)
+        } else {
+            problems.join("; ")
+        },
+    )
 }
 
 #[cfg(test)]

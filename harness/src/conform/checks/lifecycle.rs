@@ -40,8 +40,8 @@ pub(super) fn lifecycles(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
         // exhaust the range of the next.
         let mut net = s.net.with_version(v);
         net.set_ipam_data_dir(&s.data_dir.join(format!("v{v}")));
-        let lab = s.lab_for(&net);
-        let findings = Lifecycle::new(&lab)
+        let target = s.target_for(&net);
+        let findings = Lifecycle::new(&target)
             .ifname(&s.ifname)
             .id_prefix(&format!("cnilab-lc-{}", v.to_string().replace('.', "-")))
             .run()?;

@@ -17,7 +17,7 @@ mod status;
 
 use super::suite::{reserved, Expect, Suite, SPY_NAME};
 use super::{ConformError, Group};
-use crate::lifecycle::{del_finding, error_finding, Lab, Lifecycle, Pending};
+use crate::lifecycle::{del_finding, error_finding, Lifecycle, Pending, Target};
 use crate::netns::Netns;
 use crate::runtime::{CniCommand, GcKey, RuntimeConf};
 use crate::util::clip;

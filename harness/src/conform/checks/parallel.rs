@@ -4,10 +4,10 @@ use super::*;
 
 pub(super) fn parallel(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
     const PODS: usize = 8;
-    let lab = s.lab();
+    let target = s.target();
     let pods: Vec<Netns> = (0..PODS).map(|_| s.pod()).collect::<Result<_, _>>()?;
     // Warm up (the bridge may not exist yet) so the snapshot includes it.
-    let before = lab.snapshot()?;
+    let before = target.snapshot()?;
     let confs: Vec<RuntimeConf> = pods
         .iter()
         .map(|p| RuntimeConf::new(&s.cid("a12"), Some(p.path()), &s.ifname))
@@ -29,7 +29,7 @@ pub(super) fn parallel(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
     for (rt, r) in confs.iter().zip(results) {
         match r {
             Some(Ok(a)) => {
-                keep.extend(lab.bridges_in(&a.result));
+                keep.extend(target.bridges_in(&a.result));
                 for ip in a.result.ips.iter().map(|i| i.address.addr()) {
                     addrs.push(ip);
                     holders.entry(ip).or_default().push(rt.container_id.clone());
@@ -110,7 +110,7 @@ pub(super) fn parallel(s: &Suite<'_>) -> Result<Vec<Finding>, ConformError> {
     keep.sort();
     keep.dedup();
     let mut problems = del_failed;
-    problems.extend(lab.leaks_since(&before, &keep)?);
+    problems.extend(target.leaks_since(&before, &keep)?);
     for p in &pods {
         if p.links()
             .unwrap_or_default()

@@ -434,38 +434,7 @@ async fn probe_cluster(
         .pods
         .sort_by(|a, b| (a.node, &a.name).cmp(&(b.node, &b.name)));
     cluster.hosts.sort_by_key(|p| p.node);
-    // Reading the MTU is also the warm-up: netexec is listening by then.
-    let mtus: Vec<Option<u32>> = stream::iter(cluster.pods.iter())
-        .map(|p| async {
-            match exec
-                .exec(PodCommand::new(
-                    &opts.namespace,
-                    &p.name,
-                    probes::mtu_command(),
-                ))
-                .await
-            {
-                Ok(out) if out.success => out.stdout.trim().parse().ok(),
-                Ok(out) => {
-                    eprintln!(
-                        "cnilab e2e: cannot read the MTU in {}: {}",
-                        p.name,
-                        out.stderr.trim()
-                    );
-                    None
-                }
-                Err(e) => {
-                    eprintln!("cnilab e2e: exec into {} failed: {e}", p.name);
-                    None
-                }
-            }
-        })
-        .buffered(opts.concurrency.max(1))
-        .collect()
-        .await;
-    for (p, mtu) in cluster.pods.iter_mut().zip(mtus) {
-        p.mtu = mtu;
-    }
+    read_mtus(exec, opts, &mut cluster).await;
 
     let (v4, v6) = opts.ip_family.families();
     let mut outcomes = probes::readiness(&cluster, &not_ready, v6 && !v4);
@@ -513,7 +482,62 @@ async fn probe_cluster(
     if failures.is_empty() && !findings.is_empty() {
         eprintln!("cnilab e2e: every probe passed despite the node findings above");
     }
-    let views = cluster
+    let views = node_views(&cluster);
+    let mut report = Report::from_parts(
+        &opts.title,
+        &format!("in-cluster ({})", opts.probe_image),
+        "kubernetes",
+        views,
+        probes::GROUPS,
+        outcomes,
+        failures,
+    );
+    report.add_phase("setup", setup);
+    report.add_phase("pods ready", ready - setup);
+    report.add_phase("probes", started.elapsed() - ready);
+    Ok(report)
+}
+
+/// Each probe pod's eth0 MTU, read in the pod (`None` where it cannot be
+/// read, said on stderr). Reading the MTU is also the warm-up: netexec is
+/// listening by then.
+async fn read_mtus(exec: &dyn PodExec, opts: &CheckOptions, cluster: &mut Cluster) {
+    let mtus: Vec<Option<u32>> = stream::iter(cluster.pods.iter())
+        .map(|p| async {
+            match exec
+                .exec(PodCommand::new(
+                    &opts.namespace,
+                    &p.name,
+                    probes::mtu_command(),
+                ))
+                .await
+            {
+                Ok(out) if out.success => out.stdout.trim().parse().ok(),
+                Ok(out) => {
+                    eprintln!(
+                        "cnilab e2e: cannot read the MTU in {}: {}",
+                        p.name,
+                        out.stderr.trim()
+                    );
+                    None
+                }
+                Err(e) => {
+                    eprintln!("cnilab e2e: exec into {} failed: {e}", p.name);
+                    None
+                }
+            }
+        })
+        .buffered(opts.concurrency.max(1))
+        .collect()
+        .await;
+    for (p, mtu) in cluster.pods.iter_mut().zip(mtus) {
+        p.mtu = mtu;
+    }
+}
+
+/// The nodes as the report draws them: address, pod CIDRs, probe pods.
+fn node_views(cluster: &Cluster) -> Vec<NodeView> {
+    cluster
         .nodes
         .iter()
         .enumerate()
@@ -538,20 +562,7 @@ async fn probe_cluster(
                 })
                 .collect(),
         })
-        .collect();
-    let mut report = Report::from_parts(
-        &opts.title,
-        &format!("in-cluster ({})", opts.probe_image),
-        "kubernetes",
-        views,
-        probes::GROUPS,
-        outcomes,
-        failures,
-    );
-    report.add_phase("setup", setup);
-    report.add_phase("pods ready", ready - setup);
-    report.add_phase("probes", started.elapsed() - ready);
-    Ok(report)
+        .collect()
 }
 
 fn pod_ready(pod: &Pod) -> bool {

@@ -7,22 +7,13 @@
 use super::nodes::{ClusterNode, NodeFinding};
 use super::objects::{HTTP_PORT, UDP_PORT};
 use super::NotReady;
+use crate::connectivity::groups;
 use crate::connectivity::matrix::{self, Slot};
 use crate::connectivity::{Diagnosis, Endpoint, ExpectSource, ProbeOutcome, ProbeSpec, Proto};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Check groups, in report order.
-pub const GROUPS: &[&str] = &[
-    "pods-ready",
-    "pod-to-pod/same-node",
-    "pod-to-pod/cross-node",
-    "node-to-pod",
-    "pod-to-node",
-    "pod-to-service",
-    "pod-to-service/dns",
-    "hairpin",
-    "mtu/df-cross-node",
-];
+pub const GROUPS: &[&str] = groups::E2E;
 
 /// A probe pod as the check found it running.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -155,44 +146,239 @@ fn node_endpoint(c: &Cluster, n: usize, v6: bool) -> Option<Endpoint> {
     })
 }
 
-/// Adds one probe: group, exec pod, from, to, protocol, command, expectation.
-type AddProbe<'a> =
-    dyn FnMut(&'static str, &str, &Endpoint, &Endpoint, Proto, Vec<String>, Expect) + 'a;
-
-/// An ICMP echo from `from` to `to` (run in `exec_pod`) that must be answered.
-fn ping_probe(
-    add: &mut AddProbe<'_>,
+/// Who probes whom, in which group: the pod the command runs in (`exec`),
+/// and the endpoints the report names.
+struct Pair<'e> {
     group: &'static str,
-    exec_pod: &str,
-    from: &Endpoint,
-    to: &Endpoint,
-) {
-    add(
-        group,
-        exec_pod,
-        from,
-        to,
-        Proto::Icmp,
-        ping(to.ip),
-        Expect::Success,
-    );
+    exec: &'e str,
+    from: &'e Endpoint,
+    to: &'e Endpoint,
 }
 
-/// An HTTP GET of `to`'s `/hostname` on `port`, judged by `expect`.
-fn hostname_probe(
-    add: &mut AddProbe<'_>,
-    group: &'static str,
-    exec_pod: &str,
-    from: &Endpoint,
-    to: &Endpoint,
-    port: u16,
-    expect: Expect,
-) {
-    let command = curl(vec![url(to.ip, port, "/hostname")]);
-    add(group, exec_pod, from, to, Proto::Tcp, command, expect);
+/// Builds the probes of one address family, in plan order.
+struct Planner<'a> {
+    c: &'a Cluster,
+    v6: bool,
+    /// The first family asked for (the DNS probe runs in it only).
+    first: bool,
+    pod_names: Vec<String>,
+    /// The pods of each node, by index into `c.pods`.
+    slots: Vec<Vec<usize>>,
+    out: &'a mut Vec<Probe>,
 }
 
-/// The probe plan for the families asked for.
+impl Planner<'_> {
+    /// Adds one probe of `pair`: protocol, command, expectation.
+    fn add(&mut self, pair: &Pair<'_>, proto: Proto, command: Vec<String>, expect: Expect) {
+        let expect_source = match &expect {
+            Expect::PeerAndSource { source, .. } => Some(ExpectSource::Unchanged(*source)),
+            _ => None,
+        };
+        self.out.push(Probe {
+            spec: ProbeSpec {
+                group: pair.group,
+                from: pair.from.clone(),
+                to: pair.to.clone(),
+                proto,
+                expect_source,
+            },
+            exec_pod: pair.exec.to_string(),
+            command,
+            expect,
+        });
+    }
+
+    /// An ICMP echo that must be answered.
+    fn ping(&mut self, pair: &Pair<'_>) {
+        self.add(pair, Proto::Icmp, ping(pair.to.ip), Expect::Success);
+    }
+
+    /// An HTTP GET of `/hostname` on `port`, judged by `expect`.
+    fn hostname(&mut self, pair: &Pair<'_>, port: u16, expect: Expect) {
+        let command = curl(vec![url(pair.to.ip, port, "/hostname")]);
+        self.add(pair, Proto::Tcp, command, expect);
+    }
+
+    /// Pod `i` to pod `j`: ping, HTTP (the peer answered, and saw the
+    /// pod's own address), UDP.
+    fn pod_to_pod(&mut self, group: &'static str, i: usize, src: &Endpoint, j: usize) {
+        let Some(dst) = pod_endpoint(self.c, j, self.v6) else {
+            return;
+        };
+        let c = self.c;
+        let pair = Pair {
+            group,
+            exec: &c.pods[i].name,
+            from: src,
+            to: &dst,
+        };
+        let peer = c.pods[j].name.clone();
+        self.ping(&pair);
+        let both = curl(vec![
+            url(dst.ip, HTTP_PORT, "/hostname"),
+            url(dst.ip, HTTP_PORT, "/clientip"),
+        ]);
+        let expect = Expect::PeerAndSource {
+            peer: peer.clone(),
+            source: src.ip,
+        };
+        self.add(&pair, Proto::Tcp, both, expect);
+        self.add(&pair, Proto::Udp, udp_dial(dst.ip), Expect::UdpPeer(peer));
+    }
+
+    /// Pod `i` to its peers (the next pod on its node; the pod at the same
+    /// position on every other node), with the DF probe at the MTU to the
+    /// next node's.
+    fn pod_to_peers(&mut self, i: usize, src: &Endpoint) {
+        let c = self.c;
+        let src_pod = &c.pods[i];
+        let counts: Vec<usize> = self.slots.iter().map(Vec::len).collect();
+        let Some(pos) = self.slots[src_pod.node].iter().position(|j| *j == i) else {
+            return;
+        };
+        let from = Slot {
+            node: src_pod.node,
+            pos,
+        };
+        for peer in matrix::peers(&counts, from) {
+            let j = self.slots[peer.to.node][peer.to.pos];
+            self.pod_to_pod(peer.group, i, src, j);
+            if !peer.df {
+                continue;
+            }
+            if let (Some(dst), Some(mtu)) = (pod_endpoint(c, j, self.v6), src_pod.mtu) {
+                let pair = Pair {
+                    group: groups::MTU_DF_CROSS_NODE,
+                    exec: &src_pod.name,
+                    from: src,
+                    to: &dst,
+                };
+                self.add(&pair, Proto::Df, df_ping(dst.ip, mtu), Expect::Success);
+            }
+        }
+    }
+
+    /// Pod `i` to every node: ping and HTTP.
+    fn pod_to_nodes(&mut self, i: usize, src: &Endpoint) {
+        let c = self.c;
+        for m in 0..c.nodes.len() {
+            if let Some(dst) = node_endpoint(c, m, self.v6) {
+                let pair = Pair {
+                    group: groups::POD_TO_NODE,
+                    exec: &c.pods[i].name,
+                    from: src,
+                    to: &dst,
+                };
+                self.ping(&pair);
+                self.hostname(&pair, HTTP_PORT, Expect::Success);
+            }
+        }
+    }
+
+    /// Pod `i` to the echo Service by ClusterIP, and (first family only)
+    /// by its DNS name: any probe pod may answer.
+    fn pod_to_service(&mut self, i: usize, src: &Endpoint) {
+        let c = self.c;
+        let v6 = self.v6;
+        let Some(ip) = c.echo_ips.iter().copied().find(|ip| ip.is_ipv6() == v6) else {
+            return;
+        };
+        let dst = Endpoint {
+            name: format!("service/{}", super::objects::ECHO_SERVICE),
+            node: None,
+            pod: None,
+            ip,
+            external: false,
+        };
+        let exec = &c.pods[i].name;
+        let any = Expect::OneOf(self.pod_names.clone());
+        let pair = Pair {
+            group: groups::POD_TO_SERVICE,
+            exec,
+            from: src,
+            to: &dst,
+        };
+        self.hostname(&pair, 80, any.clone());
+        if self.first {
+            let dns = format!("{}.{}.svc", super::objects::ECHO_SERVICE, c.namespace);
+            let dst = Endpoint {
+                name: dns.clone(),
+                ..dst
+            };
+            let pair = Pair {
+                group: groups::POD_TO_SERVICE_DNS,
+                exec,
+                from: src,
+                to: &dst,
+            };
+            let command = curl(vec![format!("http://{dns}/hostname")]);
+            self.add(&pair, Proto::Tcp, command, any);
+        }
+    }
+
+    /// Hairpin: the first pod of each node through its node's own Service
+    /// must reach itself.
+    fn hairpin(&mut self, i: usize, src: &Endpoint) {
+        let c = self.c;
+        let src_pod = &c.pods[i];
+        if self.slots[src_pod.node].first() != Some(&i) {
+            return;
+        }
+        let v6 = self.v6;
+        let own = c
+            .self_ips
+            .get(src_pod.node)
+            .and_then(|ips| ips.iter().copied().find(|ip| ip.is_ipv6() == v6));
+        let Some(ip) = own else {
+            return;
+        };
+        let dst = Endpoint {
+            name: format!(
+                "service/{}",
+                super::objects::self_service_name(src_pod.node)
+            ),
+            node: Some(src_pod.node),
+            pod: Some(i),
+            ip,
+            external: false,
+        };
+        let pair = Pair {
+            group: groups::HAIRPIN,
+            exec: &src_pod.name,
+            from: src,
+            to: &dst,
+        };
+        self.hostname(&pair, 80, Expect::OneOf(vec![src_pod.name.clone()]));
+    }
+
+    /// Every hostNetwork pod (its node) to every pod: ping and HTTP.
+    fn nodes_to_pods(&mut self) {
+        let c = self.c;
+        for host in &c.hosts {
+            let Some(src) = node_endpoint(c, host.node, self.v6) else {
+                continue;
+            };
+            for j in 0..c.pods.len() {
+                let Some(dst) = pod_endpoint(c, j, self.v6) else {
+                    continue;
+                };
+                let pair = Pair {
+                    group: groups::NODE_TO_POD,
+                    exec: &host.name,
+                    from: &src,
+                    to: &dst,
+                };
+                self.ping(&pair);
+                let this_pod = Expect::OneOf(vec![c.pods[j].name.clone()]);
+                self.hostname(&pair, HTTP_PORT, this_pod);
+            }
+        }
+    }
+}
+
+/// The probe plan for the families asked for: per family, each pod to its
+/// peers, the nodes, the Service and itself through its node's Service;
+/// then each node to every pod.
 pub fn plan(c: &Cluster, v4: bool, v6: bool) -> Vec<Probe> {
     let mut out = Vec::new();
     let families: Vec<bool> = [(v4, false), (v6, true)]
@@ -200,198 +386,28 @@ pub fn plan(c: &Cluster, v4: bool, v6: bool) -> Vec<Probe> {
         .filter(|(on, _)| *on)
         .map(|(_, f)| *f)
         .collect();
-    let pod_names: Vec<String> = c.pods.iter().map(|p| p.name.clone()).collect();
-    let nodes = c.nodes.len();
-    // The pods of each node, by index into `c.pods`.
-    let slots: Vec<Vec<usize>> = (0..nodes)
+    let slots: Vec<Vec<usize>> = (0..c.nodes.len())
         .map(|n| (0..c.pods.len()).filter(|j| c.pods[*j].node == n).collect())
         .collect();
-    let counts: Vec<usize> = slots.iter().map(Vec::len).collect();
     for (fi, &v6) in families.iter().enumerate() {
-        let mut add = |group: &'static str,
-                       exec_pod: &str,
-                       from: &Endpoint,
-                       to: &Endpoint,
-                       proto: Proto,
-                       command: Vec<String>,
-                       expect: Expect| {
-            let expect_source = match &expect {
-                Expect::PeerAndSource { source, .. } => Some(ExpectSource::Unchanged(*source)),
-                _ => None,
-            };
-            out.push(Probe {
-                spec: ProbeSpec {
-                    group,
-                    from: from.clone(),
-                    to: to.clone(),
-                    proto,
-                    expect_source,
-                },
-                exec_pod: exec_pod.to_string(),
-                command,
-                expect,
-            });
+        let mut p = Planner {
+            c,
+            v6,
+            first: fi == 0,
+            pod_names: c.pods.iter().map(|p| p.name.clone()).collect(),
+            slots: slots.clone(),
+            out: &mut out,
         };
-        for (i, src_pod) in c.pods.iter().enumerate() {
+        for i in 0..c.pods.len() {
             let Some(src) = pod_endpoint(c, i, v6) else {
                 continue;
             };
-            let to_pod = |add: &mut AddProbe<'_>, group: &'static str, j: usize| {
-                let Some(dst) = pod_endpoint(c, j, v6) else {
-                    return;
-                };
-                let peer = c.pods[j].name.clone();
-                ping_probe(add, group, &src_pod.name, &src, &dst);
-                add(
-                    group,
-                    &src_pod.name,
-                    &src,
-                    &dst,
-                    Proto::Tcp,
-                    curl(vec![
-                        url(dst.ip, HTTP_PORT, "/hostname"),
-                        url(dst.ip, HTTP_PORT, "/clientip"),
-                    ]),
-                    Expect::PeerAndSource {
-                        peer: peer.clone(),
-                        source: src.ip,
-                    },
-                );
-                add(
-                    group,
-                    &src_pod.name,
-                    &src,
-                    &dst,
-                    Proto::Udp,
-                    udp_dial(dst.ip),
-                    Expect::UdpPeer(peer),
-                );
-            };
-            // The next pod on the same node, and on every other node the pod
-            // with the same position.
-            let same = &slots[src_pod.node];
-            if let Some(pos) = same.iter().position(|j| *j == i) {
-                for peer in matrix::peers(
-                    &counts,
-                    Slot {
-                        node: src_pod.node,
-                        pos,
-                    },
-                ) {
-                    let j = slots[peer.to.node][peer.to.pos];
-                    to_pod(&mut add, peer.group, j);
-                    if peer.df {
-                        if let (Some(dst), Some(mtu)) = (pod_endpoint(c, j, v6), src_pod.mtu) {
-                            add(
-                                "mtu/df-cross-node",
-                                &src_pod.name,
-                                &src,
-                                &dst,
-                                Proto::Df,
-                                df_ping(dst.ip, mtu),
-                                Expect::Success,
-                            );
-                        }
-                    }
-                }
-            }
-            for m in 0..nodes {
-                if let Some(dst) = node_endpoint(c, m, v6) {
-                    ping_probe(&mut add, "pod-to-node", &src_pod.name, &src, &dst);
-                    hostname_probe(
-                        &mut add,
-                        "pod-to-node",
-                        &src_pod.name,
-                        &src,
-                        &dst,
-                        HTTP_PORT,
-                        Expect::Success,
-                    );
-                }
-            }
-            if let Some(ip) = c.echo_ips.iter().copied().find(|ip| ip.is_ipv6() == v6) {
-                let dst = Endpoint {
-                    name: format!("service/{}", super::objects::ECHO_SERVICE),
-                    node: None,
-                    pod: None,
-                    ip,
-                    external: false,
-                };
-                hostname_probe(
-                    &mut add,
-                    "pod-to-service",
-                    &src_pod.name,
-                    &src,
-                    &dst,
-                    80,
-                    Expect::OneOf(pod_names.clone()),
-                );
-                if fi == 0 {
-                    let dns = format!("{}.{}.svc", super::objects::ECHO_SERVICE, c.namespace);
-                    let dst = Endpoint {
-                        name: dns.clone(),
-                        ..dst
-                    };
-                    add(
-                        "pod-to-service/dns",
-                        &src_pod.name,
-                        &src,
-                        &dst,
-                        Proto::Tcp,
-                        curl(vec![format!("http://{dns}/hostname")]),
-                        Expect::OneOf(pod_names.clone()),
-                    );
-                }
-            }
-            // Hairpin: the first pod of each node through its own service.
-            if same.first() == Some(&i) {
-                let own = c
-                    .self_ips
-                    .get(src_pod.node)
-                    .and_then(|ips| ips.iter().copied().find(|ip| ip.is_ipv6() == v6));
-                if let Some(ip) = own {
-                    let dst = Endpoint {
-                        name: format!(
-                            "service/{}",
-                            super::objects::self_service_name(src_pod.node)
-                        ),
-                        node: Some(src_pod.node),
-                        pod: Some(i),
-                        ip,
-                        external: false,
-                    };
-                    hostname_probe(
-                        &mut add,
-                        "hairpin",
-                        &src_pod.name,
-                        &src,
-                        &dst,
-                        80,
-                        Expect::OneOf(vec![src_pod.name.clone()]),
-                    );
-                }
-            }
+            p.pod_to_peers(i, &src);
+            p.pod_to_nodes(i, &src);
+            p.pod_to_service(i, &src);
+            p.hairpin(i, &src);
         }
-        for host in &c.hosts {
-            let Some(src) = node_endpoint(c, host.node, v6) else {
-                continue;
-            };
-            for j in 0..c.pods.len() {
-                let Some(dst) = pod_endpoint(c, j, v6) else {
-                    continue;
-                };
-                ping_probe(&mut add, "node-to-pod", &host.name, &src, &dst);
-                hostname_probe(
-                    &mut add,
-                    "node-to-pod",
-                    &host.name,
-                    &src,
-                    &dst,
-                    HTTP_PORT,
-                    Expect::OneOf(vec![c.pods[j].name.clone()]),
-                );
-            }
-        }
+        p.nodes_to_pods();
     }
     out
 }

@@ -1,13 +1,14 @@
-//! What `cnilab sweep` does for labs: the run directories of lab processes
+//! `cnilab sweep` for labs (it reads the records `lab` leaves): the run directories of lab processes
 //! that are gone (`/run/cnilab/run-<pid>/`, and `/run/cnilab/labs/<name>/`
 //! of a `lab up` that died before the lab stood), and the agents those runs
 //! started. An agent is stopped only when its pidfile proves it is the
 //! process the run started (pid and start time, signalled through a pidfd);
 //! nothing else is ever signalled.
 
-use super::build::{AGENT_PIDFILE, OWNER_PIDFILE};
-use super::pidfile::{self, Identity};
-use super::state;
+use crate::lab::build::{AGENT_PIDFILE, OWNER_PIDFILE};
+use crate::lab::cri::daemon::{self, Teardown};
+use crate::lab::pidfile::{self, Identity};
+use crate::lab::state;
 use crate::netns::NetnsError;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -24,7 +25,7 @@ pub struct Swept {
     pub dirs: Vec<PathBuf>,
     /// `--runtime containerd`: per node cri dir, the sandboxes removed
     /// through its CRI and the processes (containerd, shims, pause) stopped.
-    pub containerds: Vec<(PathBuf, super::cri::daemon::Teardown)>,
+    pub containerds: Vec<(PathBuf, Teardown)>,
 }
 
 /// Whether the process that made run dir `dir` is gone: its owner pidfile
@@ -101,9 +102,7 @@ pub fn sweep(root: &Path, prefix: &str) -> Result<Swept, Box<dyn std::error::Err
         let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
         if is_dir && owner_gone(&path, pid.parse().ok()) {
             stop_agents_of(&path, &mut swept);
-            swept
-                .containerds
-                .extend(super::cri::daemon::teardown_node_dirs(&path));
+            swept.containerds.extend(daemon::teardown_node_dirs(&path));
             dead_dirs.push(path);
         }
     }
@@ -118,9 +117,7 @@ pub fn sweep(root: &Path, prefix: &str) -> Result<Swept, Box<dyn std::error::Err
             && pidfile::read(&path.join(OWNER_PIDFILE)).is_some_and(|o| !o.alive());
         if unfinished {
             stop_agents_of(&path, &mut swept);
-            swept
-                .containerds
-                .extend(super::cri::daemon::teardown_node_dirs(&path));
+            swept.containerds.extend(daemon::teardown_node_dirs(&path));
             let nodes = node_dirs(&path);
             swept.namespaces.extend(
                 crate::netns::remove_matching(|ns| state::owns(&path, &name, &nodes, ns))

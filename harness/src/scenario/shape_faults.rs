@@ -1,15 +1,15 @@
 //! Scenario faults of the underlay shapes, the VXLAN overlay and the
 //! Services (see `lab/scenarios/`), each with its undo.
 
-use super::build::{install_static_routes, nodes_file, setup, Lab, LabError};
-use super::scenario::Fault;
-use super::topology::{NodeSpec, Routing};
-use super::underlay::{self, Shape};
-use super::{services, vxlan};
+use super::file::Fault;
+use crate::lab::build::{install_static_routes, nodes_file, Lab, LabError};
+use crate::lab::topology::{NodeSpec, Routing};
+use crate::lab::underlay::{self, Shape};
+use crate::lab::{services, vxlan};
 use std::net::IpAddr;
 
 /// How to undo one of these faults.
-pub enum ShapeUndo {
+pub(crate) enum ShapeUndo {
     /// Restore the router's routes (host-gw attempted).
     RouterRoutes,
     /// Republish the real node list.
@@ -32,7 +32,7 @@ fn require(ok: bool, what: &str) -> Result<(), LabError> {
     if ok {
         Ok(())
     } else {
-        Err(setup(what.to_string()))
+        Err(LabError::Setup(what.to_string()))
     }
 }
 
@@ -46,7 +46,7 @@ fn backend_port(lab: &Lab, i: usize) -> Result<String, LabError> {
     })
 }
 
-pub fn apply(lab: &mut Lab, fault: &Fault) -> Result<ShapeUndo, LabError> {
+pub(crate) fn apply(lab: &mut Lab, fault: &Fault) -> Result<ShapeUndo, LabError> {
     Ok(match fault {
         Fault::HostGw {} => {
             require(
@@ -81,7 +81,7 @@ pub fn apply(lab: &mut Lab, fault: &Fault) -> Result<ShapeUndo, LabError> {
             let tmp = path.with_extension("tmp");
             std::fs::write(&tmp, nodes_file(&natted))
                 .and_then(|()| std::fs::rename(&tmp, &path))
-                .map_err(|e| setup(format!("{}: {e}", path.display())))?;
+                .map_err(|e| LabError::Setup(format!("{}: {e}", path.display())))?;
             ShapeUndo::NodesFile
         }
         Fault::PodMtu { mtu } => {
@@ -145,11 +145,11 @@ pub fn apply(lab: &mut Lab, fault: &Fault) -> Result<ShapeUndo, LabError> {
             services::install_node(lab, i, false)?;
             ShapeUndo::Services { node: node.clone() }
         }
-        other => return Err(setup(format!("not a shape fault: {other:?}"))),
+        other => return Err(LabError::Setup(format!("not a shape fault: {other:?}"))),
     })
 }
 
-pub fn undo(lab: &mut Lab, u: ShapeUndo) -> Result<(), LabError> {
+pub(crate) fn undo(lab: &mut Lab, u: ShapeUndo) -> Result<(), LabError> {
     match u {
         ShapeUndo::RouterRoutes => underlay::install_router_routes(lab),
         ShapeUndo::NodesFile => {

@@ -1,7 +1,5 @@
 //! Shared by the e2e plan tests: `cnilab e2e … --dry-run` at the
 //! repository root, like the workflows, and a flannel-like manifest.
-#![allow(dead_code)]
-
 use assert_cmd::Command;
 use std::path::PathBuf;
 

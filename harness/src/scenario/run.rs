@@ -1,0 +1,188 @@
+//! Replaying a scenario: a fresh lab, each step checked or injected in
+//! turn, the lab always torn down.
+
+use super::faults::{self, Undo};
+use super::file::{Expect, Scenario, ScenarioError, Step};
+use crate::lab::build::{Lab, UpOptions};
+use crate::lab::cri::RuntimeKind;
+use crate::lab::report::Report;
+use crate::lab::LabError;
+
+/// One step's outcome, for the log.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StepLog {
+    pub step: usize,
+    pub what: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// A failed check's diagnoses as text: each distinct diagnosis once, its id
+/// and what it says (`missing-route: node1 has no route …`).
+fn diagnoses_text(report: &Report) -> String {
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    for d in report.failures.iter().flat_map(|f| &f.diagnoses) {
+        if !seen.contains(&(d.id, d.message.as_str())) {
+            seen.push((d.id, d.message.as_str()));
+        }
+    }
+    if seen.is_empty() {
+        return "no diagnosis".into();
+    }
+    let lines: Vec<String> = seen
+        .iter()
+        .map(|(id, message)| format!("{id}: {message}"))
+        .collect();
+    format!("diagnoses: {}", lines.join("; "))
+}
+
+/// The whole replay's verdict.
+#[derive(Debug, serde::Serialize)]
+pub struct ScenarioResult {
+    pub name: String,
+    pub passed: bool,
+    /// Why the scenario cannot apply to this plugin (a step needed what the
+    /// plugin does not make); the steps before it are in `steps`.
+    pub skipped: Option<String>,
+    pub steps: Vec<StepLog>,
+}
+
+/// Replays a scenario in a fresh lab whose pods `runtime` attaches
+/// (`--runtime`); `log` hears each step as it ends. The lab is always torn
+/// down.
+pub fn run(
+    scenario: &Scenario,
+    plugin_dir: Option<String>,
+    runtime: RuntimeKind,
+    log: &mut dyn FnMut(&StepLog),
+) -> Result<ScenarioResult, ScenarioError> {
+    let opts = UpOptions {
+        plugin_dir,
+        persistent: None,
+        run_dir: crate::lab::scratch_run_dir().join(&scenario.name),
+        runtime,
+    };
+    let mut lab = Lab::up(scenario.topology.clone(), opts)?;
+    let mut undos: Vec<Undo> = Vec::new();
+    let mut steps = Vec::new();
+    let mut error = None;
+    let mut skipped = None;
+    for (i, step) in scenario.steps.iter().enumerate() {
+        let n = i + 1;
+        let (what, outcome): (String, Result<(bool, String), LabError>) = match step {
+            Step::Check {
+                expect,
+                diagnosis,
+                groups,
+            } => {
+                let what = format!(
+                    "check, expect {}{}",
+                    if *expect == Expect::Pass {
+                        "pass"
+                    } else {
+                        "fail"
+                    },
+                    diagnosis
+                        .as_ref()
+                        .map(|d| format!(" with {d}"))
+                        .unwrap_or_default()
+                );
+                let outcome = crate::lab::check(&lab, groups, false).map(|report| {
+                    let passed = report.passed();
+                    let ids = report.diagnosis_ids();
+                    let ok = match expect {
+                        Expect::Pass => passed,
+                        Expect::Fail => {
+                            !passed
+                                && diagnosis
+                                    .as_ref()
+                                    .is_none_or(|d| ids.iter().any(|id| id == d))
+                        }
+                    };
+                    let detail = if passed {
+                        format!("all {} probes passed", report.probes)
+                    } else {
+                        format!(
+                            "{}/{} probes failed; {}",
+                            report.failures.len(),
+                            report.probes,
+                            diagnoses_text(&report)
+                        )
+                    };
+                    (ok, detail)
+                });
+                (what, outcome)
+            }
+            Step::Fault { fault } => {
+                let what = format!("fault: {}", fault.describe());
+                let outcome = faults::apply(&mut lab, fault).map(|u| {
+                    undos.push(u);
+                    (true, "injected".to_string())
+                });
+                (what, outcome)
+            }
+            Step::Heal => {
+                let mut result = Ok((true, format!("{} fault(s) undone", undos.len())));
+                while let Some(u) = undos.pop() {
+                    if let Err(e) = faults::undo(&mut lab, u) {
+                        result = Err(e);
+                        break;
+                    }
+                }
+                ("heal".to_string(), result)
+            }
+            Step::Sleep { ms } => {
+                std::thread::sleep(std::time::Duration::from_millis(*ms));
+                (format!("sleep {ms} ms"), Ok((true, String::new())))
+            }
+        };
+        let entry = match outcome {
+            Ok((ok, detail)) => StepLog {
+                step: n,
+                what,
+                ok,
+                detail,
+            },
+            Err(LabError::Unsupported(reason)) => {
+                skipped = Some(reason.clone());
+                StepLog {
+                    step: n,
+                    what,
+                    ok: false,
+                    detail: format!("cannot apply: {reason}"),
+                }
+            }
+            Err(e) => {
+                error = Some(ScenarioError::Step {
+                    step: n,
+                    what: what.clone(),
+                    reason: e.to_string(),
+                });
+                StepLog {
+                    step: n,
+                    what,
+                    ok: false,
+                    detail: e.to_string(),
+                }
+            }
+        };
+        log(&entry);
+        let stop = !entry.ok;
+        steps.push(entry);
+        if stop {
+            break;
+        }
+    }
+    let run_dir = lab.opts.run_dir.clone();
+    lab.down();
+    let _ = std::fs::remove_dir_all(&run_dir);
+    if let Some(e) = error {
+        return Err(e);
+    }
+    Ok(ScenarioResult {
+        name: scenario.name.clone(),
+        passed: steps.iter().all(|s| s.ok) && steps.len() == scenario.steps.len(),
+        skipped,
+        steps,
+    })
+}
