@@ -16,7 +16,8 @@
 //! NAT) in [`underlay`], the VXLAN overlay in [`vxlan`], kube-proxy-like
 //! Services in [`services`], their scenario faults in [`shape_faults`]; the
 //! lab as data in [`model`] (a topology compiled into the model of what the
-//! builder makes, live namespaces read back into it, the two compared), a
+//! builder makes, made into namespaces by `model::apply`, live namespaces
+//! read back into it, the two compared), a
 //! real node's network captured into it in [`capture`] (`cnilab capture`),
 //! and [`trace`] (`lab trace`: FROM/TO and the lab's namespaces resolved for
 //! the tracer in `crate::trace`). Pods are attached by
