@@ -80,6 +80,7 @@ fn a_real_nodes_objects_apply_and_read_back_the_same() {
         "link add up0 type veth peer name up0p",
         "link set up0p master br0 up",
         "link set br0 up",
+        "link set up0p type bridge_slave hairpin on learning off",
         "link set up0 arp off up",
         "addr add 192.0.2.1/24 dev up0",
         "addr add 2001:db8::1/64 dev up0 nodad",

@@ -319,7 +319,12 @@ async fn configure_in(
                     .isolated(p.isolated)
                     .learning(p.learning)
                     .build();
-                set(h, msg, &format!("{} bridge-port options", l.name)).await?;
+                // Port options go in RTM_NEWLINK (RTM_SETLINK ignores them).
+                h.link()
+                    .set_port(msg)
+                    .execute()
+                    .await
+                    .map_err(|e| format!("link {} bridge-port options: {e}", l.name))?;
             }
         }
         for a in &l.addresses {
