@@ -111,7 +111,7 @@ fn default_plugin_check(
     Ok(())
 }
 
-fn emit(report: &Report, out: &Outputs) -> Result<(), Box<dyn std::error::Error>> {
+pub(crate) fn emit(report: &Report, out: &Outputs) -> Result<(), Box<dyn std::error::Error>> {
     match out.format {
         Format::Table => report::print_human(&report.table()),
         Format::Json => println!("{}", report.json()),

@@ -19,6 +19,7 @@
 //! builder makes, made into namespaces by `model::apply`, live namespaces
 //! read back into it, the two compared), a
 //! real node's network captured into it in [`capture`] (`cnilab capture`),
+//! captured nodes stood up as a lab in [`replay`] (`lab up --capture`),
 //! and [`trace`] (`lab trace`: FROM/TO and the lab's namespaces resolved for
 //! the tracer in `crate::trace`). Pods are attached by
 //! executing the plugin (`direct`) or, with `--runtime containerd`, through
@@ -35,6 +36,7 @@ pub mod model;
 pub mod neighbours;
 pub mod pidfile;
 pub mod probe;
+pub mod replay;
 pub mod scenario;
 pub mod services;
 pub mod shape_faults;

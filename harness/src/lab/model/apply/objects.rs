@@ -140,7 +140,9 @@ async fn add_in(
         for r in &pending {
             let msg =
                 route_message(r, &idx).map_err(|e| (format!("route {}", route_text(r)), e))?;
-            match cnilab_net::nl::add_route(h, msg, false).await {
+            // Replace: an address's own (protocol kernel) route may have
+            // the same key (a ptp pod's `/24 via` its gateway).
+            match cnilab_net::nl::add_route(h, msg, true).await {
                 Ok(()) => {}
                 Err(e) if cnilab_net::nl::errno(&e) == Some(EEXIST) => {}
                 Err(e) => failed.push((*r, e.to_string())),
@@ -217,31 +219,21 @@ fn route_address(ip: IpAddr) -> RouteAddress {
     }
 }
 
-/// `universe`, `link`, … or a number, as the reader names them.
+/// A scope or protocol as the reader names it (`link`, `boot`, or the
+/// number), back to its number.
+fn number_of(table: &[(u8, &str)], what: &str, name: &str) -> Result<u8, String> {
+    match table.iter().find(|(_, n)| *n == name) {
+        Some((k, _)) => Ok(*k),
+        None => name.parse().map_err(|_| format!("{what} {name}")),
+    }
+}
+
 fn scope_of(name: &str) -> Result<u8, String> {
-    Ok(match name {
-        "universe" => 0,
-        "site" => 200,
-        "link" => 253,
-        "host" => 254,
-        "nowhere" => 255,
-        n => n.parse().map_err(|_| format!("scope {n}"))?,
-    })
+    number_of(crate::lab::model::read::SCOPES, "scope", name)
 }
 
 fn proto_of(name: &str) -> Result<u8, String> {
-    Ok(match name {
-        "kernel" => 2,
-        "boot" => 3,
-        "static" => 4,
-        "ra" => 9,
-        "zebra" => 11,
-        "bird" => 12,
-        "dhcp" => 16,
-        "bgp" => 186,
-        "ospf" => 188,
-        n => n.parse().map_err(|_| format!("protocol {n}"))?,
-    })
+    number_of(crate::lab::model::read::PROTOCOLS, "protocol", name)
 }
 
 fn route_message(r: &Route, idx: &impl Fn(&str) -> u32) -> Result<RouteMessage, String> {
