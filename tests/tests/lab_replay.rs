@@ -312,3 +312,37 @@ fn a_replayed_fault_gets_the_same_verdict(
         "replayed vs live (failing groups, diagnosis ids)"
     );
 }
+
+/// The figure (not a timed test): `lab up --capture` of 3 nodes with 110
+/// pods each, captured from a standing lab. `cargo test -p cnilab-tests
+/// --test lab_replay bench_replay_of_3_nodes_by_110_pods -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn bench_replay_of_3_nodes_by_110_pods() {
+    let _host = host_untouched();
+    require_root();
+    let src = format!("rbs{}", std::process::id() % 100_000);
+    let rep = format!("rbr{}", std::process::id() % 100_000);
+    let _src = up(&src, &["--nodes", "3", "--pods-per-node", "110"]);
+    let dir = tempfile::tempdir().expect("dir");
+    let files: Vec<String> = ["node1", "node2", "node3"]
+        .iter()
+        .map(|n| capture(&src, n, dir.path()).display().to_string())
+        .collect();
+    let mut args = vec!["lab", "up", "--name", &rep, "--capture"];
+    args.extend(files.iter().map(String::as_str));
+    let started = std::time::Instant::now();
+    let out = cnilab(&args);
+    let took = started.elapsed();
+    let _rep = Up(rep.clone());
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert!(
+        output_text(&out).contains("3 nodes, 330 pods"),
+        "{}",
+        output_text(&out)
+    );
+    println!(
+        "lab up --capture of 3 nodes x 110 pods: {:.2} s",
+        took.as_secs_f64()
+    );
+}
