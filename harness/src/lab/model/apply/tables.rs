@@ -26,6 +26,20 @@ fn link_of(key: &str) -> Option<&str> {
     (link != "all" && link != "default").then_some(link)
 }
 
+/// Whether apply writes `key`: only the per-namespace networking trees
+/// (`net/ipv4`, `net/ipv6`, `net/bridge`), a plain path (no `..`, no empty
+/// part). A model is outside input (a capture file): a key such as
+/// `kernel/…` would change the machine, not the namespace.
+pub(crate) fn sysctl_allowed(key: &str) -> bool {
+    let plain = key
+        .split('/')
+        .all(|p| !p.is_empty() && p != "." && p != "..");
+    plain
+        && ["net/ipv4/", "net/ipv6/", "net/bridge/"]
+            .iter()
+            .any(|t| key.starts_with(t))
+}
+
 /// Writes the sysctls of `stage` on one thread inside the namespace; a key
 /// this kernel does not have, or will not take, is not made. A key that
 /// already has the value is not written.
@@ -55,6 +69,13 @@ pub(super) fn sysctls(t: &Target, stage: Stage) -> Vec<NotMade> {
     let written = plugin_netns::run_in(t.netns.file(), || {
         let mut out = Vec::new();
         for (key, value) in &keys {
+            if !sysctl_allowed(key) {
+                out.push(not_made(
+                    key,
+                    "not a namespace's networking sysctl (net/ipv4, net/ipv6, net/bridge): not written".into(),
+                ));
+                continue;
+            }
             let path = format!("/proc/sys/{key}");
             let now = std::fs::read_to_string(&path)
                 .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "));
@@ -148,4 +169,31 @@ pub(super) fn firewall(t: &Target) -> Result<Vec<NotMade>, ApplyError> {
         }
     }
     Ok(not_made)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sysctl_allowed;
+
+    #[test]
+    fn only_a_namespaces_networking_sysctls_are_written() {
+        for key in [
+            "net/ipv4/ip_forward",
+            "net/ipv6/conf/all/forwarding",
+            "net/ipv4/conf/cali1/proxy_arp",
+            "net/bridge/bridge-nf-call-iptables",
+        ] {
+            assert!(sysctl_allowed(key), "{key}");
+        }
+        for key in [
+            "kernel/hostname",
+            "net/core/rmem_max",
+            "net/ipv4/../../kernel/hostname",
+            "net/ipv4//ip_forward",
+            "/net/ipv4/ip_forward",
+            "vm/overcommit_memory",
+        ] {
+            assert!(!sysctl_allowed(key), "{key}");
+        }
+    }
 }
