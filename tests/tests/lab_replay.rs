@@ -178,6 +178,9 @@ fn bad_captures_are_refused_naming_the_file_and_object() {
     let mut same_address = v.clone();
     same_address["node"]["name"] = "node9".into();
     let same_address = write("same-address.json", &same_address);
+    let mut bad_name = v.clone();
+    bad_name["node"]["name"] = "../evil".into();
+    let bad_name = write("bad-name.json", &bad_name);
     let mut no_dev = v.clone();
     let routes = no_dev["node"]["routes"].as_array_mut().expect("routes");
     routes[0]["dev"] = "eth9".into();
@@ -202,6 +205,10 @@ fn bad_captures_are_refused_naming_the_file_and_object() {
         (
             vec![p(&n1), p(&same_address)],
             vec![p(&same_address), "10.250.0.1 is also node node1's".into()],
+        ),
+        (
+            vec![p(&bad_name), p(&n2)],
+            vec![p(&bad_name), "node name \"../evil\"".into()],
         ),
         (
             vec![p(&no_dev), p(&n2)],
