@@ -220,3 +220,14 @@ impl Drop for StandingLab {
         let _ = cnilab(&["lab", "down", "--name", &self.0]);
     }
 }
+
+/// Runs `program ARGS` inside `ns` and fails the test if it fails (how
+/// tests make a real node's objects with `ip`, `bridge`, `tc`, `nft`).
+pub fn run_in(ns: &Netns, program: &str, args: &[&str]) {
+    let out = ns.command(program).args(args).output().expect("runs");
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -12,7 +12,9 @@ use cnilab_harness::lab::cri::RuntimeKind;
 use cnilab_harness::lab::model::{compile, identity, layout, read};
 use cnilab_harness::lab::underlay::{apply_flags, Shape};
 use cnilab_harness::lab::{Topology, UpOptions};
-use cnilab_tests::{cnilab, host_untouched, output_text, require_root, workspace_bin, StandingLab};
+use cnilab_tests::{
+    cnilab, host_untouched, output_text, require_root, run_in, workspace_bin, StandingLab,
+};
 use rstest::rstest;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -174,16 +176,6 @@ fn lab_show_prints_the_model_of_a_standing_lab() {
         all(&missing).contains("cnilab lab up --name nosuchlab"),
         "{}",
         all(&missing)
-    );
-}
-
-/// Runs `program ARGS` inside `ns` and fails the test if it fails.
-fn run_in(ns: &cnilab_net::netns::Netns, program: &str, args: &[&str]) {
-    let out = ns.command(program).args(args).output().expect("runs");
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
     );
 }
 

@@ -34,6 +34,11 @@ pub struct TopologyFlags {
     /// Topology file (TOML; examples in lab/topologies/).
     #[arg(long, conflicts_with = "nodes")]
     pub topology: Option<PathBuf>,
+    /// Replay captured nodes (`cnilab capture -o FILE` on each node): the
+    /// lab's nodes and pods hold what the captures hold, joined by an
+    /// underlay derived from their uplinks; no plugin runs.
+    #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with_all = ["topology", "nodes"])]
+    pub capture: Vec<PathBuf>,
     /// Number of nodes (instead of a topology file) [default: 2].
     #[arg(long)]
     pub nodes: Option<usize>,
@@ -206,6 +211,14 @@ pub enum LabCmd {
 impl Lab {
     pub fn run(self) -> CliResult {
         match self.command {
+            LabCmd::Run {
+                topology, output, ..
+            } if !topology.capture.is_empty() => {
+                replay_run(&topology.capture, &output)
+            }
+            LabCmd::Up { topology, name, .. } if !topology.capture.is_empty() => {
+                replay_up(&topology.capture, &name)
+            }
             LabCmd::Run {
                 topology,
                 tune_host,
@@ -566,4 +579,85 @@ fn down(name: &str) -> CliResult {
         .map_err(|e| format!("remove {}: {e}", state::run_dir(name).display()))?;
     println!("lab {name} is down");
     Ok(ExitCode::SUCCESS)
+}
+
+/// `lab up --capture FILE...`: a standing lab replayed from captures.
+fn replay_up(files: &[PathBuf], name: &str) -> CliResult {
+    use crate::lab::state;
+    crate::netns::require_root()?;
+    state::check_name(name)?;
+    if state::load_state(name).is_ok() {
+        return Err(
+            format!("lab {name:?} is already up; `cnilab lab down --name {name}` first").into(),
+        );
+    }
+    let loaded = crate::lab::replay::load(files)?;
+    let lab_name = name.to_string();
+    let nodes: Vec<String> = loaded
+        .iter()
+        .map(|l| l.capture.node.net.name.clone())
+        .collect();
+    crate::lab::cleanup_on_interrupt(Some(Box::new(move |ns: &str| {
+        state::owns(&state::run_dir(&lab_name), &lab_name, &nodes, ns)
+    })));
+    let opts = crate::lab::UpOptions {
+        plugin_dir: None,
+        persistent: Some(name.to_string()),
+        run_dir: state::run_dir(name),
+        runtime: RuntimeKind::Direct,
+    };
+    let built = crate::lab::replay::replay(name, files, opts);
+    let (lab, not_made) = match built {
+        Ok(b) => b,
+        Err(e) => {
+            crate::lab::replay::forget_run_dir(&state::run_dir(name));
+            return Err(e.into());
+        }
+    };
+    let saved = state::persist(lab)?;
+    let pods: usize = saved.nodes.iter().map(|n| n.pods.len()).sum();
+    println!(
+        "lab {name} is up, replayed from {} capture(s): {} nodes, {pods} pods",
+        files.len(),
+        saved.nodes.len()
+    );
+    for n in &not_made {
+        println!("  not made here: {n}");
+    }
+    println!(
+        "next: `cnilab lab check --name {name}`, `cnilab lab down --name {name}` to remove it"
+    );
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `lab run --capture FILE...`: replay, check, tear down.
+fn replay_run(files: &[PathBuf], out: &ReportFlags) -> CliResult {
+    let groups = &out.only;
+    crate::netns::require_root()?;
+    crate::lab::checks::check_groups(groups)?;
+    crate::lab::cleanup_on_interrupt(None);
+    let opts = crate::lab::UpOptions {
+        plugin_dir: None,
+        persistent: None,
+        run_dir: crate::lab::scratch_run_dir(),
+        runtime: RuntimeKind::Direct,
+    };
+    let run_dir = opts.run_dir.clone();
+    let built = crate::lab::replay::replay("replay", files, opts);
+    let (lab, not_made) = match built {
+        Ok(b) => b,
+        Err(e) => {
+            crate::lab::replay::forget_run_dir(&run_dir);
+            return Err(e.into());
+        }
+    };
+    for n in &not_made {
+        eprintln!("⚠ not made here: {n}");
+    }
+    let report = crate::lab::check(&lab, groups, true);
+    lab.down();
+    crate::lab::replay::forget_run_dir(&run_dir);
+    let report = report?;
+    emit(&report, out)?;
+    Ok(std::process::ExitCode::from(report.exit_code()))
 }

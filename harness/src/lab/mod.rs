@@ -22,8 +22,10 @@
 //! (routed, NAT) in [`underlay`], the VXLAN overlay in [`vxlan`],
 //! kube-proxy-like Services in [`services`]; the
 //! lab as data in [`model`] (a topology compiled into the model of what the
-//! builder makes, live namespaces read back into it, the two compared), a
+//! builder makes, made into namespaces by `model::apply`, live namespaces
+//! read back into it, the two compared), a
 //! real node's network captured into it in [`capture`] (`cnilab capture`),
+//! captured nodes stood up as a lab in [`replay`] (`lab up --capture`),
 //! and [`trace`] (`lab trace`: FROM/TO and the lab's namespaces resolved for
 //! the tracer in `crate::trace`). Pods are attached by
 //! executing the plugin (`direct`) or, with `--runtime containerd`, through
@@ -44,6 +46,7 @@ pub mod neighbours;
 pub mod parts;
 pub mod pidfile;
 pub mod probe;
+pub mod replay;
 pub mod routes;
 pub mod services;
 pub mod state;

@@ -1,5 +1,5 @@
 //! `cnilab capture`: a real node's network as one file, to be replayed
-//! (`lab up --capture`, next step), probed and diagnosed somewhere else.
+//! (`lab up --capture`, `super::replay`), probed and diagnosed somewhere else.
 //!
 //! Where things happen: this file holds the file's types ([`Capture`],
 //! `schemaVersion` [`SCHEMA_VERSION`]) and [`capture`], which opens the node

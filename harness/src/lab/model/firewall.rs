@@ -75,7 +75,7 @@ pub(crate) fn legacy_table_names() -> Vec<(String, Vec<String>)> {
 
 /// The tables iptables-nft makes (`ip filter`, `ip6 nat`, …) among `nft`'s,
 /// per family.
-fn iptables_nft_names(tables: &[NftTable]) -> Vec<(String, Vec<String>)> {
+pub(crate) fn iptables_nft_names(tables: &[NftTable]) -> Vec<(String, Vec<String>)> {
     const XT: &[&str] = &["filter", "nat", "mangle", "raw", "security"];
     [("ipv4", "ip"), ("ipv6", "ip6")]
         .into_iter()

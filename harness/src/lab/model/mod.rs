@@ -9,7 +9,9 @@
 //! through `cnilab_net::nl` on a dedicated thread per namespace, sysctls from
 //! `/proc/sys` inside it, `nft -s list ruleset` inside it); [`identity`]
 //! normalises a read model against a compiled one and names every difference
-//! (node, object, field); `firewall.rs` reads nftables and iptables-save
+//! (node, object, field); [`apply`] makes a model into namespaces and
+//! kernel objects (and [`apply::Applied::down`] removes them);
+//! `firewall.rs` reads nftables and iptables-save
 //! text; `text.rs` prints a model one object per line
 //! (`cnilab lab show`), [`layout::standing`] reads a standing lab.
 //!
@@ -65,22 +67,29 @@
 //! step of building; the agent's own table `inet cnilab_agent` is the
 //! agent's (the root test checks only that every node has it).
 //!
-//! # How `apply` will take a model (the next step)
+//! # How [`apply`] takes a model
 //! Apply walks a [`LabModel`] in the order the kernel needs: every
-//! namespace (underlay first, then nodes, then pods); in each, links whose
-//! controller, VXLAN `dev` and veth peer already exist (bridges first, then
-//! veths, created with the peer directly in the peer's namespace as
-//! `nl::veth_message` does, then VXLAN), then link attributes (MTU, MAC when
-//! given, flags, bridge-port options), addresses, `up`, sysctls, routes
-//! (a gateway's connected route comes from an address, so routes after
-//! addresses; `onlink` ones after their device), rules, neighbours and FDB
-//! entries (a `@ns/link` MAC is resolved from the link once it exists),
-//! nftables tables (`nft -f -` of each table's text) and qdiscs. The pods'
-//! plugin-made state is not applied: apply runs the runtime (direct or
-//! containerd) to ADD each pod, which is why a compiled pod holds only what
-//! the lab itself makes. The builder in `build.rs` then becomes
-//! `apply(compile(topology))`.
+//! namespace (underlay first, then nodes, then pods, each with its global
+//! and `default` sysctls at once, so links made later inherit them); in
+//! each, links whose controller, VXLAN `dev` and veth peer already exist
+//! (bridges first, then veths, created with the peer directly in the
+//! peer's namespace, then VXLAN, then macvlan/ipvlan in their lower's
+//! namespace), then link attributes (MTU, MAC when given, flags, the
+//! controller, bridge-port options), addresses, `up`, per-link sysctls,
+//! routes (a gateway's connected route comes from an address, so routes
+//! after addresses; `onlink` ones after their device), rules, neighbours
+//! and FDB entries (a `@ns/link` MAC is resolved from the link once it
+//! exists), nftables tables (`nft -f -` of each table's text), iptables-save
+//! text (`ip[6]tables-<backend>-restore`) and qdiscs. What the kernel here
+//! cannot make is listed as not made; a model that contradicts itself, or an
+//! object the kernel refuses, is an error and removes what apply made. The
+//! pods' plugin-made state is not in a compiled model: the lab runs the
+//! runtime (direct or containerd) to ADD each pod after apply; a captured
+//! pod (`lab up --capture`) holds its own state and apply makes it all.
+//! `read(apply(compile(t))) == compile(t)` is a root test
+//! (`tests/tests/lab_apply.rs`, through [`identity::differences_applied`]).
 
+pub mod apply;
 pub mod compile;
 pub(crate) mod firewall;
 pub mod identity;

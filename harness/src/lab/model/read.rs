@@ -438,31 +438,41 @@ fn port_of(attrs: &[InfoBridgePort]) -> BridgePort {
     p
 }
 
-/// `RTPROT_*` as `ip route` names them.
+/// `RTPROT_*` as `ip route` names them (others: the number).
+pub(crate) const PROTOCOLS: &[(u8, &str)] = &[
+    (2, "kernel"),
+    (3, "boot"),
+    (4, "static"),
+    (9, "ra"),
+    (11, "zebra"),
+    (12, "bird"),
+    (16, "dhcp"),
+    (186, "bgp"),
+    (188, "ospf"),
+];
+
+/// `RT_SCOPE_*` as `ip route` names them (others: the number).
+pub(crate) const SCOPES: &[(u8, &str)] = &[
+    (0, "universe"),
+    (200, "site"),
+    (253, "link"),
+    (254, "host"),
+    (255, "nowhere"),
+];
+
+fn named(table: &[(u8, &str)], n: u8) -> String {
+    table
+        .iter()
+        .find(|(k, _)| *k == n)
+        .map_or_else(|| n.to_string(), |(_, name)| name.to_string())
+}
+
 fn proto_name(p: u8) -> String {
-    match p {
-        2 => "kernel".into(),
-        3 => "boot".into(),
-        4 => "static".into(),
-        9 => "ra".into(),
-        11 => "zebra".into(),
-        12 => "bird".into(),
-        16 => "dhcp".into(),
-        186 => "bgp".into(),
-        188 => "ospf".into(),
-        other => other.to_string(),
-    }
+    named(PROTOCOLS, p)
 }
 
 fn scope_name(s: u8) -> String {
-    match s {
-        0 => "universe".into(),
-        200 => "site".into(),
-        253 => "link".into(),
-        254 => "host".into(),
-        255 => "nowhere".into(),
-        other => other.to_string(),
-    }
+    named(SCOPES, s)
 }
 
 /// The model's route, or `None` for what the kernel makes from addresses

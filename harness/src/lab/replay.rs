@@ -1,0 +1,649 @@
+//! `lab up --capture FILE...` and `lab run --capture`: captured nodes
+//! (`cnilab capture`) stood up as a lab, each node and its pods holding
+//! what the capture holds (no plugin runs), joined by an underlay derived
+//! from the nodes' uplinks.
+//!
+//! Where things happen: [`load`] reads and validates the files (schema,
+//! JSON position, two nodes of one name or uplink address, an object whose
+//! device is missing: the error names the file and the object); [`plan`]
+//! renames the pods `<node>-pod<k>`, turns each node's uplink (the device of
+//! its default route, else its first addressed link that is no pod's) into
+//! a veth to the switch, and derives the underlay: one switch bridge for a
+//! shared subnet, a bridge per subnet and a `router` with a leg on each
+//! (the nodes' gateway address) and routes to the nodes' pod CIDRs
+//! otherwise; [`build`] applies the model (`model::apply`, namespaces
+//! `cnilab-lab-<lab>-<role>` for a standing lab, recorded in its ledger)
+//! and returns a [`Lab`] like any other, so `lab check`, `status`, `show`,
+//! `trace` and `down` work on it. A replayed node has no plugin: its
+//! `net.conflist` names the plugin type `cnilab-replay-none`, so a DEL on
+//! `lab down` fails harmlessly and the namespaces go with the lab.
+
+use super::build::{Lab, LabError, Node, Pod, UpOptions};
+use super::capture::{self, Capture};
+use super::model::apply::{self, Applied, NotMade};
+use super::model::{
+    BridgePort, LabModel, Link, LinkKind, Namespace, Node as ModelNode, Route, VethPeer,
+};
+use super::topology::{NodeSpec, Topology};
+use super::underlay::Shape;
+use crate::runtime::{NetworkConfig, Runtime};
+use ipnet::IpNet;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+/// The plugin type a replayed node's config names (no such plugin exists).
+pub const NO_PLUGIN: &str = "cnilab-replay-none";
+
+fn setup(msg: impl Into<String>) -> LabError {
+    LabError::Setup(msg.into())
+}
+
+/// An uplink subnet: its gateway (a node's default route's) and its nodes
+/// (name, uplink address, pod CIDRs).
+type Subnet = (IpNet, Option<IpAddr>, Vec<(String, IpAddr, Vec<IpNet>)>);
+
+/// A loaded capture and where it came from.
+pub struct Loaded {
+    pub path: PathBuf,
+    pub capture: Capture,
+}
+
+/// Reads every file; refuses a newer schema, JSON that does not parse
+/// (with its line and column), two nodes of one name or one uplink
+/// address, and a node or pod whose objects name a missing device.
+pub fn load(paths: &[PathBuf]) -> Result<Vec<Loaded>, LabError> {
+    let mut out: Vec<Loaded> = Vec::new();
+    for path in paths {
+        let capture = capture::load(path).map_err(setup)?;
+        let name = capture.node.net.name.clone();
+        let ok = !name.is_empty()
+            && name.len() <= 30
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !ok {
+            return Err(setup(format!(
+                "{}: node name {name:?}: use 1-30 characters of [A-Za-z0-9-] (capture again with --node-name)",
+                path.display()
+            )));
+        }
+        if let Some(other) = out.iter().find(|o| o.capture.node.net.name == name) {
+            return Err(setup(format!(
+                "{}: node {name} is also the node of {}; capture one of them again with another --node-name",
+                path.display(),
+                other.path.display()
+            )));
+        }
+        let single = LabModel {
+            schema_version: super::model::SCHEMA_VERSION,
+            name: name.clone(),
+            underlay: Vec::new(),
+            nodes: vec![capture.node.clone()],
+        };
+        apply::check(&single).map_err(|e| setup(format!("{}: {e}", path.display())))?;
+        let loaded = Loaded {
+            path: path.clone(),
+            capture,
+        };
+        out.push(loaded);
+    }
+    uplinks(&out)?;
+    Ok(out)
+}
+
+/// A node's uplink: its link, its first address (IPv4 first) and the
+/// default route's gateway when the default route leaves through it.
+type Uplink = (String, IpNet, Option<IpAddr>);
+
+/// Every node's uplink: the first of its candidates ([`candidates`]) whose
+/// address no other node has (a Vagrant-style NAT interface has the same
+/// address on every node); two nodes left with one address are an error.
+fn uplinks(loaded: &[Loaded]) -> Result<Vec<Uplink>, LabError> {
+    let all: Vec<Vec<Uplink>> = loaded.iter().map(candidates).collect::<Result<_, _>>()?;
+    let shared = |me: usize, a: &IpNet| {
+        all.iter()
+            .enumerate()
+            .any(|(k, c)| k != me && c.iter().any(|(_, b, _)| b.addr() == a.addr()))
+    };
+    let mut out: Vec<Uplink> = Vec::new();
+    for (me, c) in all.iter().enumerate() {
+        let pick = c
+            .iter()
+            .find(|(_, a, _)| !shared(me, a))
+            .unwrap_or(&c[0])
+            .clone();
+        if let Some(k) = out.iter().position(|(_, a, _)| a.addr() == pick.1.addr()) {
+            return Err(setup(format!(
+                "{}: node {}'s uplink address {} is also node {}'s ({})",
+                loaded[me].path.display(),
+                loaded[me].capture.node.net.name,
+                pick.1.addr(),
+                loaded[k].capture.node.net.name,
+                loaded[k].path.display()
+            )));
+        }
+        out.push(pick);
+    }
+    Ok(out)
+}
+
+/// The links that may be a node's uplink, best first: the default route's
+/// device, then every addressed link that is no pod's (nor their bridge).
+fn candidates(l: &Loaded) -> Result<Vec<Uplink>, LabError> {
+    let node = &l.capture.node;
+    let pods: Vec<&str> = node.pods.iter().map(|p| p.name.as_str()).collect();
+    let default = |v6: bool| {
+        node.net.routes.iter().find(|r| {
+            r.table == cnilab_net::nl::MAIN_TABLE
+                && r.dst.prefix_len() == 0
+                && r.dst.addr().is_ipv6() == v6
+                && r.dev.is_some()
+        })
+    };
+    let via_default = default(false).or_else(|| default(true));
+    let is_pods = |link: &Link| {
+        link.veth
+            .as_ref()
+            .and_then(|p| p.namespace.as_deref())
+            .is_some_and(|ns| pods.contains(&ns))
+    };
+    let bridges_of_pods: Vec<&str> = node
+        .net
+        .links
+        .iter()
+        .filter(|l| is_pods(l))
+        .filter_map(|l| l.controller.as_deref())
+        .collect();
+    let first = via_default.and_then(|r| r.dev.as_deref());
+    let mut links: Vec<&Link> = first.and_then(|d| node.net.link(d)).into_iter().collect();
+    links.extend(node.net.links.iter().filter(|link| {
+        Some(link.name.as_str()) != first
+            && link.kind != LinkKind::Loopback
+            && !is_pods(link)
+            && !bridges_of_pods.contains(&link.name.as_str())
+    }));
+    let out: Vec<Uplink> = links
+        .into_iter()
+        .filter_map(|link| {
+            let mut addrs = link.addresses.clone();
+            addrs.sort_by_key(|a| a.addr().is_ipv6());
+            let gw = via_default
+                .filter(|r| r.dev.as_deref() == Some(link.name.as_str()))
+                .and_then(|r| r.gateway);
+            addrs.first().map(|a| (link.name.clone(), *a, gw))
+        })
+        .collect();
+    if out.is_empty() {
+        return Err(setup(format!(
+            "{}: node {}: no uplink (no addressed link besides the pods')",
+            l.path.display(),
+            node.net.name
+        )));
+    }
+    Ok(out)
+}
+
+/// The model and topology of the replayed lab `name`.
+pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabError> {
+    let mut topo = Topology::generated(1, 1).map_err(|e| setup(e.to_string()))?;
+    topo.nodes.clear();
+    topo.name = name.to_string();
+    topo.external = None;
+    let mut model = LabModel {
+        schema_version: super::model::SCHEMA_VERSION,
+        name: name.to_string(),
+        underlay: Vec::new(),
+        nodes: Vec::new(),
+    };
+    let mut switch = Namespace::new("switch");
+    switch
+        .links
+        .push(Link::new("lo", LinkKind::Loopback, false));
+    let mut subnets: Vec<Subnet> = Vec::new();
+    for (l, (up, addr, gateway)) in loaded.iter().zip(uplinks(loaded)?) {
+        let mut node = renamed(&l.capture.node);
+        let subnet = addr.trunc();
+        let k = match subnets.iter().position(|(s, _, _)| *s == subnet) {
+            Some(k) => k,
+            None => {
+                subnets.push((subnet, None, Vec::new()));
+                subnets.len() - 1
+            }
+        };
+        let bridge = if k == 0 {
+            "underlay".to_string()
+        } else {
+            format!("rack{k}")
+        };
+        let port = format!("p-{}", node.net.name);
+        let link = node
+            .net
+            .link_mut(&up)
+            .ok_or_else(|| setup("uplink vanished"))?;
+        link.kind = LinkKind::Veth;
+        link.controller = None;
+        link.port = None;
+        link.vxlan = None;
+        link.bridge = None;
+        link.lower = None;
+        link.veth = Some(VethPeer {
+            namespace: Some("switch".into()),
+            name: port.clone(),
+        });
+        let mut p = Link::new(&port, LinkKind::Veth, true);
+        p.mtu = link.mtu;
+        p.controller = Some(bridge);
+        p.port = Some(BridgePort {
+            hairpin: false,
+            isolated: false,
+            learning: true,
+            state: None,
+        });
+        p.veth = Some(VethPeer {
+            namespace: Some(node.net.name.clone()),
+            name: up.clone(),
+        });
+        switch.links.push(p);
+        if let Some(stub) = stub_peers(&mut node, &up) {
+            model.underlay.push(stub);
+        }
+        node.pod_cidrs = pod_cidrs(&node);
+        let address6 = node
+            .net
+            .link(&up)
+            .and_then(|l| {
+                l.addresses
+                    .iter()
+                    .find(|a| a.addr().is_ipv6())
+                    .map(|a| a.addr())
+            })
+            .filter(|_| addr.addr().is_ipv4());
+        topo.nodes.push(NodeSpec {
+            name: node.net.name.clone(),
+            address: addr.addr(),
+            address6,
+            pod_cidr: node.pod_cidrs.clone(),
+            mtu: None,
+            sysctls: BTreeMap::new(),
+        });
+        topo.pods_per_node = topo.pods_per_node.max(node.pods.len());
+        let group = &mut subnets[k];
+        group.1 = group.1.or(gateway.filter(|g| subnet.contains(g)));
+        group
+            .2
+            .push((node.net.name.clone(), addr.addr(), node.pod_cidrs.clone()));
+        model.nodes.push(node);
+    }
+    for k in 0..subnets.len() {
+        let name = if k == 0 {
+            "underlay".to_string()
+        } else {
+            format!("rack{k}")
+        };
+        let mut b = Link::new(&name, LinkKind::Bridge, true);
+        b.bridge = Some(Default::default());
+        switch.links.push(b);
+    }
+    if subnets.len() > 1 {
+        topo.shape = Shape::Routed;
+        model.underlay.push(router(&mut switch, &subnets));
+    }
+    if let Some((subnet, _, _)) = subnets.first() {
+        if subnet.addr().is_ipv4() {
+            topo.underlay = *subnet;
+        }
+    }
+    model.underlay.push(switch);
+    Ok((model, topo))
+}
+
+/// A router with a leg in every subnet that names a gateway, and routes to
+/// every node's pod CIDRs via the node.
+fn router(switch: &mut Namespace, subnets: &[Subnet]) -> Namespace {
+    let mut r = Namespace::new(super::underlay::ROUTER_ROLE);
+    r.links.push(Link::new("lo", LinkKind::Loopback, true));
+    r.sysctls.insert("net/ipv4/ip_forward".into(), "1".into());
+    for (k, (subnet, gateway, nodes)) in subnets.iter().enumerate() {
+        let Some(gw) = gateway else { continue };
+        let bridge = if k == 0 {
+            "underlay".to_string()
+        } else {
+            format!("rack{k}")
+        };
+        let leg = format!("leg{k}");
+        let port = format!("p-r-{leg}");
+        let mut l = Link::new(&leg, LinkKind::Veth, true);
+        l.addresses = IpNet::new(*gw, subnet.prefix_len()).into_iter().collect();
+        l.veth = Some(VethPeer {
+            namespace: Some("switch".into()),
+            name: port.clone(),
+        });
+        let mut p = Link::new(&port, LinkKind::Veth, true);
+        p.controller = Some(bridge);
+        p.veth = Some(VethPeer {
+            namespace: Some(r.name.clone()),
+            name: leg.clone(),
+        });
+        switch.links.push(p);
+        r.links.push(l);
+        for (_, via, cidrs) in nodes {
+            for c in cidrs.iter().filter(|c| c.addr().is_ipv4() == via.is_ipv4()) {
+                r.routes.push(Route {
+                    table: cnilab_net::nl::MAIN_TABLE,
+                    kind: super::model::RouteType::Unicast,
+                    dst: *c,
+                    gateway: Some(*via),
+                    dev: Some(leg.clone()),
+                    onlink: false,
+                    scope: "universe".into(),
+                    proto: "static".into(),
+                    metric: if c.addr().is_ipv6() { 1024 } else { 0 },
+                    src: None,
+                    nexthops: Vec::new(),
+                });
+            }
+        }
+    }
+    r
+}
+
+/// The other ends of the node's veths that the capture does not hold (a
+/// NAT box's, a second network's) in one namespace `<node>-nat`, so the
+/// links, their addresses and the routes through them exist; nothing
+/// answers behind them.
+fn stub_peers(node: &mut ModelNode, uplink: &str) -> Option<Namespace> {
+    let mut known: Vec<String> = node.pods.iter().map(|p| p.name.clone()).collect();
+    known.push(node.net.name.clone());
+    let mut stub = Namespace::new(&super::underlay::nat_role(&node.net.name));
+    for (k, l) in node.net.links.iter_mut().enumerate() {
+        let Some(peer) = l.veth.as_mut() else {
+            continue;
+        };
+        let captured = peer.namespace.as_ref().is_some_and(|n| known.contains(n));
+        if l.name == uplink || captured {
+            continue;
+        }
+        let name = match peer.name.starts_with('#')
+            || peer.name.is_empty()
+            || stub.link(&peer.name).is_some()
+        {
+            true => format!("peer{k}"),
+            false => peer.name.clone(),
+        };
+        *peer = VethPeer {
+            namespace: Some(stub.name.clone()),
+            name: name.clone(),
+        };
+        let mut end = Link::new(&name, LinkKind::Veth, true);
+        end.mtu = l.mtu;
+        end.veth = Some(VethPeer {
+            namespace: Some(node.net.name.clone()),
+            name: l.name.clone(),
+        });
+        stub.links.push(end);
+    }
+    if stub.links.is_empty() {
+        return None;
+    }
+    stub.links.push(Link::new("lo", LinkKind::Loopback, true));
+    Some(stub)
+}
+
+/// The node with its pods named `<node>-pod<k>` (what a standing lab's
+/// namespaces may be called), every reference to a pod renamed with it.
+fn renamed(node: &ModelNode) -> ModelNode {
+    let mut node = node.clone();
+    // A lab's pod keeps its number (`…-node1-pod7` stays `node1-pod7`).
+    let me = node.net.name.clone();
+    // Another lab's namespace keeps its role (`…-node1-nat`).
+    let role = |name: &str| {
+        let at = name.find(&format!("{me}-"))?;
+        let role = &name[at..];
+        role.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            .then(|| role.to_string())
+    };
+    let mut names: BTreeMap<String, String> = BTreeMap::new();
+    let mut taken: Vec<String> = Vec::new();
+    for (k, p) in node.pods.iter().enumerate() {
+        let mut new = role(&p.name).unwrap_or_else(|| format!("{me}-pod{k}"));
+        let mut extra = node.pods.len();
+        while taken.contains(&new) {
+            new = format!("{me}-pod{extra}");
+            extra += 1;
+        }
+        taken.push(new.clone());
+        names.insert(p.name.clone(), new);
+    }
+    let rename = |ns: &mut Namespace| {
+        if let Some(new) = names.get(&ns.name) {
+            ns.name = new.clone();
+        }
+        for l in &mut ns.links {
+            let peers = l
+                .veth
+                .iter_mut()
+                .chain(l.lower.iter_mut().map(|x| &mut x.link));
+            for p in peers {
+                if let Some(new) = p.namespace.as_ref().and_then(|n| names.get(n)) {
+                    p.namespace = Some(new.clone());
+                }
+            }
+        }
+        let refs = ns
+            .neighbours
+            .iter_mut()
+            .filter_map(|n| n.mac.as_mut())
+            .chain(ns.fdb.iter_mut().map(|f| &mut f.mac));
+        for mac in refs {
+            if let Some((old, link)) = mac.strip_prefix('@').and_then(|m| m.split_once('/')) {
+                if let Some(new) = names.get(old) {
+                    *mac = format!("@{new}/{link}");
+                }
+            }
+        }
+    };
+    rename(&mut node.net);
+    for p in &mut node.pods {
+        rename(p);
+    }
+    node
+}
+
+/// The node's pod CIDRs: for each pod address, the node's own connected
+/// network that holds it (the plugin's bridge address), else its /24 or
+/// /64.
+fn pod_cidrs(node: &ModelNode) -> Vec<IpNet> {
+    if !node.pod_cidrs.is_empty() {
+        return node.pod_cidrs.clone();
+    }
+    let own: Vec<IpNet> = node
+        .net
+        .links
+        .iter()
+        .flat_map(|l| l.addresses.iter().map(IpNet::trunc))
+        .collect();
+    let mut out: Vec<IpNet> = Vec::new();
+    for a in pod_addresses(node.pods.iter()) {
+        let cidr = own
+            .iter()
+            .find(|n| n.contains(&a.addr()) && n.prefix_len() < a.max_prefix_len())
+            .copied()
+            .or_else(|| {
+                IpNet::new(a.addr(), if a.addr().is_ipv4() { 24 } else { 64 })
+                    .ok()
+                    .map(|n| n.trunc())
+            });
+        if let Some(c) = cidr {
+            if !out.contains(&c) {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+fn pod_addresses<'a>(pods: impl Iterator<Item = &'a Namespace>) -> Vec<IpNet> {
+    pods.flat_map(|p| p.links.iter().filter(|l| l.kind != LinkKind::Loopback))
+        .flat_map(|l| l.addresses.iter().copied())
+        .collect()
+}
+
+/// Applies the plan and makes it a [`Lab`] (standing when
+/// `opts.persistent` names it). On error nothing is left behind.
+/// `origin` names the capture file a namespace's objects came from.
+pub fn build(
+    model: &LabModel,
+    topo: Topology,
+    opts: UpOptions,
+    origin: &dyn Fn(&str) -> Option<PathBuf>,
+) -> Result<(Lab, Vec<NotMade>), LabError> {
+    std::fs::create_dir_all(&opts.run_dir)
+        .map_err(|e| setup(format!("run dir {}: {e}", opts.run_dir.display())))?;
+    let for_ns = opts.clone();
+    let make = move |role: &str| super::build::make_ns(&for_ns, role);
+    let started = std::time::Instant::now();
+    let applied = apply::apply(
+        model,
+        &apply::Options {
+            make_ns: Some(&make),
+        },
+    )
+    .map_err(|e| {
+        let file = match &e {
+            apply::ApplyError::Object { namespace, .. } => origin(namespace),
+            _ => None,
+        };
+        match file {
+            Some(f) => setup(format!("{}: {e}", f.display())),
+            None => setup(format!("replay: {e}")),
+        }
+    })?;
+    let elapsed = started.elapsed();
+    let plugin_dir = opts.plugin_dir.clone().unwrap_or_else(|| {
+        super::build::own_dir()
+            .unwrap_or_default()
+            .display()
+            .to_string()
+    });
+    let not_made = applied.not_made.clone();
+    let mut lab = into_lab(applied, topo, opts, &plugin_dir)?;
+    lab.phases.push(("apply".into(), elapsed));
+    Ok((lab, not_made))
+}
+
+fn into_lab(
+    applied: Applied,
+    topo: Topology,
+    opts: UpOptions,
+    plugin_dir: &str,
+) -> Result<Lab, LabError> {
+    let mut switch = None;
+    let mut extra = Vec::new();
+    for (role, ns) in applied.underlay {
+        if role == "switch" {
+            switch = Some(ns);
+        } else {
+            extra.push(ns);
+        }
+    }
+    let switch = switch.ok_or_else(|| setup("replay: no switch"))?;
+    let conf = serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "cnilab-replay",
+        "plugins": [{"type": NO_PLUGIN}],
+    })
+    .to_string();
+    let mut nodes = Vec::new();
+    for n in applied.nodes {
+        let spec = topo
+            .node(&n.name)
+            .cloned()
+            .ok_or_else(|| setup(format!("replay: node {} not planned", n.name)))?;
+        let node_dir = opts.run_dir.join(&n.name);
+        std::fs::create_dir_all(&node_dir)
+            .map_err(|e| setup(format!("{}: {e}", node_dir.display())))?;
+        let conf_path = node_dir.join("net.conflist");
+        std::fs::write(&conf_path, &conf)
+            .map_err(|e| setup(format!("{}: {e}", conf_path.display())))?;
+        let net = NetworkConfig::parse(&conf, &conf_path)?;
+        let runtime = Runtime::new(plugin_dir)
+            .in_netns(&n.ns)?
+            .with_cache_dir(&node_dir.join("results"));
+        // What was captured as a pod but is no `<node>-pod<k>` (a NAT box
+        // with a veth to the node) stands beside the lab, not probed.
+        let mut pods = Vec::new();
+        for (name, ns) in n.pods {
+            match is_pod_role(&n.name, &name) {
+                true => pods.push(Pod {
+                    container_id: format!("cnilab-{name}"),
+                    ips: Vec::new(),
+                    name,
+                    ns,
+                }),
+                false => extra.push(ns),
+            }
+        }
+        nodes.push(Node {
+            spec,
+            ns: n.ns,
+            runtime,
+            net,
+            pods,
+            agent: None,
+            cri: None,
+        });
+    }
+    Ok(Lab {
+        topo,
+        opts,
+        plugin_dir: plugin_dir.to_string(),
+        switch,
+        external: None,
+        nodes,
+        phases: Vec::new(),
+        extra,
+        containerd: None,
+    })
+}
+
+/// `<node>-pod<k>`.
+fn is_pod_role(node: &str, name: &str) -> bool {
+    name.strip_prefix(node)
+        .and_then(|r| r.strip_prefix("-pod"))
+        .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Loads, plans and builds: the replayed lab and what was not made.
+pub fn replay(
+    name: &str,
+    paths: &[PathBuf],
+    opts: UpOptions,
+) -> Result<(Lab, Vec<NotMade>), LabError> {
+    let loaded = load(paths)?;
+    let (model, topo) = plan(name, &loaded)?;
+    let origin = |ns: &str| {
+        model
+            .nodes
+            .iter()
+            .zip(&loaded)
+            .find(|(n, _)| {
+                n.net.name == ns
+                    || n.pods.iter().any(|p| p.name == ns)
+                    || super::underlay::nat_role(&n.net.name) == ns
+            })
+            .map(|(_, l)| l.path.clone())
+    };
+    let (mut lab, not_made) = build(&model, topo, opts, &origin)?;
+    // The pods' addresses, as a lab's pods carry them (probes go to them).
+    for (node, m) in lab.nodes.iter_mut().zip(&model.nodes) {
+        for pod in node.pods.iter_mut() {
+            pod.ips = pod_addresses(m.pods.iter().filter(|p| p.name == pod.name));
+        }
+    }
+    Ok((lab, not_made))
+}
+
+/// The run directory must not outlive a failed standing replay.
+pub fn forget_run_dir(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}
