@@ -28,6 +28,10 @@ pub struct Bench {
     /// Network config of the plugin to compare with.
     #[arg(long, requires = "vs_plugin_dir")]
     pub vs_config: Option<PathBuf>,
+    /// Directory holding `cnilab-floor`, the floor every figure is also
+    /// compared with (default: next to cnilab, else in --plugin-dir).
+    #[arg(long)]
+    pub floor_dir: Option<String>,
     #[command(flatten)]
     pub output: OutputArgs,
     /// Same as `-o json` (older spelling).
@@ -46,6 +50,7 @@ impl Bench {
             parallel: self.parallel,
             versus: self.vs_plugin_dir.zip(self.vs_config),
             timeout: self.plugin.timeout,
+            floor_dir: self.floor_dir,
         };
         let result = bench::run(&opts)?;
         if self.json || self.output.output == Format::Json {
