@@ -8,7 +8,8 @@
 //! [`netns::netlink_job`], on dedicated threads) and holds the throwaway [`netns::Netns`] and
 //! [`netns::sweep`]; [`nl`] reads and writes links, addresses and routes
 //! through a handle bound to one namespace; [`nft`] runs `nft -f -` in a
-//! namespace; [`naming`] derives veth names and MACs (pure); [`snapshot`]
+//! namespace; [`nftnl`] adds and removes set elements over netlink (the
+//! per-pod masquerade change, no process); [`naming`] derives veth names and MACs (pure); [`snapshot`]
 //! reads what a namespace holds and compares two readings; [`cluster`]
 //! has the node sanity rules (NAT address, overlapping pod CIDRs); [`testing`]
 //! (feature `testing`) has the root-test fixtures and `require_root`.
@@ -20,6 +21,7 @@ pub mod cluster;
 pub mod naming;
 pub mod netns;
 pub mod nft;
+pub mod nftnl;
 pub mod nl;
 pub mod snapshot;
 pub mod spec;
