@@ -396,6 +396,71 @@ fn bench_measures_ours_and_the_reference_against_the_floor() {
     );
 }
 
+#[test]
+fn bench_with_lab_prints_the_lab_figures() {
+    let _host = host_untouched();
+    require_root();
+    require_reference();
+    built_dir(&["cnilab-bridge"]);
+    let config = examples_dir().join("reference-bridge.conflist");
+    let bench = |extra: &[&str]| {
+        cnilab()
+            .args([
+                "bench",
+                "--pods",
+                "1",
+                "--parallel",
+                "1",
+                "--plugin-dir",
+                REFERENCE_DIR,
+            ])
+            .arg("--config")
+            .arg(&config)
+            .args(["--floor-dir", "/nonexistent"])
+            .args(extra)
+            .output()
+            .expect("runs")
+    };
+    let out = bench(&["--lab", "2x2", "-o", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let lab = &report["lab"];
+    assert_eq!(lab["verdict"], "pass", "{lab}");
+    assert_eq!(
+        (lab["nodes"].as_u64(), lab["pods_per_node"].as_u64()),
+        (Some(2), Some(2))
+    );
+    assert!(lab["probes"].as_u64().unwrap_or(0) > 0, "{lab}");
+    let phase = |name: &str| {
+        lab["phases"]
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["phase"] == name))
+            .and_then(|p| p["ms"].as_f64())
+            .unwrap_or_else(|| panic!("no {name} phase in {lab}"))
+    };
+    let attach = phase("attach");
+    assert!(
+        attach > 0.0 && phase("up") > 0.0 && phase("checks") > 0.0,
+        "{lab}"
+    );
+    let per_pod = lab["attach_ms_per_pod"].as_f64().unwrap_or(-1.0);
+    assert!((per_pod - attach / 4.0).abs() < 1e-6, "{lab}");
+    assert!(lab["total_ms"].as_f64().unwrap_or(0.0) >= attach, "{lab}");
+    assert!(lab["max_rss_kib"].as_u64().unwrap_or(0) > 0, "{lab}");
+
+    let out = bench(&["--lab", "0x5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("expected NODESxPODS"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A pid that no process has now (a child that already exited and was reaped).
 fn dead_pid() -> u32 {
     let mut child = std::process::Command::new("true").spawn().expect("true");

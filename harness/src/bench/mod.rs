@@ -2,8 +2,10 @@
 //! second one beside it), sequential and parallel, driven by [`Runtime`]
 //! inside a throwaway host namespace, with a bare-veth baseline; and
 //! (`variants`) both against a floor, `cnilab-floor`, on ADD, ADD with
-//! `ipMasq`, ADD dual-stack and DEL, as ratios from one run.
+//! `ipMasq`, ADD dual-stack and DEL, as ratios from one run; with
+//! `--lab`, a lab run's figures (`lab`, filled in by the CLI).
 
+pub mod lab;
 pub mod variants;
 
 use crate::netns::{Netns, NetnsError};
@@ -92,6 +94,8 @@ pub struct BenchReport {
     /// `None` when `cnilab-floor` was not found (`floor_missing` says so).
     pub floor: Option<variants::FloorComparison>,
     pub floor_missing: Option<String>,
+    /// `--lab NODESxPODS`: the lab run's figures.
+    pub lab: Option<lab::LabFigures>,
 }
 
 /// Runs the benchmark. Everything happens inside throwaway namespaces.
@@ -117,6 +121,7 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
         baseline,
         floor,
         floor_missing,
+        lab: None,
     })
 }
 
@@ -449,6 +454,10 @@ impl fmt::Display for BenchReport {
             (Some(floor), _) => write!(f, "{floor}"),
             (None, Some(missing)) => writeln!(f, "no floor comparison: {missing}"),
             (None, None) => Ok(()),
+        }?;
+        match &self.lab {
+            Some(lab) => write!(f, "\n{lab}"),
+            None => Ok(()),
         }
     }
 }

@@ -174,6 +174,18 @@ pub fn run(
     groups: &[String],
     out: &Outputs,
 ) -> CliResult {
+    let report = run_report(args, plugin_dir, groups)?;
+    emit(&report, out)?;
+    Ok(verdict(&report))
+}
+
+/// `cnilab lab run` up to its report (`cnilab bench --lab` prints its
+/// figures).
+pub fn run_report(
+    args: &TopologyArgs,
+    plugin_dir: Option<String>,
+    groups: &[String],
+) -> Result<Report, Box<dyn std::error::Error>> {
     netns::require_root()?;
     super::checks::check_groups(groups)?;
     let topo = topology(args)?;
@@ -194,9 +206,7 @@ pub fn run(
     let run_dir = opts.run_dir.clone();
     let report = super::run_planned(topo, opts, groups, true, &host);
     let _ = std::fs::remove_dir_all(&run_dir);
-    let report = report?;
-    emit(&report, out)?;
-    Ok(verdict(&report))
+    Ok(report?)
 }
 
 /// `cnilab lab up`.
