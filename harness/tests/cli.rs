@@ -374,7 +374,17 @@ fn bench_measures_ours_and_the_reference_against_the_floor() {
     assert!(report["floor"]["versus"].is_null());
 
     // A --floor-dir without the floor is said, not ignored.
-    let out = cnilab()
+    let out = reference_bench_without_floor(&[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("no floor comparison: --floor-dir /nonexistent has no cnilab-floor"),
+        "{text}"
+    );
+}
+
+/// `cnilab bench` of one reference pod, with a --floor-dir that has no floor.
+fn reference_bench_without_floor(extra: &[&str]) -> std::process::Output {
+    cnilab()
         .args([
             "bench",
             "--pods",
@@ -387,13 +397,9 @@ fn bench_measures_ours_and_the_reference_against_the_floor() {
         .arg("--config")
         .arg(examples_dir().join("reference-bridge.conflist"))
         .args(["--floor-dir", "/nonexistent"])
+        .args(extra)
         .output()
-        .expect("runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("no floor comparison: --floor-dir /nonexistent has no cnilab-floor"),
-        "{text}"
-    );
+        .expect("runs")
 }
 
 #[test]
@@ -402,25 +408,7 @@ fn bench_with_lab_prints_the_lab_figures() {
     require_root();
     require_reference();
     built_dir(&["cnilab-bridge"]);
-    let config = examples_dir().join("reference-bridge.conflist");
-    let bench = |extra: &[&str]| {
-        cnilab()
-            .args([
-                "bench",
-                "--pods",
-                "1",
-                "--parallel",
-                "1",
-                "--plugin-dir",
-                REFERENCE_DIR,
-            ])
-            .arg("--config")
-            .arg(&config)
-            .args(["--floor-dir", "/nonexistent"])
-            .args(extra)
-            .output()
-            .expect("runs")
-    };
+    let bench = reference_bench_without_floor;
     let out = bench(&["--lab", "2x2", "-o", "json"]);
     assert!(
         out.status.success(),
