@@ -275,6 +275,180 @@ fn bench_prints_both_plugins_and_the_baseline() {
     }
 }
 
+/// The build's own directory (`target/<profile>`), which must hold
+/// `names` (`cargo build --workspace` builds them all).
+fn built_dir(names: &[&str]) -> std::path::PathBuf {
+    let cnilab = assert_cmd::cargo::cargo_bin("cnilab");
+    let dir = cnilab.parent().expect("target dir").to_path_buf();
+    for name in names {
+        assert!(
+            dir.join(name).is_file(),
+            "{} is missing: build it first with `cargo build --workspace`",
+            dir.join(name).display()
+        );
+    }
+    dir
+}
+
+#[test]
+fn bench_measures_ours_and_the_reference_against_the_floor() {
+    let _host = host_untouched();
+    require_root();
+    require_reference();
+    let dir = built_dir(&["cnilab-bridge", "cnilab-floor"]);
+    let out = cnilab()
+        .args(["bench", "--pods", "3", "--parallel", "1", "--plugin-dir"])
+        .arg(&dir)
+        .arg("--config")
+        .arg(examples_dir().join("cnilab-bridge.conflist"))
+        .args(["--vs-plugin-dir", REFERENCE_DIR, "--vs-config"])
+        .arg(examples_dir().join("reference-bridge.conflist"))
+        .arg("--floor-dir")
+        .arg(&dir)
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = text
+        .split("against the floor")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no floor table in:\n{text}"));
+    // F median, F p95, A median, A p95, A/F, A-F, B median, B p95, B/F, B/A.
+    for row in ["ADD", "ADD ipMasq", "ADD dual-stack", "DEL"] {
+        let rest = table
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(row)
+                    .filter(|r| r.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+            })
+            .unwrap_or_else(|| panic!("missing {row:?} in:\n{table}"));
+        let line = format!("{row}{rest}");
+        let (ms, ratios) = figures(rest);
+        let (&[f_med, f_p95, a_med, a_p95, a_minus_f, b_med, b_p95], &[a_f, b_f, b_a]) =
+            (&ms[..], &ratios[..])
+        else {
+            panic!("{row}: expected 7 ms figures and 3 ratios in {line:?}");
+        };
+        for (med, p95) in [(f_med, f_p95), (a_med, a_p95), (b_med, b_p95)] {
+            assert!(med > 0.0 && med <= p95, "{line}");
+        }
+        assert!(ratio_agrees(a_f, f_med, a_med), "A/F: {line}");
+        assert!(ratio_agrees(b_f, f_med, b_med), "B/F: {line}");
+        assert!(ratio_agrees(b_a, a_med, b_med), "B/A: {line}");
+        assert!((a_minus_f - (a_med - f_med)).abs() <= 0.011, "A-F: {line}");
+    }
+    assert!(table.contains("cnilab-floor"), "{table}");
+
+    let out = cnilab()
+        .args([
+            "bench",
+            "--pods",
+            "2",
+            "--parallel",
+            "1",
+            "-o",
+            "json",
+            "--plugin-dir",
+        ])
+        .arg(&dir)
+        .arg("--config")
+        .arg(examples_dir().join("cnilab-bridge.conflist"))
+        .arg("--floor-dir")
+        .arg(&dir)
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    for side in ["floor", "ours"] {
+        for variant in ["add", "add_masq", "add_dual_stack", "del"] {
+            assert_eq!(
+                report["floor"][side][variant]["count"], 2,
+                "{side}.{variant}"
+            );
+        }
+    }
+    assert!(report["floor"]["versus"].is_null());
+
+    // A --floor-dir without the floor is said, not ignored.
+    let out = reference_bench_without_floor(&[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("no floor comparison: --floor-dir /nonexistent has no cnilab-floor"),
+        "{text}"
+    );
+}
+
+/// `cnilab bench` of one reference pod, with a --floor-dir that has no floor.
+fn reference_bench_without_floor(extra: &[&str]) -> std::process::Output {
+    cnilab()
+        .args([
+            "bench",
+            "--pods",
+            "1",
+            "--parallel",
+            "1",
+            "--plugin-dir",
+            REFERENCE_DIR,
+        ])
+        .arg("--config")
+        .arg(examples_dir().join("reference-bridge.conflist"))
+        .args(["--floor-dir", "/nonexistent"])
+        .args(extra)
+        .output()
+        .expect("runs")
+}
+
+#[test]
+fn bench_with_lab_prints_the_lab_figures() {
+    let _host = host_untouched();
+    require_root();
+    require_reference();
+    built_dir(&["cnilab-bridge"]);
+    let bench = reference_bench_without_floor;
+    let out = bench(&["--lab", "2x2", "-o", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let lab = &report["lab"];
+    assert_eq!(lab["verdict"], "pass", "{lab}");
+    assert_eq!(
+        (lab["nodes"].as_u64(), lab["pods_per_node"].as_u64()),
+        (Some(2), Some(2))
+    );
+    assert!(lab["probes"].as_u64().unwrap_or(0) > 0, "{lab}");
+    let phase = |name: &str| {
+        lab["phases"]
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["phase"] == name))
+            .and_then(|p| p["ms"].as_f64())
+            .unwrap_or_else(|| panic!("no {name} phase in {lab}"))
+    };
+    let attach = phase("attach");
+    assert!(
+        attach > 0.0 && phase("up") > 0.0 && phase("checks") > 0.0,
+        "{lab}"
+    );
+    let per_pod = lab["attach_ms_per_pod"].as_f64().unwrap_or(-1.0);
+    assert!((per_pod - attach / 4.0).abs() < 1e-6, "{lab}");
+    assert!(lab["total_ms"].as_f64().unwrap_or(0.0) >= attach, "{lab}");
+    assert!(lab["max_rss_kib"].as_u64().unwrap_or(0) > 0, "{lab}");
+
+    let out = bench(&["--lab", "0x5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("expected NODESxPODS"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A pid that no process has now (a child that already exited and was reaped).
 fn dead_pid() -> u32 {
     let mut child = std::process::Command::new("true").spawn().expect("true");

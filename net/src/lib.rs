@@ -9,7 +9,9 @@
 //! [`netns::sweep`]; [`nl`] reads and writes links, addresses and routes
 //! through a handle bound to one namespace; [`nft`] runs `nft -f -` in a
 //! namespace; [`masquerade`] writes a node's masquerade chain (the agent's
-//! and the lab's); [`naming`] derives veth names and MACs (pure); [`snapshot`]
+//! and the lab's); [`nftnl`] adds and removes set elements over netlink (the
+//! per-pod masquerade change, no process); [`naming`] derives veth names and
+//! MACs (pure); [`snapshot`]
 //! reads what a namespace holds and compares two readings; [`cluster`]
 //! has the node sanity rules (NAT address, overlapping pod CIDRs); [`testing`]
 //! (feature `testing`) has the root-test fixtures and `require_root`.
@@ -22,6 +24,7 @@ pub mod masquerade;
 pub mod naming;
 pub mod netns;
 pub mod nft;
+pub mod nftnl;
 pub mod nl;
 pub mod snapshot;
 pub mod spec;

@@ -2,13 +2,19 @@
 //! pod's range is SNATed to the node.
 //!
 //! nftables: one table per network, `inet cnilab_<hash>`, holding a set of
-//! pod addresses per family and a postrouting chain whose rules are rebuilt
-//! from the config on every ADD (so they never pile up). A pod's ADD adds its
-//! address to the set, DEL removes it; the batch is atomic, fed to `nft -f -`
-//! on stdin. Where `nft` is missing, iptables rules tagged with a comment.
+//! pod addresses per family and a postrouting chain whose rules come from
+//! the config. The table also holds an empty marker set named after a hash
+//! of those rules (`rules_<hash>`): when it is there, the rules are the
+//! config's and a pod's ADD only adds its address to the set, over netlink
+//! (`cnilab_net::nftnl`, one atomic batch, no process); otherwise (the
+//! node's first ADD, or a config with other rules) the whole ruleset is
+//! (re)loaded with `nft -f -`, its chain flushed first so rules never pile
+//! up. DEL removes the address over netlink (a missing table or set: nothing
+//! to remove). Where `nft` is missing, iptables rules tagged with a comment.
 
 use crate::error::{CniError, Result};
 use cnilab_net::naming::fnv1a;
+use cnilab_net::nftnl::{self, ElementOp, SetChange};
 use ipnet::IpNet;
 use std::io::Write;
 use std::net::IpAddr;
@@ -55,8 +61,32 @@ fn elements(ips: &[IpAddr]) -> (String, String) {
     (join(true), join(false))
 }
 
+/// The marker set whose presence says the table holds exactly the rules of
+/// `subnets` (a hash of the rules' text).
+pub fn rules_marker(network: &str, subnets: &[IpNet]) -> String {
+    format!("rules_{:016x}", fnv1a(rules(network, subnets).as_bytes()))
+}
+
 /// The nft batch that masquerades `ips` (pods of `subnets`).
 pub fn add_batch(network: &str, subnets: &[IpNet], ips: &[IpAddr]) -> String {
+    let table = table_name(network);
+    let mut s = rules(network, subnets);
+    s.push_str(&format!(
+        "add set inet {table} {} {{ type ipv4_addr; }}\n",
+        rules_marker(network, subnets)
+    ));
+    let (e4, e6) = elements(ips);
+    if !e4.is_empty() {
+        s.push_str(&format!("add element inet {table} pods4 {{ {e4} }}\n"));
+    }
+    if !e6.is_empty() {
+        s.push_str(&format!("add element inet {table} pods6 {{ {e6} }}\n"));
+    }
+    s
+}
+
+/// The table, its sets and its chain, flushed and refilled from `subnets`.
+fn rules(network: &str, subnets: &[IpNet]) -> String {
     let table = table_name(network);
     let mut s = set_decls(&table);
     s.push_str(&format!(
@@ -78,30 +108,79 @@ pub fn add_batch(network: &str, subnets: &[IpNet], ips: &[IpAddr]) -> String {
             nets.join(", ")
         ));
     }
-    let (e4, e6) = elements(ips);
-    if !e4.is_empty() {
-        s.push_str(&format!("add element inet {table} pods4 {{ {e4} }}\n"));
-    }
-    if !e6.is_empty() {
-        s.push_str(&format!("add element inet {table} pods6 {{ {e6} }}\n"));
-    }
     s
 }
 
-/// The nft batch that stops masquerading `ips`. Adding before deleting makes
-/// the delete succeed whether or not the element was there: DEL is idempotent.
-pub fn del_batch(network: &str, ips: &[IpAddr]) -> String {
-    let table = table_name(network);
-    let mut s = set_decls(&table);
-    let (e4, e6) = elements(ips);
-    for (set, e) in [("pods4", e4), ("pods6", e6)] {
-        if !e.is_empty() {
-            s.push_str(&format!(
-                "add element inet {table} {set} {{ {e} }}\ndelete element inet {table} {set} {{ {e} }}\n"
-            ));
+/// The per-family changes of the pod sets: `ops` applied to each family's
+/// addresses in `ips`.
+fn set_changes<'a>(
+    table: &'a str,
+    v4: &'a [IpAddr],
+    v6: &'a [IpAddr],
+    ops: &[ElementOp],
+) -> Vec<SetChange<'a>> {
+    let mut changes = Vec::new();
+    for (set, elements) in [("pods4", v4), ("pods6", v6)] {
+        for &op in ops {
+            changes.push(SetChange {
+                table,
+                set,
+                op,
+                elements,
+            });
         }
     }
-    s
+    changes
+}
+
+fn split_families(ips: &[IpAddr]) -> (Vec<IpAddr>, Vec<IpAddr>) {
+    ips.iter().partition(|ip| ip.is_ipv4())
+}
+
+/// ADD over netlink when the marker says the rules are in place; `false`
+/// when they are not (or netlink is not available): load them with nft.
+fn add_over_netlink(network: &str, subnets: &[IpNet], ips: &[IpAddr]) -> Result<bool> {
+    let Ok(socket) = nftnl::Socket::open() else {
+        return Ok(false);
+    };
+    let table = table_name(network);
+    let marker = rules_marker(network, subnets);
+    match socket.set_exists(nftnl::FAMILY_INET, &table, &marker) {
+        Ok(true) => {}
+        Ok(false) => return Ok(false),
+        Err(e) => return Err(CniError::kernel("look up the masquerade rules", e)),
+    }
+    let (v4, v6) = split_families(ips);
+    match socket.apply(
+        nftnl::FAMILY_INET,
+        &set_changes(&table, &v4, &v6, &[ElementOp::Add]),
+    ) {
+        Ok(()) => Ok(true),
+        // The table went away meanwhile: load it all.
+        Err(e) if e.raw_os_error() == Some(nix::libc::ENOENT) => Ok(false),
+        Err(e) => Err(CniError::kernel(
+            format!("masquerade {ips:?} in table inet {table}"),
+            e,
+        )),
+    }
+}
+
+/// Stops masquerading `ips` over netlink, in one batch. Adding before
+/// deleting makes the delete succeed whether or not the element was there:
+/// DEL is idempotent. No table or set: nothing to remove.
+fn del_over_netlink(network: &str, ips: &[IpAddr]) -> Result<()> {
+    let table = table_name(network);
+    let socket = nftnl::Socket::open().map_err(|e| CniError::kernel("netfilter netlink", e))?;
+    let (v4, v6) = split_families(ips);
+    let changes = set_changes(&table, &v4, &v6, &[ElementOp::Add, ElementOp::Delete]);
+    match socket.apply(nftnl::FAMILY_INET, &changes) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(nix::libc::ENOENT) => Ok(()),
+        Err(e) => Err(CniError::kernel(
+            format!("unmasquerade {ips:?} in table inet {table}"),
+            e,
+        )),
+    }
 }
 
 fn run_nft(batch: &str) -> Result<()> {
@@ -206,6 +285,9 @@ fn use_nft() -> bool {
 /// Starts masquerading for `ips`.
 pub fn add(network: &str, subnets: &[IpNet], ips: &[IpAddr]) -> Result<()> {
     if use_nft() {
+        if add_over_netlink(network, subnets, ips)? {
+            return Ok(());
+        }
         return run_nft(&add_batch(network, subnets, ips));
     }
     for v4 in [true, false] {
@@ -222,7 +304,7 @@ pub fn del(network: &str, _subnets: &[IpNet], ips: &[IpAddr]) -> Result<()> {
         return Ok(());
     }
     if use_nft() {
-        return run_nft(&del_batch(network, ips));
+        return del_over_netlink(network, ips);
     }
     let chain = chain_name(network);
     for ip in ips {
@@ -302,11 +384,36 @@ mod tests {
         )));
         assert!(!restore.contains("fd00"), "v4 input has no v6 address");
         assert!(restore.ends_with("COMMIT\n"));
-        let del = del_batch("n", &ips[..1]);
-        assert!(del.contains("delete element inet"));
-        assert!(
-            !del.contains("fd00:1::5"),
-            "no v6 element for a v4-only delete"
+        let marker = rules_marker("n", &subnets);
+        assert!(add.contains(&format!(
+            "add set inet {table_n} {marker} ",
+            table_n = table_name("n")
+        )));
+        assert_eq!(marker, rules_marker("n", &subnets), "stable");
+        assert_ne!(
+            marker,
+            rules_marker("n", &subnets[..1]),
+            "other rules, other marker"
+        );
+        assert_ne!(
+            marker,
+            rules_marker("m", &subnets),
+            "other table, other marker"
+        );
+        let (v4, v6) = split_families(&ips);
+        let changes = set_changes("t", &v4, &v6, &[ElementOp::Add, ElementOp::Delete]);
+        let sets: Vec<(&str, ElementOp, usize)> = changes
+            .iter()
+            .map(|c| (c.set, c.op, c.elements.len()))
+            .collect();
+        assert_eq!(
+            sets,
+            [
+                ("pods4", ElementOp::Add, 1),
+                ("pods4", ElementOp::Delete, 1),
+                ("pods6", ElementOp::Add, 1),
+                ("pods6", ElementOp::Delete, 1)
+            ]
         );
     }
 }

@@ -664,6 +664,74 @@ fn ruleset(host: &Netns) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Issue 23: once a node's masquerade table holds the config's rules, a
+/// pod's ADD and DEL change its set over netlink and start no `nft`
+/// process (an `nft` first on PATH that refuses to run proves it); a
+/// config whose rules differ still gets them rebuilt.
+#[test]
+fn masquerade_after_the_first_add_starts_no_nft_process() {
+    let _host = host_untouched();
+    let lab = Lab::new();
+    let conf = config("v4", lab.data.path());
+    let fake = tempfile::tempdir().expect("fake bin dir");
+    let nft = fake.path().join("nft");
+    std::fs::write(&nft, "#!/bin/sh\necho \"nft was run: $*\" >&2\nexit 1\n").expect("fake nft");
+    std::fs::set_permissions(&nft, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", fake.path().display());
+    let run = |command: &str, id: &str, pod: &Netns, conf: &Value| {
+        let mut cmd = lab.host.command(&lab.plugin);
+        cmd.env_clear()
+            .env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", id)
+            .env("CNI_NETNS", pod.path())
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", "/nonexistent")
+            .env("PATH", &path);
+        assert_cmd::Command::from_std(cmd)
+            .write_stdin(conf.to_string())
+            .output()
+            .expect("runs")
+    };
+    let first = Netns::with_label("masq-a").expect("pod");
+    let a = lab.add("masq-a", &first, &conf).ips[0].address.addr();
+    let second = Netns::with_label("masq-b").expect("pod");
+    let b = result_of(&run("ADD", "masq-b", &second, &conf)).ips[0]
+        .address
+        .addr();
+    let rules = ruleset(&lab.host);
+    assert!(
+        rules.contains(&a.to_string()) && rules.contains(&b.to_string()),
+        "{rules}"
+    );
+    let out = run("DEL", "masq-b", &second, &conf);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rules = ruleset(&lab.host);
+    assert!(!rules.contains(&b.to_string()), "unmasqueraded: {rules}");
+    assert!(
+        rules.contains(&a.to_string()),
+        "the other pod kept: {rules}"
+    );
+    // Other rules: rebuilt (by nft, once), the pods' entries kept.
+    let mut changed = conf.clone();
+    changed["ipMasqExclude"] = json!(["10.0.0.0/8"]);
+    let third = Netns::with_label("masq-c").expect("pod");
+    let c = lab.add("masq-c", &third, &changed).ips[0].address.addr();
+    let rules = ruleset(&lab.host);
+    assert!(rules.contains("10.0.0.0/8"), "rules rebuilt: {rules}");
+    assert!(
+        rules.contains(&a.to_string()) && rules.contains(&c.to_string()),
+        "{rules}"
+    );
+    lab.del_ok("masq-a", Some(first.path()), &conf);
+    lab.del_ok("masq-c", Some(third.path()), &changed);
+}
+
 /// Issue 11, point 2: a DEL for a container that was never added, with a
 /// `prevResult` forged to list another pod's address, leaves that pod's
 /// masquerade entry: DEL takes addresses from its own records only.

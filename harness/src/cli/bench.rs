@@ -10,8 +10,8 @@ use std::path::PathBuf;
 #[derive(clap::Args)]
 #[command(after_help = concat!("Examples:\n  \
     cnilab bench --plugin-dir target/release --config harness/examples/cnilab-bridge.conflist --pods 100\n  \
-    cnilab bench --plugin-dir target/release --config a.conflist \\\n      \
-    --vs-plugin-dir /usr/lib/cni --vs-config harness/examples/reference-bridge.conflist -o json\n\n",
+    cnilab bench --plugin-dir target/release --config harness/examples/cnilab-bridge.conflist \\\n      \
+    --vs-plugin-dir /usr/lib/cni --vs-config harness/examples/reference-bridge.conflist --lab 10x100\n\n",
     crate::exit_codes_help!()))]
 pub struct Bench {
     #[command(flatten)]
@@ -28,6 +28,19 @@ pub struct Bench {
     /// Network config of the plugin to compare with.
     #[arg(long, requires = "vs_plugin_dir")]
     pub vs_config: Option<PathBuf>,
+    /// Also run a throwaway lab of NODESxPODS (`10x100`) with the bundled
+    /// cnilab-bridge and print its verdict, phases, attach time per pod and
+    /// peak memory.
+    #[arg(long, value_name = "NODESxPODS", value_parser = crate::bench::lab::parse_size)]
+    pub lab: Option<(usize, usize)>,
+    /// With --lab: raise the host's neighbour-table thresholds for the run
+    /// if the lab needs it (restored afterwards).
+    #[arg(long, requires = "lab")]
+    pub tune_host: bool,
+    /// Directory holding `cnilab-floor`, the floor every figure is also
+    /// compared with (default: next to cnilab, else in --plugin-dir).
+    #[arg(long)]
+    pub floor_dir: Option<String>,
     #[command(flatten)]
     pub output: OutputArgs,
     /// Same as `-o json` (older spelling).
@@ -46,13 +59,49 @@ impl Bench {
             parallel: self.parallel,
             versus: self.vs_plugin_dir.zip(self.vs_config),
             timeout: self.plugin.timeout,
+            floor_dir: self.floor_dir,
         };
-        let result = bench::run(&opts)?;
+        let mut result = bench::run(&opts)?;
+        let mut passed = true;
+        if let Some(size) = self.lab {
+            let figures = run_lab(size, self.tune_host)?;
+            passed = figures.passed;
+            result.lab = Some(figures);
+        }
         if self.json || self.output.output == Format::Json {
             println!("{}", report::json("BenchReport", &result));
         } else {
             report::print_human(&result.to_string());
         }
-        Ok(report::verdict(true))
+        Ok(report::verdict(passed))
     }
+}
+
+/// One throwaway `cnilab lab run` of `size`, its figures.
+fn run_lab(
+    (nodes, pods): (usize, usize),
+    tune_host: bool,
+) -> Result<crate::bench::lab::LabFigures, Box<dyn std::error::Error>> {
+    use super::lab::{run_report, TopologyFlags};
+    let args = TopologyFlags {
+        nodes: Some(nodes),
+        pods_per_node: Some(pods),
+        ..TopologyFlags::default()
+    };
+    let started = std::time::Instant::now();
+    let report = run_report(&args, tune_host, &[])?;
+    let verdict = if report.inconclusive.is_some() {
+        "inconclusive"
+    } else if report.passed() {
+        "pass"
+    } else {
+        "fail"
+    };
+    Ok(crate::bench::lab::LabFigures::new(
+        (nodes, pods),
+        verdict,
+        report.probes,
+        &report.phases_ms,
+        started.elapsed(),
+    ))
 }

@@ -29,7 +29,7 @@ pub struct Lab {
     pub command: LabCmd,
 }
 
-#[derive(clap::Args)]
+#[derive(clap::Args, Default)]
 pub struct TopologyFlags {
     /// Topology file (TOML; examples in lab/topologies/).
     #[arg(long, conflicts_with = "nodes")]
@@ -354,7 +354,18 @@ fn verdict(r: &Report) -> ExitCode {
 
 /// `cnilab lab run`.
 fn run(args: &TopologyFlags, tune_host: bool, out: &ReportFlags) -> CliResult {
-    let groups = &out.only;
+    let report = run_report(args, tune_host, &out.only)?;
+    emit(&report, out)?;
+    Ok(verdict(&report))
+}
+
+/// `cnilab lab run` up to its report (`cnilab bench --lab` prints its
+/// figures).
+pub(crate) fn run_report(
+    args: &TopologyFlags,
+    tune_host: bool,
+    groups: &[String],
+) -> Result<Report, Box<dyn std::error::Error>> {
     let plugin_dir = args.plugin_dir.clone();
     netns::require_root()?;
     crate::lab::checks::check_groups(groups)?;
@@ -375,9 +386,7 @@ fn run(args: &TopologyFlags, tune_host: bool, out: &ReportFlags) -> CliResult {
     let run_dir = opts.run_dir.clone();
     let report = crate::lab::run_planned(topo, opts, groups, true, &host);
     let _ = std::fs::remove_dir_all(&run_dir);
-    let report = report?;
-    emit(&report, out)?;
-    Ok(verdict(&report))
+    Ok(report?)
 }
 
 /// `cnilab lab up`.

@@ -30,8 +30,16 @@ struct Cgroup {
     procs: File,
 }
 
-/// Where this process sits in the cgroup v2 hierarchy, if it is mounted.
+/// Where this process sits in the cgroup v2 hierarchy, if it is mounted;
+/// read once per process (`/proc/self/mountinfo` grows by one line per
+/// namespace a lab mounts: read per call, a 1,000-pod lab read it 1,000
+/// times at up to 1,000 lines each).
 fn own_cgroup_dir() -> Option<PathBuf> {
+    static OWN: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    OWN.get_or_init(read_own_cgroup_dir).clone()
+}
+
+fn read_own_cgroup_dir() -> Option<PathBuf> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let mount = mountinfo.lines().find_map(|line| {
         let (left, right) = line.split_once(" - ")?;

@@ -13,6 +13,8 @@ pub mod version;
 use crate::config::{self, IpamPlan, Plan};
 use crate::env::{CniEnv, Command};
 use crate::error::{CniError, Result};
+pub use crate::notes::note;
+use crate::notes::take_notes;
 use cnilab_net::naming::fnv1a;
 pub use cnilab_net::naming::host_veth_name;
 use cnilab_net::spec::{self, code, CniResult, Version};
@@ -81,26 +83,6 @@ pub fn marked_attachment(alias: &str, network: &str) -> Option<(String, String)>
     let (hash, rest) = rest.split_once('/')?;
     let (ifname, id) = rest.split_once('/')?;
     (hash == network_hash(network)).then(|| (id.to_string(), ifname.to_string()))
-}
-
-/// Process-wide: DEL records notes from its address-release thread too.
-static NOTES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-
-/// Records something the log line must say (a link left alone and why, a
-/// malformed store entry skipped). Notes are appended to the command's log
-/// line, escaped.
-pub fn note(msg: impl Into<String>) {
-    let msg = msg.into();
-    if let Ok(mut notes) = NOTES.lock() {
-        notes.push(msg);
-    }
-}
-
-fn take_notes() -> Vec<String> {
-    NOTES
-        .lock()
-        .map(|mut n| std::mem::take(&mut *n))
-        .unwrap_or_default()
 }
 
 /// A log line with every control character escaped (`\n`, `\u{1b}`), so

@@ -1,6 +1,12 @@
 //! `cnilab bench`: ADD and DEL latency of one plugin (and optionally a
 //! second one beside it), sequential and parallel, driven by [`Runtime`]
-//! inside a throwaway host namespace, with a bare-veth baseline.
+//! inside a throwaway host namespace, with a bare-veth baseline; and
+//! (`variants`) both against a floor, `cnilab-floor`, on ADD, ADD with
+//! `ipMasq`, ADD dual-stack and DEL, as ratios from one run; with
+//! `--lab`, a lab run's figures (`lab`, filled in by the CLI).
+
+pub mod lab;
+pub mod variants;
 
 use crate::netns::{Netns, NetnsError};
 use crate::runtime::session::Session;
@@ -34,6 +40,8 @@ pub enum BenchError {
     Scratch(std::io::Error),
     #[error("--pods must be at least 1 and --parallel at least 1")]
     BadCounts,
+    #[error("{plugin}: cannot derive the floor comparison's configs: {reason}")]
+    Variant { plugin: String, reason: String },
 }
 
 /// What to measure.
@@ -49,6 +57,9 @@ pub struct BenchOptions {
     /// A second plugin to compare with (usually the reference bridge).
     pub versus: Option<(String, PathBuf)>,
     pub timeout: Duration,
+    /// Where `cnilab-floor` is; `None`: next to this program, else in
+    /// `plugin_dir`.
+    pub floor_dir: Option<String>,
 }
 
 /// Latencies of one plugin.
@@ -79,6 +90,12 @@ pub struct BenchReport {
     pub ours: PluginBench,
     pub versus: Option<PluginBench>,
     pub baseline: Baseline,
+    /// Floor, ours and versus on ADD, ADD ipMasq, ADD dual-stack and DEL;
+    /// `None` when `cnilab-floor` was not found (`floor_missing` says so).
+    pub floor: Option<variants::FloorComparison>,
+    pub floor_missing: Option<String>,
+    /// `--lab NODESxPODS`: the lab run's figures.
+    pub lab: Option<lab::LabFigures>,
 }
 
 /// Runs the benchmark. Everything happens inside throwaway namespaces.
@@ -92,12 +109,76 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
         None => None,
     };
     let baseline = bare_veth_baseline(opts.pods)?;
+    let (floor, floor_missing) = match find_floor(opts) {
+        Ok(dir) => (Some(against_floor(&dir, opts)?), None),
+        Err(missing) => (None, Some(missing)),
+    };
     Ok(BenchReport {
         pods: opts.pods,
         parallel: opts.parallel,
         ours,
         versus,
         baseline,
+        floor,
+        floor_missing,
+        lab: None,
+    })
+}
+
+/// The directory holding `cnilab-floor`: `--floor-dir`, else this
+/// program's own directory, else an entry of `--plugin-dir`.
+fn find_floor(opts: &BenchOptions) -> Result<String, String> {
+    let has = |dir: &std::path::Path| dir.join(variants::FLOOR).is_file();
+    if let Some(dir) = &opts.floor_dir {
+        return if has(dir.as_ref()) {
+            Ok(dir.clone())
+        } else {
+            Err(format!("--floor-dir {dir} has no {}", variants::FLOOR))
+        };
+    }
+    let own = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(std::path::Path::to_path_buf));
+    own.into_iter()
+        .chain(opts.plugin_dir.split(':').map(PathBuf::from))
+        .find(|dir| has(dir))
+        .map(|dir| dir.to_string_lossy().into_owned())
+        .ok_or_else(|| {
+            format!(
+                "{} is neither next to cnilab nor in --plugin-dir: build it (cargo build --release -p cnilab-plugin) or pass --floor-dir",
+                variants::FLOOR
+            )
+        })
+}
+
+fn against_floor(
+    floor_dir: &str,
+    opts: &BenchOptions,
+) -> Result<variants::FloorComparison, BenchError> {
+    fn side<'a>(dir: &'a str, config: &std::path::Path) -> Result<variants::Side<'a>, BenchError> {
+        let net = NetworkConfig::load(config).map_err(Box::new)?;
+        Ok(variants::Side {
+            label: format!("{} ({dir})", net.plugin_type(0)),
+            plugin_dir: dir,
+            net,
+        })
+    }
+    let mut sides = vec![side(&opts.plugin_dir, &opts.config)?];
+    if let Some((dir, config)) = &opts.versus {
+        sides.push(side(dir, config)?);
+    }
+    let pods: Vec<Netns> = (0..opts.pods)
+        .map(|_| Netns::with_label("bench-fpod"))
+        .collect::<Result<_, _>>()?;
+    let mut figures =
+        variants::measure(floor_dir, &sides, &pods, &opts.ifname, opts.timeout)?.into_iter();
+    let (Some(floor), Some(ours)) = (figures.next(), figures.next()) else {
+        return Err(BenchError::BadCounts);
+    };
+    Ok(variants::FloorComparison {
+        floor,
+        ours,
+        versus: figures.next(),
     })
 }
 
@@ -367,6 +448,16 @@ impl fmt::Display for BenchReport {
         if let Some(v) = &self.versus {
             write!(f, ", B {}", over(v))?;
         }
-        writeln!(f)
+        writeln!(f)?;
+        writeln!(f)?;
+        match (&self.floor, &self.floor_missing) {
+            (Some(floor), _) => write!(f, "{floor}"),
+            (None, Some(missing)) => writeln!(f, "no floor comparison: {missing}"),
+            (None, None) => Ok(()),
+        }?;
+        match &self.lab {
+            Some(lab) => write!(f, "\n{lab}"),
+            None => Ok(()),
+        }
     }
 }

@@ -1,0 +1,371 @@
+//! The floor comparison of `cnilab bench`: ADD (one IPv4 address, no
+//! masquerade), ADD with `ipMasq: true`, ADD dual-stack and DEL, for the
+//! floor (`cnilab-floor`: one veth pair into the pod namespace with one
+//! address, executed like a plugin), the measured plugin and the one it is
+//! compared with, interleaved pod by pod in one run so that a busy machine
+//! slows all of them alike. Every figure is also a ratio to the floor.
+
+use super::BenchError;
+use crate::netns::Netns;
+use crate::runtime::session::Session;
+use crate::runtime::{NetworkConfig, RuntimeConf};
+use crate::util::{Percentiles, ScratchDir};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The name of the floor binary, looked for in a plugin directory.
+pub const FLOOR: &str = "cnilab-floor";
+
+/// The four operations every side is measured on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Variant {
+    /// One IPv4 range, `ipMasq: false`.
+    Add,
+    /// One IPv4 range, `ipMasq: true`.
+    AddMasq,
+    /// An IPv4 and an IPv6 range, `ipMasq: false`.
+    AddDualStack,
+    /// DEL of what `Add` made.
+    Del,
+}
+
+impl Variant {
+    pub fn label(self) -> &'static str {
+        match self {
+            Variant::Add => "ADD",
+            Variant::AddMasq => "ADD ipMasq",
+            Variant::AddDualStack => "ADD dual-stack",
+            Variant::Del => "DEL",
+        }
+    }
+}
+
+/// One side's figures, in [`Variant`] order.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SideFigures {
+    pub label: String,
+    pub add: Percentiles,
+    pub add_masq: Percentiles,
+    pub add_dual_stack: Percentiles,
+    pub del: Percentiles,
+}
+
+impl SideFigures {
+    pub fn get(&self, v: Variant) -> Percentiles {
+        match v {
+            Variant::Add => self.add,
+            Variant::AddMasq => self.add_masq,
+            Variant::AddDualStack => self.add_dual_stack,
+            Variant::Del => self.del,
+        }
+    }
+}
+
+/// Floor, ours and (optionally) the compared plugin, measured together.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct FloorComparison {
+    pub floor: SideFigures,
+    pub ours: SideFigures,
+    pub versus: Option<SideFigures>,
+}
+
+/// One side to measure: where its plugins are and its network config.
+pub struct Side<'a> {
+    pub label: String,
+    pub plugin_dir: &'a str,
+    pub net: NetworkConfig,
+}
+
+/// The floor's own config: `addresses` are what it gives the pod.
+pub fn floor_config(dual_stack: bool) -> NetworkConfig {
+    let mut addresses = vec![json!("10.99.0.2/24")];
+    if dual_stack {
+        addresses.push(json!("fd99::2/64"));
+    }
+    let plugin = json!({"type": FLOOR, "addresses": addresses});
+    NetworkConfig {
+        name: "cnilab-floor".into(),
+        version: cnilab_net::spec::Version::new(1, 1, 0),
+        disable_check: true,
+        disable_gc: true,
+        plugins: vec![plugin.as_object().cloned().unwrap_or_default()],
+        source: Path::new("(built-in floor config)").to_path_buf(),
+    }
+}
+
+/// `net` as one variant: its first plugin's `ipMasq` set, and its IPAM
+/// ranges narrowed to the first IPv4 range (plus an IPv6 one when
+/// `dual_stack`: the config's own, else `fd00:99::/64`).
+pub fn variant_config(
+    net: &NetworkConfig,
+    masq: bool,
+    dual_stack: bool,
+) -> Result<NetworkConfig, String> {
+    let mut net = net.clone();
+    let Some(plugin) = net.plugins.first_mut() else {
+        return Err("the config names no plugin".into());
+    };
+    plugin.insert("ipMasq".into(), Value::Bool(masq));
+    let Some(Value::Object(ipam)) = plugin.get_mut("ipam") else {
+        return Err("the first plugin has no `ipam` object to vary".into());
+    };
+    let subnets: Vec<String> = match (ipam.get("ranges"), ipam.get("subnet")) {
+        (Some(Value::Array(sets)), _) => sets
+            .iter()
+            .filter_map(|set| set.get(0)?.get("subnet")?.as_str().map(str::to_string))
+            .collect(),
+        (None, Some(Value::String(s))) => vec![s.clone()],
+        _ => Vec::new(),
+    };
+    let is_v4 = |s: &&String| s.parse::<ipnet::IpNet>().is_ok_and(|n| n.addr().is_ipv4());
+    let v4 = subnets
+        .iter()
+        .find(is_v4)
+        .ok_or("the first plugin's IPAM has no IPv4 range (`ipam.ranges` or `ipam.subnet`)")?;
+    let mut ranges = vec![json!([{ "subnet": v4 }])];
+    if dual_stack {
+        let v6 = subnets
+            .iter()
+            .find(|s| !is_v4(s))
+            .cloned()
+            .unwrap_or_else(|| "fd00:99::/64".into());
+        ranges.push(json!([{ "subnet": v6 }]));
+    }
+    ipam.remove("subnet");
+    ipam.insert("ranges".into(), Value::Array(ranges));
+    Ok(net)
+}
+
+/// One side's session for one variant: its own host namespace and store.
+struct Run {
+    session: Session,
+    _store: ScratchDir,
+}
+
+/// Measures every side on every variant, `pods` of each, interleaved.
+pub fn measure(
+    floor_dir: &str,
+    sides: &[Side<'_>],
+    pods: &[Netns],
+    ifname: &str,
+    timeout: Duration,
+) -> Result<Vec<SideFigures>, BenchError> {
+    let floor = Side {
+        label: format!("{FLOOR} ({floor_dir})"),
+        plugin_dir: floor_dir,
+        net: floor_config(false),
+    };
+    let all: Vec<&Side<'_>> = std::iter::once(&floor).chain(sides).collect();
+    let variant_net = |i: usize, masq: bool, dual: bool| -> Result<NetworkConfig, BenchError> {
+        if i == 0 {
+            return Ok(floor_config(dual));
+        }
+        variant_config(&all[i].net, masq, dual).map_err(|reason| BenchError::Variant {
+            plugin: all[i].label.clone(),
+            reason,
+        })
+    };
+    let mut samples: Vec<[Vec<Duration>; 4]> = all.iter().map(|_| Default::default()).collect();
+    for (variant, masq, dual) in [
+        (Variant::Add, false, false),
+        (Variant::AddMasq, true, false),
+        (Variant::AddDualStack, false, true),
+    ] {
+        let mut runs = Vec::new();
+        for (i, side) in all.iter().enumerate() {
+            runs.push(open(
+                side,
+                &variant_net(i, masq, dual)?,
+                pods,
+                ifname,
+                timeout,
+            )?);
+        }
+        let tag = variant.label().replace(' ', "-").to_lowercase();
+        for (p, pod) in pods.iter().enumerate() {
+            let rt = RuntimeConf::new(&format!("bench-{tag}-{p}"), Some(pod.path()), ifname);
+            // Side by side in the same pod namespace: each side's DEL
+            // follows its ADD, before the next side's ADD.
+            for (i, run) in runs.iter().enumerate() {
+                let t = Instant::now();
+                call(all[i], run, &rt, "ADD")?;
+                samples[i][variant as usize].push(t.elapsed());
+                let t = Instant::now();
+                call(all[i], run, &rt, "DEL")?;
+                if variant == Variant::Add {
+                    samples[i][Variant::Del as usize].push(t.elapsed());
+                }
+            }
+        }
+    }
+    Ok(all
+        .iter()
+        .zip(samples)
+        .map(|(side, [add, masq, dual, del])| SideFigures {
+            label: side.label.clone(),
+            add: Percentiles::of(&add),
+            add_masq: Percentiles::of(&masq),
+            add_dual_stack: Percentiles::of(&dual),
+            del: Percentiles::of(&del),
+        })
+        .collect())
+}
+
+fn open(
+    side: &Side<'_>,
+    net: &NetworkConfig,
+    pods: &[Netns],
+    ifname: &str,
+    timeout: Duration,
+) -> Result<Run, BenchError> {
+    let store = ScratchDir::new("bench-floor-ipam").map_err(BenchError::Scratch)?;
+    let session =
+        Session::open::<BenchError>(side.plugin_dir, net, store.path(), "bench-fhost", timeout)?;
+    session
+        .runtime
+        .find_plugins(&session.net)
+        .map_err(Box::new)?;
+    let run = Run {
+        session,
+        _store: store,
+    };
+    // A warm-up pod, so that bridge and table creation are not counted.
+    let warm = RuntimeConf::new("bench-warmup", Some(pods[0].path()), ifname);
+    call(side, &run, &warm, "ADD")?;
+    call(side, &run, &warm, "DEL")?;
+    Ok(run)
+}
+
+fn call(side: &Side<'_>, run: &Run, rt: &RuntimeConf, op: &'static str) -> Result<(), BenchError> {
+    let (runtime, net) = (&run.session.runtime, &run.session.net);
+    let outcome = match op {
+        "ADD" => runtime.add(net, rt).map(drop),
+        _ => runtime.del(net, rt).map(drop),
+    };
+    outcome.map_err(|source| BenchError::Op {
+        plugin: side.label.clone(),
+        op,
+        pod: rt.container_id.clone(),
+        source: Box::new(source),
+    })
+}
+
+/// `x` over the floor, as a ratio.
+fn over(x: Duration, floor: Duration) -> String {
+    if floor.is_zero() {
+        return "-".into();
+    }
+    format!("{:.2}x", x.as_secs_f64() / floor.as_secs_f64())
+}
+
+fn ms2(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+impl std::fmt::Display for FloorComparison {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "against the floor (F: {}), sequential, interleaved pod by pod:",
+            self.floor.label
+        )?;
+        let mut header = format!(
+            "{:<15} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}",
+            "", "F median", "F p95", "A median", "A p95", "A/F", "A-F"
+        );
+        if self.versus.is_some() {
+            header.push_str(&format!(
+                " {:>9} {:>9} {:>8} {:>7}",
+                "B median", "B p95", "B/F", "B/A"
+            ));
+        }
+        writeln!(f, "{header}")?;
+        for v in [
+            Variant::Add,
+            Variant::AddMasq,
+            Variant::AddDualStack,
+            Variant::Del,
+        ] {
+            let (fl, a) = (self.floor.get(v), self.ours.get(v));
+            let diff = a.median.as_secs_f64() - fl.median.as_secs_f64();
+            let mut line = format!(
+                "{:<15} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}",
+                v.label(),
+                ms2(fl.median),
+                ms2(fl.p95),
+                ms2(a.median),
+                ms2(a.p95),
+                over(a.median, fl.median),
+                format!("{:+.2} ms", diff * 1000.0),
+            );
+            if let Some(b) = self.versus.as_ref().map(|s| s.get(v)) {
+                line.push_str(&format!(
+                    " {:>9} {:>9} {:>8} {:>7}",
+                    ms2(b.median),
+                    ms2(b.p95),
+                    over(b.median, fl.median),
+                    over(b.median, a.median),
+                ));
+            }
+            writeln!(f, "{line}")?;
+        }
+        writeln!(
+            f,
+            "(the floor has no masquerade: its ipMasq row is a plain ADD; its dual-stack row adds an IPv6 address)"
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(plugin: Value) -> NetworkConfig {
+        let mut n = floor_config(false);
+        n.plugins = vec![plugin.as_object().cloned().unwrap_or_default()];
+        n
+    }
+
+    #[test]
+    fn variants_set_masquerade_and_ranges() {
+        let base = net(json!({"type": "x", "ipMasq": true, "ipam": {"ranges": [
+            [{"subnet": "fd77::/64"}], [{"subnet": "10.77.0.0/16"}]]}}));
+        let plain = variant_config(&base, false, false).expect("variant");
+        assert_eq!(plain.plugins[0]["ipMasq"], json!(false));
+        assert_eq!(
+            plain.plugins[0]["ipam"]["ranges"],
+            json!([[{"subnet": "10.77.0.0/16"}]])
+        );
+        let dual = variant_config(&base, true, true).expect("variant");
+        assert_eq!(dual.plugins[0]["ipMasq"], json!(true));
+        assert_eq!(
+            dual.plugins[0]["ipam"]["ranges"],
+            json!([[{"subnet": "10.77.0.0/16"}], [{"subnet": "fd77::/64"}]])
+        );
+        let single = net(json!({"type": "x", "ipam": {"subnet": "10.1.0.0/24"}}));
+        let dual = variant_config(&single, false, true).expect("variant");
+        assert_eq!(
+            dual.plugins[0]["ipam"]["ranges"],
+            json!([[{"subnet": "10.1.0.0/24"}], [{"subnet": "fd00:99::/64"}]])
+        );
+        assert!(dual.plugins[0]["ipam"].get("subnet").is_none());
+        let v6_only = net(json!({"type": "x", "ipam": {"subnet": "fd00::/64"}}));
+        assert!(variant_config(&v6_only, false, false).is_err());
+        assert!(variant_config(&net(json!({"type": "x"})), false, false).is_err());
+    }
+
+    #[test]
+    fn the_floor_config_gives_one_or_two_addresses() {
+        assert_eq!(
+            floor_config(false).plugins[0]["addresses"],
+            json!(["10.99.0.2/24"])
+        );
+        assert_eq!(
+            floor_config(true).plugins[0]["addresses"],
+            json!(["10.99.0.2/24", "fd99::2/64"])
+        );
+        assert_eq!(floor_config(true).plugin_type(0), FLOOR);
+    }
+}

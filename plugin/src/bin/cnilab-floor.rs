@@ -1,0 +1,135 @@
+//! `cnilab-floor`: the cheapest ADD this machine can do, executed like a
+//! plugin, so `cnilab bench` has a floor to measure plugins against. It is
+//! not a plugin anyone should use: no IPAM, no bridge, no lock, no cache.
+//!
+//! ADD creates one veth pair whose pod end is made directly inside
+//! `CNI_NETNS` under `CNI_IFNAME`, gives the pod end the config's
+//! `addresses` (default one: `10.99.0.2/24`; IPv6 without DAD) and brings
+//! both ends up; DEL deletes the host end by name (its peer goes with it).
+//! Every other command answers VERSION's list. Errors are CNI error JSON.
+
+use cnilab_net::naming::host_veth_name;
+use cnilab_net::netns;
+use cnilab_net::nl;
+use ipnet::IpNet;
+use serde_json::{json, Value};
+use std::io::Read;
+
+fn main() {
+    let mut stdin = Vec::new();
+    let _ = std::io::stdin().take(1 << 20).read_to_end(&mut stdin);
+    let (out, code) = match run(&stdin) {
+        Ok(out) => (out, 0),
+        Err((code, msg)) => (
+            json!({"cniVersion": "1.1.0", "code": code, "msg": msg}).to_string(),
+            1,
+        ),
+    };
+    println!("{out}");
+    std::process::exit(code);
+}
+
+type Failure = (u32, String);
+
+fn var(key: &str) -> Result<String, Failure> {
+    std::env::var(key).map_err(|_| (4, format!("{key} is not set")))
+}
+
+fn run(stdin: &[u8]) -> Result<String, Failure> {
+    let command = var("CNI_COMMAND")?;
+    let conf: Value = if stdin.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(stdin).map_err(|e| (6, format!("config: {e}")))?
+    };
+    let version = conf["cniVersion"].as_str().unwrap_or("1.1.0").to_string();
+    match command.as_str() {
+        "ADD" => add(&conf, &version),
+        "DEL" => del().map(|()| String::new()),
+        "VERSION" => Ok(json!({"cniVersion": version,
+            "supportedVersions": ["0.4.0", "1.0.0", "1.1.0"]})
+        .to_string()),
+        other => Err((
+            4,
+            format!("CNI_COMMAND {other:?}: the floor does ADD and DEL"),
+        )),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| (5, format!("tokio: {e}")))
+}
+
+fn kernel(what: &str) -> impl Fn(rtnetlink::Error) -> Failure + '_ {
+    move |e| (100, format!("{what}: {e}"))
+}
+
+fn add(conf: &Value, version: &str) -> Result<String, Failure> {
+    let (id, ifname, path) = (
+        var("CNI_CONTAINERID")?,
+        var("CNI_IFNAME")?,
+        var("CNI_NETNS")?,
+    );
+    let addresses: Vec<IpNet> = match conf["addresses"].as_array() {
+        Some(list) => list
+            .iter()
+            .map(|a| a.as_str().and_then(|s| s.parse().ok()))
+            .collect::<Option<_>>()
+            .ok_or((7, "addresses: expected CIDR strings".to_string()))?,
+        None => vec![IpNet::from(
+            ipnet::Ipv4Net::new([10, 99, 0, 2].into(), 24).map_err(|e| (7, e.to_string()))?,
+        )],
+    };
+    let ns =
+        netns::open_network_namespace(&path).map_err(|e| (4, format!("CNI_NETNS {path}: {e}")))?;
+    let rt = runtime()?;
+    let _entered = rt.enter();
+    let host = netns::connect(None).map_err(|e| (100, format!("netlink: {e}")))?;
+    let pod = netns::connect(Some(&ns)).map_err(|e| (100, format!("netlink in {path}: {e}")))?;
+    let host_veth = host_veth_name(&id, &ifname);
+    rt.block_on(async {
+        host.link()
+            .add(nl::veth_message(&host_veth, &ifname, &ns, None, None))
+            .execute()
+            .await
+            .map_err(kernel("create veth"))?;
+        let link = nl::link_by_name(&pod, &ifname)
+            .await
+            .map_err(kernel("look up the pod end"))?
+            .ok_or((100, format!("{ifname} did not arrive in {path}")))?;
+        for net in &addresses {
+            nl::add_address(&pod, link.index, *net)
+                .await
+                .map_err(kernel("add address"))?;
+        }
+        nl::set_up(&pod, link.index)
+            .await
+            .map_err(kernel("set up"))?;
+        let ips: Vec<Value> = addresses
+            .iter()
+            .map(|a| json!({"interface": 0, "address": a.to_string()}))
+            .collect();
+        Ok(json!({
+            "cniVersion": version,
+            "interfaces": [{"name": ifname, "mac": link.mac.unwrap_or_default(), "sandbox": path}],
+            "ips": ips,
+        })
+        .to_string())
+    })
+}
+
+fn del() -> Result<(), Failure> {
+    let (id, ifname) = (var("CNI_CONTAINERID")?, var("CNI_IFNAME")?);
+    let rt = runtime()?;
+    let _entered = rt.enter();
+    let host = netns::connect(None).map_err(|e| (100, format!("netlink: {e}")))?;
+    rt.block_on(nl::delete_link_by_name(
+        &host,
+        &host_veth_name(&id, &ifname),
+    ))
+    .map(drop)
+    .map_err(kernel("delete veth"))
+}
