@@ -9,6 +9,7 @@ pub mod capture;
 pub mod completions;
 pub mod conform;
 pub mod e2e;
+pub mod e2e_vagrant;
 pub mod lab;
 pub mod lifecycle;
 pub mod scenario;

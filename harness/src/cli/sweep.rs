@@ -45,6 +45,9 @@ struct Swept {
 impl Sweep {
     pub fn run(self) -> CliResult {
         netns::require_root()?;
+        // A killed `e2e vagrant` run: its processes first, so that the
+        // namespace sweep below can remove its namespace.
+        let vagrant_runs = crate::e2e::vagrant::sweep();
         let swept = crate::lab::sweep::sweep(
             std::path::Path::new(crate::lab::sweep::RUN_ROOT),
             netns::PREFIX,
@@ -106,6 +109,9 @@ impl Sweep {
                 c.sandboxes,
                 c.killed
             );
+        }
+        for name in &vagrant_runs {
+            println!("stopped the processes of the dead e2e vagrant run {name}");
         }
         for name in &out.namespaces {
             println!("removed netns {name}");

@@ -9,7 +9,10 @@
 //! - `cluster`: kind configs (lab/kind compiled in, or `--config`), node names;
 //! - `manifests`: cnilab's or any CNI's manifests, rendered, and their workloads;
 //! - `steps` → `plan` → `runner`: each step as data, printed or executed;
-//! - `check/`: the in-cluster check (`access`: the kubeconfig as kubectl finds it).
+//! - `check/`: the in-cluster check (`access`: the kubeconfig as kubectl finds it);
+//! - `vagrant` → `vagrant_check`, `vagrant_node`: `cnilab e2e vagrant`, the
+//!   offline two-VM lab (lab/vagrant/offline.rb): its up/down plans, the
+//!   check between the VMs, and the side that runs inside a VM.
 
 pub mod check;
 pub mod cluster;
@@ -18,6 +21,9 @@ pub mod options;
 pub mod plan;
 pub mod runner;
 pub mod steps;
+pub mod vagrant;
+pub mod vagrant_check;
+pub mod vagrant_node;
 
 use options::{E2eOptions, Provider, Step};
 use plan::Plan;
