@@ -53,6 +53,7 @@ up() {
   trap 'down >&2' ERR INT TERM
   mkdir -p "$run"
   for d in "${dirs[@]}"; do mkdir -p "$run/${d%%:*}"; done
+  mkdir -p "$run/lib/images"
   # A copy of the host's libvirt configuration, without the autostarted
   # default NAT network, without cgroups (none here) or a security driver.
   cp -a /etc/libvirt/. "$run/etc/"
