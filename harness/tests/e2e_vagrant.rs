@@ -192,3 +192,79 @@ fn sweep_finds_what_a_killed_run_left() {
     let removed = cnilab_harness::netns::remove_matching(|n| n == ns).expect("remove");
     assert_eq!(removed, vec![ns]);
 }
+
+/// `cnilab e2e vagrant STEP --name fault` from the checkout.
+fn e2e_vagrant(args: &[&str]) -> std::process::Output {
+    let cnilab = assert_cmd::cargo::cargo_bin("cnilab");
+    let bin = std::env::var_os("CNILAB_VAGRANT_BIN")
+        .map(std::path::PathBuf::from)
+        .or_else(|| cnilab.parent().map(Path::to_path_buf))
+        .expect("the binaries' directory");
+    std::process::Command::new(&cnilab)
+        .current_dir(repo_root())
+        .args(["e2e", "vagrant"])
+        .args(args)
+        .args(["--name", "fault"])
+        .arg("--bin")
+        .arg(bin)
+        .output()
+        .expect("cnilab runs")
+}
+
+/// Tears the fault test's VMs down whatever happens.
+struct VagrantDown;
+
+impl Drop for VagrantDown {
+    fn drop(&mut self) {
+        let _ = e2e_vagrant(&["down"]);
+    }
+}
+
+#[test]
+#[ignore = "boots two VMs (minutes; root, libvirt, the offline box, cnilab-agent and cnilab-bridge built next to cnilab or in CNILAB_VAGRANT_BIN): run it by hand"]
+fn a_fault_in_one_vm_fails_the_check_and_names_the_vm() {
+    let _host = cnilab_net::testing::host_untouched();
+    let _down = VagrantDown;
+    ok(&e2e_vagrant(&["up"]), "e2e vagrant up");
+    // Healthy first: what fails below fails because of the fault.
+    ok(&e2e_vagrant(&["check"]), "e2e vagrant check (healthy)");
+    // The agent stopped (it would restore forwarding), then forwarding off in node2.
+    ok(
+        &env_sh(&[
+            "exec",
+            "cnilab-vg-fault",
+            "vagrant",
+            "ssh",
+            "node2",
+            "-c",
+            "sudo systemctl stop cnilab-agent && sudo sysctl -qw net.ipv4.ip_forward=0",
+        ]),
+        "the fault",
+    );
+    let out = e2e_vagrant(&["check", "-o", "json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let diagnoses: Vec<String> = report["failures"]
+        .as_array()
+        .expect("failures")
+        .iter()
+        .flat_map(|f| f["diagnoses"].as_array().cloned().unwrap_or_default())
+        .filter(|d| d["id"] == "ip-forward-off")
+        .filter_map(|d| d["message"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        !diagnoses.is_empty(),
+        "no ip-forward-off diagnosis: {report}"
+    );
+    assert!(
+        diagnoses
+            .iter()
+            .all(|m| m.contains("node2") && !m.contains("node1")),
+        "{diagnoses:?}"
+    );
+}

@@ -18,6 +18,7 @@ use super::E2eError;
 use crate::report::Format;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// The name `vagrant box add` gives the offline box (offline.rb uses it).
@@ -202,6 +203,9 @@ pub fn dry_run(opts: &VagrantOptions, step: VagrantStep) -> String {
     out
 }
 
+/// Set once a signal arrived: the watcher tears down, the main thread must not.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
 /// Tears the run down on SIGINT or SIGTERM, then exits 130. Called before
 /// any other thread starts, so that only the watcher sees the signals.
 fn down_on_interrupt(opts: &VagrantOptions) {
@@ -215,6 +219,7 @@ fn down_on_interrupt(opts: &VagrantOptions) {
     let down = down_plan(opts);
     std::thread::spawn(move || {
         let Ok(sig) = set.wait() else { return };
+        INTERRUPTED.store(true, Ordering::SeqCst);
         eprintln!("\ncnilab e2e vagrant: {sig:?}: tearing the run down");
         if let Err(e) = Runner::strict().run(&down) {
             eprintln!("cnilab e2e vagrant: down failed: {e}");
@@ -251,6 +256,10 @@ pub fn command(opts: &VagrantOptions, step: VagrantStep) -> Result<ExitCode, E2e
             Ok(false) => code = ExitCode::FAILURE,
             Err(e) => failure = Some(e),
         }
+    }
+    // The commands died of the signal: the watcher is tearing down and exits.
+    while INTERRUPTED.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_secs(1));
     }
     // A failed `up` leaves nothing behind unless asked to.
     let down = tears_down || (step == VagrantStep::Up && failure.is_some() && !opts.retain);
