@@ -58,7 +58,10 @@ pub enum E2eCmd {
         crate::exit_codes_help!()))]
     Vagrant(super::e2e_vagrant::VagrantArgs),
     /// Runs inside a VM of `e2e vagrant`.
-    #[command(hide = true)]
+    #[command(hide = true, after_help = concat!("Examples:\n  \
+        cnilab e2e vagrant-node pause-image > pause-oci.tar\n  \
+        cnilab e2e vagrant-node facts node1-pod0 node1-pod1\n\n",
+        crate::exit_codes_help!()))]
     VagrantNode(super::e2e_vagrant::VagrantNodeArgs),
 }
 
