@@ -29,6 +29,9 @@ rm -f "$root/var/lib/dbus/machine-id"
 sed -i -e 's/^GRUB_TIMEOUT=.*/GRUB_TIMEOUT=0/' \
   -e 's/^GRUB_CMDLINE_LINUX=.*/GRUB_CMDLINE_LINUX="console=ttyS0,115200 console=tty0 no_timer_check"/' \
   "$root/etc/default/grub"
+# GRUB on the serial line: the VMs have no video device, and GRUB's default
+# (graphical) terminal waits for one.
+printf 'GRUB_TERMINAL=serial\nGRUB_SERIAL_COMMAND="serial --speed=115200"\n' >>"$root/etc/default/grub"
 rm -f "$root"/var/cache/apt/archives/*.deb
 
 cat >"$root/etc/systemd/system/cnilab-grub-setup.service" <<'UNIT'
