@@ -163,16 +163,14 @@ pub fn up_plan(opts: &VagrantOptions) -> Plan {
         ]),
         SHORT,
     ));
-    plan.push(Action::Run {
+    // vagrant's own log (what failed inside a VM) is kept: it is the only
+    // trace once `down` has removed the run directory.
+    plan.push(Action::Capture {
         cmd: opts
             .vagrant()
             .args(["up", "--provider", "libvirt", "--no-parallel"]),
+        file: opts.work_dir().join("vagrant-up.log"),
         timeout: LONG,
-        hint: Some(format!(
-            "the VMs did not come up; their consoles: {RUN_ROOT}/{}/log/qemu",
-            opts.namespace()
-        )),
-        gate: None,
     });
     plan
 }
