@@ -28,7 +28,7 @@ cat >/etc/systemd/system/cnilab-agent.service <<UNIT
 Description=cnilab agent (nodes-file mode)
 After=network-online.target
 [Service]
-ExecStart=/usr/local/bin/cnilab-agent --node-name $CNILAB_NODE_NAME --nodes-file /etc/cnilab/nodes.json --cluster-cidr $CNILAB_CLUSTER_CIDR --install-plugin /usr/local/libexec/cnilab/cnilab-bridge --cni-version $CNILAB_CNI_VERSION
+ExecStart=/usr/local/bin/cnilab-agent --node-name $CNILAB_NODE_NAME --nodes-file /etc/cnilab/nodes.json --cluster-cidr $CNILAB_CLUSTER_CIDR --plugin-binary /usr/local/libexec/cnilab/cnilab-bridge --cni-version $CNILAB_CNI_VERSION
 Restart=on-failure
 [Install]
 WantedBy=multi-user.target
