@@ -6,6 +6,13 @@
 # already installed, e.g. Docker's containerd.io on GitHub's runners), and
 # protobuf-compiler, whose protoc the CRI client crate (k8s-cri) needs at
 # build time. Safe to run again.
+#
+# --vagrant adds what `cnilab e2e vagrant` and lab/vagrant/build-box.sh need:
+# vagrant with vagrant-libvirt, libvirt (daemons and virsh), dnsmasq,
+# mmdebstrap, QEMU. One way for QEMU on Debian 12: bookworm-backports (10.0.2,
+# the source is added when missing), so that a backports qemu-utils some
+# images ship is never replaced by bookworm's 7.2 (mixing them makes apt
+# remove one); elsewhere (Ubuntu) the distribution's QEMU.
 set -euo pipefail
 if [ "$(id -u)" -ne 0 ]; then
   echo "lab/install-deps.sh: run as root (sudo bash lab/install-deps.sh)" >&2
@@ -24,4 +31,19 @@ command -v runc >/dev/null || need+=(runc)
 if [ "${#need[@]}" -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if [ "${1:-}" = "--vagrant" ]; then
+  vagrant_pkgs=(vagrant vagrant-libvirt libvirt-daemon-system libvirt-clients dnsmasq-base mmdebstrap e2fsprogs debian-archive-keyring)
+  qemu_target=()
+  if grep -q '^VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
+    sources=/etc/apt/sources.list.d/bookworm-backports.sources
+    if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+      printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' >"$sources"
+    fi
+    qemu_target=(-t bookworm-backports)
+  fi
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${qemu_target[@]}" qemu-system-x86 qemu-utils >/dev/null
+  apt-get install -y -qq --no-install-recommends "${vagrant_pkgs[@]}" >/dev/null
 fi

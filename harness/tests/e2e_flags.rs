@@ -2,7 +2,9 @@
 //! pinned tools accept: checked against lab/e2e-flags.toml, the table of
 //! each tool's subcommands and flags as read in its source at the pinned
 //! tag. Covers kind and minikube, every IP family, with and without
-//! `--config`, `--cni-manifest`, `--image-archive` and `--workers`.
+//! `--config`, `--cni-manifest`, `--image-archive` and `--workers`, and
+//! every step of `e2e vagrant` (the vagrant commands its plans run through
+//! lab/vagrant/env.sh).
 
 mod common;
 
@@ -138,12 +140,50 @@ fn check_line(tools: &BTreeMap<String, Tool>, line: &str) -> Result<Use, String>
     if let Some(i) = w.iter().position(|x| x == ">") {
         w.truncate(i);
     }
+    check_words(tools, w)
+}
+
+/// `bash lab/vagrant/SCRIPT ...`: cnilab's own scripts, which must exist
+/// and are called as their headers say; `env.sh exec NS CMD...` runs CMD
+/// in the run's namespace, and CMD is checked against the table.
+fn own_script(tools: &BTreeMap<String, Tool>, w: &[String]) -> Result<Use, String> {
+    let script = w.first().ok_or("bash without a script")?;
+    let name = script.trim_start_matches("./");
+    if !repo_root().join(name).is_file() {
+        return Err(format!("bash {script}: no such script in the checkout"));
+    }
+    let verb = w.get(1).map(String::as_str);
+    let ok = match (name, verb) {
+        ("lab/vagrant/env.sh", Some("exec")) if w.len() > 3 => {
+            return check_words(tools, w[3..].to_vec())
+        }
+        ("lab/vagrant/env.sh", Some("up" | "down")) => w.len() == 3,
+        ("lab/vagrant/build-box.sh", Some("--link")) => w.len() == 3,
+        ("lab/vagrant/build-box.sh", None | Some("--print")) => w.len() <= 2,
+        _ => false,
+    };
+    if !ok {
+        return Err(format!(
+            "bash {}: not a usage its header documents",
+            w.join(" ")
+        ));
+    }
+    Ok(Use {
+        tool: "bash".into(),
+        path: vec![name.to_string()],
+    })
+}
+
+fn check_words(tools: &BTreeMap<String, Tool>, w: Vec<String>) -> Result<Use, String> {
     let mut rest = w.into_iter().skip_while(|x| {
         x.split_once('=').is_some_and(|(k, _)| {
             !k.is_empty() && k.chars().all(|c| c.is_ascii_uppercase() || c == '_')
         })
     });
     let tool_name = rest.next().ok_or("empty command")?;
+    if tool_name == "bash" {
+        return own_script(tools, &rest.collect::<Vec<_>>());
+    }
     let tool = tools
         .get(&tool_name)
         .ok_or_else(|| format!("{tool_name} is not in lab/e2e-flags.toml"))?;
@@ -253,6 +293,12 @@ fn the_checker_refuses_what_the_tools_refuse() {
         "KUBECONFIG=k minikube --profile p start --wait=everything",
         "helm install x",
         "docker build --file f --tag t",
+        // vagrant 2.3.4: no such flag, ssh takes one machine; scripts must exist.
+        "bash lab/vagrant/env.sh exec cnilab-1-vg vagrant up --no-such",
+        "bash lab/vagrant/env.sh exec cnilab-1-vg vagrant ssh node1 node2 -c true",
+        "bash lab/vagrant/env.sh exec cnilab-1-vg vagrant box add",
+        "bash lab/vagrant/no-such.sh up x",
+        "bash lab/vagrant/env.sh sideways cnilab-1-vg",
     ];
     for line in bad {
         assert!(check_line(&t, line).is_err(), "should be refused: {line}");
@@ -262,6 +308,8 @@ fn the_checker_refuses_what_the_tools_refuse() {
         "KUBECONFIG=k minikube --profile p ssh --node n -- sudo sed -n -e /x/p f",
         "docker exec n crictl inspecti -q img",
         "kubectl --kubeconfig k get pods -o wide > d/pods.txt",
+        "X=1 bash ./lab/vagrant/env.sh exec cnilab-1-vg vagrant up --provider libvirt --no-parallel",
+        "bash lab/vagrant/build-box.sh --link b.box",
     ];
     for line in good {
         assert!(
@@ -336,6 +384,16 @@ fn every_plan(dir: &Path) -> Vec<(Vec<String>, String)> {
                 variants.push(args);
             }
         }
+    }
+    // `e2e vagrant`: every step, a whole run with and without --retain.
+    for step in [
+        s(&["vagrant", "all"]),
+        s(&["vagrant", "all", "--retain", "--name", "flags"]),
+        s(&["vagrant", "up", "--name", "flags"]),
+        s(&["vagrant", "check", "--name", "flags"]),
+        s(&["vagrant", "down", "--name", "flags"]),
+    ] {
+        variants.push(step);
     }
     variants
         .into_iter()

@@ -199,10 +199,15 @@ vagrant_validate_all() (
     say "    CNILAB_VAGRANT_SETTINGS=${s:-(none)} vagrant validate --ignore-provider"
     CNILAB_VAGRANT_SETTINGS=$s vagrant validate --ignore-provider || rc=1
   done
+  # The offline mode (lab/vagrant/offline.rb) configures other machines.
+  say "    CNILAB_VAGRANT_MODE=offline vagrant validate --ignore-provider"
+  CNILAB_VAGRANT_SETTINGS="" CNILAB_VAGRANT_MODE=offline vagrant validate --ignore-provider || rc=1
   # Where the libvirt plugin is installed, also validate its provider block.
   if vagrant plugin list 2>/dev/null | grep -q '^vagrant-libvirt '; then
     say "    CNILAB_VAGRANT_SETTINGS=(none) VAGRANT_DEFAULT_PROVIDER=libvirt vagrant validate"
     CNILAB_VAGRANT_SETTINGS="" VAGRANT_DEFAULT_PROVIDER=libvirt vagrant validate || rc=1
+    say "    CNILAB_VAGRANT_MODE=offline VAGRANT_DEFAULT_PROVIDER=libvirt vagrant validate"
+    CNILAB_VAGRANT_SETTINGS="" CNILAB_VAGRANT_MODE=offline VAGRANT_DEFAULT_PROVIDER=libvirt vagrant validate || rc=1
   fi
   rm -rf "$state"
   return "$rc"

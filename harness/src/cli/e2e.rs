@@ -52,6 +52,20 @@ pub enum E2eCmd {
         cnilab e2e check --kubeconfig kc.yaml --junit e2e.xml\n\n",
         crate::exit_codes_help!()))]
     Check(CheckArgs),
+    /// Two VMs (vagrant, libvirt, offline box), pods through each VM's
+    /// containerd, probes between them (lab/vagrant/README.md, "Offline mode").
+    #[command(after_help = concat!("Examples:\n  \
+        cnilab e2e vagrant --dry-run\n  \
+        cnilab e2e vagrant -o junit > vagrant.xml\n  \
+        cnilab e2e vagrant up --name a && cnilab e2e vagrant check --name a\n\n",
+        crate::exit_codes_help!()))]
+    Vagrant(super::e2e_vagrant::VagrantArgs),
+    /// Runs inside a VM of `e2e vagrant`.
+    #[command(hide = true, after_help = concat!("Examples:\n  \
+        cnilab e2e vagrant-node pause-image > pause-oci.tar\n  \
+        cnilab e2e vagrant-node facts node1-pod0 node1-pod1\n\n",
+        crate::exit_codes_help!()))]
+    VagrantNode(super::e2e_vagrant::VagrantNodeArgs),
 }
 
 #[derive(clap::Args)]
@@ -217,6 +231,11 @@ impl E2e {
             E2eCmd::Kind(a) => command(&a.options(Provider::Kind)?, a.step),
             E2eCmd::Minikube(a) => command(&a.options(Provider::Minikube)?, a.step),
             E2eCmd::Check(a) => check_command(&a.options()?, a.dry_run),
+            E2eCmd::Vagrant(a) => crate::e2e::vagrant::command(&a.options()?, a.step),
+            E2eCmd::VagrantNode(a) => {
+                crate::e2e::vagrant_node::command(&a.what, &a.pods).map_err(E2eError::Invalid)?;
+                Ok(std::process::ExitCode::SUCCESS)
+            }
         }?;
         Ok(code)
     }

@@ -11,6 +11,7 @@ pub mod capture;
 pub mod completions;
 pub mod conform;
 pub mod e2e;
+pub mod e2e_vagrant;
 pub mod lab;
 mod lab_prep;
 pub mod lifecycle;

@@ -45,6 +45,9 @@ struct Swept {
 impl Sweep {
     pub fn run(self) -> CliResult {
         netns::require_root()?;
+        // A killed `e2e vagrant` run: its processes first, so that the
+        // namespace sweep below can remove its namespace.
+        let vagrant_runs = crate::e2e::vagrant::sweep();
         let swept =
             crate::sweep::sweep(std::path::Path::new(crate::sweep::RUN_ROOT), netns::PREFIX)?;
         let scratch = crate::util::sweep_scratch().map_err(|e| {
@@ -104,6 +107,9 @@ impl Sweep {
                 c.sandboxes,
                 c.killed
             );
+        }
+        for name in &vagrant_runs {
+            println!("stopped the processes of the dead e2e vagrant run {name}");
         }
         for name in &out.namespaces {
             println!("removed netns {name}");

@@ -10,7 +10,10 @@
 //!   in, or `--config`), node names;
 //! - `manifests`: cnilab's or any CNI's manifests, rendered, and their workloads;
 //! - `steps` → `plan` → `runner`: each step as data, printed or executed;
-//! - `check/`: the in-cluster check (`access`: the kubeconfig as kubectl finds it).
+//! - `check/`: the in-cluster check (`access`: the kubeconfig as kubectl finds it);
+//! - `vagrant` → `vagrant_check`, `vagrant_node`: `cnilab e2e vagrant`, the
+//!   offline two-VM lab (lab/vagrant/offline.rb): its up/down plans, the
+//!   check between the VMs, and the side that runs inside a VM.
 //!
 //! Here: [`plan_for`] (a step's plan), [`run_step`], [`dry_run_all`]; the
 //! command line (`cli/e2e.rs`) runs the sequence, prints and picks exit
@@ -23,6 +26,9 @@ pub mod options;
 pub mod plan;
 pub mod runner;
 pub mod steps;
+pub mod vagrant;
+pub mod vagrant_check;
+pub mod vagrant_node;
 
 use options::{E2eOptions, Provider, Step};
 use plan::Plan;

@@ -243,12 +243,11 @@ fn render(action: &Action, out: &mut String) {
                 .iter()
                 .map(|(k, v)| format!("{} >= {v}", k.replace('/', ".")))
                 .collect();
-            let _ = writeln!(
-                out,
-                "# preflight: {} on PATH; {}",
-                tools.join(", "),
-                limits.join(", ")
-            );
+            let _ = write!(out, "# preflight: {} on PATH", tools.join(", "));
+            if !limits.is_empty() {
+                let _ = write!(out, "; {}", limits.join(", "));
+            }
+            out.push('\n');
         }
         Action::Run { cmd, .. } | Action::Verify { cmd, .. } => {
             let _ = writeln!(out, "+ {cmd}");

@@ -169,6 +169,46 @@ fn node_of(facts: &[NodeFacts], i: Option<usize>) -> Option<&NodeFacts> {
 
 /// The likely causes of one failed probe.
 pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnosis> {
+    let network = Network {
+        routes_in_router: super::underlay::routes_in_router(&lab.topo),
+        mtu: lab.topo.mtu,
+        cluster_cidr: &lab.topo.cluster_cidr,
+        pods: lab
+            .nodes
+            .iter()
+            .flat_map(|n| {
+                n.pods.iter().map(move |p| {
+                    (
+                        format!("{}/{}", n.spec.name, p.name),
+                        p.ips.iter().map(|ip| ip.addr()).collect(),
+                    )
+                })
+            })
+            .collect(),
+    };
+    let mut out = diagnose_nodes(&network, facts, o);
+    super::underlay::diagnose(lab, facts, o, &mut out);
+    super::vxlan::diagnose(lab, facts, o, &mut out);
+    super::services::diagnose(lab, facts, o, &mut out);
+    out.dedup();
+    out
+}
+
+/// What the node rules need to know of the network besides each node's
+/// facts (a namespace lab's topology, or the VMs of `e2e vagrant`).
+pub struct Network<'a> {
+    /// A router holds the pod routes: a default route may carry pod traffic.
+    pub routes_in_router: bool,
+    /// The pods' MTU.
+    pub mtu: u32,
+    pub cluster_cidr: &'a [IpNet],
+    /// Every pod (`node/pod`) with its addresses.
+    pub pods: Vec<(String, Vec<IpAddr>)>,
+}
+
+/// The rules that read only the nodes' facts (routes, sysctls, rulesets,
+/// neighbours, uplink MTU): for any set of nodes, not only a lab's.
+pub fn diagnose_nodes(network: &Network, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnosis> {
     let mut out = Vec::new();
     let spec = &o.spec;
     let src = node_of(facts, spec.from.node);
@@ -205,15 +245,11 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
     }
 
     // The same address on two pods (overlapping ranges, or a broken IPAM).
-    let holders: Vec<String> = lab
-        .nodes
+    let holders: Vec<String> = network
+        .pods
         .iter()
-        .flat_map(|n| {
-            n.pods
-                .iter()
-                .filter(|p| p.ips.iter().any(|ip| ip.addr() == spec.to.ip))
-                .map(move |p| format!("{}/{}", n.spec.name, p.name))
-        })
+        .filter(|(_, ips)| ips.contains(&spec.to.ip))
+        .map(|(name, _)| name.clone())
         .collect();
     if holders.len() > 1 {
         out.push(Diagnosis {
@@ -227,7 +263,7 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
         });
     }
 
-    let default_ok = super::underlay::routes_in_router(&lab.topo);
+    let default_ok = network.routes_in_router;
     if let (Some(a), Some(b)) = (src, dst) {
         if a.name != b.name {
             if dst_is_pod {
@@ -270,12 +306,12 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
     if spec.proto == Proto::Df {
         for n in [src, dst].into_iter().flatten() {
             if let Some(mtu) = n.uplink_mtu {
-                if mtu < lab.topo.mtu {
+                if mtu < network.mtu {
                     out.push(Diagnosis {
                         id: "mtu-mismatch",
                         message: format!(
                             "pods use MTU {} but {}'s uplink eth0 has MTU {mtu}: full-size packets with DF set are dropped (small pings still work)",
-                            lab.topo.mtu, n.name
+                            network.mtu, n.name
                         ),
                     });
                 }
@@ -311,12 +347,7 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
         if seen != want {
             // One line per cause: the source node and its rules at fault,
             // not the probe (each probe's addresses are in its failure).
-            let cluster: Vec<String> = lab
-                .topo
-                .cluster_cidr
-                .iter()
-                .map(|c| c.to_string())
-                .collect();
+            let cluster: Vec<String> = network.cluster_cidr.iter().map(|c| c.to_string()).collect();
             let (node, rules) = match src {
                 Some(a) => {
                     let faulty = masquerade_without_exclusion(&a.ruleset);
@@ -344,10 +375,6 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
             });
         }
     }
-    super::underlay::diagnose(lab, facts, o, &mut out);
-    super::vxlan::diagnose(lab, facts, o, &mut out);
-    super::services::diagnose(lab, facts, o, &mut out);
-    out.dedup();
     out
 }
 

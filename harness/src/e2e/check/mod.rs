@@ -242,7 +242,7 @@ pub fn run_blocking(opts: &CheckOptions) -> Result<bool, E2eError> {
     })
 }
 
-fn emit(report: &Report, opts: &CheckOptions) -> Result<(), E2eError> {
+pub(crate) fn emit(report: &Report, opts: &CheckOptions) -> Result<(), E2eError> {
     match opts.format {
         Format::Table => crate::report::print_human(&report.table()),
         Format::Json => println!("{}", report.json()),

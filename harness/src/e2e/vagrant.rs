@@ -1,0 +1,337 @@
+//! `cnilab e2e vagrant`: the offline two-VM lab (the Vagrantfile with
+//! `CNILAB_VAGRANT_MODE=offline`, lab/vagrant/offline.rb) brought up, checked
+//! and torn down.
+//!
+//! Where things happen: this file holds the options and the plans of `up`
+//! (box, namespace, `vagrant up`) and `down`, run by the e2e [`Runner`];
+//! [`super::vagrant_check`] makes the pods inside the VMs and probes
+//! between them; [`super::vagrant_node`] is the side that runs inside a VM.
+//! Everything of a run (libvirtd and its networks, the VMs, vagrant's files)
+//! lives in the network namespace `cnilab-<pid>-vg` (or `cnilab-vg-<name>`)
+//! and its run directory, made and removed by lab/vagrant/env.sh; SIGINT and
+//! SIGTERM run `down` before exiting, and `cnilab sweep` finds the namespace
+//! of a killed run ([`sweep`]).
+
+use super::plan::{Action, Cmd, Plan};
+use super::runner::Runner;
+use super::E2eError;
+use crate::report::Format;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// The name `vagrant box add` gives the offline box (offline.rb uses it).
+pub const BOX_NAME: &str = "cnilab/bookworm-offline";
+/// Where env.sh keeps run directories (its CNILAB_VAGRANT_RUN_ROOT default).
+pub const RUN_ROOT: &str = "/var/tmp/cnilab-vagrant";
+/// Namespaces of runs: `cnilab-<pid>-vg` and `cnilab-vg-<name>`.
+const SUFFIX: &str = "-vg";
+const NAMED: &str = "cnilab-vg-";
+
+const SHORT: Duration = Duration::from_secs(120);
+/// The box build (mmdebstrap, a first boot under TCG) and `vagrant up`.
+const LONG: Duration = Duration::from_secs(1800);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum VagrantStep {
+    /// up, check, then down unless --retain.
+    All,
+    /// Box, namespace, libvirtd, `vagrant up` of node1 and node2.
+    Up,
+    /// Pods in each VM through its containerd, probes between them.
+    Check,
+    /// `vagrant destroy`, every process of the namespace, the namespace.
+    Down,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct VagrantOptions {
+    /// The checkout with the Vagrantfile and lab/vagrant.
+    pub repo: PathBuf,
+    /// `--name`: the run's namespace is `cnilab-vg-<name>`; without one it
+    /// is `cnilab-<pid>-vg`, which only a whole run (`all`) may use.
+    pub name: Option<String>,
+    /// Directory of cnilab-bridge, cnilab-agent and cnilab copied into the VMs.
+    pub bin: PathBuf,
+    pub retain: bool,
+    pub dry_run: bool,
+    pub format: Format,
+    pub junit: Option<PathBuf>,
+    pub json: Option<PathBuf>,
+}
+
+impl VagrantOptions {
+    /// The run's network namespace.
+    pub fn namespace(&self) -> String {
+        match &self.name {
+            Some(n) => format!("{NAMED}{n}"),
+            None => format!("{}{}{SUFFIX}", crate::netns::PREFIX, std::process::id()),
+        }
+    }
+
+    pub fn validate(&self, step: VagrantStep) -> Result<(), E2eError> {
+        if let Some(n) = &self.name {
+            let ok = !n.is_empty()
+                && n.len() <= 8
+                && n.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+            if !ok {
+                return Err(E2eError::Invalid(format!(
+                    "--name {n:?}: use 1 to 8 lowercase letters or digits (it names the namespace cnilab-vg-<name>)"
+                )));
+            }
+        } else if step != VagrantStep::All || self.retain {
+            return Err(E2eError::Invalid(
+                "a run that outlives this process (a single step, or --retain) needs --name NAME: \
+                 `cnilab e2e vagrant up --name a`, then `check --name a`, `down --name a`"
+                    .into(),
+            ));
+        }
+        if !self.dry_run && !self.repo.join("lab/vagrant/env.sh").is_file() {
+            return Err(E2eError::Invalid(format!(
+                "{}: no lab/vagrant/env.sh here; run from the cnilab checkout or pass --repo DIR",
+                self.repo.display()
+            )));
+        }
+        Ok(())
+    }
+
+    fn script(&self, name: &str) -> String {
+        path(&self.repo.join("lab/vagrant").join(name))
+    }
+
+    /// Where the box link and reports go: target/cnilab-e2e/vagrant-<ns>.
+    pub fn work_dir(&self) -> PathBuf {
+        self.repo
+            .join("target/cnilab-e2e")
+            .join(format!("vagrant-{}", self.namespace()))
+    }
+
+    /// `vagrant ARGS` inside the run's namespace, with the offline Vagrantfile.
+    pub fn vagrant(&self) -> Cmd {
+        Cmd::new("bash")
+            .env("VAGRANT_CWD", path(&self.repo))
+            .env("CNILAB_VAGRANT_MODE", "offline")
+            .env("CNILAB_VAGRANT_BIN", path(&self.bin))
+            .args([self.script("env.sh"), "exec".into(), self.namespace()])
+            .arg("vagrant")
+    }
+}
+
+fn path(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+/// `up`: the box (built once, then cached), the namespace with its
+/// libvirtd, the box added to the run's own VAGRANT_HOME, both VMs up and
+/// provisioned.
+pub fn up_plan(opts: &VagrantOptions) -> Plan {
+    let mut plan = Plan::default();
+    // build-box.sh checks the tools of a build itself (a cached box needs none).
+    plan.push(Action::Preflight {
+        tools: [
+            "vagrant",
+            "libvirtd",
+            "virtlogd",
+            "virsh",
+            "qemu-system-x86_64",
+            "ip",
+            "unshare",
+        ]
+        .map(String::from)
+        .to_vec(),
+        sysctls: Vec::new(),
+    });
+    let link = opts.work_dir().join("cnilab.box");
+    plan.push(Action::run(
+        Cmd::new("bash").args([opts.script("build-box.sh"), "--link".into(), path(&link)]),
+        LONG,
+    ));
+    plan.push(Action::run(
+        Cmd::new("bash").args([opts.script("env.sh"), "up".into(), opts.namespace()]),
+        SHORT,
+    ));
+    plan.push(Action::run(
+        opts.vagrant().args([
+            "box".to_string(),
+            "add".into(),
+            "--force".into(),
+            "--name".into(),
+            BOX_NAME.into(),
+            path(&link),
+        ]),
+        SHORT,
+    ));
+    // vagrant's own log (what failed inside a VM) is kept: it is the only
+    // trace once `down` has removed the run directory.
+    plan.push(Action::Capture {
+        cmd: opts
+            .vagrant()
+            .args(["up", "--provider", "libvirt", "--no-parallel"]),
+        file: opts.work_dir().join("vagrant-up.log"),
+        timeout: LONG,
+    });
+    plan
+}
+
+/// `down`: env.sh destroys the VMs, kills what is left in the namespace
+/// and removes it with the run directory. Safe to repeat.
+pub fn down_plan(opts: &VagrantOptions) -> Plan {
+    let mut plan = Plan::default();
+    plan.push(Action::run(
+        Cmd::new("bash").args([opts.script("env.sh"), "down".into(), opts.namespace()]),
+        Duration::from_secs(300),
+    ));
+    plan
+}
+
+/// The whole `--dry-run` of a step.
+pub fn dry_run(opts: &VagrantOptions, step: VagrantStep) -> String {
+    let mut out = String::new();
+    if matches!(step, VagrantStep::All | VagrantStep::Up) {
+        out.push_str(&up_plan(opts).dry_run());
+    }
+    if matches!(step, VagrantStep::All | VagrantStep::Check) {
+        out.push_str(&super::vagrant_check::dry_run(opts));
+    }
+    if step == VagrantStep::Down || (step == VagrantStep::All && !opts.retain) {
+        out.push_str(&down_plan(opts).dry_run());
+    }
+    out
+}
+
+/// Set once a signal arrived: the watcher tears down, the main thread must not.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Tears the run down on SIGINT or SIGTERM, then exits 130. Called before
+/// any other thread starts, so that only the watcher sees the signals.
+fn down_on_interrupt(opts: &VagrantOptions) {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    if set.thread_block().is_err() {
+        return;
+    }
+    let down = down_plan(opts);
+    std::thread::spawn(move || {
+        let Ok(sig) = set.wait() else { return };
+        INTERRUPTED.store(true, Ordering::SeqCst);
+        eprintln!("\ncnilab e2e vagrant: {sig:?}: tearing the run down");
+        if let Err(e) = Runner::strict().run(&down) {
+            eprintln!("cnilab e2e vagrant: down failed: {e}");
+        }
+        std::process::exit(130);
+    });
+}
+
+/// `cnilab e2e vagrant [STEP]`: exit 0 iff the check passed (or the step
+/// ran), 1 on a failed probe or step.
+pub fn command(opts: &VagrantOptions, step: VagrantStep) -> Result<ExitCode, E2eError> {
+    opts.validate(step)?;
+    if opts.dry_run {
+        print!("{}", dry_run(opts, step));
+        return Ok(ExitCode::SUCCESS);
+    }
+    crate::netns::require_root().map_err(|e| E2eError::Invalid(e.to_string()))?;
+    let tears_down = step == VagrantStep::Down || (step == VagrantStep::All && !opts.retain);
+    if tears_down || step == VagrantStep::Up {
+        down_on_interrupt(opts);
+    }
+    let mut code = ExitCode::SUCCESS;
+    let mut failure = None;
+    if matches!(step, VagrantStep::All | VagrantStep::Up) {
+        eprintln!("== cnilab e2e vagrant up ({})", opts.namespace());
+        if let Err(e) = Runner::strict().run(&up_plan(opts)) {
+            failure = Some(e);
+        }
+    }
+    if failure.is_none() && matches!(step, VagrantStep::All | VagrantStep::Check) {
+        eprintln!("== cnilab e2e vagrant check ({})", opts.namespace());
+        match super::vagrant_check::run(opts) {
+            Ok(true) => {}
+            Ok(false) => code = ExitCode::FAILURE,
+            Err(e) => failure = Some(e),
+        }
+    }
+    // The commands died of the signal: the watcher is tearing down and exits.
+    while INTERRUPTED.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    // A failed `up` leaves nothing behind unless asked to.
+    let down = tears_down || (step == VagrantStep::Up && failure.is_some() && !opts.retain);
+    if down {
+        eprintln!("== cnilab e2e vagrant down ({})", opts.namespace());
+        if let Err(e) = Runner::strict().run(&down_plan(opts)) {
+            eprintln!("cnilab e2e vagrant: down failed: {e}");
+            code = ExitCode::FAILURE;
+        }
+    } else if step != VagrantStep::Check {
+        eprintln!(
+            "cnilab e2e vagrant: kept (--retain); remove with `cnilab e2e vagrant down --name {}`",
+            opts.name.as_deref().unwrap_or("?")
+        );
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(code),
+    }
+}
+
+/// Processes whose network namespace is the one mounted at `ns_path`
+/// (what `ip netns pids` reads).
+fn pids_in(ns_path: &Path) -> Vec<i32> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(ns) = std::fs::metadata(ns_path) else {
+        return Vec::new();
+    };
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        if let Ok(m) = std::fs::metadata(entry.path().join("ns/net")) {
+            if m.dev() == ns.dev() && m.ino() == ns.ino() {
+                pids.push(pid);
+            }
+        }
+    }
+    pids
+}
+
+/// `cnilab sweep`'s part: for every `cnilab-<pid>-vg` namespace whose pid
+/// is gone, kills what runs in it (libvirtd, virtlogd, QEMU, dnsmasq: only
+/// a run's own processes live there) and removes its run directory, so
+/// that the namespace sweep that follows can remove the namespace itself.
+/// Returns the namespaces it emptied.
+pub fn sweep() -> Vec<String> {
+    use nix::sys::signal::{kill, Signal};
+    let mut emptied = Vec::new();
+    let dir = Path::new(crate::netns::NETNS_DIR);
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix(crate::netns::PREFIX)
+            .and_then(|rest| rest.strip_suffix(SUFFIX))
+            .and_then(|p| p.parse::<u32>().ok());
+        let Some(pid) = pid else { continue };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        for signal in [Signal::SIGTERM, Signal::SIGKILL] {
+            for p in pids_in(&entry.path()) {
+                let _ = kill(nix::unistd::Pid::from_raw(p), signal);
+            }
+            for _ in 0..50 {
+                if pids_in(&entry.path()).is_empty() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        let _ = std::fs::remove_dir_all(Path::new(RUN_ROOT).join(&name));
+        emptied.push(name);
+    }
+    emptied
+}

@@ -1,0 +1,270 @@
+//! `cnilab e2e vagrant`: the plan its `--dry-run` prints, the refusals of
+//! runs that could not be cleaned up, and (root, libvirt: run by .ci/run's
+//! vagrant tier with `--ignored`) the run's private network namespace:
+//! libvirt's bridges and firewall rules land there, never on the host, and
+//! `down` or `cnilab sweep` (after a killed run) leave nothing behind.
+
+mod e2e_common;
+
+use e2e_common::{dry_run, repo_root, run_dry};
+use std::path::Path;
+
+#[test]
+fn the_whole_run_is_up_check_down_in_that_order() {
+    let out = dry_run(&["vagrant"]);
+    let commands: Vec<&str> = out.lines().filter(|l| l.starts_with("+ ")).collect();
+    let at = |needle: &str| {
+        commands
+            .iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no `{needle}` in the plan:\n{out}"))
+    };
+    let order = [
+        at("lab/vagrant/build-box.sh --link"),
+        at("lab/vagrant/env.sh up cnilab-"),
+        at("vagrant box add --force --name cnilab/bookworm-offline"),
+        at("vagrant up --provider libvirt"),
+        at("vagrant ssh node1 -c 'sudo cnilab e2e vagrant-node facts node1-pod0 node1-pod1'"),
+        at("vagrant ssh node2 -c 'sudo cnilab e2e vagrant-node facts node2-pod0 node2-pod1'"),
+        at("lab/vagrant/env.sh down cnilab-"),
+    ];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{out}");
+    // Every vagrant command runs in the run's namespace with the offline
+    // Vagrantfile; the namespace carries this run's pid.
+    for line in commands.iter().filter(|l| l.contains(" vagrant ")) {
+        assert!(line.contains("CNILAB_VAGRANT_MODE=offline"), "{line}");
+        assert!(line.contains("lab/vagrant/env.sh exec cnilab-"), "{line}");
+    }
+    let ns: Vec<&str> = out
+        .split_whitespace()
+        .filter(|w| w.starts_with("cnilab-") && w.ends_with("-vg"))
+        .collect();
+    assert!(!ns.is_empty() && ns.iter().all(|n| *n == ns[0]), "{ns:?}");
+}
+
+#[test]
+fn retain_keeps_the_vms_and_steps_name_the_run() {
+    let kept = dry_run(&["vagrant", "--retain", "--name", "keep"]);
+    assert!(kept.contains("vagrant up"), "{kept}");
+    assert!(!kept.contains("env.sh down"), "{kept}");
+    let down = dry_run(&["vagrant", "down", "--name", "keep"]);
+    assert_eq!(
+        down.lines()
+            .filter(|l| l.starts_with("+ "))
+            .collect::<Vec<_>>(),
+        ["+ bash ./lab/vagrant/env.sh down cnilab-vg-keep"]
+    );
+    let check = dry_run(&["vagrant", "check", "--name", "keep"]);
+    assert!(
+        !check.contains("vagrant up") && !check.contains("env.sh down"),
+        "{check}"
+    );
+}
+
+#[test]
+fn a_run_nobody_could_clean_up_is_refused_with_the_fix() {
+    for args in [
+        &["vagrant", "up"][..],
+        &["vagrant", "--retain"],
+        &["vagrant", "check", "--name", "Bad Name"],
+    ] {
+        let out = run_dry(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--name"), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?} printed a plan");
+    }
+}
+
+// ---- root, libvirt (the vagrant tier of .ci/run runs these) ----
+
+fn env_sh(args: &[&str]) -> std::process::Output {
+    std::process::Command::new("bash")
+        .arg(repo_root().join("lab/vagrant/env.sh"))
+        .args(args)
+        .output()
+        .expect("bash runs")
+}
+
+fn ok(out: &std::process::Output, what: &str) -> String {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{what}: {text}");
+    text
+}
+
+fn run_dir(ns: &str) -> std::path::PathBuf {
+    Path::new(cnilab_harness::e2e::vagrant::RUN_ROOT).join(ns)
+}
+
+/// Whether `pid` still runs: a zombie (killed, its parent has not reaped
+/// it yet) does not.
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// Removes the namespace if a test failed half way.
+struct Down(String);
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        let _ = env_sh(&["down", &self.0]);
+    }
+}
+
+/// `env.sh up NS`: the guard that takes it down, and libvirtd's pid.
+fn up(ns: &str) -> (Down, i32) {
+    let down = Down(ns.to_string());
+    ok(&env_sh(&["up", ns]), "env.sh up");
+    let libvirtd = std::fs::read_to_string(run_dir(ns).join("libvirtd.pid"))
+        .expect("libvirtd.pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    (down, libvirtd)
+}
+
+#[test]
+#[ignore = "root and libvirt (bash lab/install-deps.sh --vagrant); run by .ci/run's vagrant tier"]
+fn libvirt_runs_in_the_runs_namespace_and_down_removes_everything() {
+    let _host = cnilab_net::testing::host_untouched();
+    let ns = format!("cnilab-{}-vg", std::process::id());
+    let (_down, libvirtd) = up(&ns);
+    // A NAT network: libvirt makes a bridge, dnsmasq and firewall rules.
+    ok(
+        &env_sh(&[
+            "exec",
+            &ns,
+            "virsh",
+            "-c",
+            "qemu:///system",
+            "net-start",
+            "default",
+        ]),
+        "net-start",
+    );
+    let links = ok(&env_sh(&["exec", &ns, "ip", "-o", "link"]), "ip link");
+    assert!(
+        links.contains("virbr0"),
+        "libvirt's bridge is in {ns}: {links}"
+    );
+    ok(&env_sh(&["down", &ns]), "env.sh down");
+    assert!(!Path::new("/run/netns").join(&ns).exists(), "{ns} is gone");
+    assert!(!run_dir(&ns).exists(), "its run directory is gone");
+    assert!(!running(libvirtd), "libvirtd ({libvirtd}) is stopped");
+    // The second down finds nothing and says so without failing.
+    ok(&env_sh(&["down", &ns]), "env.sh down again");
+}
+
+#[test]
+#[ignore = "root and libvirt (bash lab/install-deps.sh --vagrant); run by .ci/run's vagrant tier"]
+fn sweep_finds_what_a_killed_run_left() {
+    let _host = cnilab_net::testing::host_untouched();
+    // The run's owner: a process that dies without cleaning up.
+    let mut owner = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .expect("sleep");
+    let ns = format!("cnilab-{}-vg", owner.id());
+    let (_down, libvirtd) = up(&ns);
+    assert!(
+        !cnilab_harness::e2e::vagrant::sweep().contains(&ns),
+        "a live run is not swept"
+    );
+    assert!(
+        running(libvirtd),
+        "libvirtd ({libvirtd}) runs before the sweep"
+    );
+    owner.kill().expect("kill");
+    owner.wait().expect("reap");
+    let emptied = cnilab_harness::e2e::vagrant::sweep();
+    assert!(emptied.contains(&ns), "{emptied:?}");
+    assert!(!running(libvirtd), "libvirtd ({libvirtd}) stopped");
+    assert!(!run_dir(&ns).exists(), "run directory removed");
+    // What `cnilab sweep` does next (for this namespace only here): the
+    // emptied namespace can go.
+    let removed = cnilab_harness::netns::remove_matching(|n| n == ns).expect("remove");
+    assert_eq!(removed, vec![ns]);
+}
+
+/// `cnilab e2e vagrant STEP --name fault` from the checkout.
+fn e2e_vagrant(args: &[&str]) -> std::process::Output {
+    let cnilab = assert_cmd::cargo::cargo_bin("cnilab");
+    let bin = std::env::var_os("CNILAB_VAGRANT_BIN")
+        .map(std::path::PathBuf::from)
+        .or_else(|| cnilab.parent().map(Path::to_path_buf))
+        .expect("the binaries' directory");
+    std::process::Command::new(&cnilab)
+        .current_dir(repo_root())
+        .args(["e2e", "vagrant"])
+        .args(args)
+        .args(["--name", "fault"])
+        .arg("--bin")
+        .arg(bin)
+        .output()
+        .expect("cnilab runs")
+}
+
+/// Tears the fault test's VMs down whatever happens.
+struct VagrantDown;
+
+impl Drop for VagrantDown {
+    fn drop(&mut self) {
+        let _ = e2e_vagrant(&["down"]);
+    }
+}
+
+#[test]
+#[ignore = "boots two VMs (minutes; root, libvirt, the offline box, cnilab-agent and cnilab-bridge built next to cnilab or in CNILAB_VAGRANT_BIN): run it by hand"]
+fn a_fault_in_one_vm_fails_the_check_and_names_the_vm() {
+    let _host = cnilab_net::testing::host_untouched();
+    let _down = VagrantDown;
+    ok(&e2e_vagrant(&["up"]), "e2e vagrant up");
+    // Healthy first: what fails below fails because of the fault.
+    ok(&e2e_vagrant(&["check"]), "e2e vagrant check (healthy)");
+    // The agent stopped (it would restore forwarding), then forwarding off in node2.
+    ok(
+        &env_sh(&[
+            "exec",
+            "cnilab-vg-fault",
+            "vagrant",
+            "ssh",
+            "node2",
+            "-c",
+            "sudo systemctl stop cnilab-agent && sudo sysctl -qw net.ipv4.ip_forward=0",
+        ]),
+        "the fault",
+    );
+    let out = e2e_vagrant(&["check", "-o", "json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let diagnoses: Vec<String> = report["failures"]
+        .as_array()
+        .expect("failures")
+        .iter()
+        .flat_map(|f| f["diagnoses"].as_array().cloned().unwrap_or_default())
+        .filter(|d| d["id"] == "ip-forward-off")
+        .filter_map(|d| d["message"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        !diagnoses.is_empty(),
+        "no ip-forward-off diagnosis: {report}"
+    );
+    assert!(
+        diagnoses
+            .iter()
+            .all(|m| m.contains("node2") && !m.contains("node1")),
+        "{diagnoses:?}"
+    );
+}
