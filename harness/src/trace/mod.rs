@@ -6,8 +6,10 @@
 //! each namespace, nothing lab-specific: a real node's model and
 //! `/proc/<pid>/ns/net` paths do as well) and [`run`], which puts the two
 //! halves together; `walk.rs` is the routing walk (RTM_GETROUTE per hop in
-//! `route.rs`, then veth peer / bridge port to the next namespace; `vxlan.rs` the
-//! outer packet to the remote VTEP);
+//! `route.rs`, then veth peer / bridge port to the next namespace, and the
+//! outer packet of a VXLAN device walked like any other); `vxlan.rs` says
+//! where a VXLAN device sends the inner packet and where it comes out (it
+//! calls nothing of the walk);
 //! `nftrace.rs` sends one real probe with `meta nftrace` rules of the
 //! trace's own in each crossed namespace and reads `nft monitor trace`;
 //! `probe.rs` sends the probe; `text.rs` prints a trace.

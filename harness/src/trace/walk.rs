@@ -6,6 +6,7 @@
 //! bridge ports, who owns an address) comes from the [`World`]'s model.
 
 use super::route::{self, Answer, Question};
+use super::vxlan;
 use super::{Death, End, Hop, World};
 use crate::lab::model::{LinkFlag, LinkKind, RouteType};
 use std::net::IpAddr;
@@ -244,7 +245,19 @@ fn leave(
             enter(world, w, &peer_ns, &peer, nexthop, 0)
         }
         LinkKind::Bridge => switch(world, w, ns, oif, None, nexthop, 0),
-        LinkKind::Vxlan => super::vxlan::encapsulate(world, w, ns, link, nexthop),
+        LinkKind::Vxlan => {
+            let encap = vxlan::encapsulate(world, ns, link, nexthop)?;
+            w.hops.push(encap.hop);
+            let outer = walk(world, ns, encap.local, encap.vtep);
+            for mut h in outer.hops {
+                h.decision = format!("outer: {}", h.decision);
+                w.hops.push(h);
+            }
+            match outer.end {
+                End::Arrived(remote) => vxlan::decapsulate(&remote, world, encap.vni),
+                other => Err(other),
+            }
+        }
         ref other => Err(End::Inconclusive(format!(
             "{ns}: the packet leaves by {oif} (kind {other:?}), which the trace does not follow yet"
         ))),
