@@ -24,12 +24,46 @@ pub fn matcher(dst: IpAddr, proto: Proto, port: Option<u16>) -> String {
     format!("{family} daddr {dst} {l4}")
 }
 
-/// Sends one probe from inside `ns` and waits at most [`WAIT`] for it.
-pub fn send(ns: &File, src: Option<IpAddr>, dst: IpAddr, proto: Proto, port: Option<u16>) {
+/// The IP and ICMP echo headers around ping's payload.
+pub fn icmp_headers(dst: IpAddr) -> u32 {
+    if dst.is_ipv4() {
+        28
+    } else {
+        48
+    }
+}
+
+/// The size of the probe as sent by default (ping's 56-byte payload, a SYN
+/// with its options, the UDP datagram below), IP header included.
+pub fn default_size(dst: IpAddr, proto: Proto) -> u32 {
+    let ip = if dst.is_ipv4() { 20 } else { 40 };
+    match proto {
+        Proto::Icmp => icmp_headers(dst) + 56,
+        Proto::Tcp => ip + 40,
+        Proto::Udp => ip + 8 + PAYLOAD.len() as u32,
+    }
+}
+
+const PAYLOAD: &[u8] = b"cnilab trace";
+
+/// Sends one probe from inside `ns` and waits at most [`WAIT`] for it;
+/// `size` (ICMP only): the whole packet's size, sent with DF.
+pub fn send(
+    ns: &File,
+    src: Option<IpAddr>,
+    dst: IpAddr,
+    proto: Proto,
+    port: Option<u16>,
+    size: Option<u32>,
+) {
     match proto {
         Proto::Icmp => {
             let mut cmd = Command::new("ping");
-            cmd.args(["-n", "-c", "1", "-W", "1"]);
+            cmd.args(["-n", "-c", "1", "-W", "1", "-M", "do"]);
+            if let Some(size) = size {
+                let payload = size.saturating_sub(icmp_headers(dst));
+                cmd.args(["-s", &payload.to_string()]);
+            }
             if let Some(src) = src {
                 cmd.args(["-I", &src.to_string()]);
             }
@@ -54,7 +88,7 @@ pub fn send(ns: &File, src: Option<IpAddr>, dst: IpAddr, proto: Proto, port: Opt
                 } else {
                     (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
                 };
-                std::net::UdpSocket::bind(any).and_then(|s| s.send_to(b"cnilab trace", to))
+                std::net::UdpSocket::bind(any).and_then(|s| s.send_to(PAYLOAD, to))
             });
         }
     }

@@ -20,14 +20,18 @@ pub struct Walk {
     pub hops: Vec<Hop>,
     pub end: End,
     pub src: Option<IpAddr>,
+    /// The packet's size in bytes (IP header included), sent with DF.
+    pub size: u32,
 }
 
-/// Walks `dst` from the namespace `from` (by role).
-pub fn walk(world: &World, from: &str, src: Option<IpAddr>, dst: IpAddr) -> Walk {
+/// Walks `dst` from the namespace `from` (by role), a packet of `size`
+/// bytes with DF.
+pub fn walk(world: &World, from: &str, src: Option<IpAddr>, dst: IpAddr, size: u32) -> Walk {
     let mut w = Walk {
         hops: Vec::new(),
         end: End::Inconclusive(String::new()),
         src,
+        size,
     };
     let mut ns = from.to_string();
     let mut iif: Option<String> = None;
@@ -84,7 +88,7 @@ fn step(
     };
     let (kind, oif, gateway, prefsrc, table) = match answer {
         Answer::Error(code) => {
-            let mut death = refusal(world, ns, iif, dst, code, &asked);
+            let mut death = refusal(world, ns, &q, code, &asked);
             death.check = asked.clone();
             hop.decision = format!("died: {}", death.cause);
             hop.evidence = format!("{asked}: {}", route::errno_text(code));
@@ -147,24 +151,14 @@ fn ip_route_get(q: &Question) -> String {
 
 /// Names a failed lookup: reverse path, forwarding off, the route whose
 /// type refused it, or no route.
-fn refusal(
-    world: &World,
-    ns: &str,
-    iif: Option<&str>,
-    dst: IpAddr,
-    code: i32,
-    asked: &str,
-) -> Death {
+fn refusal(world: &World, ns: &str, q: &Question, code: i32, asked: &str) -> Death {
     use nix::libc::{EACCES, EHOSTUNREACH, EINVAL, ENETUNREACH, EXDEV};
+    let (iif, dst) = (q.iif, q.dst);
     let errno = format!("{asked}: {}", route::errno_text(code));
-    if let (EXDEV, Some(iif)) = (code, iif) {
-        let rp = |dev: &str| world.sysctl(ns, &format!("net/ipv4/conf/{dev}/rp_filter"));
-        return Death::new(
-            ns,
-            "reverse-path",
-            &format!("rp_filter on {iif}"),
-            &format!("{errno}; rp_filter all={} {iif}={}", rp("all"), rp(iif)),
-        );
+    if let (EINVAL | EXDEV, Some(iif), Some(src)) = (code, iif, q.src) {
+        if let Some(death) = martian_source(world, ns, iif, src, &errno) {
+            return death;
+        }
     }
     if let (EHOSTUNREACH, Some(iif)) = (code, iif) {
         for key in forwarding_keys(dst, iif) {
@@ -197,6 +191,72 @@ fn refusal(
     Death::new(ns, cause, &format!("route to {dst}"), &errno)
 }
 
+/// A packet from `src` arriving on `iif` that the kernel refuses as a
+/// martian source: `src` is an address of this namespace (accept_local
+/// off), or the way back to `src` leaves by another device (rp_filter
+/// strict) or by none (rp_filter loose).
+fn martian_source(world: &World, ns: &str, iif: &str, src: IpAddr, errno: &str) -> Option<Death> {
+    let file = world.file(ns)?;
+    let back = route::get(
+        file,
+        &Question {
+            dst: src,
+            src: None,
+            iif: None,
+            mark: 0,
+        },
+    )
+    .ok()?;
+    let sysctl = |key: &str, dev: &str| world.sysctl(ns, &format!("net/ipv4/conf/{dev}/{key}"));
+    let strictest = |key: &str| {
+        let (all, dev) = (sysctl(key, "all"), sysctl(key, iif));
+        (
+            all.clone().max(dev.clone()),
+            format!("all={all} {iif}={dev}"),
+        )
+    };
+    if let Answer::Route { kind, .. } = &back {
+        if kind == "local" {
+            let key = format!("net/ipv4/conf/{iif}/accept_local");
+            let (_, values) = strictest("accept_local");
+            return Some(Death::new(
+                ns,
+                "accept-local",
+                &key,
+                &format!(
+                    "{errno}; the source {src} is an address of {ns} itself and accept_local \
+                     is off ({values})"
+                ),
+            ));
+        }
+    }
+    let (rp, values) = strictest("rp_filter");
+    let way_back = match &back {
+        Answer::Route { oif, .. } => oif.clone(),
+        Answer::Error(_) => None,
+    };
+    let refused = match rp.as_str() {
+        "1" => way_back.as_deref() != Some(iif),
+        "2" => way_back.is_none(),
+        _ => false,
+    };
+    refused.then(|| {
+        let back = way_back
+            .map(|d| format!("leaves by {d}"))
+            .unwrap_or_else(|| "has no route".into());
+        let mut d = Death::new(
+            ns,
+            "reverse-path",
+            &format!("rp_filter on {iif}"),
+            &format!(
+                "{errno}; the way back to {src} {back}, not {iif}, and rp_filter is {rp} ({values})"
+            ),
+        );
+        d.check = format!("ip route get {src}");
+        d
+    })
+}
+
 /// The sysctls that must be 1 for `dst`'s family to be forwarded from `iif`.
 fn forwarding_keys(dst: IpAddr, iif: &str) -> Vec<String> {
     if dst.is_ipv4() {
@@ -224,6 +284,7 @@ fn leave(
         "link",
         &format!("{oif} is down (ip link set {oif} up)"),
     )?;
+    fits(ns, link, w.size)?;
     if link.flags.contains(&LinkFlag::Noarp) {
         return Err(died(
             ns,
@@ -248,7 +309,7 @@ fn leave(
         LinkKind::Vxlan => {
             let encap = vxlan::encapsulate(world, ns, link, nexthop)?;
             w.hops.push(encap.hop);
-            let outer = walk(world, ns, encap.local, encap.vtep);
+            let outer = walk(world, ns, encap.local, encap.vtep, w.size + VXLAN_OVERHEAD);
             for mut h in outer.hops {
                 h.decision = format!("outer: {}", h.decision);
                 w.hops.push(h);
@@ -261,6 +322,27 @@ fn leave(
         ref other => Err(End::Inconclusive(format!(
             "{ns}: the packet leaves by {oif} (kind {other:?}), which the trace does not follow yet"
         ))),
+    }
+}
+
+/// What VXLAN adds around the inner packet: outer IPv4, UDP, VXLAN and
+/// the inner Ethernet header.
+const VXLAN_OVERHEAD: u32 = 50;
+
+/// A packet of `size` bytes with DF does not leave or enter by a link of a
+/// smaller MTU (a veth drops what is larger than its MTU).
+fn fits(ns: &str, link: &crate::lab::model::Link, size: u32) -> Result<(), End> {
+    match link.mtu {
+        Some(mtu) if size > mtu => Err(died(
+            ns,
+            "mtu",
+            &format!("link {} mtu {mtu}", link.name),
+            &format!(
+                "a {size}-byte packet with DF does not fit {} (mtu {mtu})",
+                link.name
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -284,6 +366,7 @@ fn enter(
         "link",
         &format!("{link} (the veth's other end) is down: nothing it receives goes on (ip link set {link} up)"),
     )?;
+    fits(ns, l, w.size)?;
     if let Some(bridge) = &l.controller {
         port_forwards(ns, bridge, l)?;
         if world.owns(ns, nexthop) {
@@ -296,7 +379,7 @@ fn enter(
     }
     Err(wrong_next_hop(
         world,
-        ns,
+        w,
         nexthop,
         &format!("the packet reaches {ns}/{link}, which does not own the next hop {nexthop}"),
     ))
@@ -352,28 +435,40 @@ fn switch(
             ));
         }
         port_forwards(ns, bridge, port)?;
+        isolation(world, ns, bridge, in_port, port)?;
+        fits(ns, port, w.size)?;
         return enter(world, w, &peer_ns, &peer, nexthop, depth);
     }
     Err(wrong_next_hop(
         world,
-        ns,
+        w,
         nexthop,
         &format!("no port of bridge {bridge} in {ns} leads to the next hop {nexthop}"),
     ))
 }
 
-/// The next hop is not where the packet got: who owns it, if anyone.
-fn wrong_next_hop(world: &World, ns: &str, nexthop: IpAddr, what: &str) -> End {
+/// The next hop is not where the packet got: named at the namespace whose
+/// route chose it, with who owns it, if anyone.
+fn wrong_next_hop(world: &World, w: &Walk, nexthop: IpAddr, what: &str) -> End {
     let owner = world
         .owner(nexthop)
         .map(|o| format!("its owner is {o}"))
         .unwrap_or_else(|| "no namespace of the model owns it".into());
-    died(
+    let chose = w.hops.iter().rev().find(|h| h.next_hop == Some(nexthop));
+    let (ns, route) = match chose {
+        Some(h) => (h.namespace.as_str(), h.decision.as_str()),
+        None => ("?", ""),
+    };
+    let mut d = Death::new(
         ns,
         "wrong-next-hop",
         &format!("next hop {nexthop}"),
-        &format!("{what}; {owner}"),
-    )
+        &format!("{ns} routes it {route}: {what}; {owner}"),
+    );
+    if let Some(h) = chose {
+        d.check = h.evidence.split(':').next().unwrap_or_default().to_string();
+    }
+    End::Died(Box::new(d))
 }
 
 /// The link `name` of `ns`, when it is up; `what` names it in a death.
@@ -404,6 +499,32 @@ fn port_forwards(ns: &str, bridge: &str, port: &crate::lab::model::Link) -> Resu
         )),
         _ => Ok(()),
     }
+}
+
+/// A bridge forwards nothing from an isolated port to another isolated port.
+fn isolation(
+    world: &World,
+    ns: &str,
+    bridge: &str,
+    in_port: Option<&str>,
+    out: &crate::lab::model::Link,
+) -> Result<(), End> {
+    let isolated = |l: &crate::lab::model::Link| l.port.as_ref().is_some_and(|p| p.isolated);
+    let Some(inp) = in_port.and_then(|p| world.link(ns, p)) else {
+        return Ok(());
+    };
+    if isolated(inp) && isolated(out) {
+        return Err(died(
+            ns,
+            "bridge-port-isolated",
+            &format!("port {} of {bridge}", out.name),
+            &format!(
+                "{} and {} are both isolated: {bridge} forwards nothing between them",
+                inp.name, out.name
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn died(ns: &str, cause: &str, object: &str, evidence: &str) -> End {
