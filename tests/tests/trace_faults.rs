@@ -8,17 +8,7 @@
 mod trace_common;
 
 use cnilab_tests::{host_untouched, StandingLab as Standing};
-use trace_common::{assert_check_names, assert_check_says, assert_died, Lab};
-
-/// The address of `role`'s `dev` (IPv4).
-fn address(lab: &Standing, role: &str, dev: &str) -> String {
-    let out = lab.sh(role, "ip", &["-4", "-o", "addr", "show", "dev", dev]);
-    out.split_whitespace()
-        .nth(3)
-        .and_then(|a| a.split('/').next())
-        .map(str::to_string)
-        .unwrap_or_else(|| panic!("no address on {role}/{dev}: {out}"))
-}
+use trace_common::{address, assert_check_names, assert_check_says, assert_died, Lab};
 
 /// Strict reverse-path filtering on node2 while its route back to node1's
 /// pods leaves by the pods' bridge: the packet from node1-pod0 arriving on
@@ -66,7 +56,7 @@ fn noarp_on_a_link_is_named() {
 fn a_permanent_neighbour_with_a_wrong_mac_is_named() {
     let _host = host_untouched();
     let lab = Standing::up("tfnm", &[]);
-    let pod = address(&lab, "node2-pod0", "eth0");
+    let pod = address(&lab, "node2-pod0", "-4", "eth0");
     lab.sh(
         "node2",
         "ip",
@@ -208,19 +198,20 @@ fn arp_ignore_is_named_at_the_pod_that_ignores() {
     lab.assert_no_trace_tables();
 }
 
-/// node1-pod0's address also on node2's lo: a packet from the pod to node2
-/// arrives with a source node2 holds itself (accept_local off), pod to node.
+/// node1-pod0's address also on node2's lo: a packet from the pod to
+/// node2-pod0 (not masqueraded) arrives at node2 with a source node2 holds
+/// itself (accept_local off).
 #[test]
 fn a_local_source_refused_by_accept_local_is_named() {
     let _host = host_untouched();
     let lab = Standing::up("tfal", &[]);
-    let pod = address(&lab, "node1-pod0", "eth0");
+    let pod = address(&lab, "node1-pod0", "-4", "eth0");
     lab.sh(
         "node2",
         "ip",
         &["addr", "add", &format!("{pod}/32"), "dev", "lo"],
     );
-    let t = lab.trace("node1-pod0", "node2", &[]);
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
     let object = "net/ipv4/conf/eth0/accept_local";
     assert_died(&t, "node2", "accept-local", object);
     assert_check_names(&lab, "accept-local", "node2", object);

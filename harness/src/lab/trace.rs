@@ -101,7 +101,8 @@ pub fn failed_probe(lab: &Lab, o: &ProbeOutcome) -> Result<trace::Trace, String>
         from: from.name.clone(),
         from_ns: owner(from.ip)?,
         to: to.name.clone(),
-        to_ns: owner(to.ip)?,
+        // A Service VIP is no namespace's: the DNAT on the way decides.
+        to_ns: world.owner(to.ip).unwrap_or_else(|| to.ip.to_string()),
         src: Some(from.ip),
         dst: to.ip,
         proto,
@@ -194,9 +195,18 @@ fn endpoint(
 ) -> Result<Endpoint, String> {
     let family = |a: &IpAddr| like.is_none_or(|l| l.is_ipv4() == a.is_ipv4());
     if let Ok(ip) = what.parse::<IpAddr>() {
-        let ns = world
-            .owner(ip)
-            .ok_or_else(|| format!("{ip}: no namespace of lab {} has this address", state.name))?;
+        // A TO no namespace holds (a Service VIP) is where a DNAT on the
+        // way decides; a FROM must be sent from somewhere.
+        let ns = match (world.owner(ip), like) {
+            (Some(ns), _) => ns,
+            (None, None) => ip.to_string(),
+            (None, Some(_)) => {
+                return Err(format!(
+                    "{ip}: no namespace of lab {} has this address",
+                    state.name
+                ))
+            }
+        };
         return Ok(Endpoint { ns, addr: Some(ip) });
     }
     if let Some(spec) = state.topology.node(what) {

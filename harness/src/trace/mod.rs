@@ -32,6 +32,7 @@
 //! port.
 
 mod counters;
+mod nat;
 mod nftrace;
 mod probe;
 pub mod route;
@@ -400,44 +401,38 @@ impl World {
 }
 
 /// Traces `req` through `world`: the routing walk, then the firewall trace
-/// with one real probe.
+/// with one real probe. When that trace shows a NAT rule rewriting the
+/// probe (a Service's DNAT, a masquerade), the walk is made again with the
+/// rewrites where they happen, and a second probe is traced along it
+/// (matched by the original and the rewritten destination).
 pub fn run(world: &World, req: &Request) -> Trace {
     let size = req
         .size
         .unwrap_or_else(|| probe::default_size(req.dst, req.proto));
-    let walked = walk::walk(world, &req.from_ns, req.src, req.dst, size);
-    let mut path: Vec<String> = vec![req.from_ns.clone()];
-    for h in &walked.hops {
-        if !path.contains(&h.namespace) {
-            path.push(h.namespace.clone());
-        }
+    let mut walked = walk::walk(world, &req.from_ns, (req.src, req.dst), size, &[]);
+    let mut pass = probe_pass(world, req, &walked, &[req.dst], &[]);
+    let rewrites = match &pass.1 {
+        Ok(t) => nat::rewrites(&t.events),
+        Err(_) => Vec::new(),
+    };
+    if !rewrites.is_empty() {
+        walked = walk::walk(world, &req.from_ns, (req.src, req.dst), size, &rewrites);
+        let ports: Vec<u16> = rewrites
+            .iter()
+            .filter_map(|r| match r.change {
+                nat::Change::Dnat(_, port) => port,
+                _ => None,
+            })
+            .collect();
+        pass = probe_pass(world, req, &walked, &[req.dst, walked.dst], &ports);
     }
-    if let End::Died(d) = &walked.end {
-        if !path.contains(&d.namespace) && world.file(&d.namespace).is_some() {
-            path.push(d.namespace.clone());
-        }
-    }
-    let files: Vec<(String, &File)> = path
-        .iter()
-        .filter_map(|ns| world.file(ns).map(|f| (ns.clone(), f)))
-        .collect();
-    let matcher = probe::matcher(req.dst, req.proto, req.port);
-    let from = world.file(&req.from_ns);
-    let (mut before, mut after) = (counters::Snapshot::default(), counters::Snapshot::default());
-    let traced = nftrace::trace(&files, &matcher, || {
-        before = counters::take(&files);
-        if let Some(f) = from {
-            probe::send(f, walked.src, req.dst, req.proto, req.port, req.size);
-        }
-        after = counters::take(&files);
-    });
-    let counted = counters::moved(&before, &after, &path);
+    let (path, traced, counted) = pass;
     let mut trace = Trace {
         schema_version: SCHEMA_VERSION,
         from: req.from.clone(),
         to: req.to.clone(),
         proto: req.proto,
-        src: walked.src,
+        src: walked.sent_src,
         dst: req.dst,
         port: req.port,
         hops: walked.hops,
@@ -447,7 +442,15 @@ pub fn run(world: &World, req: &Request) -> Trace {
         reason: None,
         reproduce: vec![req.command.clone()],
     };
-    let end = combine(world, &path, walked.end, (traced, counted), req, &mut trace);
+    let to_ns = world.owner(walked.dst).unwrap_or_else(|| req.to_ns.clone());
+    let end = combine(
+        world,
+        &path,
+        walked.end,
+        (traced, counted),
+        &to_ns,
+        &mut trace,
+    );
     match end {
         End::Arrived(_) => trace.verdict = Verdict::Arrived,
         End::Died(mut d) => {
@@ -471,6 +474,49 @@ pub fn run(world: &World, req: &Request) -> Trace {
     trace
 }
 
+/// The namespaces a walk crossed, in order, what nftables' trace saw of
+/// one probe sent along them, and the drop counters that moved meanwhile.
+type Pass = (Vec<String>, Result<nftrace::Traced, String>, Vec<Death>);
+
+/// Sends one probe along `walked` and traces it: the trace rules match
+/// any of `dsts` (and the request's port or any of `ports`).
+fn probe_pass(
+    world: &World,
+    req: &Request,
+    walked: &walk::Walk,
+    dsts: &[IpAddr],
+    ports: &[u16],
+) -> Pass {
+    let mut path: Vec<String> = vec![req.from_ns.clone()];
+    for h in &walked.hops {
+        if !path.contains(&h.namespace) {
+            path.push(h.namespace.clone());
+        }
+    }
+    if let End::Died(d) = &walked.end {
+        if !path.contains(&d.namespace) && world.file(&d.namespace).is_some() {
+            path.push(d.namespace.clone());
+        }
+    }
+    let files: Vec<(String, &File)> = path
+        .iter()
+        .filter_map(|ns| world.file(ns).map(|f| (ns.clone(), f)))
+        .collect();
+    let ports: Vec<u16> = req.port.iter().chain(ports).copied().collect();
+    let matcher = probe::matcher(dsts, req.proto, &ports);
+    let from = world.file(&req.from_ns);
+    let (mut before, mut after) = (counters::Snapshot::default(), counters::Snapshot::default());
+    let traced = nftrace::trace(&files, &matcher, || {
+        before = counters::take(&files);
+        if let Some(f) = from {
+            probe::send(f, walked.sent_src, req.dst, req.proto, req.port, req.size);
+        }
+        after = counters::take(&files);
+    });
+    let counted = counters::moved(&before, &after, &path);
+    (path, traced, counted)
+}
+
 /// The routing walk's end, corrected by what the firewall trace saw and
 /// by the drop counters that moved (qdiscs, legacy iptables).
 fn combine(
@@ -478,7 +524,7 @@ fn combine(
     path: &[String],
     end: End,
     (traced, counted): (Result<nftrace::Traced, String>, Vec<Death>),
-    req: &Request,
+    to_ns: &str,
     trace: &mut Trace,
 ) -> End {
     let index = |ns: &str| path.iter().position(|p| p == ns).unwrap_or(path.len());
@@ -539,9 +585,9 @@ fn combine(
             }
         )),
         },
-        End::Arrived(ns) if ns != req.to_ns => End::Inconclusive(format!(
-            "the packet is delivered in {ns}, not in {} where {} is",
-            req.to_ns, req.dst
+        End::Arrived(ns) if ns != to_ns => End::Inconclusive(format!(
+            "the packet is delivered in {ns}, not in {to_ns} where {} is",
+            trace.dst
         )),
         other => other,
     }

@@ -12,16 +12,27 @@ use std::time::Duration;
 /// what the kernel did with it).
 const WAIT: Duration = Duration::from_secs(1);
 
-/// The nft match for the probe: destination, protocol and port.
-pub fn matcher(dst: IpAddr, proto: Proto, port: Option<u16>) -> String {
-    let family = if dst.is_ipv4() { "ip" } else { "ip6" };
-    let l4 = match (proto, dst.is_ipv4()) {
+/// The nft match for the probe: any of its destinations (before and after
+/// a DNAT), the protocol and any of its ports. `dsts` is never empty.
+pub fn matcher(dsts: &[IpAddr], proto: Proto, ports: &[u16]) -> String {
+    let v4 = dsts.first().is_none_or(|d| d.is_ipv4());
+    let family = if v4 { "ip" } else { "ip6" };
+    let set = |items: Vec<String>| match items.as_slice() {
+        [one] => one.clone(),
+        [] => "0".to_string(),
+        _ => format!("{{ {} }}", items.join(", ")),
+    };
+    let mut dsts: Vec<String> = dsts.iter().map(IpAddr::to_string).collect();
+    dsts.dedup();
+    let mut ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+    ports.dedup();
+    let l4 = match (proto, v4) {
         (Proto::Icmp, true) => "meta l4proto icmp icmp type echo-request".to_string(),
         (Proto::Icmp, false) => "meta l4proto ipv6-icmp icmpv6 type echo-request".to_string(),
-        (Proto::Tcp, _) => format!("tcp dport {}", port.unwrap_or(0)),
-        (Proto::Udp, _) => format!("udp dport {}", port.unwrap_or(0)),
+        (Proto::Tcp, _) => format!("tcp dport {}", set(ports)),
+        (Proto::Udp, _) => format!("udp dport {}", set(ports)),
     };
-    format!("{family} daddr {dst} {l4}")
+    format!("{family} daddr {} {l4}", set(dsts))
 }
 
 /// The IP and ICMP echo headers around ping's payload.

@@ -5,6 +5,7 @@
 //! `local` (arrived) or names a death. What joins namespaces (veth peers,
 //! bridge ports, who owns an address) comes from the [`World`]'s model.
 
+use super::nat::{Change, Rewrite};
 use super::route::{self, Answer, Question};
 use super::vxlan;
 use super::{Death, End, Hop, World};
@@ -22,20 +23,37 @@ pub struct Walk {
     pub src: Option<IpAddr>,
     /// The packet's size in bytes (IP header included), sent with DF.
     pub size: u32,
+    /// The source the probe is sent from (given, or the kernel's choice).
+    pub sent_src: Option<IpAddr>,
+    /// Its destination, after the DNAT the walk applied.
+    pub dst: IpAddr,
+    /// The NAT rewrites to apply where they happen.
+    nat: Vec<Rewrite>,
 }
 
 /// Walks `dst` from the namespace `from` (by role), a packet of `size`
-/// bytes with DF.
-pub fn walk(world: &World, from: &str, src: Option<IpAddr>, dst: IpAddr, size: u32) -> Walk {
+/// bytes with DF, rewritten by `nat` where it happens.
+pub fn walk(
+    world: &World,
+    from: &str,
+    (src, dst): (Option<IpAddr>, IpAddr),
+    size: u32,
+    nat: &[Rewrite],
+) -> Walk {
     let mut w = Walk {
         hops: Vec::new(),
         end: End::Inconclusive(String::new()),
         src,
+        sent_src: src,
         size,
+        dst,
+        nat: nat.to_vec(),
     };
     let mut ns = from.to_string();
     let mut iif: Option<String> = None;
     for _ in 0..MAX_HOPS {
+        dnat(&mut w, &ns, iif.as_deref());
+        let dst = w.dst;
         match step(world, &mut w, &ns, iif.as_deref(), dst) {
             Ok(Some((next, link))) => {
                 ns = next;
@@ -51,10 +69,77 @@ pub fn walk(world: &World, from: &str, src: Option<IpAddr>, dst: IpAddr, size: u
     w.end = End::Died(Box::new(Death::new(
         &ns,
         "routing-loop",
-        &format!("route to {dst}"),
+        &format!("route to {}", w.dst),
         &format!("more than {MAX_HOPS} hops"),
     )));
     w
+}
+
+/// A DNAT in `ns` (before its routing decision): the walk goes on to the
+/// new destination; the rewrite is a hop.
+fn dnat(w: &mut Walk, ns: &str, iif: Option<&str>) {
+    let Some(i) = w
+        .nat
+        .iter()
+        .position(|r| r.namespace == ns && matches!(r.change, Change::Dnat(..)))
+    else {
+        return;
+    };
+    let r = w.nat.remove(i);
+    let Change::Dnat(to, port) = r.change else {
+        return;
+    };
+    let port = port.map(|p| format!(" port {p}")).unwrap_or_default();
+    w.hops.push(Hop {
+        namespace: ns.to_string(),
+        iif: iif.map(str::to_string),
+        oif: None,
+        next_hop: None,
+        decision: format!("dnat: {} → {to}{port}", w.dst),
+        evidence: r.evidence,
+    });
+    w.dst = to;
+}
+
+/// A SNAT in `ns` (after its routing decision, the packet leaving by
+/// `oif`): the walk goes on from the new source; the rewrite is a hop.
+fn snat(world: &World, w: &mut Walk, ns: &str, oif: &str) {
+    let Some(i) = w
+        .nat
+        .iter()
+        .position(|r| r.namespace == ns && matches!(r.change, Change::Snat(_)))
+    else {
+        return;
+    };
+    let r = w.nat.remove(i);
+    let to = match r.change {
+        Change::Snat(Some(to)) => Some(to),
+        _ => world.file(ns).and_then(|f| {
+            let q = Question {
+                dst: w.dst,
+                src: None,
+                iif: None,
+                mark: 0,
+            };
+            match route::get(f, &q) {
+                Ok(Answer::Route { prefsrc, .. }) => prefsrc,
+                _ => None,
+            }
+        }),
+    };
+    let Some(to) = to else {
+        return;
+    };
+    let from = w.src.map(|s| s.to_string()).unwrap_or_else(|| "?".into());
+    w.hops.push(Hop {
+        namespace: ns.to_string(),
+        iif: None,
+        oif: Some(oif.to_string()),
+        next_hop: None,
+        decision: format!("snat: {from} → {to}"),
+        evidence: r.evidence,
+    });
+    w.src = Some(to);
 }
 
 /// One namespace: `Ok(Some(next))` where the packet goes, `Ok(None)` when
@@ -105,6 +190,7 @@ fn step(
     };
     if w.src.is_none() {
         w.src = prefsrc;
+        w.sent_src = prefsrc;
     }
     hop.oif = oif.clone();
     if kind == "local" {
@@ -122,6 +208,22 @@ fn step(
             "{ns}: the kernel answers a {kind} route for {dst}, which the trace does not follow"
         )));
     };
+    // IPv6 routes a packet to forward even with forwarding off; ip6_forward
+    // then drops it.
+    let v6_forwarding = "net/ipv6/conf/all/forwarding";
+    if iif.is_some() && dst.is_ipv6() && world.sysctl(ns, v6_forwarding) == "0" {
+        hop.decision = "died: forwarding-off".into();
+        hop.evidence = format!("{asked}: {dst} dev {oif}; {v6_forwarding} = 0");
+        w.hops.push(hop);
+        let mut d = Death::new(
+            ns,
+            "forwarding-off",
+            v6_forwarding,
+            &format!("{v6_forwarding} = 0: {ns} forwards no IPv6 packet"),
+        );
+        d.check = format!("sysctl {}", v6_forwarding.replace('/', "."));
+        return Err(End::Died(Box::new(d)));
+    }
     let nexthop = gateway.unwrap_or(dst);
     hop.next_hop = Some(nexthop);
     hop.decision = match gateway {
@@ -131,6 +233,7 @@ fn step(
     let via = gateway.map(|g| format!(" via {g}")).unwrap_or_default();
     hop.evidence = format!("{asked}: {dst}{via} dev {oif} table {table}");
     w.hops.push(hop);
+    snat(world, w, ns, &oif);
     leave(world, w, ns, &oif, nexthop).map(Some)
 }
 
@@ -309,7 +412,13 @@ fn leave(
         LinkKind::Vxlan => {
             let encap = vxlan::encapsulate(world, ns, link, nexthop)?;
             w.hops.push(encap.hop);
-            let outer = walk(world, ns, encap.local, encap.vtep, w.size + VXLAN_OVERHEAD);
+            let outer = walk(
+                world,
+                ns,
+                (encap.local, encap.vtep),
+                w.size + VXLAN_OVERHEAD,
+                &[],
+            );
             for mut h in outer.hops {
                 h.decision = format!("outer: {}", h.decision);
                 w.hops.push(h);

@@ -164,3 +164,17 @@ fn diagnoses(v: &Value) -> impl Iterator<Item = &Value> {
         .flatten()
         .flat_map(|f| f["diagnoses"].as_array().into_iter().flatten())
 }
+
+/// The address of `role`'s `dev` in `family` (`-4` or `-6`, global).
+pub fn address(lab: &Standing, role: &str, family: &str, dev: &str) -> String {
+    let out = lab.sh(
+        role,
+        "ip",
+        &[family, "-o", "addr", "show", "dev", dev, "scope", "global"],
+    );
+    out.split_whitespace()
+        .nth(3)
+        .and_then(|a| a.split('/').next())
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no {family} address on {role}/{dev}: {out}"))
+}
