@@ -236,6 +236,12 @@ fn lab_check_names_what_no_rule_explains_by_a_trace() {
         "{v:#}"
     );
     assert!(flat.contains("cnilab lab trace --name"), "{v:#}");
+    // The hop where it died, as `lab trace` shows it (and `scenario run`,
+    // which prints the same diagnoses).
+    assert!(
+        flat.contains("at hop 2: node1 died: blackhole (ip route get 10.244.2."),
+        "{v:#}"
+    );
     assert!(!flat.contains("undiagnosed"), "{v:#}");
     lab.assert_no_trace_tables();
 }

@@ -296,10 +296,28 @@ fn finding(traced: Result<trace::Trace, String>) -> Finding {
                 Some(n) if *n != d.namespace => format!("{} (node {n})", d.namespace),
                 _ => d.namespace.clone(),
             };
+            // The hop where it died, as `lab trace` prints it: shown by
+            // everything that prints diagnoses (`lab check`, `scenario run`).
+            let hop = t
+                .hops
+                .iter()
+                .enumerate()
+                .rev()
+                .find(|(_, h)| h.namespace == d.namespace)
+                .map(|(i, h)| {
+                    format!(
+                        " at hop {}: {} {} ({})",
+                        i + 1,
+                        h.namespace,
+                        h.decision,
+                        h.evidence
+                    )
+                })
+                .unwrap_or_default();
             Finding::Cause(crate::connectivity::Diagnosis {
                 id: trace::cause_id(&d.cause),
                 message: format!(
-                    "traced {} → {}: died at {at}: {} {}: {}; reproduce: {}",
+                    "traced {} → {}: died at {at}: {} {}: {}{hop}; reproduce: {}",
                     t.from,
                     t.to,
                     d.cause,
