@@ -79,6 +79,22 @@ pub fn moved(before: &Snapshot, after: &Snapshot, path: &[String]) -> Vec<Death>
     found.into_iter().map(|(_, d)| d).collect()
 }
 
+/// A qdisc on one of `devs` of `ns` that has dropped packets (ever): its object
+/// name and drop count. What keeps a neighbour unresolved when the ARP or
+/// NDP requests themselves are dropped.
+pub fn dropping_qdisc(ns: &str, f: &File, devs: &[String]) -> Option<(String, u64, String)> {
+    let mut all = BTreeMap::new();
+    qdiscs(ns, f, &mut all);
+    all.into_iter()
+        .find(|(k, c)| {
+            c.count > 0
+                && devs
+                    .iter()
+                    .any(|d| k.object.ends_with(&format!(" dev {d}")))
+        })
+        .map(|(k, c)| (k.object, c.count, c.check))
+}
+
 /// `tc -s -j qdisc show`: each qdisc's drops.
 fn qdiscs(ns: &str, f: &File, all: &mut BTreeMap<Key, Counted>) {
     let Ok(out) = nft::run(

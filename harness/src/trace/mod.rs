@@ -618,6 +618,30 @@ fn unresolved(world: &World, hops: &[Hop]) -> Option<Death> {
             if let Some(d) = arp_ignored(world, &owner, next) {
                 return d;
             }
+            // The device and, for a bridge, its ports (where a request leaves).
+            let devs: Vec<String> = std::iter::once(oif.to_string())
+                .chain(
+                    world
+                        .ports(&h.namespace, oif)
+                        .iter()
+                        .map(|l| l.name.clone()),
+                )
+                .collect();
+            if let Some((object, drops, check)) =
+                counters::dropping_qdisc(&h.namespace, file, &devs)
+            {
+                let mut d = Death::new(
+                    &h.namespace,
+                    "qdisc-drop",
+                    &object,
+                    &format!(
+                        "{next} on {oif} stays {state}: {object} has dropped {drops} packets, \
+                         its ARP/NDP requests among them"
+                    ),
+                );
+                d.check = check;
+                return d;
+            }
             let announce = world.sysctl(&h.namespace, &format!("net/ipv4/conf/{oif}/arp_announce"));
             let mut d = Death::new(
                 &h.namespace,
