@@ -5,123 +5,11 @@
 //! node to pod over TCP, on the l2 and the routed shape); no trace leaves
 //! an nft table behind.
 
+mod trace_common;
+
 use cnilab_tests::{cnilab, host_untouched, output_text as all, StandingLab as Standing};
 use serde_json::Value;
-use std::process::Command;
-
-/// The lab's namespaces, faults made in them and traces run on them.
-trait Lab {
-    fn netns(&self, role: &str) -> String;
-    fn sh(&self, role: &str, program: &str, args: &[&str]) -> String;
-    fn trace(&self, from: &str, to: &str, extra: &[&str]) -> (Option<i32>, Value);
-    fn assert_no_trace_tables(&self);
-    fn pod_veth(&self, node: &str) -> String;
-}
-
-impl Lab for Standing {
-    /// The kernel's name of a namespace of this lab, by role.
-    fn netns(&self, role: &str) -> String {
-        format!("cnilab-lab-{}-{role}", self.0)
-    }
-
-    /// Runs `program ARGS` inside the lab's namespace `role`; it must succeed.
-    fn sh(&self, role: &str, program: &str, args: &[&str]) -> String {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.netns(role), program])
-            .args(args)
-            .output()
-            .expect("ip netns exec runs");
-        assert!(
-            out.status.success(),
-            "{program} {args:?} in {role}: {}",
-            all(&out)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// `cnilab lab trace … -o json`: the exit code and the document.
-    fn trace(&self, from: &str, to: &str, extra: &[&str]) -> (Option<i32>, Value) {
-        let mut args = vec!["lab", "trace", "--name", &self.0, from, to, "-o", "json"];
-        args.extend_from_slice(extra);
-        let out = cnilab(&args);
-        let v: Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("no JSON ({e}): {}", all(&out)));
-        (out.status.code(), v)
-    }
-
-    /// No namespace of the lab holds a table of the trace's own.
-    fn assert_no_trace_tables(&self) {
-        let list = Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .expect("ip netns list");
-        let prefix = self.netns("");
-        let mut checked = 0;
-        for line in String::from_utf8_lossy(&list.stdout).lines() {
-            let Some(ns) = line
-                .split_whitespace()
-                .next()
-                .filter(|n| n.starts_with(&prefix))
-            else {
-                continue;
-            };
-            let role = &ns[prefix.len()..];
-            let tables = self.sh(role, "nft", &["list", "tables"]);
-            assert!(
-                !tables.contains("cnilab_trace_"),
-                "{ns} still has a trace table:\n{tables}"
-            );
-            checked += 1;
-        }
-        assert!(
-            checked >= 5,
-            "only {checked} namespaces of lab {} found",
-            self.0
-        );
-    }
-
-    /// The host side of `node`'s only pod veth.
-    fn pod_veth(&self, node: &str) -> String {
-        let links = self.sh(node, "ip", &["-o", "link", "show", "master", "cnilab0"]);
-        links
-            .split(": ")
-            .nth(1)
-            .and_then(|n| n.split('@').next())
-            .map(str::to_string)
-            .unwrap_or_else(|| panic!("no port on cnilab0 of {node}: {links}"))
-    }
-}
-
-/// Asserts a died trace: exit 1, the namespace, the cause and that the
-/// object contains `object`.
-fn assert_died(t: &(Option<i32>, Value), namespace: &str, cause: &str, object: &str) {
-    let (code, v) = t;
-    assert_eq!(v["verdict"], "died", "{v:#}");
-    assert_eq!(*code, Some(1), "{v:#}");
-    let d = &v["death"];
-    assert_eq!(d["namespace"], namespace, "{v:#}");
-    assert_eq!(d["cause"], cause, "{v:#}");
-    let obj = d["object"].as_str().unwrap_or_default();
-    assert!(
-        obj.contains(object),
-        "object {obj:?} lacks {object:?}: {v:#}"
-    );
-    let reproduce = v["reproduce"].to_string();
-    assert!(reproduce.contains("cnilab lab trace"), "{v:#}");
-}
-
-fn assert_arrived(t: &(Option<i32>, Value), to: &str) {
-    let (code, v) = t;
-    assert_eq!(v["verdict"], "arrived", "{v:#}");
-    assert_eq!(*code, Some(0), "{v:#}");
-    let last = v["hops"]
-        .as_array()
-        .and_then(|h| h.last())
-        .cloned()
-        .unwrap_or_default();
-    assert_eq!(last["namespace"], to, "{v:#}");
-    assert_eq!(v["schemaVersion"], 1);
-}
+use trace_common::{assert_arrived, assert_died, Lab};
 
 /// A healthy lab: pod to pod across nodes, pod to node, node to pod (TCP)
 /// arrive on the l2 and the routed shape, through the expected namespaces;
@@ -348,6 +236,12 @@ fn lab_check_names_what_no_rule_explains_by_a_trace() {
         "{v:#}"
     );
     assert!(flat.contains("cnilab lab trace --name"), "{v:#}");
+    // The hop where it died, as `lab trace` shows it (and `scenario run`,
+    // which prints the same diagnoses).
+    assert!(
+        flat.contains("at hop 2: node1 died: blackhole (ip route get 10.244.2."),
+        "{v:#}"
+    );
     assert!(!flat.contains("undiagnosed"), "{v:#}");
     lab.assert_no_trace_tables();
 }

@@ -194,6 +194,10 @@ pub enum LabCmd {
         /// Destination port (tcp, udp; default the lab's probe port).
         #[arg(long)]
         port: Option<u16>,
+        /// The probe's size in bytes, IP header included, sent with DF
+        /// (icmp; default ping's 84, or 104 for IPv6): finds an MTU too small.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(48..=65535))]
+        size: Option<u32>,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -238,8 +242,9 @@ impl Lab {
                 to,
                 proto,
                 port,
+                size,
                 output,
-            } => trace(&name, &from, &to, proto, port, output.output),
+            } => trace(&name, &from, &to, (proto, port, size), output.output),
             LabCmd::Down { name } => down(&name),
         }
     }
@@ -250,14 +255,16 @@ fn trace(
     name: &str,
     from: &str,
     to: &str,
-    proto: crate::trace::Proto,
-    port: Option<u16>,
+    (proto, port, size): (crate::trace::Proto, Option<u16>, Option<u32>),
     format: Format,
 ) -> CliResult {
     if port.is_some() && proto == crate::trace::Proto::Icmp {
         return Err("--port needs --proto tcp or udp".into());
     }
-    let t = crate::lab::trace::run(name, from, to, proto, port)?;
+    if size.is_some() && proto != crate::trace::Proto::Icmp {
+        return Err("--size needs --proto icmp (the default)".into());
+    }
+    let t = crate::lab::trace::run(name, from, to, proto, port, size)?;
     if format == Format::Table {
         print!("{}", crate::trace::render(&t));
     } else {

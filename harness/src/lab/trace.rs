@@ -20,6 +20,7 @@ pub fn run(
     to: &str,
     proto: Proto,
     port: Option<u16>,
+    size: Option<u32>,
 ) -> Result<trace::Trace, LabError> {
     let state = load_state(name)?;
     let model = super::model::layout::standing(name)?;
@@ -36,7 +37,7 @@ pub fn run(
         Proto::Icmp => None,
         _ => Some(port.unwrap_or(super::probe::PORT)),
     };
-    let command = command(name, from, to, proto, port);
+    let command = command(name, from, to, (proto, port, size));
     let req = Request {
         from: from.to_string(),
         from_ns,
@@ -46,6 +47,7 @@ pub fn run(
         dst,
         proto,
         port,
+        size,
         command,
     };
     Ok(trace::run(&world, &req))
@@ -85,10 +87,13 @@ pub fn failed_probe(lab: &Lab, o: &ProbeOutcome) -> Result<trace::Trace, String>
             .owner(ip)
             .ok_or_else(|| format!("{ip} is in no namespace of the lab"))
     };
-    let proto = match o.spec.proto {
-        crate::connectivity::Proto::Icmp => Proto::Icmp,
-        crate::connectivity::Proto::Tcp => Proto::Tcp,
-        _ => Proto::Udp,
+    // A DF probe is as large as the pods' MTU: traced as a ping of that
+    // size with DF, which crosses the same links.
+    let (proto, size) = match o.spec.proto {
+        crate::connectivity::Proto::Icmp => (Proto::Icmp, None),
+        crate::connectivity::Proto::Tcp => (Proto::Tcp, None),
+        crate::connectivity::Proto::Udp => (Proto::Udp, None),
+        crate::connectivity::Proto::Df => (Proto::Icmp, Some(lab.topo.pod_mtu())),
     };
     let port = (proto != Proto::Icmp).then_some(super::probe::PORT);
     let name = lab.opts.persistent.as_deref().unwrap_or(&lab.topo.name);
@@ -96,26 +101,41 @@ pub fn failed_probe(lab: &Lab, o: &ProbeOutcome) -> Result<trace::Trace, String>
         from: from.name.clone(),
         from_ns: owner(from.ip)?,
         to: to.name.clone(),
-        to_ns: owner(to.ip)?,
+        // A Service VIP is no namespace's: the DNAT on the way decides.
+        to_ns: world.owner(to.ip).unwrap_or_else(|| to.ip.to_string()),
         src: Some(from.ip),
         dst: to.ip,
         proto,
         port,
+        size,
         // Addresses: the probe's endpoint names (`node1/node1-pod0`) are
         // not what `lab trace` takes.
-        command: command(name, &from.ip.to_string(), &to.ip.to_string(), proto, port),
+        command: command(
+            name,
+            &from.ip.to_string(),
+            &to.ip.to_string(),
+            (proto, port, size),
+        ),
     };
     Ok(trace::run(&world, &req))
 }
 
 /// `cnilab lab trace …` that repeats a trace.
-fn command(name: &str, from: &str, to: &str, proto: Proto, port: Option<u16>) -> String {
+fn command(
+    name: &str,
+    from: &str,
+    to: &str,
+    (proto, port, size): (Proto, Option<u16>, Option<u32>),
+) -> String {
     let mut command = format!("cnilab lab trace --name {name} {from} {to}");
     if proto != Proto::Icmp {
         command.push_str(&format!(" --proto {}", format!("{proto:?}").to_lowercase()));
     }
     if let Some(p) = port {
         command.push_str(&format!(" --port {p}"));
+    }
+    if let Some(s) = size {
+        command.push_str(&format!(" --size {s}"));
     }
     command
 }
@@ -175,9 +195,18 @@ fn endpoint(
 ) -> Result<Endpoint, String> {
     let family = |a: &IpAddr| like.is_none_or(|l| l.is_ipv4() == a.is_ipv4());
     if let Ok(ip) = what.parse::<IpAddr>() {
-        let ns = world
-            .owner(ip)
-            .ok_or_else(|| format!("{ip}: no namespace of lab {} has this address", state.name))?;
+        // A TO no namespace holds (a Service VIP) is where a DNAT on the
+        // way decides; a FROM must be sent from somewhere.
+        let ns = match (world.owner(ip), like) {
+            (Some(ns), _) => ns,
+            (None, None) => ip.to_string(),
+            (None, Some(_)) => {
+                return Err(format!(
+                    "{ip}: no namespace of lab {} has this address",
+                    state.name
+                ))
+            }
+        };
         return Ok(Endpoint { ns, addr: Some(ip) });
     }
     if let Some(spec) = state.topology.node(what) {
@@ -267,10 +296,28 @@ fn finding(traced: Result<trace::Trace, String>) -> Finding {
                 Some(n) if *n != d.namespace => format!("{} (node {n})", d.namespace),
                 _ => d.namespace.clone(),
             };
+            // The hop where it died, as `lab trace` prints it: shown by
+            // everything that prints diagnoses (`lab check`, `scenario run`).
+            let hop = t
+                .hops
+                .iter()
+                .enumerate()
+                .rev()
+                .find(|(_, h)| h.namespace == d.namespace)
+                .map(|(i, h)| {
+                    format!(
+                        " at hop {}: {} {} ({})",
+                        i + 1,
+                        h.namespace,
+                        h.decision,
+                        h.evidence
+                    )
+                })
+                .unwrap_or_default();
             Finding::Cause(crate::connectivity::Diagnosis {
                 id: trace::cause_id(&d.cause),
                 message: format!(
-                    "traced {} → {}: died at {at}: {} {}: {}; reproduce: {}",
+                    "traced {} → {}: died at {at}: {} {}: {}{hop}; reproduce: {}",
                     t.from,
                     t.to,
                     d.cause,

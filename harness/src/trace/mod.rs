@@ -6,17 +6,22 @@
 //! each namespace, nothing lab-specific: a real node's model and
 //! `/proc/<pid>/ns/net` paths do as well) and [`run`], which puts the two
 //! halves together; `walk.rs` is the routing walk (RTM_GETROUTE per hop in
-//! `route.rs`, then veth peer / bridge port to the next namespace; `vxlan.rs` the
-//! outer packet to the remote VTEP);
+//! `route.rs`, then veth peer / bridge port to the next namespace, and the
+//! outer packet of a VXLAN device walked like any other); `vxlan.rs` says
+//! where a VXLAN device sends the inner packet and where it comes out (it
+//! calls nothing of the walk);
 //! `nftrace.rs` sends one real probe with `meta nftrace` rules of the
 //! trace's own in each crossed namespace and reads `nft monitor trace`;
+//! `counters.rs` reads the drops only counters show (qdiscs, legacy
+//! iptables rules and policies) before and after the probe;
 //! `probe.rs` sends the probe; `text.rs` prints a trace.
 //!
 //! # How the halves combine
 //! The routing walk ends ARRIVED, DIED (a named cause) or INCONCLUSIVE.
 //! The firewall trace then runs over the namespaces the walk crossed: the
 //! first rule or chain policy that drops or rejects the probe, in a
-//! namespace before the one routing named, is the death. When routing says
+//! namespace before the one routing named, is the death; so is a drop
+//! counter that moved there (whichever namespace comes first). When routing says
 //! it arrives and no firewall rule dropped it, the verdict is ARRIVED only
 //! if the trace's own chain in the destination saw the probe; otherwise it
 //! is INCONCLUSIVE, with what was seen (the trace never guesses).
@@ -26,6 +31,8 @@
 //! namespaces); the nft trace rules match it by destination, protocol and
 //! port.
 
+mod counters;
+mod nat;
 mod nftrace;
 mod probe;
 pub mod route;
@@ -121,8 +128,16 @@ pub const CAUSES: &[&str] = &[
     "forwarding-off",
     "link-down",
     "bridge-port-blocked",
+    "bridge-port-isolated",
     "bridge-loop",
     "noarp",
+    "mtu",
+    "accept-local",
+    "arp-ignore",
+    "qdisc-drop",
+    "iptables-legacy-drop",
+    "iptables-legacy-policy",
+    "conntrack-invalid",
     "wrong-next-hop",
     "neighbour-wrong-mac",
     "neighbour-missing",
@@ -191,6 +206,9 @@ pub struct Request {
     pub dst: IpAddr,
     pub proto: Proto,
     pub port: Option<u16>,
+    /// The probe's size in bytes, IP header included (ICMP only; `None`:
+    /// ping's default). Every probe is sent with DF.
+    pub size: Option<u32>,
     /// The command line that repeats this trace.
     pub command: String,
 }
@@ -383,37 +401,38 @@ impl World {
 }
 
 /// Traces `req` through `world`: the routing walk, then the firewall trace
-/// with one real probe.
+/// with one real probe. When that trace shows a NAT rule rewriting the
+/// probe (a Service's DNAT, a masquerade), the walk is made again with the
+/// rewrites where they happen, and a second probe is traced along it
+/// (matched by the original and the rewritten destination).
 pub fn run(world: &World, req: &Request) -> Trace {
-    let walked = walk::walk(world, &req.from_ns, req.src, req.dst);
-    let mut path: Vec<String> = vec![req.from_ns.clone()];
-    for h in &walked.hops {
-        if !path.contains(&h.namespace) {
-            path.push(h.namespace.clone());
-        }
+    let size = req
+        .size
+        .unwrap_or_else(|| probe::default_size(req.dst, req.proto));
+    let mut walked = walk::walk(world, &req.from_ns, (req.src, req.dst), size, &[]);
+    let mut pass = probe_pass(world, req, &walked, &[req.dst], &[]);
+    let rewrites = match &pass.1 {
+        Ok(t) => nat::rewrites(&t.events),
+        Err(_) => Vec::new(),
+    };
+    if !rewrites.is_empty() {
+        walked = walk::walk(world, &req.from_ns, (req.src, req.dst), size, &rewrites);
+        let ports: Vec<u16> = rewrites
+            .iter()
+            .filter_map(|r| match r.change {
+                nat::Change::Dnat(_, port) => port,
+                _ => None,
+            })
+            .collect();
+        pass = probe_pass(world, req, &walked, &[req.dst, walked.dst], &ports);
     }
-    if let End::Died(d) = &walked.end {
-        if !path.contains(&d.namespace) && world.file(&d.namespace).is_some() {
-            path.push(d.namespace.clone());
-        }
-    }
-    let files: Vec<(String, &File)> = path
-        .iter()
-        .filter_map(|ns| world.file(ns).map(|f| (ns.clone(), f)))
-        .collect();
-    let matcher = probe::matcher(req.dst, req.proto, req.port);
-    let from = world.file(&req.from_ns);
-    let traced = nftrace::trace(&files, &matcher, || {
-        if let Some(f) = from {
-            probe::send(f, walked.src, req.dst, req.proto, req.port);
-        }
-    });
+    let (path, traced, counted) = pass;
     let mut trace = Trace {
         schema_version: SCHEMA_VERSION,
         from: req.from.clone(),
         to: req.to.clone(),
         proto: req.proto,
-        src: walked.src,
+        src: walked.sent_src,
         dst: req.dst,
         port: req.port,
         hops: walked.hops,
@@ -423,7 +442,15 @@ pub fn run(world: &World, req: &Request) -> Trace {
         reason: None,
         reproduce: vec![req.command.clone()],
     };
-    let end = combine(world, &path, walked.end, traced, req, &mut trace);
+    let to_ns = world.owner(walked.dst).unwrap_or_else(|| req.to_ns.clone());
+    let end = combine(
+        world,
+        &path,
+        walked.end,
+        (traced, counted),
+        &to_ns,
+        &mut trace,
+    );
     match end {
         End::Arrived(_) => trace.verdict = Verdict::Arrived,
         End::Died(mut d) => {
@@ -447,23 +474,76 @@ pub fn run(world: &World, req: &Request) -> Trace {
     trace
 }
 
-/// The routing walk's end, corrected by what the firewall trace saw.
+/// The namespaces a walk crossed, in order, what nftables' trace saw of
+/// one probe sent along them, and the drop counters that moved meanwhile.
+type Pass = (Vec<String>, Result<nftrace::Traced, String>, Vec<Death>);
+
+/// Sends one probe along `walked` and traces it: the trace rules match
+/// any of `dsts` (and the request's port or any of `ports`).
+fn probe_pass(
+    world: &World,
+    req: &Request,
+    walked: &walk::Walk,
+    dsts: &[IpAddr],
+    ports: &[u16],
+) -> Pass {
+    let mut path: Vec<String> = vec![req.from_ns.clone()];
+    for h in &walked.hops {
+        if !path.contains(&h.namespace) {
+            path.push(h.namespace.clone());
+        }
+    }
+    if let End::Died(d) = &walked.end {
+        if !path.contains(&d.namespace) && world.file(&d.namespace).is_some() {
+            path.push(d.namespace.clone());
+        }
+    }
+    let files: Vec<(String, &File)> = path
+        .iter()
+        .filter_map(|ns| world.file(ns).map(|f| (ns.clone(), f)))
+        .collect();
+    let ports: Vec<u16> = req.port.iter().chain(ports).copied().collect();
+    let matcher = probe::matcher(dsts, req.proto, &ports);
+    let from = world.file(&req.from_ns);
+    let (mut before, mut after) = (counters::Snapshot::default(), counters::Snapshot::default());
+    let traced = nftrace::trace(&files, &matcher, || {
+        before = counters::take(&files);
+        if let Some(f) = from {
+            probe::send(f, walked.sent_src, req.dst, req.proto, req.port, req.size);
+        }
+        after = counters::take(&files);
+    });
+    let counted = counters::moved(&before, &after, &path);
+    (path, traced, counted)
+}
+
+/// The routing walk's end, corrected by what the firewall trace saw and
+/// by the drop counters that moved (qdiscs, legacy iptables).
 fn combine(
     world: &World,
     path: &[String],
     end: End,
-    traced: Result<nftrace::Traced, String>,
-    req: &Request,
+    (traced, counted): (Result<nftrace::Traced, String>, Vec<Death>),
+    to_ns: &str,
     trace: &mut Trace,
 ) -> End {
+    let index = |ns: &str| path.iter().position(|p| p == ns).unwrap_or(path.len());
+    let routing_at = match &end {
+        End::Died(d) => index(&d.namespace),
+        _ => path.len(),
+    };
+    let counted = counted
+        .into_iter()
+        .find(|d| index(&d.namespace) < routing_at);
     let traced = match traced {
         Ok(t) => t,
         Err(e) => {
-            return match end {
-                End::Arrived(ns) => End::Inconclusive(format!(
+            return match (counted, end) {
+                (Some(c), _) => End::Died(Box::new(c)),
+                (None, End::Arrived(ns)) => End::Inconclusive(format!(
                     "the kernel's routes deliver it to {ns}, but the firewall trace failed: {e}"
                 )),
-                other => other,
+                (None, other) => other,
             }
         }
     };
@@ -478,15 +558,18 @@ fn combine(
             what: text::event(e),
         })
         .collect();
-    let index = |ns: &str| path.iter().position(|p| p == ns).unwrap_or(path.len());
-    let routing_at = match &end {
-        End::Died(d) => index(&d.namespace),
-        _ => path.len(),
-    };
-    if let Some(kill) = traced.events.iter().find(|e| e.kills()) {
-        if index(&kill.namespace) < routing_at {
-            return End::Died(Box::new(firewall_death(kill)));
+    let kill = traced
+        .events
+        .iter()
+        .find(|e| e.kills())
+        .filter(|kill| index(&kill.namespace) < routing_at);
+    match (kill, counted) {
+        (Some(k), Some(c)) if index(&c.namespace) < index(&k.namespace) => {
+            return End::Died(Box::new(c))
         }
+        (Some(k), _) => return End::Died(Box::new(firewall_death(k))),
+        (None, Some(c)) => return End::Died(Box::new(c)),
+        (None, None) => {}
     }
     match end {
         End::Arrived(ns) if !traced.seen.contains(&ns) => match unresolved(world, &trace.hops) {
@@ -494,7 +577,7 @@ fn combine(
             None => End::Inconclusive(format!(
             "the kernel's routes deliver it to {ns} and no firewall rule dropped it, but the probe \
              was never seen in {ns} (seen in: {}); what dropped it is something this trace does \
-             not read yet (neighbours, qdiscs, bridge filtering)",
+             not read yet (bridge filtering, tc actions other than drop, eBPF)",
             if traced.seen.is_empty() {
                 "none".to_string()
             } else {
@@ -502,9 +585,9 @@ fn combine(
             }
         )),
         },
-        End::Arrived(ns) if ns != req.to_ns => End::Inconclusive(format!(
-            "the packet is delivered in {ns}, not in {} where {} is",
-            req.to_ns, req.dst
+        End::Arrived(ns) if ns != to_ns => End::Inconclusive(format!(
+            "the packet is delivered in {ns}, not in {to_ns} where {} is",
+            trace.dst
         )),
         other => other,
     }
@@ -532,16 +615,80 @@ fn unresolved(world: &World, hops: &[Hop]) -> Option<Death> {
         let failed = matches!(state, NeighbourState::Incomplete | NeighbourState::Failed);
         failed.then(|| {
             let owner = world.owner(next).unwrap_or_else(|| "nobody".into());
+            if let Some(d) = arp_ignored(world, &owner, next) {
+                return d;
+            }
+            // The device and, for a bridge, its ports (where a request leaves).
+            let devs: Vec<String> = std::iter::once(oif.to_string())
+                .chain(
+                    world
+                        .ports(&h.namespace, oif)
+                        .iter()
+                        .map(|l| l.name.clone()),
+                )
+                .collect();
+            if let Some((object, drops, check)) =
+                counters::dropping_qdisc(&h.namespace, file, &devs)
+            {
+                let mut d = Death::new(
+                    &h.namespace,
+                    "qdisc-drop",
+                    &object,
+                    &format!(
+                        "{next} on {oif} stays {state}: {object} has dropped {drops} packets, \
+                         its ARP/NDP requests among them"
+                    ),
+                );
+                d.check = check;
+                return d;
+            }
+            let announce = world.sysctl(&h.namespace, &format!("net/ipv4/conf/{oif}/arp_announce"));
             let mut d = Death::new(
                 &h.namespace,
                 "neighbour-failed",
                 &format!("neighbour {next} dev {oif}"),
-                &format!("{next} on {oif} is {state}: {owner} does not answer ARP/NDP for it"),
+                &format!(
+                    "{next} on {oif} is {state}: {owner} does not answer ARP/NDP for it \
+                     (arp_announce on {oif}: {announce})"
+                ),
             );
             d.check = format!("ip neigh show {next} dev {oif}");
             d
         })
     })
+}
+
+/// The owner of an IPv4 next hop that ignores every ARP request
+/// (arp_ignore 8, on `all` or on its link): what keeps the neighbour from
+/// resolving.
+fn arp_ignored(world: &World, owner: &str, ip: IpAddr) -> Option<Death> {
+    if !ip.is_ipv4() {
+        return None;
+    }
+    let dev = world
+        .namespace(owner)?
+        .links
+        .iter()
+        .find(|l| l.addresses.iter().any(|a| a.addr() == ip))?
+        .name
+        .clone();
+    let value = |on: &str| world.sysctl(owner, &format!("net/ipv4/conf/{on}/arp_ignore"));
+    let (all, own) = (value("all"), value(&dev));
+    let key = if all == "8" {
+        "net/ipv4/conf/all/arp_ignore".to_string()
+    } else if own == "8" {
+        format!("net/ipv4/conf/{dev}/arp_ignore")
+    } else {
+        return None;
+    };
+    let mut d = Death::new(
+        owner,
+        "arp-ignore",
+        &key,
+        &format!("{owner} ignores every ARP request for {ip} (arp_ignore all={all} {dev}={own})"),
+    );
+    d.check = format!("sysctl {}", key.replace('/', "."));
+    Some(d)
 }
 
 fn firewall_death(e: &Event) -> Death {
@@ -554,7 +701,9 @@ fn firewall_death(e: &Event) -> Death {
             let reject = text.split_whitespace().any(|w| w == "reject");
             let handle = handle.map(|h| format!(" handle {h}")).unwrap_or_default();
             (
-                if reject {
+                if text.contains("ct state invalid") {
+                    "conntrack-invalid"
+                } else if reject {
                     "firewall-reject"
                 } else {
                     "firewall-drop"

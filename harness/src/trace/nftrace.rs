@@ -8,9 +8,10 @@
 //! also when the trace fails ([`TraceTables`] on drop).
 //!
 //! No sleeps decide anything: each monitor is known to listen once it
-//! printed the trace table's own `ready` chain being added, and to have
-//! printed every trace event of the probe once it printed the `done` chain
-//! (netlink delivers a socket's messages in order).
+//! printed the trace table's own `ready` chain being added (one that
+//! started listening after it was added gets another, `ready2`, …), and to
+//! have printed every trace event of the probe once it printed the `done`
+//! chain (netlink delivers a socket's messages in order).
 
 use cnilab_net::{netns, nft};
 use std::fs::File;
@@ -244,8 +245,14 @@ fn start_monitors(namespaces: &[(String, &File)]) -> Result<Monitors, String> {
     Ok(monitors)
 }
 
+/// How long to wait for a marker before adding it again: a monitor that
+/// had not subscribed yet when a marker chain was added never prints it.
+const MARKER_AGAIN: Duration = Duration::from_millis(250);
+
 /// Adds the chain `name` to the trace table in every namespace and waits
-/// until every monitor printed it; lines seen meanwhile go to `seen`.
+/// until every monitor printed it; lines seen meanwhile go to `seen`. A
+/// monitor that has not printed it after [`MARKER_AGAIN`] gets another
+/// (`name2`, `name3`, …): it may have started listening after the first.
 fn marker(
     monitors: &mut Monitors,
     namespaces: &[(String, &File)],
@@ -253,39 +260,51 @@ fn marker(
     name: &str,
     seen: &mut Vec<(usize, String)>,
 ) -> Result<(), String> {
-    for (role, ns) in namespaces {
-        nft::run(
-            Path::new("nft"),
-            Some(ns),
-            &["add", "chain", "inet", table, name],
-            None,
-        )
-        .map_err(|e| format!("{role}: nft add chain: {e}"))?;
-    }
     let wanted = format!("add chain inet {table} {name}");
     let mut waiting: Vec<bool> = vec![true; namespaces.len()];
     let deadline = Instant::now() + MARKER_WAIT;
-    while waiting.iter().any(|w| *w) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match monitors.lines.recv_timeout(left) {
-            Ok((i, line)) if line.starts_with(&wanted) => waiting[i] = false,
-            Ok(other) => seen.push(other),
-            Err(_) => {
-                let late: Vec<&str> = namespaces
-                    .iter()
-                    .zip(&waiting)
-                    .filter(|(_, w)| **w)
-                    .map(|((r, _), _)| r.as_str())
-                    .collect();
-                return Err(format!(
-                    "nft monitor in {} did not show the trace table's `{name}` chain within {}s",
-                    late.join(", "),
-                    MARKER_WAIT.as_secs()
-                ));
+    for attempt in 1.. {
+        let chain = if attempt == 1 {
+            name.to_string()
+        } else {
+            format!("{name}{attempt}")
+        };
+        for ((role, ns), _) in namespaces.iter().zip(&waiting).filter(|(_, w)| **w) {
+            nft::run(
+                Path::new("nft"),
+                Some(ns),
+                &["add", "chain", "inet", table, &chain],
+                None,
+            )
+            .map_err(|e| format!("{role}: nft add chain: {e}"))?;
+        }
+        let again = (Instant::now() + MARKER_AGAIN).min(deadline);
+        while waiting.iter().any(|w| *w) {
+            let left = again.saturating_duration_since(Instant::now());
+            match monitors.lines.recv_timeout(left) {
+                Ok((i, line)) if line.starts_with(&wanted) => waiting[i] = false,
+                Ok(other) => seen.push(other),
+                Err(_) => break,
             }
         }
+        if !waiting.iter().any(|w| *w) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
     }
-    Ok(())
+    let late: Vec<&str> = namespaces
+        .iter()
+        .zip(&waiting)
+        .filter(|(_, w)| **w)
+        .map(|((r, _), _)| r.as_str())
+        .collect();
+    Err(format!(
+        "nft monitor in {} did not show the trace table's `{name}` chain within {}s",
+        late.join(", "),
+        MARKER_WAIT.as_secs()
+    ))
 }
 
 #[cfg(test)]

@@ -12,24 +12,69 @@ use std::time::Duration;
 /// what the kernel did with it).
 const WAIT: Duration = Duration::from_secs(1);
 
-/// The nft match for the probe: destination, protocol and port.
-pub fn matcher(dst: IpAddr, proto: Proto, port: Option<u16>) -> String {
-    let family = if dst.is_ipv4() { "ip" } else { "ip6" };
-    let l4 = match (proto, dst.is_ipv4()) {
+/// The nft match for the probe: any of its destinations (before and after
+/// a DNAT), the protocol and any of its ports. `dsts` is never empty.
+pub fn matcher(dsts: &[IpAddr], proto: Proto, ports: &[u16]) -> String {
+    let v4 = dsts.first().is_none_or(|d| d.is_ipv4());
+    let family = if v4 { "ip" } else { "ip6" };
+    let set = |items: Vec<String>| match items.as_slice() {
+        [one] => one.clone(),
+        [] => "0".to_string(),
+        _ => format!("{{ {} }}", items.join(", ")),
+    };
+    let mut dsts: Vec<String> = dsts.iter().map(IpAddr::to_string).collect();
+    dsts.dedup();
+    let mut ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+    ports.dedup();
+    let l4 = match (proto, v4) {
         (Proto::Icmp, true) => "meta l4proto icmp icmp type echo-request".to_string(),
         (Proto::Icmp, false) => "meta l4proto ipv6-icmp icmpv6 type echo-request".to_string(),
-        (Proto::Tcp, _) => format!("tcp dport {}", port.unwrap_or(0)),
-        (Proto::Udp, _) => format!("udp dport {}", port.unwrap_or(0)),
+        (Proto::Tcp, _) => format!("tcp dport {}", set(ports)),
+        (Proto::Udp, _) => format!("udp dport {}", set(ports)),
     };
-    format!("{family} daddr {dst} {l4}")
+    format!("{family} daddr {} {l4}", set(dsts))
 }
 
-/// Sends one probe from inside `ns` and waits at most [`WAIT`] for it.
-pub fn send(ns: &File, src: Option<IpAddr>, dst: IpAddr, proto: Proto, port: Option<u16>) {
+/// The IP and ICMP echo headers around ping's payload.
+pub fn icmp_headers(dst: IpAddr) -> u32 {
+    if dst.is_ipv4() {
+        28
+    } else {
+        48
+    }
+}
+
+/// The size of the probe as sent by default (ping's 56-byte payload, a SYN
+/// with its options, the UDP datagram below), IP header included.
+pub fn default_size(dst: IpAddr, proto: Proto) -> u32 {
+    let ip = if dst.is_ipv4() { 20 } else { 40 };
+    match proto {
+        Proto::Icmp => icmp_headers(dst) + 56,
+        Proto::Tcp => ip + 40,
+        Proto::Udp => ip + 8 + PAYLOAD.len() as u32,
+    }
+}
+
+const PAYLOAD: &[u8] = b"cnilab trace";
+
+/// Sends one probe from inside `ns` and waits at most [`WAIT`] for it;
+/// `size` (ICMP only): the whole packet's size, sent with DF.
+pub fn send(
+    ns: &File,
+    src: Option<IpAddr>,
+    dst: IpAddr,
+    proto: Proto,
+    port: Option<u16>,
+    size: Option<u32>,
+) {
     match proto {
         Proto::Icmp => {
             let mut cmd = Command::new("ping");
-            cmd.args(["-n", "-c", "1", "-W", "1"]);
+            cmd.args(["-n", "-c", "1", "-W", "1", "-M", "do"]);
+            if let Some(size) = size {
+                let payload = size.saturating_sub(icmp_headers(dst));
+                cmd.args(["-s", &payload.to_string()]);
+            }
             if let Some(src) = src {
                 cmd.args(["-I", &src.to_string()]);
             }
@@ -54,7 +99,7 @@ pub fn send(ns: &File, src: Option<IpAddr>, dst: IpAddr, proto: Proto, port: Opt
                 } else {
                     (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
                 };
-                std::net::UdpSocket::bind(any).and_then(|s| s.send_to(b"cnilab trace", to))
+                std::net::UdpSocket::bind(any).and_then(|s| s.send_to(PAYLOAD, to))
             });
         }
     }

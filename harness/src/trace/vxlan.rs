@@ -1,22 +1,32 @@
 //! A packet that leaves by a VXLAN device: the next hop's MAC (a
-//! permanent neighbour, as flannel makes), the FDB entry that gives the
-//! remote VTEP, then the outer packet walked like any other (its hops
-//! marked `outer`) to the namespace that owns the VTEP, where the inner
-//! packet arrives on that namespace's VXLAN device of the same VNI.
+//! permanent neighbour, as flannel makes) and the FDB entry that give the
+//! remote VTEP ([`encapsulate`]); the routing walk (`walk.rs`) walks the
+//! outer packet like any other (its hops marked `outer`) to the namespace
+//! that owns the VTEP, where the inner packet arrives on that namespace's
+//! VXLAN device of the same VNI ([`decapsulate`]). This file calls nothing
+//! of the walk.
 
-use super::walk::{self, Walk};
 use super::{Death, End, Hop, World};
 use crate::lab::model::{Link, LinkKind};
 use std::net::IpAddr;
 
-/// Where the inner packet enters next (namespace, its VXLAN device).
+/// What the VXLAN device of the sending namespace does with the inner
+/// packet: its hop, and the outer packet to walk (from `local` to `vtep`).
+pub(crate) struct Encapsulation {
+    pub hop: Hop,
+    pub local: Option<IpAddr>,
+    pub vtep: IpAddr,
+    pub vni: u32,
+}
+
+/// The inner packet leaves `ns` by the VXLAN device `dev` toward `nexthop`:
+/// the remote VTEP, or the neighbour or FDB entry that is missing or wrong.
 pub(crate) fn encapsulate(
     world: &World,
-    w: &mut Walk,
     ns: &str,
     dev: &Link,
     nexthop: IpAddr,
-) -> Result<(String, String), End> {
+) -> Result<Encapsulation, End> {
     let died = |cause: &str, object: String, evidence: String| {
         End::Died(Box::new(Death::new(ns, cause, &object, &evidence)))
     };
@@ -75,7 +85,7 @@ pub(crate) fn encapsulate(
             ),
         ));
     }
-    w.hops.push(Hop {
+    let hop = Hop {
         namespace: ns.to_string(),
         iif: None,
         oif: Some(dev.name.clone()),
@@ -85,41 +95,43 @@ pub(crate) fn encapsulate(
             dev.name, vx.vni
         ),
         evidence: format!("neighbour {nexthop} lladdr {mac}; fdb {mac} dst {vtep}"),
-    });
-    let outer = walk::walk(world, ns, vx.local, vtep);
-    for mut h in outer.hops {
-        h.decision = format!("outer: {}", h.decision);
-        w.hops.push(h);
-    }
-    let remote = match outer.end {
-        End::Arrived(remote) => remote,
-        other => return Err(other),
     };
+    Ok(Encapsulation {
+        hop,
+        local: vx.local,
+        vtep,
+        vni: vx.vni,
+    })
+}
+
+/// The outer packet arrived in `remote`: the VXLAN device of the same VNI
+/// there, where the inner packet enters.
+pub(crate) fn decapsulate(remote: &str, world: &World, vni: u32) -> Result<(String, String), End> {
     let inner_dev = world
-        .namespace(&remote)
+        .namespace(remote)
         .and_then(|n| {
             n.links.iter().find(|l| {
-                l.kind == LinkKind::Vxlan && l.vxlan.as_ref().is_some_and(|x| x.vni == vx.vni)
+                l.kind == LinkKind::Vxlan && l.vxlan.as_ref().is_some_and(|x| x.vni == vni)
             })
         })
         .ok_or_else(|| {
             End::Died(Box::new(Death::new(
-                &remote,
+                remote,
                 "vxlan-no-device",
-                &format!("vni {}", vx.vni),
+                &format!("vni {}", vni),
                 &format!(
                     "the outer packet reaches {remote}, which has no VXLAN device of VNI {}",
-                    vx.vni
+                    vni
                 ),
             )))
         })?;
     if !inner_dev.up {
         return Err(End::Died(Box::new(Death::new(
-            &remote,
+            remote,
             "link-down",
             &format!("link {}", inner_dev.name),
             &format!("{} is down", inner_dev.name),
         ))));
     }
-    Ok((remote, inner_dev.name.clone()))
+    Ok((remote.to_string(), inner_dev.name.clone()))
 }

@@ -5,7 +5,9 @@
 //! `local` (arrived) or names a death. What joins namespaces (veth peers,
 //! bridge ports, who owns an address) comes from the [`World`]'s model.
 
+use super::nat::{Change, Rewrite};
 use super::route::{self, Answer, Question};
+use super::vxlan;
 use super::{Death, End, Hop, World};
 use crate::lab::model::{LinkFlag, LinkKind, RouteType};
 use std::net::IpAddr;
@@ -19,18 +21,39 @@ pub struct Walk {
     pub hops: Vec<Hop>,
     pub end: End,
     pub src: Option<IpAddr>,
+    /// The packet's size in bytes (IP header included), sent with DF.
+    pub size: u32,
+    /// The source the probe is sent from (given, or the kernel's choice).
+    pub sent_src: Option<IpAddr>,
+    /// Its destination, after the DNAT the walk applied.
+    pub dst: IpAddr,
+    /// The NAT rewrites to apply where they happen.
+    nat: Vec<Rewrite>,
 }
 
-/// Walks `dst` from the namespace `from` (by role).
-pub fn walk(world: &World, from: &str, src: Option<IpAddr>, dst: IpAddr) -> Walk {
+/// Walks `dst` from the namespace `from` (by role), a packet of `size`
+/// bytes with DF, rewritten by `nat` where it happens.
+pub fn walk(
+    world: &World,
+    from: &str,
+    (src, dst): (Option<IpAddr>, IpAddr),
+    size: u32,
+    nat: &[Rewrite],
+) -> Walk {
     let mut w = Walk {
         hops: Vec::new(),
         end: End::Inconclusive(String::new()),
         src,
+        sent_src: src,
+        size,
+        dst,
+        nat: nat.to_vec(),
     };
     let mut ns = from.to_string();
     let mut iif: Option<String> = None;
     for _ in 0..MAX_HOPS {
+        dnat(&mut w, &ns, iif.as_deref());
+        let dst = w.dst;
         match step(world, &mut w, &ns, iif.as_deref(), dst) {
             Ok(Some((next, link))) => {
                 ns = next;
@@ -46,10 +69,77 @@ pub fn walk(world: &World, from: &str, src: Option<IpAddr>, dst: IpAddr) -> Walk
     w.end = End::Died(Box::new(Death::new(
         &ns,
         "routing-loop",
-        &format!("route to {dst}"),
+        &format!("route to {}", w.dst),
         &format!("more than {MAX_HOPS} hops"),
     )));
     w
+}
+
+/// A DNAT in `ns` (before its routing decision): the walk goes on to the
+/// new destination; the rewrite is a hop.
+fn dnat(w: &mut Walk, ns: &str, iif: Option<&str>) {
+    let Some(i) = w
+        .nat
+        .iter()
+        .position(|r| r.namespace == ns && matches!(r.change, Change::Dnat(..)))
+    else {
+        return;
+    };
+    let r = w.nat.remove(i);
+    let Change::Dnat(to, port) = r.change else {
+        return;
+    };
+    let port = port.map(|p| format!(" port {p}")).unwrap_or_default();
+    w.hops.push(Hop {
+        namespace: ns.to_string(),
+        iif: iif.map(str::to_string),
+        oif: None,
+        next_hop: None,
+        decision: format!("dnat: {} → {to}{port}", w.dst),
+        evidence: r.evidence,
+    });
+    w.dst = to;
+}
+
+/// A SNAT in `ns` (after its routing decision, the packet leaving by
+/// `oif`): the walk goes on from the new source; the rewrite is a hop.
+fn snat(world: &World, w: &mut Walk, ns: &str, oif: &str) {
+    let Some(i) = w
+        .nat
+        .iter()
+        .position(|r| r.namespace == ns && matches!(r.change, Change::Snat(_)))
+    else {
+        return;
+    };
+    let r = w.nat.remove(i);
+    let to = match r.change {
+        Change::Snat(Some(to)) => Some(to),
+        _ => world.file(ns).and_then(|f| {
+            let q = Question {
+                dst: w.dst,
+                src: None,
+                iif: None,
+                mark: 0,
+            };
+            match route::get(f, &q) {
+                Ok(Answer::Route { prefsrc, .. }) => prefsrc,
+                _ => None,
+            }
+        }),
+    };
+    let Some(to) = to else {
+        return;
+    };
+    let from = w.src.map(|s| s.to_string()).unwrap_or_else(|| "?".into());
+    w.hops.push(Hop {
+        namespace: ns.to_string(),
+        iif: None,
+        oif: Some(oif.to_string()),
+        next_hop: None,
+        decision: format!("snat: {from} → {to}"),
+        evidence: r.evidence,
+    });
+    w.src = Some(to);
 }
 
 /// One namespace: `Ok(Some(next))` where the packet goes, `Ok(None)` when
@@ -83,7 +173,7 @@ fn step(
     };
     let (kind, oif, gateway, prefsrc, table) = match answer {
         Answer::Error(code) => {
-            let mut death = refusal(world, ns, iif, dst, code, &asked);
+            let mut death = refusal(world, ns, &q, code, &asked);
             death.check = asked.clone();
             hop.decision = format!("died: {}", death.cause);
             hop.evidence = format!("{asked}: {}", route::errno_text(code));
@@ -100,6 +190,7 @@ fn step(
     };
     if w.src.is_none() {
         w.src = prefsrc;
+        w.sent_src = prefsrc;
     }
     hop.oif = oif.clone();
     if kind == "local" {
@@ -117,6 +208,22 @@ fn step(
             "{ns}: the kernel answers a {kind} route for {dst}, which the trace does not follow"
         )));
     };
+    // IPv6 routes a packet to forward even with forwarding off; ip6_forward
+    // then drops it.
+    let v6_forwarding = "net/ipv6/conf/all/forwarding";
+    if iif.is_some() && dst.is_ipv6() && world.sysctl(ns, v6_forwarding) == "0" {
+        hop.decision = "died: forwarding-off".into();
+        hop.evidence = format!("{asked}: {dst} dev {oif}; {v6_forwarding} = 0");
+        w.hops.push(hop);
+        let mut d = Death::new(
+            ns,
+            "forwarding-off",
+            v6_forwarding,
+            &format!("{v6_forwarding} = 0: {ns} forwards no IPv6 packet"),
+        );
+        d.check = format!("sysctl {}", v6_forwarding.replace('/', "."));
+        return Err(End::Died(Box::new(d)));
+    }
     let nexthop = gateway.unwrap_or(dst);
     hop.next_hop = Some(nexthop);
     hop.decision = match gateway {
@@ -126,6 +233,7 @@ fn step(
     let via = gateway.map(|g| format!(" via {g}")).unwrap_or_default();
     hop.evidence = format!("{asked}: {dst}{via} dev {oif} table {table}");
     w.hops.push(hop);
+    snat(world, w, ns, &oif);
     leave(world, w, ns, &oif, nexthop).map(Some)
 }
 
@@ -146,24 +254,14 @@ fn ip_route_get(q: &Question) -> String {
 
 /// Names a failed lookup: reverse path, forwarding off, the route whose
 /// type refused it, or no route.
-fn refusal(
-    world: &World,
-    ns: &str,
-    iif: Option<&str>,
-    dst: IpAddr,
-    code: i32,
-    asked: &str,
-) -> Death {
+fn refusal(world: &World, ns: &str, q: &Question, code: i32, asked: &str) -> Death {
     use nix::libc::{EACCES, EHOSTUNREACH, EINVAL, ENETUNREACH, EXDEV};
+    let (iif, dst) = (q.iif, q.dst);
     let errno = format!("{asked}: {}", route::errno_text(code));
-    if let (EXDEV, Some(iif)) = (code, iif) {
-        let rp = |dev: &str| world.sysctl(ns, &format!("net/ipv4/conf/{dev}/rp_filter"));
-        return Death::new(
-            ns,
-            "reverse-path",
-            &format!("rp_filter on {iif}"),
-            &format!("{errno}; rp_filter all={} {iif}={}", rp("all"), rp(iif)),
-        );
+    if let (EINVAL | EXDEV, Some(iif), Some(src)) = (code, iif, q.src) {
+        if let Some(death) = martian_source(world, ns, iif, src, &errno) {
+            return death;
+        }
     }
     if let (EHOSTUNREACH, Some(iif)) = (code, iif) {
         for key in forwarding_keys(dst, iif) {
@@ -196,6 +294,72 @@ fn refusal(
     Death::new(ns, cause, &format!("route to {dst}"), &errno)
 }
 
+/// A packet from `src` arriving on `iif` that the kernel refuses as a
+/// martian source: `src` is an address of this namespace (accept_local
+/// off), or the way back to `src` leaves by another device (rp_filter
+/// strict) or by none (rp_filter loose).
+fn martian_source(world: &World, ns: &str, iif: &str, src: IpAddr, errno: &str) -> Option<Death> {
+    let file = world.file(ns)?;
+    let back = route::get(
+        file,
+        &Question {
+            dst: src,
+            src: None,
+            iif: None,
+            mark: 0,
+        },
+    )
+    .ok()?;
+    let sysctl = |key: &str, dev: &str| world.sysctl(ns, &format!("net/ipv4/conf/{dev}/{key}"));
+    let strictest = |key: &str| {
+        let (all, dev) = (sysctl(key, "all"), sysctl(key, iif));
+        (
+            all.clone().max(dev.clone()),
+            format!("all={all} {iif}={dev}"),
+        )
+    };
+    if let Answer::Route { kind, .. } = &back {
+        if kind == "local" {
+            let key = format!("net/ipv4/conf/{iif}/accept_local");
+            let (_, values) = strictest("accept_local");
+            return Some(Death::new(
+                ns,
+                "accept-local",
+                &key,
+                &format!(
+                    "{errno}; the source {src} is an address of {ns} itself and accept_local \
+                     is off ({values})"
+                ),
+            ));
+        }
+    }
+    let (rp, values) = strictest("rp_filter");
+    let way_back = match &back {
+        Answer::Route { oif, .. } => oif.clone(),
+        Answer::Error(_) => None,
+    };
+    let refused = match rp.as_str() {
+        "1" => way_back.as_deref() != Some(iif),
+        "2" => way_back.is_none(),
+        _ => false,
+    };
+    refused.then(|| {
+        let back = way_back
+            .map(|d| format!("leaves by {d}"))
+            .unwrap_or_else(|| "has no route".into());
+        let mut d = Death::new(
+            ns,
+            "reverse-path",
+            &format!("rp_filter on {iif}"),
+            &format!(
+                "{errno}; the way back to {src} {back}, not {iif}, and rp_filter is {rp} ({values})"
+            ),
+        );
+        d.check = format!("ip route get {src}");
+        d
+    })
+}
+
 /// The sysctls that must be 1 for `dst`'s family to be forwarded from `iif`.
 fn forwarding_keys(dst: IpAddr, iif: &str) -> Vec<String> {
     if dst.is_ipv4() {
@@ -223,6 +387,7 @@ fn leave(
         "link",
         &format!("{oif} is down (ip link set {oif} up)"),
     )?;
+    fits(ns, link, w.size)?;
     if link.flags.contains(&LinkFlag::Noarp) {
         return Err(died(
             ns,
@@ -244,10 +409,49 @@ fn leave(
             enter(world, w, &peer_ns, &peer, nexthop, 0)
         }
         LinkKind::Bridge => switch(world, w, ns, oif, None, nexthop, 0),
-        LinkKind::Vxlan => super::vxlan::encapsulate(world, w, ns, link, nexthop),
+        LinkKind::Vxlan => {
+            let encap = vxlan::encapsulate(world, ns, link, nexthop)?;
+            w.hops.push(encap.hop);
+            let outer = walk(
+                world,
+                ns,
+                (encap.local, encap.vtep),
+                w.size + VXLAN_OVERHEAD,
+                &[],
+            );
+            for mut h in outer.hops {
+                h.decision = format!("outer: {}", h.decision);
+                w.hops.push(h);
+            }
+            match outer.end {
+                End::Arrived(remote) => vxlan::decapsulate(&remote, world, encap.vni),
+                other => Err(other),
+            }
+        }
         ref other => Err(End::Inconclusive(format!(
             "{ns}: the packet leaves by {oif} (kind {other:?}), which the trace does not follow yet"
         ))),
+    }
+}
+
+/// What VXLAN adds around the inner packet: outer IPv4, UDP, VXLAN and
+/// the inner Ethernet header.
+const VXLAN_OVERHEAD: u32 = 50;
+
+/// A packet of `size` bytes with DF does not leave or enter by a link of a
+/// smaller MTU (a veth drops what is larger than its MTU).
+fn fits(ns: &str, link: &crate::lab::model::Link, size: u32) -> Result<(), End> {
+    match link.mtu {
+        Some(mtu) if size > mtu => Err(died(
+            ns,
+            "mtu",
+            &format!("link {} mtu {mtu}", link.name),
+            &format!(
+                "a {size}-byte packet with DF does not fit {} (mtu {mtu})",
+                link.name
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -271,6 +475,7 @@ fn enter(
         "link",
         &format!("{link} (the veth's other end) is down: nothing it receives goes on (ip link set {link} up)"),
     )?;
+    fits(ns, l, w.size)?;
     if let Some(bridge) = &l.controller {
         port_forwards(ns, bridge, l)?;
         if world.owns(ns, nexthop) {
@@ -283,7 +488,7 @@ fn enter(
     }
     Err(wrong_next_hop(
         world,
-        ns,
+        w,
         nexthop,
         &format!("the packet reaches {ns}/{link}, which does not own the next hop {nexthop}"),
     ))
@@ -339,28 +544,40 @@ fn switch(
             ));
         }
         port_forwards(ns, bridge, port)?;
+        isolation(world, ns, bridge, in_port, port)?;
+        fits(ns, port, w.size)?;
         return enter(world, w, &peer_ns, &peer, nexthop, depth);
     }
     Err(wrong_next_hop(
         world,
-        ns,
+        w,
         nexthop,
         &format!("no port of bridge {bridge} in {ns} leads to the next hop {nexthop}"),
     ))
 }
 
-/// The next hop is not where the packet got: who owns it, if anyone.
-fn wrong_next_hop(world: &World, ns: &str, nexthop: IpAddr, what: &str) -> End {
+/// The next hop is not where the packet got: named at the namespace whose
+/// route chose it, with who owns it, if anyone.
+fn wrong_next_hop(world: &World, w: &Walk, nexthop: IpAddr, what: &str) -> End {
     let owner = world
         .owner(nexthop)
         .map(|o| format!("its owner is {o}"))
         .unwrap_or_else(|| "no namespace of the model owns it".into());
-    died(
+    let chose = w.hops.iter().rev().find(|h| h.next_hop == Some(nexthop));
+    let (ns, route) = match chose {
+        Some(h) => (h.namespace.as_str(), h.decision.as_str()),
+        None => ("?", ""),
+    };
+    let mut d = Death::new(
         ns,
         "wrong-next-hop",
         &format!("next hop {nexthop}"),
-        &format!("{what}; {owner}"),
-    )
+        &format!("{ns} routes it {route}: {what}; {owner}"),
+    );
+    if let Some(h) = chose {
+        d.check = h.evidence.split(':').next().unwrap_or_default().to_string();
+    }
+    End::Died(Box::new(d))
 }
 
 /// The link `name` of `ns`, when it is up; `what` names it in a death.
@@ -391,6 +608,32 @@ fn port_forwards(ns: &str, bridge: &str, port: &crate::lab::model::Link) -> Resu
         )),
         _ => Ok(()),
     }
+}
+
+/// A bridge forwards nothing from an isolated port to another isolated port.
+fn isolation(
+    world: &World,
+    ns: &str,
+    bridge: &str,
+    in_port: Option<&str>,
+    out: &crate::lab::model::Link,
+) -> Result<(), End> {
+    let isolated = |l: &crate::lab::model::Link| l.port.as_ref().is_some_and(|p| p.isolated);
+    let Some(inp) = in_port.and_then(|p| world.link(ns, p)) else {
+        return Ok(());
+    };
+    if isolated(inp) && isolated(out) {
+        return Err(died(
+            ns,
+            "bridge-port-isolated",
+            &format!("port {} of {bridge}", out.name),
+            &format!(
+                "{} and {} are both isolated: {bridge} forwards nothing between them",
+                inp.name, out.name
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn died(ns: &str, cause: &str, object: &str, evidence: &str) -> End {

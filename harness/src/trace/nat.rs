@@ -1,0 +1,118 @@
+//! Address rewrites the firewall's own trace shows: a rule that did
+//! `dnat to ADDR[:PORT]` (a Service VIP to its backend), `snat to ADDR` or
+//! `masquerade` for the probe, in the namespace where it matched. The
+//! routing walk applies them where they happen (DNAT before that
+//! namespace's routing decision, SNAT after it) and goes on with the
+//! rewritten addresses; each rewrite is a hop with the rule as evidence.
+
+use super::nftrace::{Event, EventKind};
+use std::net::IpAddr;
+
+/// What a NAT rule did to the probe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The destination (and port) became this.
+    Dnat(IpAddr, Option<u16>),
+    /// The source became this (`None`: masquerade, the address the
+    /// namespace would choose for the way out).
+    Snat(Option<IpAddr>),
+}
+
+/// One rewrite in one namespace, with the rule that made it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rewrite {
+    pub namespace: String,
+    pub change: Change,
+    /// `ip kube-proxy endpoint-web-node2: meta l4proto tcp dnat to …`
+    pub evidence: String,
+}
+
+/// The rewrites among the trace's events: the first DNAT and the first
+/// SNAT of each namespace.
+pub fn rewrites(events: &[Event]) -> Vec<Rewrite> {
+    let mut out: Vec<Rewrite> = Vec::new();
+    for e in events {
+        let EventKind::Rule { text, .. } = &e.what else {
+            continue;
+        };
+        let Some(change) = change(text) else {
+            continue;
+        };
+        let same = |r: &Rewrite| {
+            r.namespace == e.namespace
+                && matches!(
+                    (&r.change, &change),
+                    (Change::Dnat(..), Change::Dnat(..)) | (Change::Snat(_), Change::Snat(_))
+                )
+        };
+        if !out.iter().any(same) {
+            out.push(Rewrite {
+                namespace: e.namespace.clone(),
+                change,
+                evidence: format!("{} {} {}: {text}", e.family, e.table, e.chain),
+            });
+        }
+    }
+    out
+}
+
+/// The change a rule's text makes (`… dnat to 10.244.2.2:7777`, `… dnat ip
+/// to [fd00::2]:80`, `… snat to 10.0.0.1`, `… masquerade …`).
+fn change(text: &str) -> Option<Change> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let at = |verb: &str| {
+        let i = words.iter().position(|w| *w == verb)?;
+        let rest = &words[i + 1..];
+        let to = rest.iter().position(|w| *w == "to")?;
+        rest.get(to + 1).copied()
+    };
+    if let Some(to) = at("dnat") {
+        let (ip, port) = address(to)?;
+        return Some(Change::Dnat(ip, port));
+    }
+    if let Some(to) = at("snat") {
+        return Some(Change::Snat(Some(address(to)?.0)));
+    }
+    words.contains(&"masquerade").then_some(Change::Snat(None))
+}
+
+/// `10.0.0.2`, `10.0.0.2:80`, `[fd00::2]:80`, `fd00::2`.
+fn address(s: &str) -> Option<(IpAddr, Option<u16>)> {
+    if let Ok(ip) = s.parse() {
+        return Some((ip, None));
+    }
+    if let Some(rest) = s.strip_prefix('[') {
+        let (ip, port) = rest.split_once(']')?;
+        let port = port.strip_prefix(':').and_then(|p| p.parse().ok());
+        return Some((ip.parse().ok()?, port));
+    }
+    let (ip, port) = s.rsplit_once(':')?;
+    Some((ip.parse().ok()?, port.parse().ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nat_rules_are_read_as_the_rewrite_they_make() {
+        let ip = |s: &str| s.parse::<IpAddr>().ok();
+        assert_eq!(
+            change("meta l4proto tcp dnat to 10.244.2.2:7777"),
+            Some(Change::Dnat("10.244.2.2".parse().unwrap(), Some(7777)))
+        );
+        assert_eq!(
+            change("dnat ip6 to [fd00::2]:80"),
+            ip("fd00::2").map(|a| Change::Dnat(a, Some(80)))
+        );
+        assert_eq!(
+            change("snat to 10.0.0.1"),
+            Some(Change::Snat(ip("10.0.0.1")))
+        );
+        assert_eq!(
+            change("ip saddr @pods4 ip daddr != { 10.244.0.0/16 } masquerade"),
+            Some(Change::Snat(None))
+        );
+        assert_eq!(change("ip daddr 10.0.0.0/8 counter drop"), None);
+    }
+}

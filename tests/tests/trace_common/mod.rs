@@ -1,0 +1,180 @@
+//! What the trace tests share: a standing lab's namespaces, faults made in
+//! them by hand, traces run on them, and what a died or arrived trace and
+//! a failing `lab check` must say.
+#![allow(dead_code)]
+
+use cnilab_tests::{cnilab, output_text as all, StandingLab as Standing};
+use serde_json::Value;
+use std::process::Command;
+
+/// The lab's namespaces, faults made in them and traces run on them.
+pub trait Lab {
+    fn netns(&self, role: &str) -> String;
+    fn sh(&self, role: &str, program: &str, args: &[&str]) -> String;
+    fn trace(&self, from: &str, to: &str, extra: &[&str]) -> (Option<i32>, Value);
+    fn assert_no_trace_tables(&self);
+    fn pod_veth(&self, node: &str) -> String;
+}
+
+impl Lab for Standing {
+    /// The kernel's name of a namespace of this lab, by role.
+    fn netns(&self, role: &str) -> String {
+        format!("cnilab-lab-{}-{role}", self.0)
+    }
+
+    /// Runs `program ARGS` inside the lab's namespace `role`; it must succeed.
+    fn sh(&self, role: &str, program: &str, args: &[&str]) -> String {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.netns(role), program])
+            .args(args)
+            .output()
+            .expect("ip netns exec runs");
+        assert!(
+            out.status.success(),
+            "{program} {args:?} in {role}: {}",
+            all(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `cnilab lab trace … -o json`: the exit code and the document.
+    fn trace(&self, from: &str, to: &str, extra: &[&str]) -> (Option<i32>, Value) {
+        let mut args = vec!["lab", "trace", "--name", &self.0, from, to, "-o", "json"];
+        args.extend_from_slice(extra);
+        let out = cnilab(&args);
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("no JSON ({e}): {}", all(&out)));
+        (out.status.code(), v)
+    }
+
+    /// No namespace of the lab holds a table of the trace's own.
+    fn assert_no_trace_tables(&self) {
+        let list = Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .expect("ip netns list");
+        let prefix = self.netns("");
+        let mut checked = 0;
+        for line in String::from_utf8_lossy(&list.stdout).lines() {
+            let Some(ns) = line
+                .split_whitespace()
+                .next()
+                .filter(|n| n.starts_with(&prefix))
+            else {
+                continue;
+            };
+            let role = &ns[prefix.len()..];
+            let tables = self.sh(role, "nft", &["list", "tables"]);
+            assert!(
+                !tables.contains("cnilab_trace_"),
+                "{ns} still has a trace table:\n{tables}"
+            );
+            checked += 1;
+        }
+        assert!(
+            checked >= 5,
+            "only {checked} namespaces of lab {} found",
+            self.0
+        );
+    }
+
+    /// The host side of `node`'s only pod veth.
+    fn pod_veth(&self, node: &str) -> String {
+        let links = self.sh(node, "ip", &["-o", "link", "show", "master", "cnilab0"]);
+        links
+            .split(": ")
+            .nth(1)
+            .and_then(|n| n.split('@').next())
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("no port on cnilab0 of {node}: {links}"))
+    }
+}
+
+/// Asserts a died trace: exit 1, the namespace, the cause and that the
+/// object contains `object`.
+pub fn assert_died(t: &(Option<i32>, Value), namespace: &str, cause: &str, object: &str) {
+    let (code, v) = t;
+    assert_eq!(v["verdict"], "died", "{v:#}");
+    assert_eq!(*code, Some(1), "{v:#}");
+    let d = &v["death"];
+    assert_eq!(d["namespace"], namespace, "{v:#}");
+    assert_eq!(d["cause"], cause, "{v:#}");
+    let obj = d["object"].as_str().unwrap_or_default();
+    assert!(
+        obj.contains(object),
+        "object {obj:?} lacks {object:?}: {v:#}"
+    );
+    let reproduce = v["reproduce"].to_string();
+    assert!(reproduce.contains("cnilab lab trace"), "{v:#}");
+}
+
+pub fn assert_arrived(t: &(Option<i32>, Value), to: &str) {
+    let (code, v) = t;
+    assert_eq!(v["verdict"], "arrived", "{v:#}");
+    assert_eq!(*code, Some(0), "{v:#}");
+    let last = v["hops"]
+        .as_array()
+        .and_then(|h| h.last())
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(last["namespace"], to, "{v:#}");
+    assert_eq!(v["schemaVersion"], 1);
+}
+
+/// `lab check` on the lab FAILs (exit 1) and names the cause: its id, the
+/// namespace it died at (`died at node2`, or `died at node2-pod0 (node
+/// node2)`) and the object; nothing of the trace is left behind.
+pub fn assert_check_names(lab: &Standing, cause: &str, at: &str, object: &str) {
+    let v = failing_check(lab);
+    let named = diagnoses(&v).any(|d| {
+        let msg = d["message"].as_str().unwrap_or_default();
+        d["id"] == cause
+            && msg.contains(&format!("died at {at}"))
+            && msg.contains(object)
+            && msg.contains("cnilab lab trace --name")
+    });
+    assert!(named, "no failure names {cause} at {at} ({object}): {v:#}");
+    lab.assert_no_trace_tables();
+}
+
+/// `lab check` FAILs and one diagnosis (a rule's, or the trace's) says
+/// every one of `words` (the node, the object).
+pub fn assert_check_says(lab: &Standing, words: &[&str]) {
+    let v = failing_check(lab);
+    let said = diagnoses(&v).any(|d| {
+        let msg = d["message"].as_str().unwrap_or_default();
+        words.iter().all(|w| msg.contains(w))
+    });
+    assert!(said, "no diagnosis says all of {words:?}: {v:#}");
+    lab.assert_no_trace_tables();
+}
+
+/// `lab check -o json` on the lab, which must exit 1.
+fn failing_check(lab: &Standing) -> Value {
+    let out = cnilab(&["lab", "check", "--name", &lab.0, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", all(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn diagnoses(v: &Value) -> impl Iterator<Item = &Value> {
+    v["failures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|f| f["diagnoses"].as_array().into_iter().flatten())
+}
+
+/// The address of `role`'s `dev` in `family` (`-4` or `-6`, global).
+pub fn address(lab: &Standing, role: &str, family: &str, dev: &str) -> String {
+    let out = lab.sh(
+        role,
+        "ip",
+        &[family, "-o", "addr", "show", "dev", dev, "scope", "global"],
+    );
+    out.split_whitespace()
+        .nth(3)
+        .and_then(|a| a.split('/').next())
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no {family} address on {role}/{dev}: {out}"))
+}

@@ -1,0 +1,234 @@
+//! `cnilab lab trace` (root) along the paths besides pod to pod: a Service
+//! VIP followed through its DNAT to the backend, a masquerade to the
+//! outside, IPv6-only and dual-stack labs (ICMPv6, NDP), pod to node and
+//! node to pod; faults made by hand on those paths are named. And every
+//! topology of `lab/topologies/` stood up healthy: `lab check` passes with
+//! no cause the trace made, and a trace across nodes arrives.
+
+mod trace_common;
+
+use cnilab_tests::{cnilab, host_untouched, output_text as all, StandingLab as Standing};
+use serde_json::Value;
+use trace_common::{address, assert_arrived, assert_check_names, assert_died, Lab};
+
+/// The hops' decisions, one string.
+fn decisions(t: &(Option<i32>, Value)) -> String {
+    t.1["hops"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|h| format!("{}: {}", h["namespace"], h["decision"]))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Stands up lab `label` from a topology file of the repository.
+fn up_topology(label: &str, file: &str) -> Standing {
+    let name = format!("{label}{}", std::process::id());
+    let lab = Standing(name.clone());
+    let out = cnilab(&[
+        "lab",
+        "up",
+        "--name",
+        &name,
+        "--topology",
+        file,
+        "--runtime",
+        "direct",
+    ]);
+    assert!(out.status.success(), "{file}: {}", all(&out));
+    lab
+}
+
+/// A Service VIP (the pinned one whose only backend is node2-pod0): the
+/// trace shows node1's DNAT with the kube-proxy rule as evidence and walks
+/// on to the backend; a blackhole on node1 and a dropping qdisc on node2
+/// are then named on that Service path.
+#[test]
+fn a_service_vip_is_followed_through_its_dnat_and_faults_after_it_are_named() {
+    let _host = host_untouched();
+    let lab = Standing::up("tpsv", &["--service"]);
+    let backend = address(&lab, "node2-pod0", "-4", "eth0");
+    let vip = ["10.96.0.12", "--proto", "tcp", "--port", "7777"];
+    let t = lab.trace("node1-pod0", vip[0], &vip[1..]);
+    assert_arrived(&t, "node2-pod0");
+    let hops = decisions(&t);
+    assert!(
+        hops.contains(&format!(
+            "\"node1\": \"dnat: 10.96.0.12 → {backend} port 7777\""
+        )),
+        "{hops}"
+    );
+    assert!(t.1["hops"].to_string().contains("dnat to"), "{:#}", t.1);
+    lab.sh(
+        "node1",
+        "ip",
+        &["route", "replace", "blackhole", "10.244.2.0/24"],
+    );
+    let t = lab.trace("node1-pod0", vip[0], &vip[1..]);
+    assert_died(&t, "node1", "blackhole", "10.244.2.0/24");
+    lab.sh(
+        "node1",
+        "ip",
+        &["route", "replace", "10.244.2.0/24", "via", "10.250.0.2"],
+    );
+    let veth = lab.pod_veth("node2");
+    lab.sh(
+        "node2",
+        "tc",
+        &["qdisc", "add", "dev", &veth, "root", "pfifo", "limit", "0"],
+    );
+    let t = lab.trace("node1-pod0", vip[0], &vip[1..]);
+    assert_died(&t, "node2", "qdisc-drop", &format!("dev {veth}"));
+    lab.assert_no_trace_tables();
+}
+
+/// A pod to an address outside the cluster: node1 masquerades it; the hops
+/// after go on from node1's address.
+#[test]
+fn a_masquerade_is_shown_and_the_walk_goes_on_from_the_new_source() {
+    let _host = host_untouched();
+    let lab = Standing::up("tpmq", &[]);
+    let pod = address(&lab, "node1-pod0", "-4", "eth0");
+    let outside = address(&lab, "external", "-4", "eth0");
+    let t = lab.trace("node1-pod0", &outside, &[]);
+    assert_arrived(&t, "external");
+    let hops = decisions(&t);
+    assert!(
+        hops.contains(&format!("\"node1\": \"snat: {pod} → 10.250.0.1\"")),
+        "{hops}"
+    );
+    let last = t.1["hops"]
+        .as_array()
+        .and_then(|h| h.last())
+        .map(|h| h["evidence"].to_string())
+        .unwrap_or_default();
+    assert!(last.contains("from 10.250.0.1"), "{last}");
+    lab.assert_no_trace_tables();
+}
+
+/// Pod to node and node to pod: a legacy iptables INPUT drop of ICMP on
+/// node2 (pod to node; node1 masquerades the pod, so the rule matches by
+/// protocol) and a dropping qdisc on node2's pod veth (node to pod).
+#[test]
+fn faults_on_pod_to_node_and_node_to_pod_paths_are_named() {
+    let _host = host_untouched();
+    let lab = Standing::up("tppn", &[]);
+    let veth = lab.pod_veth("node2");
+    lab.sh(
+        "node2",
+        "tc",
+        &["qdisc", "add", "dev", &veth, "root", "pfifo", "limit", "0"],
+    );
+    let t = lab.trace("node1", "node2-pod0", &[]);
+    assert_died(&t, "node2", "qdisc-drop", &format!("dev {veth}"));
+    lab.sh("node2", "tc", &["qdisc", "del", "dev", &veth, "root"]);
+    assert_arrived(&lab.trace("node1", "node2-pod0", &[]), "node2-pod0");
+    if std::process::Command::new("iptables-legacy")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIP the pod-to-node half: no iptables-legacy here");
+        return;
+    }
+    lab.sh(
+        "node2",
+        "iptables-legacy",
+        &["-A", "INPUT", "-p", "icmp", "-j", "DROP"],
+    );
+    let t = lab.trace("node1-pod0", "node2", &[]);
+    let rule = "iptables-legacy filter INPUT rule 1";
+    assert_died(&t, "node2", "iptables-legacy-drop", rule);
+    assert_check_names(&lab, "iptables-legacy-drop", "node2", rule);
+}
+
+/// IPv6 only: the ICMPv6 probe arrives; a pod that answers no NDP (its
+/// node's cache flushed), IPv6 forwarding off on node1 and an ip6 forward
+/// drop on node2 are each named.
+#[test]
+fn ipv6_only_traces_arrive_and_ndp_forwarding_and_ip6_firewall_faults_are_named() {
+    let _host = host_untouched();
+    let lab = up_topology("tp6o", "lab/topologies/ipv6-only.toml");
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_arrived(&t, "node2-pod0");
+    assert!(t.1["dst"].as_str().unwrap_or("").contains(':'), "{:#}", t.1);
+    let pod = address(&lab, "node2-pod0", "-6", "eth0");
+    lab.sh("node2-pod0", "ip", &["link", "set", "eth0", "arp", "off"]);
+    lab.sh("node2", "ip", &["-6", "neigh", "flush", "dev", "cnilab0"]);
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(
+        &t,
+        "node2",
+        "neighbour-failed",
+        &format!("neighbour {pod} dev cnilab0"),
+    );
+    lab.sh("node2-pod0", "ip", &["link", "set", "eth0", "arp", "on"]);
+    lab.sh(
+        "node1",
+        "sysctl",
+        &["-qw", "net.ipv6.conf.all.forwarding=0"],
+    );
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(
+        &t,
+        "node1",
+        "forwarding-off",
+        "net/ipv6/conf/all/forwarding",
+    );
+    lab.sh(
+        "node1",
+        "sysctl",
+        &["-qw", "net.ipv6.conf.all.forwarding=1"],
+    );
+    lab.sh("node2", "ip6tables-nft", &["-A", "FORWARD", "-j", "DROP"]);
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "node2", "firewall-drop", "ip6 filter FORWARD");
+    lab.assert_no_trace_tables();
+}
+
+/// Dual stack: the same pods traced by their IPv4 and IPv6 addresses both
+/// arrive.
+#[test]
+fn dual_stack_traces_arrive_in_both_families() {
+    let _host = host_untouched();
+    let lab = up_topology("tpds", "lab/topologies/dual-stack.toml");
+    for family in ["-4", "-6"] {
+        let to = address(&lab, "node2-pod0", family, "eth0");
+        let t = lab.trace("node1-pod0", &to, &[]);
+        assert_arrived(&t, "node2-pod0");
+        assert_eq!(t.1["dst"], to.as_str(), "{:#}", t.1);
+    }
+    lab.assert_no_trace_tables();
+}
+
+/// Every topology of `lab/topologies/`, healthy: `lab check` passes and
+/// names no cause (trace-made or other); a trace from node1's first pod to
+/// node2's first pod arrives, so the trace makes no cause of its own on a
+/// correct lab.
+#[test]
+fn every_topology_healthy_gets_no_trace_made_cause() {
+    let _host = host_untouched();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/topologies");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .expect("lab/topologies is readable")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|f| f.ends_with(".toml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "{files:?}");
+    for (i, file) in files.iter().enumerate() {
+        let lab = up_topology(&format!("tph{i}"), &format!("lab/topologies/{file}"));
+        let out = cnilab(&["lab", "check", "--name", &lab.0, "-o", "json"]);
+        assert_eq!(out.status.code(), Some(0), "{file}: {}", all(&out));
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{file}: {e}: {}", all(&out)));
+        let failures = v["failures"].as_array().map(Vec::len).unwrap_or(0);
+        assert_eq!(failures, 0, "{file}: {v:#}");
+        assert!(!v.to_string().contains("traced "), "{file}: {v:#}");
+        let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+        assert_arrived(&t, "node2-pod0");
+        lab.assert_no_trace_tables();
+    }
+}
