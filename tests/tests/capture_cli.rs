@@ -43,6 +43,30 @@ fn a_redacted_capture_keeps_relations_and_no_original() {
     .collect();
     originals.push(hostname.trim().to_string());
     originals.extend(same.iter().map(|n| n.name().to_string()));
+    // Every unicast MAC the kernel or Calico gave (ee:ee:ee:ee:ee:ee).
+    let plain = capture(&k.node, &[], &same);
+    let macs = |ns: &Value| -> Vec<String> {
+        ns["links"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l["mac"].as_str().map(String::from))
+            .filter(|m| m != "00:00:00:00:00:00")
+            .collect()
+    };
+    let plain_pods = plain["node"]["pods"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let plain_macs: Vec<String> = std::iter::once(&plain["node"])
+        .chain(&plain_pods)
+        .flat_map(macs)
+        .collect();
+    assert!(
+        plain_macs.iter().any(|m| m == "ee:ee:ee:ee:ee:ee"),
+        "{plain_macs:?}"
+    );
+    originals.extend(plain_macs);
     for o in &originals {
         assert!(!has_word(&text, o), "{o} is still in the redacted capture");
     }
@@ -88,6 +112,19 @@ fn a_redacted_capture_keeps_relations_and_no_original() {
             "link-local is kept: {}",
             pod["routes"]
         );
+        // The pod's gateway neighbour still names its cali's (mapped) MAC,
+        // which keeps its locally-administered bit.
+        let cali_mac = cali["mac"].as_str().expect("cali mac");
+        assert!(
+            has(
+                &pod["neighbours"],
+                serde_json::json!({"addr": "169.254.1.1", "mac": cali_mac})
+            ),
+            "{cali_mac}: {}",
+            pod["neighbours"]
+        );
+        let byte0 = u8::from_str_radix(&cali_mac[..2], 16).expect("hex");
+        assert_eq!(byte0 & 3, 2, "{cali_mac}");
     }
     let gateway: std::net::IpAddr = node["routes"]
         .as_array()

@@ -171,12 +171,17 @@ pub fn calico() -> Calico {
             &[
                 "route add 169.254.1.1 dev eth0 scope link",
                 "route add default via 169.254.1.1 dev eth0",
+                // Calico's pod answers its gateway with the cali MAC.
+                "neigh add 169.254.1.1 lladdr ee:ee:ee:ee:ee:ee dev eth0 nud permanent",
             ],
         );
         run(
             &n,
             "ip",
-            &[&format!("route add {addr}/32 dev {cali} scope link")],
+            &[
+                &format!("link set {cali} address ee:ee:ee:ee:ee:ee"),
+                &format!("route add {addr}/32 dev {cali} scope link"),
+            ],
         );
         cnilab_net::netns::write_sysctl(
             Some(n.file()),
