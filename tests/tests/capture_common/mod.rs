@@ -161,36 +161,11 @@ pub fn calico() -> Calico {
             "route add default via 198.18.7.254",
         ],
     );
-    let mut pods = Vec::new();
-    for (i, addr) in ["10.65.1.2", "10.65.1.3"].iter().enumerate() {
-        let cali = format!("cali{i}abc");
-        let p = pod(
-            &n,
-            &cali,
-            &format!("{addr}/32"),
-            &[
-                "route add 169.254.1.1 dev eth0 scope link",
-                "route add default via 169.254.1.1 dev eth0",
-                // Calico's pod answers its gateway with the cali MAC.
-                "neigh add 169.254.1.1 lladdr ee:ee:ee:ee:ee:ee dev eth0 nud permanent",
-            ],
-        );
-        run(
-            &n,
-            "ip",
-            &[
-                &format!("link set {cali} address ee:ee:ee:ee:ee:ee"),
-                &format!("route add {addr}/32 dev {cali} scope link"),
-            ],
-        );
-        cnilab_net::netns::write_sysctl(
-            Some(n.file()),
-            &format!("net/ipv4/conf/{cali}/proxy_arp"),
-            "1",
-        )
-        .expect("proxy_arp");
-        pods.push(p);
-    }
+    let pods = ["10.65.1.2", "10.65.1.3"]
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| calico_pod(&n, &format!("cali{i}abc"), addr))
+        .collect();
     let mv = Netns::with_label("cap-mv").expect("netns");
     run(
         &n,
@@ -215,6 +190,46 @@ pub fn calico() -> Calico {
         pods,
         macvlan: mv,
     }
+}
+
+/// A pod the way Calico's CNI makes one: `eth0` at `addr`/32 with a
+/// default route via 169.254.1.1 and a permanent neighbour for it naming
+/// the node's `cali` veth, whose MAC is ee:ee:ee:ee:ee:ee; in the node a
+/// /32 route to the pod through `cali`, and proxy ARP on it.
+pub fn calico_pod(node: &Netns, cali: &str, addr: &str) -> Netns {
+    let p = pod(
+        node,
+        cali,
+        &format!("{addr}/32"),
+        &[
+            "route add 169.254.1.1 dev eth0 scope link",
+            "route add default via 169.254.1.1 dev eth0",
+            "neigh add 169.254.1.1 lladdr ee:ee:ee:ee:ee:ee dev eth0 nud permanent",
+        ],
+    );
+    run(
+        node,
+        "ip",
+        &[
+            &format!("link set {cali} address ee:ee:ee:ee:ee:ee"),
+            &format!("route add {addr}/32 dev {cali} scope link"),
+        ],
+    );
+    sysctl(node, &format!("net/ipv4/conf/{cali}/proxy_arp"), "1");
+    p
+}
+
+/// Sets a sysctl inside `ns`.
+pub fn sysctl(ns: &Netns, key: &str, value: &str) {
+    cnilab_net::netns::write_sysctl(Some(ns.file()), key, value)
+        .unwrap_or_else(|e| panic!("{key}={value} in {}: {e}", ns.name()));
+}
+
+/// Runs one command inside `ns` with these arguments (words may hold
+/// spaces, such as a quoted iptables comment).
+pub fn run_args(ns: &Netns, program: &str, args: &[&str]) {
+    let out = ns.command(program).args(args).output().expect("runs");
+    assert!(out.status.success(), "{program} {args:?}: {}", all(&out));
 }
 
 /// Every string of `v`, keys too.
