@@ -2,7 +2,8 @@
 //! pinned tools accept: checked against lab/e2e-flags.toml, the table of
 //! each tool's subcommands and flags as read in its source at the pinned
 //! tag. Covers kind and minikube, every IP family, with and without
-//! `--config`, `--cni-manifest`, `--image-archive` and `--workers`.
+//! `--config`, `--cni-manifest`, `--image-archive` and `--workers`, and
+//! `e2e capture` through kind, minikube and a pod per node.
 
 mod e2e_common;
 
@@ -336,6 +337,34 @@ fn every_plan(dir: &Path) -> Vec<(Vec<String>, String)> {
                 variants.push(args);
             }
         }
+    }
+    // `e2e capture`: every way onto the nodes.
+    for capture in [
+        &["kind", "--name", "flags"][..],
+        &[
+            "kind",
+            "--workers",
+            "3",
+            "--out",
+            "caps",
+            "--binary",
+            "b/cnilab",
+        ],
+        &["minikube", "--name", "flags", "--workers", "2"],
+        &["pod"],
+        &[
+            "pod",
+            "--kubeconfig",
+            "k",
+            "--context",
+            "c",
+            "--namespace",
+            "n",
+        ],
+    ] {
+        let mut args = s(&["capture"]);
+        args.extend(s(capture));
+        variants.push(args);
     }
     variants
         .into_iter()

@@ -2,6 +2,7 @@
 
 use super::args::CheckOutputArgs;
 use super::CliResult;
+use crate::e2e::capture::{provider, CaptureOptions, Via, DEFAULT_POD_IMAGE};
 use crate::e2e::check::access::Access;
 use crate::e2e::check::CheckOptions;
 use crate::e2e::cluster::KindConfig;
@@ -49,6 +50,83 @@ pub enum E2eCmd {
         cnilab e2e check --kubeconfig kc.yaml --junit e2e.xml\n\n",
         crate::exit_codes_help!()))]
     Check(CheckArgs),
+    /// `cnilab capture` on every node of a cluster, the files into one
+    /// directory to replay elsewhere (`cnilab lab up --capture DIR/*.json`).
+    #[command(after_help = concat!("Examples:\n  \
+        cnilab e2e capture kind --name cnilab --out captures/\n  \
+        cnilab e2e capture minikube --name cnilab --dry-run\n  \
+        cnilab e2e capture pod --context prod --binary ./cnilab-static --out captures/\n\n",
+        crate::exit_codes_help!()))]
+    Capture(CaptureArgs),
+}
+
+#[derive(clap::Args)]
+pub struct CaptureArgs {
+    /// How to reach the nodes: kind (docker), minikube (minikube ssh/cp),
+    /// pod (any cluster: a privileged hostNetwork pod per node, kubectl).
+    #[arg(value_enum)]
+    pub via: Via,
+    /// kind/minikube: the cluster (profile) name.
+    #[arg(long, default_value = "cnilab")]
+    pub name: String,
+    /// kind/minikube: workers besides the control plane (only names the
+    /// nodes in --dry-run; a run lists the real ones) [kind: 2, minikube: 1].
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Directory of the captures, one `<node>.json` per node
+    /// [default: target/cnilab-e2e/<name>/capture].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// The cnilab binary copied onto each node; it must run there (a
+    /// static build for other distributions) [default: this cnilab].
+    #[arg(long, value_name = "FILE")]
+    pub binary: Option<PathBuf>,
+    /// pod: kubeconfig of the cluster [default: as kubectl finds it].
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// pod: context to use [default: the current one].
+    #[arg(long)]
+    pub context: Option<String>,
+    /// pod: namespace of the capture pods.
+    #[arg(long, default_value = "kube-system")]
+    pub namespace: String,
+    /// pod: image of the capture pods (needs sleep and tar).
+    #[arg(long, default_value = DEFAULT_POD_IMAGE)]
+    pub image: String,
+    /// pod: how long to wait for each capture pod.
+    #[arg(long, default_value = "180s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Print every command and file, run nothing, write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+impl CaptureArgs {
+    pub fn options(&self) -> Result<CaptureOptions, E2eError> {
+        let mut cluster = E2eOptions::new(provider(self.via), &self.name);
+        cluster.workers = self.workers;
+        cluster.timeout = self.timeout;
+        let binary = match &self.binary {
+            Some(b) => b.clone(),
+            None => std::env::current_exe().map_err(|e| E2eError::Io {
+                what: "cannot find this cnilab's binary; give --binary FILE".into(),
+                source: e,
+            })?,
+        };
+        Ok(CaptureOptions {
+            via: self.via,
+            out: self
+                .out
+                .clone()
+                .unwrap_or_else(|| cluster.work_dir().join("capture")),
+            cluster,
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            namespace: self.namespace.clone(),
+            pod_image: self.image.clone(),
+            binary,
+        })
+    }
 }
 
 #[derive(clap::Args)]
@@ -179,18 +257,7 @@ pub struct CheckArgs {
 
 impl CheckArgs {
     pub fn options(&self) -> Result<CheckOptions, E2eError> {
-        let ns_ok = !self.namespace.is_empty()
-            && self.namespace.len() <= 63
-            && self
-                .namespace
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-        if !ns_ok {
-            return Err(E2eError::Invalid(format!(
-                "--namespace {:?}: not a namespace name",
-                self.namespace
-            )));
-        }
+        crate::e2e::check_namespace(&self.namespace)?;
         let mut o = CheckOptions::new(Access {
             kubeconfig: self.kubeconfig.clone(),
             context: self.context.clone(),
@@ -214,6 +281,7 @@ impl E2e {
             E2eCmd::Kind(a) => crate::e2e::command(&a.options(Provider::Kind)?, a.step),
             E2eCmd::Minikube(a) => crate::e2e::command(&a.options(Provider::Minikube)?, a.step),
             E2eCmd::Check(a) => crate::e2e::check_command(&a.options()?, a.dry_run),
+            E2eCmd::Capture(a) => crate::e2e::capture_command(&a.options()?, a.dry_run),
         }?;
         Ok(code)
     }

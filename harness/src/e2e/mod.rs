@@ -9,8 +9,11 @@
 //! - `cluster`: kind configs (lab/kind compiled in, or `--config`), node names;
 //! - `manifests`: cnilab's or any CNI's manifests, rendered, and their workloads;
 //! - `steps` → `plan` → `runner`: each step as data, printed or executed;
-//! - `check/`: the in-cluster check (`access`: the kubeconfig as kubectl finds it).
+//! - `check/`: the in-cluster check (`access`: the kubeconfig as kubectl finds it);
+//! - `capture`: `cnilab capture` on every node (kind, minikube, or a pod per
+//!   node), the files collected into one directory to replay.
 
+pub mod capture;
 pub mod check;
 pub mod cluster;
 pub mod manifests;
@@ -63,6 +66,22 @@ pub enum E2eError {
     Object(#[source] serde_json::Error),
     #[error("the in-cluster check found failures")]
     CheckFailed,
+}
+
+/// A Kubernetes namespace name the check or the capture pods may use.
+pub fn check_namespace(namespace: &str) -> Result<(), E2eError> {
+    let ok = !namespace.is_empty()
+        && namespace.len() <= 63
+        && namespace
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(E2eError::Invalid(format!(
+            "--namespace {namespace:?}: not a namespace name"
+        )))
+    }
 }
 
 /// The manifests of a run, read and rendered for the cluster.
@@ -198,4 +217,24 @@ pub fn check_command(opts: &check::CheckOptions, dry_run: bool) -> Result<ExitCo
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `cnilab e2e capture`: exit 0 iff every node was captured.
+pub fn capture_command(
+    opts: &capture::CaptureOptions,
+    dry_run: bool,
+) -> Result<ExitCode, E2eError> {
+    opts.validate()?;
+    let plan = capture::plan(opts);
+    if dry_run {
+        print!("{}", plan.dry_run());
+        return Ok(ExitCode::SUCCESS);
+    }
+    Runner::strict().run(&plan)?;
+    eprintln!(
+        "cnilab e2e capture: one file per node in {}; replay: cnilab lab up --capture {}/*.json",
+        opts.out.display(),
+        opts.out.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }

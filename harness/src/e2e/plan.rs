@@ -243,12 +243,12 @@ fn render(action: &Action, out: &mut String) {
                 .iter()
                 .map(|(k, v)| format!("{} >= {v}", k.replace('/', ".")))
                 .collect();
-            let _ = writeln!(
-                out,
-                "# preflight: {} on PATH; {}",
-                tools.join(", "),
-                limits.join(", ")
-            );
+            let limits = if limits.is_empty() {
+                String::new()
+            } else {
+                format!("; {}", limits.join(", "))
+            };
+            let _ = writeln!(out, "# preflight: {} on PATH{limits}", tools.join(", "));
         }
         Action::Run { cmd, .. } | Action::Verify { cmd, .. } => {
             let _ = writeln!(out, "+ {cmd}");
