@@ -1,6 +1,7 @@
 //! Helpers of the `cnilab capture` root tests (`capture.rs`,
 //! `capture_cli.rs`): nodes and pods made with plain `ip` commands, the
-//! capture run with a before/after check, lookups in its JSON.
+//! capture run with a before/after check and its schema check
+//! (`cnilab schema capture`), lookups in its JSON.
 #![allow(dead_code)]
 
 use cnilab_net::netns::Netns;
@@ -103,7 +104,20 @@ pub fn capture(node: &Netns, extra: &[&str], same: &[&Netns]) -> Value {
         );
     }
     let text = std::fs::read_to_string(&file).expect("the capture file");
-    serde_json::from_str(&text).expect("JSON")
+    let c: Value = serde_json::from_str(&text).expect("JSON");
+    assert_conforms(&c);
+    c
+}
+
+/// `c` matches the schema `cnilab schema capture` prints.
+pub fn assert_conforms(c: &Value) {
+    let text = cnilab_harness::report::schema::schema("capture").expect("the capture schema");
+    let schema: Value = serde_json::from_str(text).expect("the schema is JSON");
+    let errors = cnilab_harness::report::schema::validate(&schema, c);
+    assert!(
+        errors.is_empty(),
+        "the capture breaks its schema: {errors:#?}"
+    );
 }
 
 pub fn link<'a>(ns: &'a Value, name: &str) -> &'a Value {
