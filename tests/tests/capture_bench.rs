@@ -4,7 +4,7 @@
 //!
 //! ```sh
 //! cargo build --release -p cnilab-harness --bin cnilab
-//! CNILAB_BIN=target/release/cnilab \
+//! CNILAB_BIN=$PWD/target/release/cnilab \
 //!   cargo test -p cnilab-tests --test capture_bench -- --ignored --nocapture
 //! ```
 //!
@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 
 const PODS: usize = 110;
 
-/// `CNILAB_BIN` (a release build for the figures), else the test profile's.
+/// `CNILAB_BIN` (an absolute path: a release build for the figures), else
+/// the test profile's.
 fn cnilab_bin() -> PathBuf {
     std::env::var_os("CNILAB_BIN")
         .map(PathBuf::from)
