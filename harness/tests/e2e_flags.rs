@@ -5,6 +5,7 @@
 //! `--config`, `--cni-manifest`, `--image-archive` and `--workers`, and
 //! every step of `e2e vagrant` (the vagrant commands its plans run through
 //! lab/vagrant/env.sh).
+//! `e2e capture` through kind, minikube and a pod per node.
 
 mod common;
 
@@ -394,6 +395,34 @@ fn every_plan(dir: &Path) -> Vec<(Vec<String>, String)> {
         s(&["vagrant", "down", "--name", "flags"]),
     ] {
         variants.push(step);
+    }
+    // `e2e capture`: every way onto the nodes.
+    for capture in [
+        &["kind", "--name", "flags"][..],
+        &[
+            "kind",
+            "--workers",
+            "3",
+            "--out",
+            "caps",
+            "--binary",
+            "b/cnilab",
+        ],
+        &["minikube", "--name", "flags", "--workers", "2"],
+        &["pod"],
+        &[
+            "pod",
+            "--kubeconfig",
+            "k",
+            "--context",
+            "c",
+            "--namespace",
+            "n",
+        ],
+    ] {
+        let mut args = s(&["capture"]);
+        args.extend(s(capture));
+        variants.push(args);
     }
     variants
         .into_iter()

@@ -7,7 +7,8 @@
 //! DNAT), a pod held only by a process. Each checks the file holds what was
 //! made, by name and value, and that every namespace is as it was before
 //! the capture. (`capture_cli.rs`: redaction, a lab node, bad input, the
-//! 110-pod figure.)
+//! 110-pod figure; `capture_styles.rs`: two-node clusters of each style,
+//! with the relations between the nodes.)
 
 mod capture_common;
 

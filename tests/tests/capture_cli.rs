@@ -1,11 +1,11 @@
 //! `cnilab capture` (root), continued: `--redact` keeps relations and drops
 //! every original address and name, a standing lab's node is captured with
-//! its pods, bad input exits 2 with the fix, and the 110-pod figure.
+//! its pods, bad input exits 2 with the fix. (The 110-pod figure:
+//! `capture_bench.rs`.)
 
 mod capture_common;
 
 use capture_common::*;
-use cnilab_net::netns::Netns;
 use cnilab_tests::{host_untouched, require_root};
 use serde_json::Value;
 use std::path::Path;
@@ -43,6 +43,30 @@ fn a_redacted_capture_keeps_relations_and_no_original() {
     .collect();
     originals.push(hostname.trim().to_string());
     originals.extend(same.iter().map(|n| n.name().to_string()));
+    // Every unicast MAC the kernel or Calico gave (ee:ee:ee:ee:ee:ee).
+    let plain = capture(&k.node, &[], &same);
+    let macs = |ns: &Value| -> Vec<String> {
+        ns["links"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l["mac"].as_str().map(String::from))
+            .filter(|m| m != "00:00:00:00:00:00")
+            .collect()
+    };
+    let plain_pods = plain["node"]["pods"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let plain_macs: Vec<String> = std::iter::once(&plain["node"])
+        .chain(&plain_pods)
+        .flat_map(macs)
+        .collect();
+    assert!(
+        plain_macs.iter().any(|m| m == "ee:ee:ee:ee:ee:ee"),
+        "{plain_macs:?}"
+    );
+    originals.extend(plain_macs);
     for o in &originals {
         assert!(!has_word(&text, o), "{o} is still in the redacted capture");
     }
@@ -88,6 +112,19 @@ fn a_redacted_capture_keeps_relations_and_no_original() {
             "link-local is kept: {}",
             pod["routes"]
         );
+        // The pod's gateway neighbour still names its cali's (mapped) MAC,
+        // which keeps its locally-administered bit.
+        let cali_mac = cali["mac"].as_str().expect("cali mac");
+        assert!(
+            has(
+                &pod["neighbours"],
+                serde_json::json!({"addr": "169.254.1.1", "mac": cali_mac})
+            ),
+            "{cali_mac}: {}",
+            pod["neighbours"]
+        );
+        let byte0 = u8::from_str_radix(&cali_mac[..2], 16).expect("hex");
+        assert_eq!(byte0 & 3, 2, "{cali_mac}");
     }
     let gateway: std::net::IpAddr = node["routes"]
         .as_array()
@@ -217,59 +254,6 @@ fn bad_input_exits_2_with_the_fix() {
         assert!(all(&out).contains(says), "{args:?}: {}", all(&out));
     }
     assert!(!Path::new("/nonexistent-dir").exists());
-}
-
-/// The figure (not a timed test): capture time and file size of a node with
-/// 110 pods. `cargo test -p cnilab-tests --test capture_cli -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn bench_capture_of_a_110_pod_node() {
-    let _host = host_untouched();
-    let n = node("cap-bench", "198.18.11.1/24");
-    let pods: Vec<Netns> = (0..110)
-        .map(|i| {
-            let addr = format!("10.244.1.{}/32", i + 2);
-            let p = pod(
-                &n,
-                &format!("cali{i:03}"),
-                &addr,
-                &["route add default dev eth0"],
-            );
-            run(
-                &n,
-                "ip",
-                &[&format!(
-                    "route add 10.244.1.{}/32 dev cali{i:03} scope link",
-                    i + 2
-                )],
-            );
-            p
-        })
-        .collect();
-    let dir = tempfile::tempdir().expect("tmp");
-    let file = dir.path().join("node.json");
-    let path = n.path().display().to_string();
-    let started = std::time::Instant::now();
-    let out = cnilab(&[
-        "capture",
-        "--netns",
-        &path,
-        "-o",
-        &file.display().to_string(),
-    ]);
-    let took = started.elapsed();
-    assert!(out.status.success(), "{}", all(&out));
-    let c: Value =
-        serde_json::from_str(&std::fs::read_to_string(&file).expect("file")).expect("JSON");
-    assert_eq!(c["pods"].as_array().map(Vec::len), Some(pods.len()));
-    let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
-    println!(
-        "capture of a node with {} pods: {:.0} ms, {} bytes ({:.2} MB)",
-        pods.len(),
-        took.as_secs_f64() * 1000.0,
-        size,
-        size as f64 / 1e6
-    );
 }
 
 /// What cannot be read is a warning, not a failure: without `nft` and

@@ -103,6 +103,11 @@ fn every_report_the_suite_produces_matches_its_schema() {
         ])
         .output();
     runs.push(("LabReport", with(&["lab", "check", "--name", &lab], &[])));
+    // A trace is no report: its own schema (`cnilab schema trace`).
+    let trace = with(
+        &["lab", "trace", "--name", &lab, "node1-pod0", "node2-pod0"],
+        &[],
+    );
     runs.push(("LabStatus", with(&["lab", "status", "--name", &lab], &[])));
     let down = cnilab(&["lab", "down", "--name", &lab]);
     assert!(down.status.success(), "{}", text(&down));
@@ -113,10 +118,23 @@ fn every_report_the_suite_produces_matches_its_schema() {
         "the route is gone: {}",
         text(failing)
     );
-    let problems: Vec<String> = runs
+    let mut problems: Vec<String> = runs
         .iter()
         .filter_map(|(kind, out)| conforms(kind, out).err())
         .collect();
+    let trace_doc: serde_json::Value = serde_json::from_slice(&trace.stdout)
+        .unwrap_or_else(|e| panic!("trace: not JSON ({e}): {}", text(&trace)));
+    assert_eq!(
+        trace_doc["verdict"], "died",
+        "the route is gone: {trace_doc}"
+    );
+    let trace_schema: serde_json::Value =
+        serde_json::from_str(schema::schema("trace").expect("the trace schema")).expect("JSON");
+    problems.extend(
+        schema::validate(&trace_schema, &trace_doc)
+            .into_iter()
+            .map(|e| format!("trace: {e}")),
+    );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     let covered: Vec<&str> = runs.iter().map(|(k, _)| *k).collect();
     for (kind, _) in schema::KINDS {
@@ -130,7 +148,7 @@ fn every_report_the_suite_produces_matches_its_schema() {
 fn schema_prints_each_kind_and_refuses_an_unknown_one() {
     let list = cnilab(&["schema"]);
     assert!(list.status.success(), "{}", text(&list));
-    for (kind, text_of) in schema::KINDS {
+    for (kind, text_of) in schema::KINDS.iter().chain(schema::DOCUMENTS) {
         assert!(String::from_utf8_lossy(&list.stdout)
             .lines()
             .any(|l| l == *kind));

@@ -4,6 +4,7 @@
 
 use super::args::CheckOutputArgs;
 use super::CliResult;
+use crate::e2e::capture::{provider, CaptureOptions, Via, DEFAULT_POD_IMAGE};
 use crate::e2e::check::access::Access;
 use crate::e2e::check::CheckOptions;
 use crate::e2e::cluster::KindConfig;
@@ -66,6 +67,83 @@ pub enum E2eCmd {
         cnilab e2e vagrant-node facts node1-pod0 node1-pod1\n\n",
         crate::exit_codes_help!()))]
     VagrantNode(super::e2e_vagrant::VagrantNodeArgs),
+    /// `cnilab capture` on every node of a cluster, the files into one
+    /// directory to replay elsewhere (`cnilab lab up --capture DIR/*.json`).
+    #[command(after_help = concat!("Examples:\n  \
+        cnilab e2e capture kind --name cnilab --out captures/\n  \
+        cnilab e2e capture minikube --name cnilab --dry-run\n  \
+        cnilab e2e capture pod --context prod --binary ./cnilab-static --out captures/\n\n",
+        crate::exit_codes_help!()))]
+    Capture(CaptureArgs),
+}
+
+#[derive(clap::Args)]
+pub struct CaptureArgs {
+    /// How to reach the nodes: kind (docker), minikube (minikube ssh/cp),
+    /// pod (any cluster: a privileged hostNetwork pod per node, kubectl).
+    #[arg(value_enum)]
+    pub via: Via,
+    /// kind/minikube: the cluster (profile) name.
+    #[arg(long, default_value = "cnilab")]
+    pub name: String,
+    /// kind/minikube: workers besides the control plane (only names the
+    /// nodes in --dry-run; a run lists the real ones) [kind: 2, minikube: 1].
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Directory of the captures, one `<node>.json` per node
+    /// [default: target/cnilab-e2e/<name>/capture].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// The cnilab binary copied onto each node; it must run there (a
+    /// static build for other distributions) [default: this cnilab].
+    #[arg(long, value_name = "FILE")]
+    pub binary: Option<PathBuf>,
+    /// pod: kubeconfig of the cluster [default: as kubectl finds it].
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// pod: context to use [default: the current one].
+    #[arg(long)]
+    pub context: Option<String>,
+    /// pod: namespace of the capture pods.
+    #[arg(long, default_value = "kube-system")]
+    pub namespace: String,
+    /// pod: image of the capture pods (needs sleep and tar).
+    #[arg(long, default_value = DEFAULT_POD_IMAGE)]
+    pub image: String,
+    /// pod: how long to wait for each capture pod.
+    #[arg(long, default_value = "180s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Print every command and file, run nothing, write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+impl CaptureArgs {
+    pub fn options(&self) -> Result<CaptureOptions, E2eError> {
+        let mut cluster = E2eOptions::new(provider(self.via), &self.name);
+        cluster.workers = self.workers;
+        cluster.timeout = self.timeout;
+        let binary = match &self.binary {
+            Some(b) => b.clone(),
+            None => std::env::current_exe().map_err(|e| E2eError::Io {
+                what: "cannot find this cnilab's binary; give --binary FILE".into(),
+                source: e,
+            })?,
+        };
+        Ok(CaptureOptions {
+            via: self.via,
+            out: self
+                .out
+                .clone()
+                .unwrap_or_else(|| cluster.work_dir().join("capture")),
+            cluster,
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            namespace: self.namespace.clone(),
+            pod_image: self.image.clone(),
+            binary,
+        })
+    }
 }
 
 #[derive(clap::Args)]
@@ -196,18 +274,7 @@ pub struct CheckArgs {
 
 impl CheckArgs {
     pub fn options(&self) -> Result<CheckOptions, E2eError> {
-        let ns_ok = !self.namespace.is_empty()
-            && self.namespace.len() <= 63
-            && self
-                .namespace
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-        if !ns_ok {
-            return Err(E2eError::Invalid(format!(
-                "--namespace {:?}: not a namespace name",
-                self.namespace
-            )));
-        }
+        crate::e2e::check_namespace(&self.namespace)?;
         let mut o = CheckOptions::new(Access {
             kubeconfig: self.kubeconfig.clone(),
             context: self.context.clone(),
@@ -236,6 +303,7 @@ impl E2e {
                 crate::e2e::vagrant_node::command(&a.what, &a.pods).map_err(E2eError::Invalid)?;
                 Ok(std::process::ExitCode::SUCCESS)
             }
+            E2eCmd::Capture(a) => capture_command(&a.options()?, a.dry_run),
         }?;
         Ok(code)
     }
@@ -313,4 +381,24 @@ fn check_command(opts: &CheckOptions, dry_run: bool) -> Result<ExitCode, E2eErro
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `cnilab e2e capture`: exit 0 iff every node was captured.
+fn capture_command(
+    opts: &CaptureOptions,
+    dry_run: bool,
+) -> Result<ExitCode, E2eError> {
+    opts.validate()?;
+    let plan = crate::e2e::capture::plan(opts);
+    if dry_run {
+        print!("{}", plan.dry_run());
+        return Ok(ExitCode::SUCCESS);
+    }
+    crate::e2e::runner::Runner::strict().run(&plan)?;
+    eprintln!(
+        "cnilab e2e capture: one file per node in {}; replay: cnilab lab up --capture {}/*.json",
+        opts.out.display(),
+        opts.out.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }

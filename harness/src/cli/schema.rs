@@ -3,14 +3,17 @@
 
 use super::CliResult;
 
-/// Print the JSON Schema of a report kind (`-o json` output)
+/// Print the JSON Schema of a report kind (`-o json` output), or of a
+/// capture file (`capture`) or a trace (`trace`)
 #[derive(clap::Args)]
 #[command(after_help = concat!("Examples:\n  \
     cnilab schema               # the report kinds\n  \
-    cnilab schema LabReport > lab-report.schema.json\n\n",
+    cnilab schema LabReport > lab-report.schema.json\n  \
+    cnilab schema capture       # the file cnilab capture writes\n\n",
     crate::exit_codes_help!()))]
 pub struct Schema {
-    /// The report kind (the `kind` field of a JSON report); without it, the kinds are listed.
+    /// The report kind (the `kind` field of a JSON report), `capture` or
+    /// `trace`; without it, all are listed.
     pub kind: Option<String>,
 }
 
@@ -18,6 +21,7 @@ impl Schema {
     pub fn run(self) -> CliResult {
         let kinds: Vec<&str> = crate::report::schema::KINDS
             .iter()
+            .chain(crate::report::schema::DOCUMENTS)
             .map(|(k, _)| *k)
             .collect();
         match self.kind.as_deref() {
@@ -33,7 +37,7 @@ impl Schema {
                     Ok(crate::report::verdict(true))
                 }
                 None => Err(format!(
-                    "no report kind {k:?}: use one of {} (the `kind` field of a JSON report)",
+                    "no report kind {k:?}: use one of {} (the `kind` field of a JSON report, or capture/trace for those files)",
                     kinds.join(", ")
                 )
                 .into()),

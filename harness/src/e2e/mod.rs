@@ -13,12 +13,15 @@
 //! - `check/`: the in-cluster check (`access`: the kubeconfig as kubectl finds it);
 //! - `vagrant` → `vagrant_check`, `vagrant_node`: `cnilab e2e vagrant`, the
 //!   offline two-VM lab (lab/vagrant/offline.rb): its up/down plans, the
-//!   check between the VMs, and the side that runs inside a VM.
+//!   check between the VMs, and the side that runs inside a VM;
+//! - `capture`: `cnilab capture` on every node (kind, minikube, or a pod per
+//!   node), the files collected into one directory to replay.
 //!
 //! Here: [`plan_for`] (a step's plan), [`run_step`], [`dry_run_all`]; the
 //! command line (`cli/e2e.rs`) runs the sequence, prints and picks exit
 //! codes.
 
+pub mod capture;
 pub mod check;
 pub mod cluster;
 pub mod manifests;
@@ -74,6 +77,22 @@ pub enum E2eError {
     Object(#[source] serde_json::Error),
     #[error("the in-cluster check found failures")]
     CheckFailed,
+}
+
+/// A Kubernetes namespace name the check or the capture pods may use.
+pub fn check_namespace(namespace: &str) -> Result<(), E2eError> {
+    let ok = !namespace.is_empty()
+        && namespace.len() <= 63
+        && namespace
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(E2eError::Invalid(format!(
+            "--namespace {namespace:?}: not a namespace name"
+        )))
+    }
 }
 
 /// The manifests of a run, read and rendered for the cluster.

@@ -1,5 +1,7 @@
 //! The JSON Schema of every kind of report `-o json` prints
-//! (`cnilab schema KIND`), from `harness/schemas/<KIND>.json`, and
+//! (`cnilab schema KIND`), from `harness/schemas/<KIND>.json`, and of the
+//! documents that are not reports ([`DOCUMENTS`]: `cnilab schema capture`,
+//! `cnilab schema trace`), and
 //! [`validate`]: a validator for the part of JSON Schema those files use
 //! (`type`, `const`, `enum`, `properties`, `required`, `items`), so tests
 //! check real reports against the published schemas.
@@ -37,9 +39,20 @@ pub const KINDS: &[(&str, &str)] = &[
     ),
 ];
 
-/// The schema of report kind `kind` (its text), if there is one.
+/// cnilab's own files that are not reports (no `kind` field, their own
+/// `schemaVersion`): a `cnilab capture` file, a `lab trace -o json`.
+pub const DOCUMENTS: &[(&str, &str)] = &[
+    ("capture", include_str!("../../schemas/Capture.json")),
+    ("trace", include_str!("../../schemas/Trace.json")),
+];
+
+/// The schema of report kind or document `kind` (its text), if there is one.
 pub fn schema(kind: &str) -> Option<&'static str> {
-    KINDS.iter().find(|(k, _)| *k == kind).map(|(_, s)| *s)
+    KINDS
+        .iter()
+        .chain(DOCUMENTS)
+        .find(|(k, _)| *k == kind)
+        .map(|(_, s)| *s)
 }
 
 /// What is wrong with `doc` against the schema of its own `kind` field:
@@ -149,6 +162,23 @@ mod tests {
                 s["properties"]["schemaVersion"]["const"],
                 super::super::SCHEMA_VERSION
             );
+        }
+    }
+
+    /// A document's schema pins the `schemaVersion` its writer writes, so
+    /// bumping one without the other fails here.
+    #[test]
+    fn every_document_schema_pins_its_writers_version() {
+        let writers = [
+            ("capture", crate::lab::capture::SCHEMA_VERSION),
+            ("trace", crate::trace::SCHEMA_VERSION),
+        ];
+        assert_eq!(writers.len(), DOCUMENTS.len());
+        for (name, version) in writers {
+            let s: Value = serde_json::from_str(schema(name).expect("a schema"))
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(s["properties"]["schemaVersion"]["const"], version, "{name}");
+            assert!(s["properties"].get("kind").is_none(), "{name} is no report");
         }
     }
 

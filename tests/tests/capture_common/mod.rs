@@ -1,6 +1,7 @@
 //! Helpers of the `cnilab capture` root tests (`capture.rs`,
 //! `capture_cli.rs`): nodes and pods made with plain `ip` commands, the
-//! capture run with a before/after check, lookups in its JSON.
+//! capture run with a before/after check and its schema check
+//! (`cnilab schema capture`), lookups in its JSON.
 #![allow(dead_code)]
 
 use cnilab_net::netns::Netns;
@@ -103,7 +104,20 @@ pub fn capture(node: &Netns, extra: &[&str], same: &[&Netns]) -> Value {
         );
     }
     let text = std::fs::read_to_string(&file).expect("the capture file");
-    serde_json::from_str(&text).expect("JSON")
+    let c: Value = serde_json::from_str(&text).expect("JSON");
+    assert_conforms(&c);
+    c
+}
+
+/// `c` matches the schema `cnilab schema capture` prints.
+pub fn assert_conforms(c: &Value) {
+    let text = cnilab_harness::report::schema::schema("capture").expect("the capture schema");
+    let schema: Value = serde_json::from_str(text).expect("the schema is JSON");
+    let errors = cnilab_harness::report::schema::validate(&schema, c);
+    assert!(
+        errors.is_empty(),
+        "the capture breaks its schema: {errors:#?}"
+    );
 }
 
 pub fn link<'a>(ns: &'a Value, name: &str) -> &'a Value {
@@ -161,31 +175,11 @@ pub fn calico() -> Calico {
             "route add default via 198.18.7.254",
         ],
     );
-    let mut pods = Vec::new();
-    for (i, addr) in ["10.65.1.2", "10.65.1.3"].iter().enumerate() {
-        let cali = format!("cali{i}abc");
-        let p = pod(
-            &n,
-            &cali,
-            &format!("{addr}/32"),
-            &[
-                "route add 169.254.1.1 dev eth0 scope link",
-                "route add default via 169.254.1.1 dev eth0",
-            ],
-        );
-        run(
-            &n,
-            "ip",
-            &[&format!("route add {addr}/32 dev {cali} scope link")],
-        );
-        cnilab_net::netns::write_sysctl(
-            Some(n.file()),
-            &format!("net/ipv4/conf/{cali}/proxy_arp"),
-            "1",
-        )
-        .expect("proxy_arp");
-        pods.push(p);
-    }
+    let pods = ["10.65.1.2", "10.65.1.3"]
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| calico_pod(&n, &format!("cali{i}abc"), addr))
+        .collect();
     let mv = Netns::with_label("cap-mv").expect("netns");
     run(
         &n,
@@ -210,6 +204,46 @@ pub fn calico() -> Calico {
         pods,
         macvlan: mv,
     }
+}
+
+/// A pod the way Calico's CNI makes one: `eth0` at `addr`/32 with a
+/// default route via 169.254.1.1 and a permanent neighbour for it naming
+/// the node's `cali` veth, whose MAC is ee:ee:ee:ee:ee:ee; in the node a
+/// /32 route to the pod through `cali`, and proxy ARP on it.
+pub fn calico_pod(node: &Netns, cali: &str, addr: &str) -> Netns {
+    let p = pod(
+        node,
+        cali,
+        &format!("{addr}/32"),
+        &[
+            "route add 169.254.1.1 dev eth0 scope link",
+            "route add default via 169.254.1.1 dev eth0",
+            "neigh add 169.254.1.1 lladdr ee:ee:ee:ee:ee:ee dev eth0 nud permanent",
+        ],
+    );
+    run(
+        node,
+        "ip",
+        &[
+            &format!("link set {cali} address ee:ee:ee:ee:ee:ee"),
+            &format!("route add {addr}/32 dev {cali} scope link"),
+        ],
+    );
+    sysctl(node, &format!("net/ipv4/conf/{cali}/proxy_arp"), "1");
+    p
+}
+
+/// Sets a sysctl inside `ns`.
+pub fn sysctl(ns: &Netns, key: &str, value: &str) {
+    cnilab_net::netns::write_sysctl(Some(ns.file()), key, value)
+        .unwrap_or_else(|e| panic!("{key}={value} in {}: {e}", ns.name()));
+}
+
+/// Runs one command inside `ns` with these arguments (words may hold
+/// spaces, such as a quoted iptables comment).
+pub fn run_args(ns: &Netns, program: &str, args: &[&str]) {
+    let out = ns.command(program).args(args).output().expect("runs");
+    assert!(out.status.success(), "{program} {args:?}: {}", all(&out));
 }
 
 /// Every string of `v`, keys too.

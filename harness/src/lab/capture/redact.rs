@@ -23,7 +23,15 @@
 //!   namespace names `pod-<8 hex>` (`pid:<n>` stays), everywhere they
 //!   appear as a word (also in warnings and the `--netns` path); nftables
 //!   and iptables `comment`s (kube-proxy writes Service names there) become
-//!   `c-<8 hex>`. Link names, MACs and numbers are kept.
+//!   `c-<8 hex>`. Link names and numbers are kept.
+//! - **MACs** (a link's, a neighbour's, an FDB entry's, and in firewall
+//!   text) are mapped the same prefix-preserving way over their 48 bits, so
+//!   the map is one-to-one and a neighbour or FDB entry naming a link's MAC
+//!   names that link's mapped MAC, on every node of one key. The
+//!   multicast and locally-administered bits are kept; multicast (and
+//!   broadcast) and all-zero MACs are kept whole. A tunnel's 4- or 16-byte
+//!   link-layer address (ipip, gre, sit: its local address) is mapped as
+//!   that address.
 
 use super::Capture;
 use crate::lab::model::{Lower, Namespace, VethPeer};
@@ -56,11 +64,59 @@ const RESERVED_V6: &[(u128, u8, bool)] = &[
     (0xff00 << 112, 8, true),
 ];
 
+/// What a mapped bit string is: its width, its keyed flips and the bits
+/// it keeps.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Family {
+    V4,
+    V6,
+    Mac,
+}
+
+impl Family {
+    fn width(self) -> u8 {
+        match self {
+            Family::V4 => 32,
+            Family::V6 => 128,
+            Family::Mac => 48,
+        }
+    }
+
+    fn label(self) -> &'static [u8] {
+        match self {
+            Family::V4 => b"ip4",
+            Family::V6 => b"ip6",
+            Family::Mac => b"mac",
+        }
+    }
+
+    /// Whether bit `i` of `x` (whose first `i` bits are `prefix`) is kept:
+    /// it leads into a reserved range or lies inside one kept whole; a
+    /// MAC's multicast and locally-administered bits, and every bit of a
+    /// multicast or all-zero MAC.
+    fn pinned(self, x: u128, i: u8, prefix: u128) -> bool {
+        let width = self.width();
+        let top = |v: u128, n: u8| if n == 0 { 0 } else { v >> (width - n) };
+        let reserved = |net: u128, l: u8, whole: bool| {
+            (i < l && top(net, i) == prefix) || (whole && i >= l && top(x, l) == top(net, l))
+        };
+        match self {
+            Family::V4 => RESERVED_V4
+                .iter()
+                .any(|&(net, l, whole)| reserved(u128::from(net), l, whole)),
+            Family::V6 => RESERVED_V6
+                .iter()
+                .any(|&(net, l, whole)| reserved(net, l, whole)),
+            Family::Mac => i == 6 || i == 7 || x == 0 || (x >> 40) & 1 == 1,
+        }
+    }
+}
+
 /// A keyed mapping of addresses and names.
 pub struct Redactor {
     key: hmac::Key,
     names: BTreeMap<String, String>,
-    bits: BTreeMap<(bool, u8, u128), bool>,
+    bits: BTreeMap<(Family, u8, u128), bool>,
 }
 
 /// A random key (32 bytes) for a run without `--redact-key`.
@@ -95,42 +151,29 @@ impl Redactor {
     }
 
     /// The keyed flip bit for the first `len` bits `prefix` of a family.
-    fn flip(&mut self, v6: bool, len: u8, prefix: u128) -> bool {
-        if let Some(b) = self.bits.get(&(v6, len, prefix)) {
+    fn flip(&mut self, family: Family, len: u8, prefix: u128) -> bool {
+        if let Some(b) = self.bits.get(&(family, len, prefix)) {
             return *b;
         }
         let mut ctx = hmac::Context::with_key(&self.key);
-        ctx.update(if v6 { b"ip6" } else { b"ip4" });
+        ctx.update(family.label());
         ctx.update(&[len]);
         ctx.update(&prefix.to_be_bytes());
         let b = ctx.sign().as_ref()[0] & 1 == 1;
-        self.bits.insert((v6, len, prefix), b);
+        self.bits.insert((family, len, prefix), b);
         b
     }
 
-    /// Maps the first `len` bits of `x` (a `width`-bit address), the rest
-    /// zero.
-    fn map_bits(&mut self, v6: bool, width: u8, x: u128, len: u8) -> u128 {
-        let top = |v: u128, n: u8| if n == 0 { 0 } else { v >> (width - n) };
+    /// Maps the first `len` bits of `x` (a `family.width()`-bit string),
+    /// the rest zero: bit *i* flipped by a keyed bit of the first *i*,
+    /// unless the family pins it.
+    fn map_bits(&mut self, family: Family, x: u128, len: u8) -> u128 {
+        let width = family.width();
         let mut out = 0u128;
         for i in 0..len {
-            let prefix = top(x, i);
-            // A bit is kept when its prefix leads into a reserved range,
-            // or lies inside one kept whole.
-            let pinned = |net: u128, l: u8, whole: bool| {
-                (i < l && top(net, i) == prefix) || (whole && i >= l && top(x, l) == top(net, l))
-            };
-            let pinned = if v6 {
-                RESERVED_V6
-                    .iter()
-                    .any(|&(net, l, whole)| pinned(net, l, whole))
-            } else {
-                RESERVED_V4
-                    .iter()
-                    .any(|&(net, l, whole)| pinned(u128::from(net), l, whole))
-            };
+            let prefix = if i == 0 { 0 } else { x >> (width - i) };
             let bit = (x >> (width - 1 - i)) & 1;
-            let flip = !pinned && self.flip(v6, i, prefix);
+            let flip = !family.pinned(x, i, prefix) && self.flip(family, i, prefix);
             out |= (bit ^ u128::from(flip)) << (width - 1 - i);
         }
         out
@@ -140,12 +183,11 @@ impl Redactor {
     fn map_prefix(&mut self, a: IpAddr, len: u8) -> IpAddr {
         match a {
             IpAddr::V4(v4) => {
-                let bits = self.map_bits(false, 32, u128::from(u32::from(v4)), len);
+                let bits = self.map_bits(Family::V4, u128::from(u32::from(v4)), len);
                 IpAddr::V4(Ipv4Addr::from(bits as u32))
             }
             IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(self.map_bits(
-                true,
-                128,
+                Family::V6,
                 u128::from(v6),
                 len,
             ))),
@@ -165,6 +207,41 @@ impl Redactor {
             self.addr(n.addr())
         };
         IpNet::new(mapped, len).unwrap_or(n)
+    }
+
+    /// A link-layer address as `nl::mac_string` prints it (`aa:bb:…`): a
+    /// MAC mapped (see the module header), a tunnel's 4- or 16-byte one as
+    /// the address it is; `@<namespace>/<link>` names its mapped
+    /// namespace; anything else is kept.
+    pub fn mac(&mut self, mac: &str) -> String {
+        if let Some((ns, link)) = mac.strip_prefix('@').and_then(|r| r.split_once('/')) {
+            return format!("@{}/{link}", self.name("pod", ns));
+        }
+        let Some(bytes) = parse_hw(mac) else {
+            return mac.to_string();
+        };
+        let mapped: Vec<u8> = match bytes.len() {
+            6 => {
+                let x = bytes.iter().fold(0u128, |a, b| a << 8 | u128::from(*b));
+                let out = self.map_bits(Family::Mac, x, 48);
+                out.to_be_bytes()[10..].to_vec()
+            }
+            4 => match self.addr(IpAddr::V4(Ipv4Addr::new(
+                bytes[0], bytes[1], bytes[2], bytes[3],
+            ))) {
+                IpAddr::V4(a) => a.octets().to_vec(),
+                IpAddr::V6(_) => bytes,
+            },
+            16 => {
+                let a: [u8; 16] = bytes.as_slice().try_into().unwrap_or([0; 16]);
+                match self.addr(IpAddr::V6(Ipv6Addr::from(a))) {
+                    IpAddr::V6(a) => a.octets().to_vec(),
+                    IpAddr::V4(_) => bytes,
+                }
+            }
+            _ => return mac.to_string(),
+        };
+        cnilab_net::nl::mac_string(&mapped)
     }
 
     /// Registers a name (`kind`: `node` or `pod`) and returns its mapping.
@@ -188,6 +265,9 @@ impl Redactor {
         }
         if let Ok(a) = w.parse::<IpAddr>() {
             return self.addr(a).to_string();
+        }
+        if w.len() == 17 && parse_hw(w).is_some() {
+            return self.mac(w);
         }
         if let Some(n) = self.names.get(w) {
             return n.clone();
@@ -265,6 +345,7 @@ impl Redactor {
 
     fn namespace(&mut self, ns: &mut Namespace) {
         for l in &mut ns.links {
+            l.mac = l.mac.as_deref().map(|m| self.mac(m));
             l.addresses = l.addresses.iter().map(|a| self.net(*a)).collect();
             if let Some(p) = l.veth.as_mut() {
                 self.peer(p);
@@ -290,9 +371,11 @@ impl Redactor {
         }
         for n in &mut ns.neighbours {
             n.addr = self.addr(n.addr);
+            n.mac = n.mac.as_deref().map(|m| self.mac(m));
         }
         for f in &mut ns.fdb {
             f.dst = f.dst.map(|a| self.addr(a));
+            f.mac = self.mac(&f.mac);
         }
         for t in &mut ns.nftables {
             t.text = self.text(&t.text);
@@ -326,6 +409,17 @@ impl Redactor {
         }
         c.warnings = c.warnings.iter().map(|w| self.text(w)).collect();
     }
+}
+
+/// `aa:bb:…` (two hex digits a byte) as its bytes.
+fn parse_hw(s: &str) -> Option<Vec<u8>> {
+    s.split(':')
+        .map(|b| {
+            (b.len() == 2)
+                .then(|| u8::from_str_radix(b, 16).ok())
+                .flatten()
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -432,5 +526,92 @@ mod tests {
             "{legacy}"
         );
         assert_eq!(r.text("/run/netns/worker-7"), format!("/run/netns/{node}"));
+    }
+
+    #[test]
+    fn macs_are_mapped_one_to_one_keeping_their_kind() {
+        let mut r = r();
+        let byte0 = |m: &str| u8::from_str_radix(&m[..2], 16).expect("hex");
+        let local = r.mac("02:aa:00:00:00:02");
+        assert_ne!(local, "02:aa:00:00:00:02");
+        assert_eq!(
+            byte0(&local) & 3,
+            2,
+            "unicast, locally administered: {local}"
+        );
+        let global = r.mac("00:1b:21:3a:4f:10");
+        assert_ne!(global, "00:1b:21:3a:4f:10");
+        assert_eq!(byte0(&global) & 3, 0, "unicast, universal: {global}");
+        assert_eq!(
+            r.mac("02:aa:00:00:00:02"),
+            local,
+            "the same input, the same output"
+        );
+        assert_eq!(
+            Redactor::new(b"test key").mac("02:aa:00:00:00:02"),
+            local,
+            "keyed: another node's capture with the key maps it the same"
+        );
+        assert_ne!(Redactor::new(b"other key").mac("02:aa:00:00:00:02"), local);
+        for kept in [
+            "ff:ff:ff:ff:ff:ff",
+            "01:00:5e:00:00:fb",
+            "33:33:00:00:00:01",
+            "00:00:00:00:00:00",
+        ] {
+            assert_eq!(r.mac(kept), kept, "multicast, broadcast and zero are kept");
+        }
+        let mapped: std::collections::BTreeSet<String> = (0..=255u8)
+            .flat_map(|b| {
+                [
+                    format!("02:42:ac:11:00:{b:02x}"),
+                    format!("0a:58:0a:f4:01:{b:02x}"),
+                ]
+            })
+            .map(|m| r.mac(&m))
+            .collect();
+        assert_eq!(mapped.len(), 512, "one to one");
+        // A gre/ipip link's address is its local IPv4 address.
+        assert_eq!(r.mac("cb:00:71:05"), {
+            let IpAddr::V4(a) = r.addr(ip("203.0.113.5")) else {
+                panic!("v4")
+            };
+            cnilab_net::nl::mac_string(&a.octets())
+        });
+        assert_eq!(r.mac("00:00:00:00"), "00:00:00:00");
+        let node = r.name("node", "worker-7");
+        assert_eq!(r.mac("@worker-7/eth0"), format!("@{node}/eth0"));
+        assert_eq!(r.mac("not a mac"), "not a mac");
+        let rule = r.text("ether saddr 02:aa:00:00:00:02 accept");
+        assert_eq!(rule, format!("ether saddr {local} accept"));
+    }
+
+    #[test]
+    fn a_neighbour_and_fdb_entry_still_name_the_links_mac() {
+        use crate::lab::model::{FdbEntry, Link, LinkKind, Neighbour};
+        let mut vtep = Link::new("flannel.1", LinkKind::Vxlan, true);
+        vtep.mac = Some("02:aa:00:00:00:01".into());
+        let mut local = Namespace::new("node1");
+        local.links.push(vtep);
+        let mut remote = Namespace::new("node2");
+        remote.neighbours.push(Neighbour {
+            dev: "flannel.1".into(),
+            addr: ip("10.244.1.0"),
+            mac: Some("02:aa:00:00:00:01".into()),
+            state: "permanent".into(),
+        });
+        remote.fdb.push(FdbEntry {
+            dev: "flannel.1".into(),
+            mac: "02:aa:00:00:00:01".into(),
+            dst: Some(ip("192.0.2.1")),
+            state: "permanent".into(),
+        });
+        // Two nodes, two runs, one key.
+        Redactor::new(b"k").namespace(&mut local);
+        Redactor::new(b"k").namespace(&mut remote);
+        let mac = local.links[0].mac.clone().expect("mac");
+        assert_ne!(mac, "02:aa:00:00:00:01");
+        assert_eq!(remote.neighbours[0].mac.as_deref(), Some(mac.as_str()));
+        assert_eq!(remote.fdb[0].mac, mac);
     }
 }

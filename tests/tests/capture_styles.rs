@@ -1,0 +1,546 @@
+//! `cnilab capture` of two-node clusters in three real node styles, built
+//! with plain `ip`, `bridge`, `iptables-nft` and sysctl writes in throwaway
+//! namespaces (not by the lab), the way the CNI or kube-proxy builds them:
+//! - flannel: a `flannel.1` VXLAN with one permanent neighbour and one FDB
+//!   entry per peer naming the peer's VTEP MAC, an onlink route to the
+//!   peer's pod subnet, a `cni0` bridge with veth pods, and iptables-nft
+//!   FORWARD policy DROP with flannel's accept chain;
+//! - Calico: /32 routes to `cali*` veths with proxy ARP, a blackhole
+//!   aggregate for the node's block and a `proto bird` route to the peer's;
+//! - kube-proxy: KUBE-SERVICES / KUBE-SVC-* / KUBE-SEP-* chains with DNAT
+//!   to one endpoint on each node, via iptables-nft.
+//!
+//! Each node is captured with `--netns`; the test asserts the file holds
+//! the objects (links with kinds and attributes, routes of each type,
+//! sysctls, rules text with comments), the pods with their names, and that
+//! every namespace of the cluster is the same after the capture as before.
+//! The flannel cluster is also captured redacted with one key: a node's
+//! FDB entry and neighbour still name the other node's (mapped) VTEP MAC
+//! and (mapped) address.
+
+mod capture_common;
+
+use capture_common::*;
+use cnilab_net::netns::Netns;
+use cnilab_tests::host_untouched;
+use serde_json::{json, Value};
+
+/// Two nodes (`node1`, `node2`) and their pods.
+struct Cluster {
+    nodes: Vec<Netns>,
+    pods: Vec<Vec<Netns>>,
+}
+
+impl Cluster {
+    /// Every namespace of the cluster.
+    fn all(&self) -> Vec<&Netns> {
+        self.nodes
+            .iter()
+            .chain(self.pods.iter().flatten())
+            .collect()
+    }
+
+    /// Captures node `i` (0-based), checking no namespace changes.
+    fn capture(&self, i: usize, extra: &[&str]) -> Value {
+        capture(&self.nodes[i], extra, &self.all())
+    }
+
+    /// Asserts node `i`'s capture found exactly its pods, by name, each
+    /// with `eth0` at `addrs[j]`.
+    fn assert_pods(&self, c: &Value, i: usize, addrs: &[String]) {
+        let mut found: Vec<&str> = c["pods"]
+            .as_array()
+            .map(|p| p.iter().filter_map(|p| p["name"].as_str()).collect())
+            .unwrap_or_default();
+        found.sort_unstable();
+        let mut want: Vec<&str> = self.pods[i].iter().map(Netns::name).collect();
+        want.sort_unstable();
+        assert_eq!(found, want, "{}", c["pods"]);
+        for (p, addr) in self.pods[i].iter().zip(addrs) {
+            let pod = pod_named(c, p.name());
+            assert_eq!(link(pod, "eth0")["addresses"], json!([addr]), "{pod}");
+            assert!(
+                has(&c["pods"], json!({"name": p.name(), "netns": p.name()})),
+                "{}",
+                c["pods"]
+            );
+        }
+    }
+}
+
+/// The MAC of `dev` in `ns`, as `ip -j link` prints it.
+fn mac_of(ns: &Netns, dev: &str) -> String {
+    let out = ns
+        .command("ip")
+        .args(["-j", "link", "show", dev])
+        .output()
+        .expect("ip runs");
+    assert!(out.status.success(), "{}", all(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("ip -j JSON");
+    v[0]["address"].as_str().expect("address").to_string()
+}
+
+/// Asserts `text` has each of `lines` as a whole line (trimmed).
+fn has_lines(text: &str, lines: &[&str]) {
+    for line in lines {
+        assert!(
+            text.lines().any(|l| l.trim() == *line),
+            "{line:?} not in\n{text}"
+        );
+    }
+}
+
+/// The text of the nftables table `family name` in a captured namespace.
+fn nft_table(ns: &Value, family: &str, name: &str) -> String {
+    ns["nftables"]
+        .as_array()
+        .and_then(|t| {
+            t.iter()
+                .find(|t| t["family"] == family && t["name"] == name)
+        })
+        .and_then(|t| t["text"].as_str())
+        .unwrap_or_else(|| panic!("no {family} {name} in {}", ns["nftables"]))
+        .to_string()
+}
+
+fn flannel() -> Cluster {
+    let mut nodes = Vec::new();
+    let mut pods = Vec::new();
+    for i in 1..=2 {
+        let n = node(&format!("cap-fl{i}"), &format!("192.0.2.{i}/24"));
+        run(
+            &n,
+            "ip",
+            &[
+                &format!("link add flannel.1 type vxlan id 1 local 192.0.2.{i} dev eth0 dstport 8472 nolearning"),
+                "link set flannel.1 up",
+                &format!("addr add 10.244.{i}.0/32 dev flannel.1"),
+                "link add cni0 type bridge",
+                "link set cni0 up",
+                &format!("addr add 10.244.{i}.1/24 dev cni0"),
+            ],
+        );
+        let node_pods: Vec<Netns> = (0..2)
+            .map(|j| {
+                let veth = format!("veth{i}{j}");
+                let addr = format!("10.244.{i}.{}/24", j + 2);
+                let gw = format!("route add default via 10.244.{i}.1");
+                let p = pod(&n, &veth, &addr, &[&gw]);
+                run(&n, "ip", &[&format!("link set {veth} master cni0")]);
+                p
+            })
+            .collect();
+        sysctl(&n, "net/ipv4/ip_forward", "1");
+        run_args(&n, "iptables-nft", &["-P", "FORWARD", "DROP"]);
+        run_args(&n, "iptables-nft", &["-N", "FLANNEL-FWD"]);
+        for rule in [
+            "-A FORWARD -m comment --comment flanneld_forward -j FLANNEL-FWD",
+            "-A FLANNEL-FWD -s 10.244.0.0/16 -m comment --comment flanneld_forward -j ACCEPT",
+            "-A FLANNEL-FWD -d 10.244.0.0/16 -m comment --comment flanneld_forward -j ACCEPT",
+        ] {
+            let mut args: Vec<&str> = rule.split(' ').collect();
+            // flanneld's comment has a space.
+            for a in &mut args {
+                if *a == "flanneld_forward" {
+                    *a = "flanneld forward";
+                }
+            }
+            run_args(&n, "iptables-nft", &args);
+        }
+        nodes.push(n);
+        pods.push(node_pods);
+    }
+    // What flanneld writes for each peer it learns from the API server.
+    for (i, j) in [(0usize, 2u8), (1, 1)] {
+        let peer_mac = mac_of(&nodes[usize::from(j) - 1], "flannel.1");
+        run(
+            &nodes[i],
+            "ip",
+            &[
+                &format!("neigh add 10.244.{j}.0 lladdr {peer_mac} dev flannel.1 nud permanent"),
+                &format!("route add 10.244.{j}.0/24 via 10.244.{j}.0 dev flannel.1 onlink"),
+            ],
+        );
+        run(
+            &nodes[i],
+            "bridge",
+            &[&format!(
+                "fdb append {peer_mac} dev flannel.1 dst 192.0.2.{j}"
+            )],
+        );
+    }
+    Cluster { nodes, pods }
+}
+
+#[test]
+fn a_flannel_cluster_is_captured_node_by_node() {
+    let _host = host_untouched();
+    let k = flannel();
+    let caps: Vec<Value> = (0..2).map(|i| k.capture(i, &[])).collect();
+    for (i, c) in caps.iter().enumerate() {
+        let (me, peer) = (i + 1, 2 - i);
+        let node = &c["node"];
+        assert_eq!(c["provenance"]["nodeName"], k.nodes[i].name());
+        let vx = link(node, "flannel.1");
+        assert_eq!(vx["kind"], "vxlan");
+        assert_eq!(
+            vx["vxlan"],
+            json!({"vni": 1, "local": format!("192.0.2.{me}"), "port": 8472, "dev": "eth0", "learning": false})
+        );
+        assert_eq!(vx["addresses"], json!([format!("10.244.{me}.0/32")]));
+        // The peer's VTEP MAC, as the peer's own capture has it.
+        let peer_mac = link(&caps[peer - 1]["node"], "flannel.1")["mac"].clone();
+        assert!(peer_mac.is_string(), "{peer_mac}");
+        assert!(
+            has(
+                &node["fdb"],
+                json!({"dev": "flannel.1", "mac": peer_mac, "dst": format!("192.0.2.{peer}")})
+            ),
+            "{}",
+            node["fdb"]
+        );
+        assert!(
+            has(
+                &node["neighbours"],
+                json!({"dev": "flannel.1", "addr": format!("10.244.{peer}.0"), "mac": peer_mac, "state": "permanent"})
+            ),
+            "{}",
+            node["neighbours"]
+        );
+        assert!(
+            has(
+                &node["routes"],
+                json!({"dst": format!("10.244.{peer}.0/24"), "gateway": format!("10.244.{peer}.0"), "dev": "flannel.1", "onlink": true, "type": "unicast"})
+            ),
+            "{}",
+            node["routes"]
+        );
+        let cni0 = link(node, "cni0");
+        assert_eq!(cni0["kind"], "bridge");
+        assert_eq!(cni0["addresses"], json!([format!("10.244.{me}.1/24")]));
+        for (j, p) in k.pods[i].iter().enumerate() {
+            let l = link(node, &format!("veth{me}{j}"));
+            assert_eq!(l["kind"], "veth");
+            assert_eq!(l["controller"], "cni0");
+            assert_eq!(l["veth"], json!({"namespace": p.name(), "name": "eth0"}));
+            assert!(
+                has(
+                    &pod_named(c, p.name())["routes"],
+                    json!({"dst": "0.0.0.0/0", "gateway": format!("10.244.{me}.1")})
+                ),
+                "{}",
+                pod_named(c, p.name())
+            );
+        }
+        let addrs: Vec<String> = (2..4).map(|h| format!("10.244.{me}.{h}/24")).collect();
+        k.assert_pods(c, i, &addrs);
+        assert_eq!(node["sysctls"]["net/ipv4/ip_forward"], "1");
+        has_lines(
+            &iptables_text(node, "nft"),
+            &[
+                ":FORWARD DROP",
+                "-A FORWARD -m comment --comment \"flanneld forward\" -j FLANNEL-FWD",
+                "-A FLANNEL-FWD -s 10.244.0.0/16 -m comment --comment \"flanneld forward\" -j ACCEPT",
+                "-A FLANNEL-FWD -d 10.244.0.0/16 -m comment --comment \"flanneld forward\" -j ACCEPT",
+            ],
+        );
+        has_lines(
+            &nft_table(node, "ip", "filter"),
+            &[
+                "type filter hook forward priority filter; policy drop;",
+                "chain FLANNEL-FWD {",
+            ],
+        );
+    }
+
+    // Redacted with one key, node by node: the relations across nodes hold.
+    let red: Vec<Value> = (0..2)
+        .map(|i| k.capture(i, &["--redact-key", "one cluster"]))
+        .collect();
+    for (i, c) in red.iter().enumerate() {
+        let peer = &red[1 - i]["node"];
+        let peer_mac = link(peer, "flannel.1")["mac"].clone();
+        let plain_mac = link(&caps[1 - i]["node"], "flannel.1")["mac"].clone();
+        assert_ne!(peer_mac, plain_mac, "the VTEP MAC is mapped");
+        let peer_vtep = link(peer, "flannel.1")["vxlan"]["local"].clone();
+        assert_ne!(
+            peer_vtep,
+            link(&caps[1 - i]["node"], "flannel.1")["vxlan"]["local"]
+        );
+        assert!(
+            has(
+                &c["node"]["fdb"],
+                json!({"dev": "flannel.1", "mac": peer_mac, "dst": peer_vtep})
+            ),
+            "node {i}'s FDB names node {}'s mapped VTEP: {peer_mac} {peer_vtep} {}",
+            2 - i,
+            c["node"]["fdb"]
+        );
+        assert!(
+            has(
+                &c["node"]["neighbours"],
+                json!({"dev": "flannel.1", "mac": peer_mac})
+            ),
+            "{}",
+            c["node"]["neighbours"]
+        );
+    }
+}
+
+fn calico() -> Cluster {
+    let mut nodes = Vec::new();
+    let mut pods = Vec::new();
+    for i in 1..=2u8 {
+        let peer = 3 - i;
+        let n = node(&format!("cap-ca{i}"), &format!("192.0.2.{i}/24"));
+        run(
+            &n,
+            "ip",
+            &[
+                &format!("route add blackhole 10.65.{i}.0/26 proto bird"),
+                &format!("route add 10.65.{peer}.0/26 via 192.0.2.{peer} dev eth0 proto bird"),
+            ],
+        );
+        sysctl(&n, "net/ipv4/ip_forward", "1");
+        let node_pods = (0..2)
+            .map(|j| {
+                calico_pod(
+                    &n,
+                    &format!("cali{i}{j}f00d"),
+                    &format!("10.65.{i}.{}", j + 2),
+                )
+            })
+            .collect();
+        run_args(&n, "iptables-nft", &["-N", "cali-FORWARD"]);
+        run_args(
+            &n,
+            "iptables-nft",
+            &[
+                "-A",
+                "FORWARD",
+                "-m",
+                "comment",
+                "--comment",
+                "cali:wUHhoiAYhphO9Mso",
+                "-j",
+                "cali-FORWARD",
+            ],
+        );
+        run_args(
+            &n,
+            "iptables-nft",
+            &[
+                "-A",
+                "cali-FORWARD",
+                "-i",
+                "cali+",
+                "-m",
+                "comment",
+                "--comment",
+                "cali:from-wl-dispatch",
+                "-j",
+                "ACCEPT",
+            ],
+        );
+        nodes.push(n);
+        pods.push(node_pods);
+    }
+    Cluster { nodes, pods }
+}
+
+#[test]
+fn a_calico_cluster_is_captured_node_by_node() {
+    let _host = host_untouched();
+    let k = calico();
+    for i in 0..2 {
+        let c = k.capture(i, &[]);
+        let (me, peer) = (i + 1, 2 - i);
+        let node = &c["node"];
+        let routes = &node["routes"];
+        for want in [
+            json!({"dst": format!("10.65.{me}.0/26"), "type": "blackhole", "proto": "bird"}),
+            json!({"dst": format!("10.65.{peer}.0/26"), "type": "unicast", "gateway": format!("192.0.2.{peer}"), "dev": "eth0", "proto": "bird"}),
+        ] {
+            assert!(has(routes, want.clone()), "{want} not in {routes}");
+        }
+        let mut addrs = Vec::new();
+        for (j, p) in k.pods[i].iter().enumerate() {
+            let cali = format!("cali{me}{j}f00d");
+            let addr = format!("10.65.{me}.{}", j + 2);
+            let l = link(node, &cali);
+            assert_eq!(l["kind"], "veth");
+            assert_eq!(l["mac"], "ee:ee:ee:ee:ee:ee");
+            assert_eq!(l["veth"], json!({"namespace": p.name(), "name": "eth0"}));
+            assert!(
+                has(
+                    routes,
+                    json!({"dst": format!("{addr}/32"), "dev": cali, "scope": "link", "type": "unicast"})
+                ),
+                "{routes}"
+            );
+            assert_eq!(
+                node["sysctls"][format!("net/ipv4/conf/{cali}/proxy_arp")],
+                "1"
+            );
+            let pod = pod_named(&c, p.name());
+            assert!(
+                has(
+                    &pod["neighbours"],
+                    json!({"dev": "eth0", "addr": "169.254.1.1", "mac": "ee:ee:ee:ee:ee:ee", "state": "permanent"})
+                ),
+                "{}",
+                pod["neighbours"]
+            );
+            assert!(
+                has(
+                    &pod["routes"],
+                    json!({"dst": "0.0.0.0/0", "gateway": "169.254.1.1", "dev": "eth0"})
+                ),
+                "{}",
+                pod["routes"]
+            );
+            addrs.push(format!("{addr}/32"));
+        }
+        k.assert_pods(&c, i, &addrs);
+        assert_eq!(node["sysctls"]["net/ipv4/conf/eth0/proxy_arp"], "0");
+        has_lines(
+            &iptables_text(node, "nft"),
+            &[
+                "-A FORWARD -m comment --comment \"cali:wUHhoiAYhphO9Mso\" -j cali-FORWARD",
+                "-A cali-FORWARD -i cali+ -m comment --comment \"cali:from-wl-dispatch\" -j ACCEPT",
+            ],
+        );
+    }
+}
+
+/// One Service (10.96.0.10:80) with an endpoint on each node, the same
+/// chains on both nodes as kube-proxy writes them.
+fn kube_proxy() -> Cluster {
+    let mut nodes = Vec::new();
+    let mut pods = Vec::new();
+    for i in 1..=2u8 {
+        let n = node(&format!("cap-kp{i}"), &format!("192.0.2.{i}/24"));
+        let p = pod(
+            &n,
+            &format!("veth{i}web"),
+            &format!("10.244.{i}.2/24"),
+            &[&format!(
+                "route add default via 10.244.{i}.1 dev eth0 onlink"
+            )],
+        );
+        run(
+            &n,
+            "ip",
+            &[&format!(
+                "route add 10.244.{i}.2/32 dev veth{i}web scope link"
+            )],
+        );
+        let mut rules: Vec<Vec<String>> = [
+            "-N KUBE-SERVICES",
+            "-N KUBE-SVC-WEB4HTTP",
+            "-N KUBE-SEP-NODE1WEB",
+            "-N KUBE-SEP-NODE2WEB",
+            "-N KUBE-MARK-MASQ",
+            "-N KUBE-POSTROUTING",
+            "-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000",
+            "-A KUBE-POSTROUTING -m mark --mark 0x4000/0x4000 -j MASQUERADE",
+        ]
+        .iter()
+        .map(|r| r.split(' ').map(String::from).collect())
+        .collect();
+        let comment = |rule: &str, c: &str| -> Vec<String> {
+            let (head, tail) = rule.split_once(" | ").expect("a | marks the comment");
+            let mut args: Vec<String> = head.split(' ').map(String::from).collect();
+            args.extend(["-m", "comment", "--comment", c].map(String::from));
+            args.extend(tail.split(' ').map(String::from));
+            args
+        };
+        rules.extend([
+            comment("-A PREROUTING | -j KUBE-SERVICES", "kubernetes service portals"),
+            comment("-A OUTPUT | -j KUBE-SERVICES", "kubernetes service portals"),
+            comment("-A POSTROUTING | -j KUBE-POSTROUTING", "kubernetes postrouting rules"),
+            comment(
+                "-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp | -m tcp --dport 80 -j KUBE-SVC-WEB4HTTP",
+                "default/web:http cluster IP",
+            ),
+            comment(
+                "-A KUBE-SVC-WEB4HTTP | -m statistic --mode random --probability 0.5 -j KUBE-SEP-NODE1WEB",
+                "default/web:http -> 10.244.1.2:8080",
+            ),
+            comment(
+                "-A KUBE-SVC-WEB4HTTP | -j KUBE-SEP-NODE2WEB",
+                "default/web:http -> 10.244.2.2:8080",
+            ),
+        ]);
+        for (sep, ep) in [("NODE1WEB", "10.244.1.2"), ("NODE2WEB", "10.244.2.2")] {
+            rules.push(comment(
+                &format!("-A KUBE-SEP-{sep} -s {ep}/32 | -j KUBE-MARK-MASQ"),
+                "default/web:http",
+            ));
+            rules.push(comment(
+                &format!("-A KUBE-SEP-{sep} -p tcp | -m tcp -j DNAT --to-destination {ep}:8080"),
+                "default/web:http",
+            ));
+        }
+        for rule in &rules {
+            let mut args = vec!["-t", "nat"];
+            args.extend(rule.iter().map(String::as_str));
+            run_args(&n, "iptables-nft", &args);
+        }
+        nodes.push(n);
+        pods.push(vec![p]);
+    }
+    Cluster { nodes, pods }
+}
+
+#[test]
+fn kube_proxy_service_chains_are_captured_on_each_node() {
+    let _host = host_untouched();
+    let k = kube_proxy();
+    let mut texts = Vec::new();
+    for i in 0..2 {
+        let c = k.capture(i, &[]);
+        let me = i + 1;
+        let node = &c["node"];
+        let save = iptables_text(node, "nft");
+        has_lines(
+            &save,
+            &[
+                "*nat",
+                ":KUBE-SERVICES -",
+                "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES",
+                "-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m comment --comment \"default/web:http cluster IP\" -m tcp --dport 80 -j KUBE-SVC-WEB4HTTP",
+                "-A KUBE-SVC-WEB4HTTP -m comment --comment \"default/web:http -> 10.244.1.2:8080\" -m statistic --mode random --probability 0.50000000000 -j KUBE-SEP-NODE1WEB",
+                "-A KUBE-SVC-WEB4HTTP -m comment --comment \"default/web:http -> 10.244.2.2:8080\" -j KUBE-SEP-NODE2WEB",
+                "-A KUBE-SEP-NODE1WEB -p tcp -m comment --comment \"default/web:http\" -m tcp -j DNAT --to-destination 10.244.1.2:8080",
+                "-A KUBE-SEP-NODE2WEB -p tcp -m comment --comment \"default/web:http\" -m tcp -j DNAT --to-destination 10.244.2.2:8080",
+                "-A KUBE-POSTROUTING -m mark --mark 0x4000/0x4000 -j MASQUERADE",
+            ],
+        );
+        let nat = nft_table(node, "ip", "nat");
+        for needle in [
+            "chain KUBE-SERVICES {",
+            "chain KUBE-SVC-WEB4HTTP {",
+            "ip daddr 10.96.0.10 tcp dport 80",
+            "dnat to 10.244.1.2:8080",
+            "dnat to 10.244.2.2:8080",
+            "masquerade",
+        ] {
+            assert!(nat.contains(needle), "{needle:?} not in\n{nat}");
+        }
+        assert!(
+            has(
+                &node["routes"],
+                json!({"dst": format!("10.244.{me}.2/32"), "dev": format!("veth{me}web")})
+            ),
+            "{}",
+            node["routes"]
+        );
+        k.assert_pods(&c, i, &[format!("10.244.{me}.2/24")]);
+        texts.push(save);
+    }
+    assert_eq!(
+        texts[0], texts[1],
+        "kube-proxy writes the same chains on every node"
+    );
+}
