@@ -4,9 +4,9 @@
 //! libvirt's bridges and firewall rules land there, never on the host, and
 //! `down` or `cnilab sweep` (after a killed run) leave nothing behind.
 
-mod e2e_common;
+mod common;
 
-use e2e_common::{dry_run, repo_root, run_dry};
+use common::e2e::{dry_run, repo_root, run_dry};
 use std::path::Path;
 
 #[test]

@@ -384,10 +384,7 @@ fn check_command(opts: &CheckOptions, dry_run: bool) -> Result<ExitCode, E2eErro
 }
 
 /// `cnilab e2e capture`: exit 0 iff every node was captured.
-fn capture_command(
-    opts: &CaptureOptions,
-    dry_run: bool,
-) -> Result<ExitCode, E2eError> {
+fn capture_command(opts: &CaptureOptions, dry_run: bool) -> Result<ExitCode, E2eError> {
     opts.validate()?;
     let plan = crate::e2e::capture::plan(opts);
     if dry_run {

@@ -217,9 +217,7 @@ impl Lab {
         match self.command {
             LabCmd::Run {
                 topology, output, ..
-            } if !topology.capture.is_empty() => {
-                replay_run(&topology.capture, &output)
-            }
+            } if !topology.capture.is_empty() => replay_run(&topology.capture, &output),
             LabCmd::Up { topology, name, .. } if !topology.capture.is_empty() => {
                 replay_up(&topology.capture, &name)
             }
@@ -335,8 +333,8 @@ fn emit(report: &Report, out: &ReportFlags) -> Result<(), Box<dyn std::error::Er
 }
 
 fn header(topo: &Topology, plugin_dir: Option<&str>) {
-    let plugin_dir = crate::lab::base::given_plugin_dir(plugin_dir, topo)
-        .unwrap_or("(bundled cnilab-bridge)");
+    let plugin_dir =
+        crate::lab::base::given_plugin_dir(plugin_dir, topo).unwrap_or("(bundled cnilab-bridge)");
     let pods: usize = topo.nodes.len() * topo.pods_per_node;
     eprintln!(
         "🔭 cnilab lab {}: {} nodes, {pods} pods, plugin dir {plugin_dir}, {}, {}",

@@ -18,12 +18,13 @@
 //! `net.conflist` names the plugin type `cnilab-replay-none`, so a DEL on
 //! `lab down` fails harmlessly and the namespaces go with the lab.
 
-use super::build::{Lab, LabError, Node, Pod, UpOptions};
+use super::base::{LabError, UpOptions};
 use super::capture::{self, Capture};
 use super::model::apply::{self, Applied, NotMade};
 use super::model::{
     BridgePort, LabModel, Link, LinkKind, Namespace, Node as ModelNode, Route, VethPeer,
 };
+use super::parts::{Lab, Node, Pod};
 use super::topology::{NodeSpec, Topology};
 use super::underlay::Shape;
 use crate::runtime::{NetworkConfig, Runtime};
@@ -500,7 +501,7 @@ pub fn build(
     std::fs::create_dir_all(&opts.run_dir)
         .map_err(|e| setup(format!("run dir {}: {e}", opts.run_dir.display())))?;
     let for_ns = opts.clone();
-    let make = move |role: &str| super::build::make_ns(&for_ns, role);
+    let make = move |role: &str| super::base::make_ns(&for_ns, role);
     let started = std::time::Instant::now();
     let applied = apply::apply(
         model,
@@ -520,7 +521,7 @@ pub fn build(
     })?;
     let elapsed = started.elapsed();
     let plugin_dir = opts.plugin_dir.clone().unwrap_or_else(|| {
-        super::build::own_dir()
+        super::base::own_dir()
             .unwrap_or_default()
             .display()
             .to_string()
