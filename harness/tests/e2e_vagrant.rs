@@ -24,11 +24,16 @@ fn the_whole_run_is_up_check_down_in_that_order() {
         at("lab/vagrant/env.sh up cnilab-"),
         at("vagrant box add --force --name cnilab/bookworm-offline"),
         at("vagrant up --provider libvirt"),
-        at("vagrant ssh node1 -c 'sudo cnilab e2e vagrant-node facts node1-pod0 node1-pod1'"),
-        at("vagrant ssh node2 -c 'sudo cnilab e2e vagrant-node facts node2-pod0 node2-pod1'"),
+        at("vagrant ssh node1 -c 'sudo sh -s'"),
+        at("vagrant ssh node2 -c 'sudo sh -s'"),
         at("lab/vagrant/env.sh down cnilab-"),
     ];
     assert!(order.windows(2).all(|w| w[0] < w[1]), "{out}");
+    // The scripts go on stdin, shown under their command.
+    for node in ["node1", "node2"] {
+        let facts = format!("#   stdin: cnilab e2e vagrant-node facts {node}-pod0 {node}-pod1");
+        assert!(out.contains(&facts), "no `{facts}` in the plan:\n{out}");
+    }
     // Every vagrant command runs in the run's namespace with the offline
     // Vagrantfile; the namespace carries this run's pid.
     for line in commands.iter().filter(|l| l.contains(" vagrant ")) {

@@ -12,6 +12,9 @@ pub struct Cmd {
     pub env: Vec<(String, String)>,
     pub program: String,
     pub args: Vec<String>,
+    /// What the command reads on stdin (a remote shell's script, so that
+    /// no script is ever a `-c` argument built from strings); none: null.
+    pub stdin: Option<String>,
 }
 
 impl Cmd {
@@ -20,6 +23,7 @@ impl Cmd {
             env: Vec::new(),
             program: program.to_string(),
             args: Vec::new(),
+            stdin: None,
         }
     }
 
@@ -34,6 +38,12 @@ impl Cmd {
         S: Into<String>,
     {
         self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Feeds `text` to the command's stdin.
+    pub fn stdin(mut self, text: impl Into<String>) -> Cmd {
+        self.stdin = Some(text.into());
         self
     }
 
@@ -52,6 +62,7 @@ impl Cmd {
                 .iter()
                 .map(|a| a.replace(placeholder, value))
                 .collect(),
+            stdin: self.stdin.clone(),
         }
     }
 }

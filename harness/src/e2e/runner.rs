@@ -260,7 +260,11 @@ pub fn run(
     let mut command = Command::new(&cmd.program);
     command
         .args(&cmd.args)
-        .stdin(Stdio::null())
+        .stdin(if cmd.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stderr(Stdio::piped());
     for (k, v) in &cmd.env {
         command.env(k, v);
@@ -281,6 +285,14 @@ pub fn run(
         command: cmd.to_string(),
         source: e,
     })?;
+    if let (Some(text), Some(mut input)) = (cmd.stdin.clone(), child.stdin.take()) {
+        // A thread, so that a command that does not read cannot block us;
+        // its end of the pipe closes when the text is written.
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let _ = input.write_all(text.as_bytes());
+        });
+    }
     let stdout = drain(child.stdout.take());
     let stderr = drain(child.stderr.take());
     let status = wait_child(&mut child, cmd, timeout, gate);

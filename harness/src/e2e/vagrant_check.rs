@@ -40,11 +40,12 @@ fn pod_names(node: &str) -> Vec<String> {
         .collect()
 }
 
-/// `vagrant ssh NODE -c 'sudo …'` in the run's namespace.
-fn ssh(opts: &VagrantOptions, node: &str, command: &str) -> Cmd {
+/// `vagrant ssh NODE -c 'sudo sh -s'` in the run's namespace, the script
+/// on stdin (never a `-c` argument built from strings).
+fn ssh(opts: &VagrantOptions, node: &str, script: &str) -> Cmd {
     opts.vagrant()
-        .args(["ssh", node, "-c"])
-        .arg(format!("sudo {command}"))
+        .args(["ssh", node, "-c", "sudo sh -s"])
+        .stdin(script)
 }
 
 fn facts_cmd(opts: &VagrantOptions, node: &str) -> Cmd {
@@ -90,7 +91,15 @@ fn probe_cmd(opts: &VagrantOptions, probes: &[Probe], from: usize) -> Option<Cmd
         .filter(|(_, p)| p.spec.from.node == Some(from))
         .map(|(i, p)| probe_line(i, p))
         .collect();
-    (!lines.is_empty()).then(|| ssh(opts, NODES[from], &format!("sh -c '{}'", lines.join("; "))))
+    (!lines.is_empty()).then(|| ssh(opts, NODES[from], &lines.join("\n")))
+}
+
+/// One planned command, and the script it reads on stdin as a comment.
+fn shown(out: &mut String, cmd: &Cmd) {
+    let _ = writeln!(out, "+ {cmd}");
+    for line in cmd.stdin.iter().flat_map(|s| s.lines()) {
+        let _ = writeln!(out, "#   stdin: {line}");
+    }
 }
 
 /// The `--dry-run` of the check: the commands, with the pods' pids and
@@ -98,7 +107,7 @@ fn probe_cmd(opts: &VagrantOptions, probes: &[Probe], from: usize) -> Option<Cmd
 pub fn dry_run(opts: &VagrantOptions) -> String {
     let mut out = String::new();
     for node in NODES {
-        let _ = writeln!(out, "+ {}", facts_cmd(opts, node));
+        shown(&mut out, &facts_cmd(opts, node));
     }
     let _ = writeln!(
         out,
@@ -106,7 +115,7 @@ pub fn dry_run(opts: &VagrantOptions) -> String {
         GROUPS.join(", ")
     );
     for node in NODES {
-        let _ = writeln!(out, "+ {}", ssh(opts, node, "sh -c '<probes>'"));
+        shown(&mut out, &ssh(opts, node, "<probes>"));
     }
     out
 }

@@ -130,7 +130,7 @@ fn qdiscs(ns: &str, f: &File, all: &mut BTreeMap<Key, Counted>) {
 /// `iptables-legacy-save -c` (or the IPv6 one): every DROP/REJECT rule and
 /// DROP policy with its packet count.
 fn legacy(ns: &str, f: &File, save: &str, all: &mut BTreeMap<Key, Counted>) {
-    let Ok(out) = nft::run(Path::new(save), Some(f), &["-c"], None) else {
+    let Ok(out) = nft::run(Path::new(save), Some(f), &["--counters"], None) else {
         return;
     };
     let tool = save.trim_end_matches("-save");
