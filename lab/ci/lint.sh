@@ -199,8 +199,14 @@ vagrant_validate_all() (
     say "    CNILAB_VAGRANT_SETTINGS=${s:-(none)} vagrant validate --ignore-provider"
     CNILAB_VAGRANT_SETTINGS=$s vagrant validate --ignore-provider || rc=1
   done
-  # The offline mode (lab/vagrant/offline.rb) configures other machines.
-  say "    CNILAB_VAGRANT_MODE=offline vagrant validate --ignore-provider"
+  # The offline mode (lab/vagrant/offline.rb) configures other machines. Its
+  # file provisioners need the binaries to exist; lint runs before any
+  # build, so empty placeholders stand in (validate reads the config only).
+  local bin="$state/bin" b
+  mkdir -p "$bin"
+  for b in cnilab-bridge cnilab-agent cnilab; do install -m 755 /dev/null "$bin/$b"; done
+  export CNILAB_VAGRANT_BIN="$bin"
+  say "    CNILAB_VAGRANT_MODE=offline CNILAB_VAGRANT_BIN=(placeholders) vagrant validate --ignore-provider"
   CNILAB_VAGRANT_SETTINGS="" CNILAB_VAGRANT_MODE=offline vagrant validate --ignore-provider || rc=1
   # Where the libvirt plugin is installed, also validate its provider block.
   if vagrant plugin list 2>/dev/null | grep -q '^vagrant-libvirt '; then

@@ -11,7 +11,7 @@
 //! - `manifests`: cnilab's or any CNI's manifests, rendered, and their workloads;
 //! - `steps` → `plan` → `runner`: each step as data, printed or executed;
 //! - `check/`: the in-cluster check (`access`: the kubeconfig as kubectl finds it);
-//! - `vagrant` → `vagrant_check`, `vagrant_node`: `cnilab e2e vagrant`, the
+//! - `vagrant_options` → `vagrant` → `vagrant_check`, `vagrant_node`: `cnilab e2e vagrant`, the
 //!   offline two-VM lab (lab/vagrant/offline.rb): its up/down plans, the
 //!   check between the VMs, and the side that runs inside a VM;
 //! - `capture`: `cnilab capture` on every node (kind, minikube, or a pod per
@@ -32,6 +32,7 @@ pub mod steps;
 pub mod vagrant;
 pub mod vagrant_check;
 pub mod vagrant_node;
+pub mod vagrant_options;
 
 use options::{E2eOptions, Provider, Step};
 use plan::Plan;

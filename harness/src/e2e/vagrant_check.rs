@@ -7,8 +7,8 @@
 //! missing route, a FORWARD drop, ...), each naming the VM at fault.
 
 use super::plan::Cmd;
-use super::vagrant::VagrantOptions;
 use super::vagrant_node::{first_ipv4, NodeReport};
+use super::vagrant_options::VagrantOptions;
 use super::E2eError;
 use crate::connectivity::report::{Failure, NodeView, Report};
 use crate::connectivity::{Diagnosis, Endpoint, ProbeOutcome, ProbeSpec, Proto};

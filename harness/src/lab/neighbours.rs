@@ -421,10 +421,17 @@ struct PodView {
 /// plugin; a path it cannot work out is left to ARP/NDP. Returns how many
 /// entries were added.
 pub fn pin_bulk(lab: &Lab) -> Result<usize, LabError> {
-    let setup = |m: String| LabError::Setup(m);
-    let mut pins: Vec<Pin> = Vec::new();
+    let views = pod_views(lab);
+    let pins = plan_pins(lab, &views)?;
+    let total = pins.len();
+    install_pins(lab, pins)?;
+    Ok(total)
+}
+
+/// Every pod's eth0 (index, MAC) and routes, read in parallel, by node.
+fn pod_views(lab: &Lab) -> Vec<Vec<PodView>> {
     // Pods' eth0 and routes, read in parallel.
-    let views: Vec<Vec<PodView>> = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let jobs: Vec<Vec<_>> = lab
             .nodes
             .iter()
@@ -459,7 +466,13 @@ pub fn pin_bulk(lab: &Lab) -> Result<usize, LabError> {
                     .collect()
             })
             .collect()
-    });
+    })
+}
+
+/// The entries [`pin_bulk`] adds, worked out from the kernel objects.
+fn plan_pins(lab: &Lab, views: &[Vec<PodView>]) -> Result<Vec<Pin>, LabError> {
+    let setup = |m: String| LabError::Setup(m);
+    let mut pins: Vec<Pin> = Vec::new();
     for (n, node) in lab.nodes.iter().enumerate() {
         let links = node.ns.links().map_err(|e| setup(e.to_string()))?;
         let routes = node.ns.routes().map_err(|e| setup(e.to_string()))?;
@@ -558,8 +571,12 @@ pub fn pin_bulk(lab: &Lab) -> Result<usize, LabError> {
             }
         }
     }
-    let total = pins.len();
-    // One netlink session per namespace.
+    Ok(pins)
+}
+
+/// Adds `pins`, one netlink session per namespace.
+fn install_pins(lab: &Lab, pins: Vec<Pin>) -> Result<(), LabError> {
+    let setup = |m: String| LabError::Setup(m);
     let mut by_ns: HashMap<(usize, Option<usize>), Vec<Pin>> = HashMap::new();
     for pin in pins {
         by_ns.entry((pin.node, pin.pod)).or_default().push(pin);
@@ -600,7 +617,7 @@ pub fn pin_bulk(lab: &Lab) -> Result<usize, LabError> {
     for r in results {
         r.map_err(setup)?;
     }
-    Ok(total)
+    Ok(())
 }
 
 #[cfg(test)]
