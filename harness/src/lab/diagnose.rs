@@ -213,8 +213,6 @@ pub fn diagnose_nodes(network: &Network, facts: &[NodeFacts], o: &ProbeOutcome) 
     let spec = &o.spec;
     let src = node_of(facts, spec.from.node);
     let dst = node_of(facts, spec.to.node);
-    let src_is_pod = spec.from.pod.is_some();
-    let dst_is_pod = spec.to.pod.is_some();
 
     // A node that maps a peer node's address to a MAC the peer does not
     // have: a stale ARP entry (a re-created node whose gratuitous ARP was
@@ -227,6 +225,35 @@ pub fn diagnose_nodes(network: &Network, facts: &[NodeFacts], o: &ProbeOutcome) 
         }
     }
 
+    address_rules(&mut out, network, facts, spec);
+    forwarding_rules(&mut out, network, facts, spec, (src, dst));
+    // rp_filter: see diagnose_path (the interface the packet enters).
+    if spec.proto == Proto::Df {
+        for n in [src, dst].into_iter().flatten() {
+            if let Some(mtu) = n.uplink_mtu {
+                if mtu < network.mtu {
+                    out.push(Diagnosis {
+                        id: "mtu-mismatch",
+                        message: format!(
+                            "pods use MTU {} but {}'s uplink eth0 has MTU {mtu}: full-size packets with DF set are dropped (small pings still work)",
+                            network.mtu, n.name
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    masquerade_rules(&mut out, network, o, src);
+    out
+}
+
+/// Two nodes' overlapping pod CIDRs, or one address on two pods.
+fn address_rules(
+    out: &mut Vec<Diagnosis>,
+    network: &Network,
+    facts: &[NodeFacts],
+    spec: &crate::connectivity::ProbeSpec,
+) {
     // Overlapping pod CIDRs: two nodes claim the same addresses.
     let cidrs: Vec<(&str, &[IpNet])> = facts
         .iter()
@@ -262,15 +289,27 @@ pub fn diagnose_nodes(network: &Network, facts: &[NodeFacts], o: &ProbeOutcome) 
             ),
         });
     }
+}
 
+/// The routes between the two nodes, forwarding and FORWARD policies on
+/// the nodes that route the probe.
+fn forwarding_rules(
+    out: &mut Vec<Diagnosis>,
+    network: &Network,
+    facts: &[NodeFacts],
+    spec: &crate::connectivity::ProbeSpec,
+    (src, dst): (Option<&NodeFacts>, Option<&NodeFacts>),
+) {
+    let src_is_pod = spec.from.pod.is_some();
+    let dst_is_pod = spec.to.pod.is_some();
     let default_ok = network.routes_in_router;
     if let (Some(a), Some(b)) = (src, dst) {
         if a.name != b.name {
             if dst_is_pod {
-                check_route(&mut out, a, spec.to.ip, b, "forward", facts, default_ok);
+                check_route(out, a, spec.to.ip, b, "forward", facts, default_ok);
             }
             if src_is_pod {
-                check_route(&mut out, b, spec.from.ip, a, "return", facts, default_ok);
+                check_route(out, b, spec.from.ip, a, "return", facts, default_ok);
             }
         }
     }
@@ -302,22 +341,17 @@ pub fn diagnose_nodes(network: &Network, facts: &[NodeFacts], o: &ProbeOutcome) 
             });
         }
     }
-    // rp_filter: see diagnose_path (the interface the packet enters).
-    if spec.proto == Proto::Df {
-        for n in [src, dst].into_iter().flatten() {
-            if let Some(mtu) = n.uplink_mtu {
-                if mtu < network.mtu {
-                    out.push(Diagnosis {
-                        id: "mtu-mismatch",
-                        message: format!(
-                            "pods use MTU {} but {}'s uplink eth0 has MTU {mtu}: full-size packets with DF set are dropped (small pings still work)",
-                            network.mtu, n.name
-                        ),
-                    });
-                }
-            }
-        }
-    }
+}
+
+/// Masquerade missing towards the external host, or applied to pod-to-pod
+/// traffic.
+fn masquerade_rules(
+    out: &mut Vec<Diagnosis>,
+    network: &Network,
+    o: &ProbeOutcome,
+    src: Option<&NodeFacts>,
+) {
+    let spec = &o.spec;
     if spec.to.external {
         if let Some(a) = src {
             let masq = masquerade_lines(&a.ruleset);
@@ -375,7 +409,6 @@ pub fn diagnose_nodes(network: &Network, facts: &[NodeFacts], o: &ProbeOutcome) 
             });
         }
     }
-    out
 }
 
 #[cfg(test)]

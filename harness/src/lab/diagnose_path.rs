@@ -247,20 +247,14 @@ fn invalid_drops(ruleset: &str) -> Vec<(String, u64)> {
     out
 }
 
-/// The likely causes of one failed probe that follow its path.
-pub fn diagnose(
+/// A pod without a route to where the probe goes (or back).
+fn pod_no_route(
+    out: &mut Vec<Diagnosis>,
     lab: &Lab,
     facts: &[NodeFacts],
-    paths: &[PathFacts],
     pod_routes: &PodRoutes,
-    o: &ProbeOutcome,
-) -> Vec<Diagnosis> {
-    let mut out = Vec::new();
-    let spec = &o.spec;
-    if facts.len() != paths.len() {
-        return out;
-    }
-    // A pod without a route to where the probe goes (or back).
+    spec: &crate::connectivity::ProbeSpec,
+) {
     for (pod_end, other) in [(&spec.from, &spec.to), (&spec.to, &spec.from)] {
         let (Some(n), Some(p)) = (pod_end.node, pod_end.pod) else {
             continue;
@@ -309,6 +303,22 @@ pub fn diagnose(
             });
         }
     }
+}
+
+/// The likely causes of one failed probe that follow its path.
+pub fn diagnose(
+    lab: &Lab,
+    facts: &[NodeFacts],
+    paths: &[PathFacts],
+    pod_routes: &PodRoutes,
+    o: &ProbeOutcome,
+) -> Vec<Diagnosis> {
+    let mut out = Vec::new();
+    let spec = &o.spec;
+    if facts.len() != paths.len() {
+        return out;
+    }
+    pod_no_route(&mut out, lab, facts, pod_routes, spec);
     // A bridge that is down on a node whose pod is on the path.
     for e in [&spec.from, &spec.to] {
         let (Some(n), Some(_)) = (e.node, e.pod) else {
