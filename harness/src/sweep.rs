@@ -5,7 +5,7 @@
 //! process the run started (pid and start time, signalled through a pidfd);
 //! nothing else is ever signalled.
 
-use crate::lab::build::{AGENT_PIDFILE, OWNER_PIDFILE};
+use crate::lab::base::{AGENT_PIDFILE, OWNER_PIDFILE};
 use crate::lab::cri::daemon::{self, Teardown};
 use crate::lab::pidfile::{self, Identity};
 use crate::lab::state;

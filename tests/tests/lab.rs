@@ -4,7 +4,7 @@
 //! and Ctrl-C).
 
 use cnilab_harness::lab::checks::GROUPS;
-use cnilab_harness::lab::{self, build};
+use cnilab_harness::lab::{self, base, parts};
 use cnilab_tests::{host_untouched, require_root, workspace_bin};
 use rstest::rstest;
 use std::path::{Path, PathBuf};
@@ -731,7 +731,7 @@ fn scenario_with_an_unknown_group_exits_2() {
 fn lab_in_process(
     nodes: usize,
     pods: usize,
-) -> (tempfile::TempDir, cnilab_harness::lab::build::Lab) {
+) -> (tempfile::TempDir, cnilab_harness::lab::parts::Lab) {
     let topo = cnilab_harness::lab::Topology::generated(nodes, pods).expect("topology");
     lab_of(topo)
 }
@@ -739,8 +739,8 @@ fn lab_in_process(
 /// A lab of `topo` built by this test process with the bundled plugin.
 fn lab_of(
     topo: cnilab_harness::lab::Topology,
-) -> (tempfile::TempDir, cnilab_harness::lab::build::Lab) {
-    use cnilab_harness::lab::{build::Lab, UpOptions};
+) -> (tempfile::TempDir, cnilab_harness::lab::parts::Lab) {
+    use cnilab_harness::lab::{parts::Lab, UpOptions};
     require_root();
     let run = tempfile::tempdir().expect("run dir");
     let bin = workspace_bin("cnilab-bridge");
@@ -755,7 +755,7 @@ fn lab_of(
 
 /// Pins a wrong MAC for `address` in node `i`'s neighbour table (PERMANENT:
 /// no ARP traffic may change it).
-fn pin_wrong_mac(lab: &cnilab_harness::lab::build::Lab, i: usize, address: &str) {
+fn pin_wrong_mac(lab: &cnilab_harness::lab::parts::Lab, i: usize, address: &str) {
     let node = lab.nodes[i].ns.name().to_string();
     let pinned = Command::new("ip")
         .args(["-n", &node, "neigh", "replace", address])
@@ -795,7 +795,7 @@ fn a_recreated_node_is_reachable_despite_a_stale_neighbour_entry() {
 /// Checks pod-to-pod/cross-node, tears the lab down, and returns the report
 /// of a check that must have failed with exactly the diagnosis `id`, whose
 /// table shows `line`.
-fn failing_cross_node_check(lab: build::Lab, id: &str, line: &str) -> lab::report::Report {
+fn failing_cross_node_check(lab: parts::Lab, id: &str, line: &str) -> lab::report::Report {
     let groups = vec!["pod-to-pod/cross-node".to_string()];
     let report = lab::check(&lab, &groups, false).expect("check");
     lab.down();
@@ -829,7 +829,7 @@ fn an_unexplained_failure_is_named_by_the_trace() {
     let (_run, lab) = lab_in_process(2, 1);
     // node1 drops forwarded traffic to node2's pods with a rule in a chain
     // whose policy is accept: no diagnosis rule looks for that.
-    build::nft(
+    base::nft(
         &lab.nodes[0].ns,
         "table inet cnilab_test_drop {\n  chain forward {\n    type filter hook forward priority 0; policy accept;\n    ip daddr 10.244.2.0/24 drop\n  }\n}\n",
     )
@@ -980,14 +980,14 @@ fn ip_in(ns: &str, args: &[&str]) {
 }
 
 /// A sysctl written inside node `i`'s namespace.
-fn node_sysctl(lab: &build::Lab, i: usize, key: &str, value: &str) {
+fn node_sysctl(lab: &parts::Lab, i: usize, key: &str, value: &str) {
     cnilab_net::netns::write_sysctl(Some(lab.nodes[i].ns.file()), key, value).expect("sysctl");
 }
 
 /// Checks `groups`, tears the lab down, and returns the report, which must
 /// have failed with the diagnosis `id` whose message contains every `part`.
 fn failing_check_with(
-    lab: build::Lab,
+    lab: parts::Lab,
     groups: &[&str],
     id: &str,
     parts: &[&str],
@@ -1025,7 +1025,7 @@ fn a_bridge_that_is_down_is_diagnosed() {
 fn br_netfilter_forward_drop_between_same_node_pods_is_diagnosed() {
     let (_run, lab) = lab_in_process(1, 2);
     node_sysctl(&lab, 0, "net/bridge/bridge-nf-call-iptables", "1");
-    build::nft(
+    base::nft(
         &lab.nodes[0].ns,
         "table ip cnilab_test_filter {\n  chain FORWARD {\n    type filter hook forward priority 0; policy drop;\n  }\n}\n",
     )
@@ -1109,7 +1109,7 @@ fn assert_one_cause(report: &lab::report::Report, id: &str) {
 #[test]
 fn masquerade_too_broad_names_the_one_rule_at_fault() {
     let (_run, lab) = lab_in_process(2, 2);
-    build::nft(
+    base::nft(
         &lab.nodes[0].ns,
         "table ip cnilab_test_masq {\n  chain postrouting {\n    type nat hook postrouting priority srcnat - 10; policy accept;\n    ip saddr { 10.244.0.0/16 } oifname \"eth0\" masquerade\n  }\n}\n",
     )
@@ -1138,7 +1138,7 @@ fn masquerade_too_broad_names_the_one_rule_at_fault() {
 
 /// Three nodes; node1 routes node2's pods via node3, which forwards them
 /// (redirects off, so node1 keeps the detour).
-fn detour_lab() -> (tempfile::TempDir, build::Lab) {
+fn detour_lab() -> (tempfile::TempDir, parts::Lab) {
     let (run, lab) = lab_in_process(3, 1);
     for key in ["all", "default", "eth0"] {
         node_sysctl(&lab, 2, &format!("net/ipv4/conf/{key}/send_redirects"), "0");
@@ -1177,7 +1177,7 @@ fn a_detour_through_a_third_node_is_a_warning() {
 #[test]
 fn conntrack_invalid_drops_are_diagnosed_from_the_counters() {
     let (_run, lab) = detour_lab();
-    build::nft(
+    base::nft(
         &lab.nodes[2].ns,
         "table inet cnilab_test_ct {\n  chain forward {\n    type filter hook forward priority -10; policy accept;\n    ct state invalid counter drop\n  }\n}\n",
     )

@@ -5,7 +5,7 @@
 use super::args::{CheckOutputArgs, OutputArgs};
 use super::lab_prep;
 use super::CliResult;
-use crate::lab::build::UpOptions;
+use crate::lab::base::UpOptions;
 use crate::lab::cri::RuntimeKind;
 use crate::lab::report::Report;
 use crate::lab::state;
@@ -62,7 +62,7 @@ pub struct TopologyFlags {
     pub config: Option<PathBuf>,
     /// Underlay shape of a --nodes lab: l2 (one switch), routed (a subnet per node, joined by a router), nat (VirtualBox NAT + host-only).
     #[arg(long, value_enum, conflicts_with = "topology")]
-    pub shape: Option<crate::lab::underlay::Shape>,
+    pub shape: Option<crate::lab::topology::shapes::Shape>,
     /// Route pods over a kernel VXLAN overlay (flannel's vxlan backend; pod MTU = underlay − 50).
     #[arg(long)]
     pub vxlan: bool,
@@ -421,7 +421,7 @@ fn up(args: &TopologyFlags, name: &str, format: Format) -> CliResult {
         run_dir: state::run_dir(name),
         runtime: args.runtime,
     };
-    let mut lab = crate::lab::build::Lab::up(topo, opts)?;
+    let mut lab = crate::lab::parts::Lab::up(topo, opts)?;
     crate::lab::pin_if_planned(&mut lab, &host)?;
     let phases: Vec<String> = lab
         .phases

@@ -45,7 +45,7 @@ pub(super) fn check_plugin(
     }
     // None given: the bundled plugin must be there (the error says how).
     crate::lab::base::plugin_dir(plugin_dir.as_deref(), topo)?;
-    crate::lab::build::check_template_of(topo)?;
+    crate::lab::template::check_template_of(topo)?;
     Ok(())
 }
 

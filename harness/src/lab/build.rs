@@ -21,18 +21,11 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-// Their old paths (`lab::build::Lab`, `build::nft` …), for the callers of
-// the builder.
-pub(super) use super::base::setup;
-pub use super::base::{
-    bundled_plugin_dir, nft, own_dir, resolve_program, LabError, UpOptions, AGENT_PIDFILE,
-    OWNER_PIDFILE,
-};
-pub use super::parts::{Lab, Node, Pod};
-pub use super::routes::{install_static_routes, nodes_file, underlay_addresses};
-pub use super::template::{
-    check_template, check_template_of, render_template, DEFAULT_TEMPLATE, PLACEHOLDERS,
-};
+use super::base::setup;
+use super::base::{nft, resolve_program, LabError, UpOptions, AGENT_PIDFILE, OWNER_PIDFILE};
+use super::parts::{Lab, Node, Pod};
+use super::routes::{install_static_routes, nodes_file, underlay_addresses};
+use super::template::{check_template, render_template, DEFAULT_TEMPLATE};
 
 /// Links `ns` to the switch: veth `port` in the switch, `eth0` in `ns`,
 /// with `addresses` on eth0 (one per underlay family).

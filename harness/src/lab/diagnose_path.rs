@@ -5,8 +5,8 @@
 //! INVALID drops, and routes that detour through a third node (a WARN: it
 //! works, but is wrong). Each names the node, the object and the evidence.
 
-use super::build::Lab;
 use super::diagnose::{chains_with_drop_policy, Diagnosis, NodeFacts};
+use super::parts::Lab;
 use crate::connectivity::ProbeOutcome;
 use crate::netns::Route;
 use std::collections::HashMap;

@@ -27,8 +27,8 @@
 //! watched: if the simulator hit the limit anyway, failures make the verdict
 //! INCONCLUSIVE, never FAIL.
 
-use super::build::{Lab, LabError};
 use super::topology::Topology;
+use super::{base::LabError, parts::Lab};
 use crate::connectivity::ProbeOutcome;
 use std::collections::HashMap;
 use std::net::IpAddr;

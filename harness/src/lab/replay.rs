@@ -25,8 +25,8 @@ use super::model::{
     BridgePort, LabModel, Link, LinkKind, Namespace, Node as ModelNode, Route, VethPeer,
 };
 use super::parts::{Lab, Node, Pod};
+use super::topology::shapes::Shape;
 use super::topology::{NodeSpec, Topology};
-use super::underlay::Shape;
 use crate::runtime::{NetworkConfig, Runtime};
 use ipnet::IpNet;
 use std::collections::BTreeMap;

@@ -3,7 +3,7 @@
 //! by path to the tracer ([`crate::trace`]), which knows nothing of labs;
 //! [`failed_probe`] does the same for a failed probe of `lab check`.
 
-use super::build::Lab;
+use super::parts::Lab;
 use super::state::{load_state, LabState};
 use super::LabError;
 use crate::connectivity::ProbeOutcome;

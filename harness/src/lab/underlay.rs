@@ -20,10 +20,7 @@ use super::base::{make_ns, netlink, setup, LabError};
 use super::facts::NodeFacts;
 use super::parts::Lab;
 use super::routes::install_static_routes;
-/// Their old paths (`underlay::Shape` …).
-pub use super::topology::shapes::{
-    check_node_address, nat_network, node_prefix, router_address, subnet_of, Shape, SUBNET_PREFIX,
-};
+use super::topology::shapes::{router_address, subnet_of, Shape, SUBNET_PREFIX};
 use super::topology::{Routing, Topology};
 use crate::connectivity::Diagnosis;
 use crate::connectivity::ProbeOutcome;
@@ -473,6 +470,7 @@ fn log_message(line: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lab::topology::shapes::check_node_address;
 
     #[test]
     fn agent_log_lines_lose_colours_time_and_level() {

@@ -16,8 +16,7 @@
 use super::base::{setup, LabError};
 use super::facts::NodeFacts;
 use super::parts::Lab;
-/// Its old path (`vxlan::OVERHEAD`).
-pub use super::topology::shapes::OVERHEAD;
+use super::topology::shapes::OVERHEAD;
 use super::topology::shapes::{pod_mtu, VxlanSpec};
 use super::topology::Routing;
 use super::underlay::batch;

@@ -3,9 +3,9 @@
 
 use super::file::Fault;
 use super::shape_faults::{self, ShapeUndo};
-use crate::lab::build::{install_static_routes, nft, Lab};
 use crate::lab::topology::NodeSpec;
 use crate::lab::LabError;
+use crate::lab::{base::nft, parts::Lab, routes::install_static_routes};
 use crate::netns::Netns;
 use cnilab_net::{netns as plugin_netns, nl};
 use ipnet::IpNet;

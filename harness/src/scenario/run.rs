@@ -3,10 +3,10 @@
 
 use super::faults::{self, Undo};
 use super::file::{Expect, Scenario, ScenarioError, Step};
-use crate::lab::build::{Lab, UpOptions};
 use crate::lab::cri::RuntimeKind;
 use crate::lab::report::Report;
 use crate::lab::LabError;
+use crate::lab::{base::UpOptions, parts::Lab};
 
 /// One step's outcome, for the log.
 #[derive(Clone, Debug, serde::Serialize)]

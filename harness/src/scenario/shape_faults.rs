@@ -2,10 +2,14 @@
 //! Services (see `lab/scenarios/`), each with its undo.
 
 use super::file::Fault;
-use crate::lab::build::{install_static_routes, nodes_file, Lab, LabError};
 use crate::lab::topology::{NodeSpec, Routing};
-use crate::lab::underlay::{self, Shape};
+use crate::lab::{
+    base::LabError,
+    parts::Lab,
+    routes::{install_static_routes, nodes_file},
+};
 use crate::lab::{services, vxlan};
+use crate::lab::{topology::shapes::Shape, underlay};
 use std::net::IpAddr;
 
 /// How to undo one of these faults.

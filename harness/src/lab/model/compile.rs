@@ -9,9 +9,10 @@
 //! without a metric gets 1024; a route's device is the one its gateway is
 //! connected through. MACs are left to the kernel (`None`).
 
-use super::super::build::{node_nat_ruleset, underlay_addresses, LabError};
+use super::super::topology::shapes::{self, Shape};
 use super::super::topology::{Masquerade, NodeSpec, Routing, Topology};
-use super::super::underlay::{self as shape, Shape};
+use super::super::underlay as shape;
+use super::super::{base::LabError, build::node_nat_ruleset, routes::underlay_addresses};
 use super::super::{services, vxlan};
 use super::{
     BridgePort, FdbEntry, LabModel, Link, LinkKind, Namespace, Neighbour, NftTable, Node, Route,
@@ -193,7 +194,7 @@ fn routed_leg(
     ns: &mut Namespace,
     addr: IpAddr,
 ) {
-    let Some(gw) = shape::router_address(addr) else {
+    let Some(gw) = shapes::router_address(addr) else {
         return;
     };
     let rack = shape::rack_name(topo, addr);
@@ -204,7 +205,7 @@ fn routed_leg(
             Some(topo.mtu),
             Some(rack.clone()),
         );
-        leg.addresses = IpNet::new(gw, shape::SUBNET_PREFIX).into_iter().collect();
+        leg.addresses = IpNet::new(gw, shapes::SUBNET_PREFIX).into_iter().collect();
         switch.links.push(port);
         router.links.push(leg);
     }
@@ -356,7 +357,7 @@ fn vxlan_overlay(topo: &Topology, model: &mut LabModel) {
     };
     for (node, me) in model.nodes.iter_mut().zip(&topo.nodes) {
         let mut dev = Link::new(vxlan::DEVICE, LinkKind::Vxlan, true);
-        dev.mtu = Some(me.mtu.unwrap_or(topo.mtu).saturating_sub(vxlan::OVERHEAD));
+        dev.mtu = Some(me.mtu.unwrap_or(topo.mtu).saturating_sub(shapes::OVERHEAD));
         dev.addresses = vtep(me)
             .and_then(|c| IpNet::new(c.addr(), 32).ok())
             .into_iter()

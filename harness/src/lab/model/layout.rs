@@ -7,7 +7,7 @@ use cnilab_net::netns as plugin_netns;
 use ipnet::IpNet;
 
 /// The layout of a lab built by this process.
-pub fn layout_of(lab: &super::super::build::Lab) -> Layout<'_> {
+pub fn layout_of(lab: &super::super::parts::Lab) -> Layout<'_> {
     let mut underlay = vec![(super::compile::SWITCH.to_string(), lab.switch.file())];
     if let Some(ext) = &lab.external {
         underlay.push((super::compile::EXTERNAL.to_string(), ext.file()));
