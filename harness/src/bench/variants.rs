@@ -187,8 +187,13 @@ pub fn measure(
         for (p, pod) in pods.iter().enumerate() {
             let rt = RuntimeConf::new(&format!("bench-{tag}-{p}"), Some(pod.path()), ifname);
             // Side by side in the same pod namespace: each side's DEL
-            // follows its ADD, before the next side's ADD.
-            for (i, run) in runs.iter().enumerate() {
+            // follows its ADD, before the next side's ADD. The order turns
+            // from pod to pod (see [`side_order`]), so no side always
+            // follows the same one: the kernel's teardown of the previous
+            // side's veth pair, or a fresh namespace's first use, would
+            // otherwise be charged to one side only.
+            for i in side_order(p, runs.len()) {
+                let run = &runs[i];
                 let t = Instant::now();
                 call(all[i], run, &rt, "ADD")?;
                 samples[i][variant as usize].push(t.elapsed());
@@ -211,6 +216,20 @@ pub fn measure(
             del: Percentiles::of(&del),
         })
         .collect())
+}
+
+/// The order in which the `sides` are measured in pod `pod`: rotated by
+/// one every second pod and reversed in every odd one, so that over
+/// `2 × sides` pods each side takes every position equally often and,
+/// for the three sides a bench has at most (floor, ours, the compared
+/// one), follows each other side.
+pub fn side_order(pod: usize, sides: usize) -> Vec<usize> {
+    let turn = pod / 2;
+    let mut order: Vec<usize> = (0..sides).map(|k| (turn + k) % sides).collect();
+    if pod % 2 == 1 {
+        order.reverse();
+    }
+    order
 }
 
 fn open(
@@ -354,6 +373,43 @@ mod tests {
         let v6_only = net(json!({"type": "x", "ipam": {"subnet": "fd00::/64"}}));
         assert!(variant_config(&v6_only, false, false).is_err());
         assert!(variant_config(&net(json!({"type": "x"})), false, false).is_err());
+    }
+
+    #[test]
+    fn the_side_order_turns_so_no_side_always_follows_the_same_one() {
+        // A bench has at most three sides: the floor, ours, the compared one.
+        for sides in 1..=3 {
+            let pods = 2 * sides;
+            let mut at = vec![vec![0; sides]; sides];
+            let mut after = vec![vec![0; sides]; sides];
+            let mut previous = None;
+            for pod in 0..pods {
+                let order = side_order(pod, sides);
+                let mut sorted = order.clone();
+                sorted.sort();
+                assert_eq!(sorted, (0..sides).collect::<Vec<_>>(), "pod {pod}");
+                for (position, &side) in order.iter().enumerate() {
+                    at[side][position] += 1;
+                    if let Some(before) = previous {
+                        after[side][before] += 1;
+                    }
+                    previous = Some(side);
+                }
+            }
+            for side in 0..sides {
+                assert!(
+                    at[side].iter().all(|&n| n == 2),
+                    "{sides} sides: side {side} at positions {:?}",
+                    at[side]
+                );
+                for before in (0..sides).filter(|&b| b != side) {
+                    assert!(
+                        after[side][before] > 0,
+                        "{sides} sides: side {side} never follows side {before}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

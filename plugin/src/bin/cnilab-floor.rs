@@ -5,7 +5,7 @@
 //! ADD creates one veth pair whose pod end is made directly inside
 //! `CNI_NETNS` under `CNI_IFNAME`, gives the pod end the config's
 //! `addresses` (default one: `10.99.0.2/24`; IPv6 without DAD) and brings
-//! both ends up; DEL deletes the host end by name (its peer goes with it).
+//! both ends up, the addresses and the pod end's up sent together; DEL deletes the host end by name (its peer goes with it).
 //! Every other command answers VERSION's list. Errors are CNI error JSON.
 
 use cnilab_net::naming::host_veth_name;
@@ -100,14 +100,20 @@ fn add(conf: &Value, version: &str) -> Result<String, Failure> {
             .await
             .map_err(kernel("look up the pod end"))?
             .ok_or((100, format!("{ifname} did not arrive in {path}")))?;
-        for net in &addresses {
-            nl::add_address(&pod, link.index, *net)
-                .await
-                .map_err(kernel("add address"))?;
+        // The addresses and the link's up go out back to back on one
+        // socket, as cnilab-bridge sends them: one round trip, not one each.
+        let adds = addresses
+            .iter()
+            .map(|net| nl::add_address(&pod, link.index, *net));
+        let (added, up) = futures_util::future::join(
+            futures_util::future::join_all(adds),
+            nl::set_up(&pod, link.index),
+        )
+        .await;
+        for outcome in added {
+            outcome.map_err(kernel("add address"))?;
         }
-        nl::set_up(&pod, link.index)
-            .await
-            .map_err(kernel("set up"))?;
+        up.map_err(kernel("set up"))?;
         let ips: Vec<Value> = addresses
             .iter()
             .map(|a| json!({"interface": 0, "address": a.to_string()}))
