@@ -11,7 +11,7 @@
 //! a veth to the switch, and derives the underlay: one switch bridge for a
 //! shared subnet, a bridge per subnet and a `router` with a leg on each
 //! (the nodes' gateway address) and routes to the nodes' pod CIDRs
-//! otherwise; [`build`] applies the model (`model::apply`, namespaces
+//! otherwise, and marks a captured VXLAN overlay's routing; [`build`] applies the model (`model::apply`, namespaces
 //! `cnilab-lab-<lab>-<role>` for a standing lab, recorded in its ledger)
 //! and returns a [`Lab`] like any other, so `lab check`, `status`, `show`,
 //! `trace` and `down` work on it. A replayed node has no plugin: its
@@ -293,8 +293,33 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
             topo.underlay = *subnet;
         }
     }
+    overlay(&mut topo, &model.nodes);
     model.underlay.push(switch);
     Ok((model, topo))
+}
+
+/// A VXLAN overlay the captures hold (a node's `vxlan0`, as the lab and
+/// flannel name it) marks the replay's routing VXLAN, with the pods' MTU
+/// as captured, so the overlay's diagnoses (`vxlan-mtu-overhead`,
+/// `vxlan-fdb-missing`) judge the replay as they judge the captured lab.
+fn overlay(topo: &mut Topology, nodes: &[ModelNode]) {
+    let vxlan = nodes.iter().find_map(|n| {
+        n.net
+            .link(super::vxlan::DEVICE)
+            .and_then(|l| l.vxlan.as_ref())
+    });
+    let Some(v) = vxlan else { return };
+    let pod_mtu = nodes
+        .iter()
+        .flat_map(|n| &n.pods)
+        .filter_map(|p| p.link("eth0").and_then(|l| l.mtu))
+        .max();
+    topo.routing = super::topology::Routing::Vxlan;
+    topo.vxlan = Some(super::topology::shapes::VxlanSpec {
+        vni: v.vni,
+        port: v.port,
+        pod_mtu,
+    });
 }
 
 /// A router with a leg in every subnet that names a gateway, and routes to
