@@ -305,20 +305,8 @@ const NOT_CAPTURABLE: &[(&str, &str)] = &[
         "the diagnosis nat-internal-ip reads the node list the agents publish (each node advertising its NAT address), which is no network state; the capture carries the fault's effect, and the replay diagnoses that (missing-route)",
     ),
     (
-        "clusterip-dnat-missing",
-        "not yet replayed: the service groups need the lab's Service (cluster IP, backends), which `lab up --capture` does not derive from the captured DNAT rules, so the replay has no service group to judge",
-    ),
-    (
-        "hairpin-off",
-        "not yet replayed: the service/hairpin group needs the lab's Service, which `lab up --capture` does not derive from the captured DNAT rules",
-    ),
-    (
-        "hairpin-masquerade-missing",
-        "not yet replayed: the service/hairpin group needs the lab's Service, which `lab up --capture` does not derive from the captured DNAT rules",
-    ),
-    (
         "masquerade-missing",
-        "not yet replayed: the pod-to-external group needs the lab's external host, which the nodes' captures do not hold (it is no node) and `lab up --capture` does not stand up",
+        "the pod-to-external group probes the lab's external host, which is no node and which nothing on the nodes names (no route via it: it sits on the nodes' own subnet), so the replay cannot know its address",
     ),
 ];
 
