@@ -168,18 +168,29 @@ fn namespaces_of(name: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// A standing 2-node lab (one pod a node) named after `tag`, its nodes'
+/// captures in `dir`, and a name for their replay.
+fn two_nodes_captured(tag: &str, dir: &Path) -> (Up, String, PathBuf, PathBuf) {
+    let src = format!("r{tag}s{}", std::process::id() % 100_000);
+    let lab = up(&src, &["--nodes", "2", "--pods-per-node", "1"]);
+    let n1 = capture(&src, "node1", dir);
+    let n2 = capture(&src, "node2", dir);
+    (
+        lab,
+        format!("r{tag}r{}", std::process::id() % 100_000),
+        n1,
+        n2,
+    )
+}
+
 /// Each bad capture: exit 2, a message naming the file and the object,
 /// and no namespace of the replayed lab left.
 #[test]
 fn bad_captures_are_refused_naming_the_file_and_object() {
     let _host = host_untouched();
     require_root();
-    let src = format!("rbad{}", std::process::id() % 100_000);
-    let rep = format!("rbr{}", std::process::id() % 100_000);
-    let _src = up(&src, &["--nodes", "2", "--pods-per-node", "1"]);
     let dir = tempfile::tempdir().expect("dir");
-    let n1 = capture(&src, "node1", dir.path());
-    let n2 = capture(&src, "node2", dir.path());
+    let (_src, rep, n1, n2) = two_nodes_captured("bd", dir.path());
     let text = std::fs::read_to_string(&n1).expect("read");
     let v: serde_json::Value = serde_json::from_str(&text).expect("json");
     let write = |name: &str, v: &serde_json::Value| {
@@ -449,4 +460,56 @@ fn bench_replay_of_3_nodes_by_110_pods() {
         "lab up --capture of 3 nodes x 110 pods: {:.2} s",
         took.as_secs_f64()
     );
+}
+
+/// A capture holding what this kernel has not (a sysctl no kernel has):
+/// the replay comes up without it, and the report JSON of `lab run
+/// --capture` and of `lab check` on `lab up --capture` lists it as not made.
+#[test]
+fn a_replay_reports_what_it_could_not_make() {
+    let _host = host_untouched();
+    require_root();
+    let dir = tempfile::tempdir().expect("dir");
+    let (_src, rep, n1, n2) = two_nodes_captured("nm", dir.path());
+    let key = "net/ipv4/conf/all/cnilab_no_such_key";
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&n1).expect("read")).expect("json");
+    v["node"]["sysctls"][key] = "1".into();
+    std::fs::write(&n1, serde_json::to_string(&v).expect("json")).expect("write");
+    let (f1, f2) = (n1.display().to_string(), n2.display().to_string());
+    let names_it = |out: &std::process::Output, what: &str| {
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{what}: {e}: {}", output_text(out)));
+        let listed = r["not_made"].as_array().cloned().unwrap_or_default();
+        assert!(
+            listed.iter().any(|n| n["namespace"] == "node1"
+                && n["object"] == format!("sysctl {key}")
+                && n["reason"].as_str().is_some_and(|r| !r.is_empty())),
+            "{what}: not_made {listed:?}"
+        );
+    };
+    let run = cnilab(&[
+        "lab",
+        "run",
+        "--capture",
+        &f1,
+        &f2,
+        "--only",
+        "pod-to-pod",
+        "-o",
+        "json",
+    ]);
+    names_it(&run, "lab run --capture");
+    let _rep = up(&rep, &["--capture", &f1, &f2]);
+    let check = cnilab(&[
+        "lab",
+        "check",
+        "--name",
+        &rep,
+        "--only",
+        "pod-to-pod",
+        "-o",
+        "json",
+    ]);
+    names_it(&check, "lab check of lab up --capture");
 }
