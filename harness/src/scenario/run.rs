@@ -81,9 +81,9 @@ fn planned(scenario: &Scenario, keep: bool) -> &[Step] {
 /// Replays a scenario in a fresh lab whose pods `runtime` attaches
 /// (`--runtime`); `log` hears each step as it ends. The lab is torn down,
 /// except with `keep`: then only the steps up to the faulted state run
-/// (see [`planned`]) and,
-/// when each behaved as written, the lab stays up as the standing lab
-/// `keep` names, faults in place (`cnilab lab down --name` removes it).
+/// (see [`planned`]) and, when each behaved as written, the lab stays up as
+/// the standing lab `keep` names, faults in place (`cnilab lab down
+/// --name` removes it).
 pub fn run(
     scenario: &Scenario,
     plugin_dir: Option<String>,
