@@ -52,7 +52,7 @@ pub mod netns;
 pub mod report;
 pub mod rng;
 pub mod runtime;
-pub(crate) mod scenario;
+pub mod scenario;
 pub mod soak;
 pub(crate) mod sweep;
 pub mod testing;

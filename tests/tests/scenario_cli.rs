@@ -145,3 +145,26 @@ fn a_malformed_template_is_named_with_its_line_before_anything_is_built() {
         assert!(!text.contains("🔭"), "nothing is built: {text}");
     }
 }
+
+/// `--keep NAME` keeps one scenario's faulted lab: given two scenarios or a
+/// bad name it says what was wrong, exits 2 and makes no lab.
+#[test]
+fn keep_needs_one_scenario_and_a_lab_name() {
+    let name = format!("kp{}", std::process::id() % 100_000);
+    let cases: [(&[&str], &str); 2] = [
+        (
+            &["missing-route", "stale-route", "--keep", &name],
+            "keeps one scenario's lab, and 2 scenarios were given",
+        ),
+        (&["missing-route", "--keep", "../x"], "--keep ../x"),
+    ];
+    for (args, says) in cases {
+        let out = scenario_run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", all(&out));
+        assert!(all(&out).contains(says), "{args:?}: {}", all(&out));
+        assert!(
+            !Path::new(&format!("/run/cnilab/labs/{name}")).exists(),
+            "{args:?}: a lab was made"
+        );
+    }
+}

@@ -486,10 +486,12 @@ fn check(name: &str, out: &ReportFlags) -> CliResult {
     let groups = &out.only;
     netns::require_root()?;
     crate::lab::checks::check_groups(groups)?;
+    let not_made = state::load_state(name)?.not_made;
     let lab = state::adopt(name)?;
     let report = crate::lab::check(&lab, groups, true);
     state::release(lab);
-    let report = report?;
+    let mut report = report?;
+    report.not_made = not_made;
     emit(&report, out)?;
     Ok(verdict(&report))
 }
@@ -628,7 +630,7 @@ fn replay_up(files: &[PathBuf], name: &str) -> CliResult {
             return Err(e.into());
         }
     };
-    let saved = state::persist(lab)?;
+    let saved = state::persist_with(lab, not_made.clone())?;
     let pods: usize = saved.nodes.iter().map(|n| n.pods.len()).sum();
     println!(
         "lab {name} is up, replayed from {} capture(s): {} nodes, {pods} pods",
@@ -671,7 +673,8 @@ fn replay_run(files: &[PathBuf], out: &ReportFlags) -> CliResult {
     let report = crate::lab::check(&lab, groups, true);
     lab.down();
     crate::lab::replay::forget_run_dir(&run_dir);
-    let report = report?;
+    let mut report = report?;
+    report.not_made = not_made;
     emit(&report, out)?;
     Ok(std::process::ExitCode::from(report.exit_code()))
 }

@@ -43,7 +43,8 @@ pub enum ScenarioCmd {
     #[command(after_help = concat!("Examples:\n  \
         cnilab scenario run lab/scenarios/missing-route.toml\n  \
         cnilab scenario run missing-route --plugin-dir /usr/lib/cni --config lab/configs/lab-ptp.conflist.tmpl\n  \
-        cnilab scenario run lab/scenarios -o json\n\n\
+        cnilab scenario run lab/scenarios -o json\n  \
+        cnilab scenario run missing-route --keep bug   # then capture it, `lab check --name bug`\n\n\
         A scenario that cannot apply to the plugin (a fault that needs the bundled plugin's\n\
         bridge) is SKIP with the reason; one whose lab cannot be set up is ERROR (exit 2).\n\n",
         crate::exit_codes_help!()))]
@@ -68,6 +69,13 @@ pub enum ScenarioCmd {
         /// Also write JUnit XML to this file.
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,
+        /// Leave one scenario's lab standing in its faulted state, as the
+        /// lab NAME: only the steps through the first check expected to fail
+        /// run (or, without one, those before the first heal), and the lab
+        /// stays up when they behaved as written (`cnilab lab down --name
+        /// NAME` removes it).
+        #[arg(long, value_name = "NAME")]
+        keep: Option<String>,
     },
 }
 
@@ -82,6 +90,7 @@ impl Scenario {
                 runtime,
                 output,
                 junit,
+                keep,
             } => run(&ScenarioRun {
                 files: scenario_paths(&files)?,
                 plugin_dir,
@@ -89,6 +98,7 @@ impl Scenario {
                 runtime,
                 format: output.output,
                 junit,
+                keep,
             }),
         }
     }
@@ -283,6 +293,8 @@ struct ScenarioRun {
     runtime: RuntimeKind,
     format: Format,
     junit: Option<PathBuf>,
+    /// `--keep NAME`: the one scenario's faulted lab stays up as lab NAME.
+    keep: Option<String>,
 }
 
 /// A scenario's topology made ready for `run`'s plugin, or why it cannot be
@@ -314,8 +326,14 @@ fn replay(
         ))
     };
     let result = prepare(s, run).map_err(|e| e.to_string()).and_then(|()| {
-        crate::scenario::run(s, run.plugin_dir.clone(), run.runtime, &mut log)
-            .map_err(|e| e.to_string())
+        crate::scenario::run(
+            s,
+            run.plugin_dir.clone(),
+            run.runtime,
+            run.keep.as_deref(),
+            &mut log,
+        )
+        .map_err(|e| e.to_string())
     });
     let (outcome, reason, detail) = match result {
         Ok(r) => {
@@ -342,11 +360,33 @@ fn replay(
     }
 }
 
+/// `--keep NAME` needs one scenario and a free, valid lab name.
+fn check_keep(name: &str, files: &[PathBuf]) -> Result<(), Box<dyn std::error::Error>> {
+    crate::lab::state::check_name(name).map_err(|e| format!("--keep {name}: {e}"))?;
+    if files.len() != 1 {
+        return Err(format!(
+            "--keep {name} keeps one scenario's lab, and {} scenarios were given: name one scenario",
+            files.len()
+        )
+        .into());
+    }
+    if crate::lab::state::load_state(name).is_ok() {
+        return Err(format!(
+            "--keep {name}: lab {name:?} is already up; `cnilab lab down --name {name}` first"
+        )
+        .into());
+    }
+    Ok(())
+}
+
 /// `cnilab scenario run FILE…`: exit 0 iff every scenario behaved as
 /// written (2 when one could not be set up, 3 when all were skipped).
 /// Step lines go to stdout with the table, to stderr with JSON or JUnit.
 fn run(run: &ScenarioRun) -> CliResult {
     netns::require_root()?;
+    if let Some(name) = &run.keep {
+        check_keep(name, &run.files)?;
+    }
     if let Some(config) = &run.config {
         crate::assets::read_to_string(config)
             .map_err(|e| format!("--config {}: {e}", config.display()))?;
@@ -378,6 +418,9 @@ fn run(run: &ScenarioRun) -> CliResult {
             .map(|w| format!(": {w}"))
             .unwrap_or_default();
         say(&format!("{mark} scenario {}{why}", r.name));
+        if let (Some(name), true) = (&run.keep, r.passed) {
+            say(&format!("lab {name} is up with the fault in place: `cnilab lab check --name {name}`, `cnilab lab down --name {name}` to remove it"));
+        }
         results.push(r);
     }
     let mut summary = ScenarioReport {

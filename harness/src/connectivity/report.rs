@@ -62,6 +62,11 @@ pub struct Report {
     /// Why the run could not tell (the simulator hit a host limit): the
     /// verdict is then neither pass nor fail (exit 3).
     pub inconclusive: Option<String>,
+    /// What the lab lacks because the machine could not make it (a
+    /// replayed capture's link kind or sysctl this kernel has not): the
+    /// verdict is about the lab without it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_made: Vec<crate::lab::model::apply::NotMade>,
     pub probes: usize,
     /// JSON: `[{"phase": …, "ms": …}]`.
     #[serde(serialize_with = "phases")]
@@ -94,6 +99,7 @@ impl Report {
             failures,
             warnings: Vec::new(),
             inconclusive: None,
+            not_made: Vec::new(),
             probes: outcomes.len(),
             phases_ms: Vec::new(),
             outcomes,

@@ -11,7 +11,8 @@
 //! a veth to the switch, and derives the underlay: one switch bridge for a
 //! shared subnet, a bridge per subnet and a `router` with a leg on each
 //! (the nodes' gateway address) and routes to the nodes' pod CIDRs
-//! otherwise; [`build`] applies the model (`model::apply`, namespaces
+//! otherwise, and marks a captured VXLAN overlay's routing and a captured
+//! kube-proxy table's Service; [`build`] applies the model (`model::apply`, namespaces
 //! `cnilab-lab-<lab>-<role>` for a standing lab, recorded in its ledger)
 //! and returns a [`Lab`] like any other, so `lab check`, `status`, `show`,
 //! `trace` and `down` work on it. A replayed node has no plugin: its
@@ -293,8 +294,67 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
             topo.underlay = *subnet;
         }
     }
+    overlay(&mut topo, &model.nodes);
+    topo.service = service(&model.nodes);
     model.underlay.push(switch);
     Ok((model, topo))
+}
+
+/// A VXLAN overlay the captures hold (a node's `vxlan0`, as the lab and
+/// flannel name it) marks the replay's routing VXLAN, with the pods' MTU
+/// as captured, so the overlay's diagnoses (`vxlan-mtu-overhead`,
+/// `vxlan-fdb-missing`) judge the replay as they judge the captured lab.
+fn overlay(topo: &mut Topology, nodes: &[ModelNode]) {
+    let vxlan = nodes.iter().find_map(|n| {
+        n.net
+            .link(super::vxlan::DEVICE)
+            .and_then(|l| l.vxlan.as_ref())
+    });
+    let Some(v) = vxlan else { return };
+    let pod_mtu = nodes
+        .iter()
+        .flat_map(|n| &n.pods)
+        .filter_map(|p| p.link("eth0").and_then(|l| l.mtu))
+        .max();
+    topo.routing = super::topology::Routing::Vxlan;
+    topo.vxlan = Some(super::topology::shapes::VxlanSpec {
+        vni: v.vni,
+        port: v.port,
+        pod_mtu,
+    });
+}
+
+/// The lab's Service as its kube-proxy table holds it on any captured node
+/// (`table ip kube-proxy`, `crate::lab::services`): the ClusterIP the
+/// `services` map sends to `service-web`, and one backend per
+/// `service-web-<node>`; so the replay's Service groups probe what the
+/// captured rules hold (or lack, on a node that lost them).
+fn service(nodes: &[ModelNode]) -> Option<super::topology::shapes::ServiceSpec> {
+    let (family, name) = super::services::TABLE.split_once(' ')?;
+    let mut cluster_ip = None;
+    let mut backends: Vec<&str> = Vec::new();
+    let tables = nodes.iter().flat_map(|n| &n.net.nftables);
+    for t in tables.filter(|t| t.family == family && t.name == name) {
+        for entry in t.text.split([',', '{', '}']) {
+            let Some((key, target)) = entry.split_once(": goto ") else {
+                continue;
+            };
+            let target = target.trim();
+            match target.strip_prefix("service-web-") {
+                Some(node) if !backends.contains(&node) => backends.push(node),
+                Some(_) => {}
+                None if target == "service-web" => {
+                    let ip = key.split(" . ").next().unwrap_or_default().trim();
+                    cluster_ip = cluster_ip.or(ip.parse().ok());
+                }
+                None => {}
+            }
+        }
+    }
+    Some(super::topology::shapes::ServiceSpec {
+        cluster_ip: cluster_ip?,
+        backends: Some(backends.len()),
+    })
 }
 
 /// A router with a leg in every subnet that names a gateway, and routes to

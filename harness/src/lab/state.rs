@@ -4,6 +4,7 @@
 //! state lives in `/run/cnilab/labs/<lab>/state.json`.
 
 use super::base::{LabError, RuntimeKind, UpOptions, AGENT_PIDFILE, LEDGER};
+use super::model::apply::NotMade;
 use super::parts::{Lab, Node, Pod};
 use super::topology::Topology;
 use crate::netns::Netns;
@@ -45,6 +46,10 @@ pub struct LabState {
     /// How the pods were attached (labs saved before `--runtime`: direct).
     #[serde(default)]
     pub runtime: RuntimeKind,
+    /// What a replay (`lab up --capture`) could not make here; `lab check`
+    /// reports it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_made: Vec<NotMade>,
 }
 
 pub fn run_dir(name: &str) -> PathBuf {
@@ -125,6 +130,11 @@ pub fn owns_namespace(name: &str, nodes: &[String], ns: &str) -> bool {
 
 /// Keeps every namespace of `lab` and writes its state; agents keep running.
 pub fn persist(lab: Lab) -> Result<LabState, LabError> {
+    persist_with(lab, Vec::new())
+}
+
+/// [`persist`], recording what could not be made (a replay's).
+pub fn persist_with(lab: Lab, not_made: Vec<NotMade>) -> Result<LabState, LabError> {
     let name = lab
         .opts
         .persistent
@@ -158,6 +168,7 @@ pub fn persist(lab: Lab) -> Result<LabState, LabError> {
             })
             .collect(),
         runtime: lab.opts.runtime,
+        not_made,
     };
     let text = serde_json::to_string_pretty(&state).map_err(|e| LabError::Setup(e.to_string()))?;
     std::fs::write(state_path(&name), text)

@@ -1,5 +1,6 @@
 //! Replaying a scenario: a fresh lab, each step checked or injected in
-//! turn, the lab always torn down.
+//! turn, the lab torn down (or, with `keep`, left standing in its faulted
+//! state: through the first check expected to fail).
 
 use super::faults::{self, Undo};
 use super::file::{Expect, Scenario, ScenarioError, Step};
@@ -47,27 +48,65 @@ pub struct ScenarioResult {
     pub steps: Vec<StepLog>,
 }
 
+/// The steps `run` replays: all of them, or with `keep` those up to the
+/// faulted state: through the first check expected to fail, else (a
+/// scenario whose fault is expected to pass) the steps before the first
+/// heal.
+fn planned(scenario: &Scenario, keep: bool) -> &[Step] {
+    let steps = &scenario.steps;
+    let failing = |s: &Step| {
+        matches!(
+            s,
+            Step::Check {
+                expect: Expect::Fail,
+                ..
+            }
+        )
+    };
+    let end = match keep {
+        true => steps.iter().position(failing).map_or_else(
+            || {
+                steps
+                    .iter()
+                    .position(|s| matches!(s, Step::Heal))
+                    .unwrap_or(steps.len())
+            },
+            |i| i + 1,
+        ),
+        false => steps.len(),
+    };
+    &steps[..end]
+}
+
 /// Replays a scenario in a fresh lab whose pods `runtime` attaches
-/// (`--runtime`); `log` hears each step as it ends. The lab is always torn
-/// down.
+/// (`--runtime`); `log` hears each step as it ends. The lab is torn down,
+/// except with `keep`: then only the steps up to the faulted state run
+/// (see [`planned`]) and, when each behaved as written, the lab stays up as
+/// the standing lab `keep` names, faults in place (`cnilab lab down
+/// --name` removes it).
 pub fn run(
     scenario: &Scenario,
     plugin_dir: Option<String>,
     runtime: RuntimeKind,
+    keep: Option<&str>,
     log: &mut dyn FnMut(&StepLog),
 ) -> Result<ScenarioResult, ScenarioError> {
     let opts = UpOptions {
         plugin_dir,
-        persistent: None,
-        run_dir: crate::lab::scratch_run_dir().join(&scenario.name),
+        persistent: keep.map(str::to_string),
+        run_dir: match keep {
+            Some(name) => crate::lab::state::run_dir(name),
+            None => crate::lab::scratch_run_dir().join(&scenario.name),
+        },
         runtime,
     };
+    let planned = planned(scenario, keep.is_some());
     let mut lab = Lab::up(scenario.topology.clone(), opts)?;
     let mut undos: Vec<Undo> = Vec::new();
     let mut steps = Vec::new();
     let mut error = None;
     let mut skipped = None;
-    for (i, step) in scenario.steps.iter().enumerate() {
+    for (i, step) in planned.iter().enumerate() {
         let n = i + 1;
         let (what, outcome): (String, Result<(bool, String), LabError>) = match step {
             Step::Check {
@@ -173,15 +212,20 @@ pub fn run(
             break;
         }
     }
-    let run_dir = lab.opts.run_dir.clone();
-    lab.down();
-    let _ = std::fs::remove_dir_all(&run_dir);
+    let passed = steps.iter().all(|s| s.ok) && steps.len() == planned.len();
+    if keep.is_some() && passed && error.is_none() {
+        crate::lab::state::persist(lab)?;
+    } else {
+        let run_dir = lab.opts.run_dir.clone();
+        lab.down();
+        let _ = std::fs::remove_dir_all(&run_dir);
+    }
     if let Some(e) = error {
         return Err(e);
     }
     Ok(ScenarioResult {
         name: scenario.name.clone(),
-        passed: steps.iter().all(|s| s.ok) && steps.len() == scenario.steps.len(),
+        passed,
         skipped,
         steps,
     })

@@ -66,7 +66,7 @@ pub struct Options<'a> {
 }
 
 /// Something the kernel or machine here could not make; the rest was made.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NotMade {
     pub namespace: String,
     pub object: String,

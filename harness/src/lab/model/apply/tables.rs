@@ -2,6 +2,7 @@
 
 use super::{object_error, ApplyError, NotMade, Target};
 use crate::lab::model::firewall::iptables_nft_names;
+use crate::lab::model::NftTable;
 use cnilab_net::netns as plugin_netns;
 use cnilab_net::nft::NftError;
 use std::path::Path;
@@ -122,17 +123,19 @@ pub(super) fn firewall(t: &Target) -> Result<Vec<NotMade>, ApplyError> {
             (family, saved)
         })
         .collect();
-    for table in &t.model.nftables {
+    let by_iptables = |table: &NftTable| {
         let family = if table.family == "ip6" {
             "ipv6"
         } else {
             "ipv4"
         };
-        let by_iptables = matches!(table.family.as_str(), "ip" | "ip6")
+        matches!(table.family.as_str(), "ip" | "ip6")
             && restored
                 .iter()
-                .any(|(f, names)| f == family && names.contains(&table.name));
-        if by_iptables {
+                .any(|(f, names)| f == family && names.contains(&table.name))
+    };
+    for table in &t.model.nftables {
+        if by_iptables(table) {
             continue;
         }
         let what = format!("nftables table {} {}", table.family, table.name);
@@ -168,7 +171,51 @@ pub(super) fn firewall(t: &Target) -> Result<Vec<NotMade>, ApplyError> {
             Err(other) => return Err(object_error(ns, what, other)),
         }
     }
+    for table in t.model.nftables.iter().filter(|t| by_iptables(t)) {
+        drop_unused_builtin_chains(t, table)?;
+    }
     Ok(not_made)
+}
+
+/// The chain names an nft table's text declares (`chain FORWARD {`).
+fn chains(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("chain "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect()
+}
+
+/// `ip[6]tables-nft-restore` makes every built-in chain of a table it
+/// restores (the save text names them all), where iptables-nft made only
+/// the ones used (`iptables -P FORWARD DROP` makes FORWARD alone): those
+/// the captured table lacks are deleted again (they are empty, with policy
+/// accept, since the save text had nothing for them), so the replay holds
+/// the captured table.
+fn drop_unused_builtin_chains(t: &Target, table: &NftTable) -> Result<(), ApplyError> {
+    const BUILTIN: &[&str] = &["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];
+    let file = t.netns.file();
+    let what = format!("nftables table {} {}", table.family, table.name);
+    let fail = |e: NftError| object_error(&t.model.name, &what, e);
+    let listed = cnilab_net::nft::run(
+        Path::new("nft"),
+        Some(file),
+        &["list", "table", &table.family, &table.name],
+        None,
+    )
+    .map_err(fail)?;
+    let wanted = chains(&table.text);
+    for chain in chains(&listed) {
+        if BUILTIN.contains(&chain) && !wanted.contains(&chain) {
+            cnilab_net::nft::run(
+                Path::new("nft"),
+                Some(file),
+                &["delete", "chain", &table.family, &table.name, chain],
+                None,
+            )
+            .map_err(fail)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
