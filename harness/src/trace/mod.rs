@@ -2,10 +2,10 @@
 //! crosses, with the kernel's own answers at each hop.
 //!
 //! Where things happen: this file holds the types ([`Trace`], [`Hop`],
-//! [`Death`]), the [`World`] the tracer reads (a lab model plus the path of
-//! each namespace, nothing lab-specific: a real node's model and
-//! `/proc/<pid>/ns/net` paths do as well) and [`run`], which puts the two
-//! halves together; `walk.rs` is the routing walk (RTM_GETROUTE per hop in
+//! [`Death`]) and [`run`], which puts the two halves together; `world.rs`
+//! is the [`World`] the tracer reads (each namespace by path, read into the
+//! model's form only when the trace crosses it; nothing lab-specific: a
+//! real node's `/proc/<pid>/ns/net` paths do as well); `walk.rs` is the routing walk (RTM_GETROUTE per hop in
 //! `route.rs`, then veth peer / bridge port to the next namespace, and the
 //! outer packet of a VXLAN device walked like any other); `vxlan.rs` says
 //! where a VXLAN device sends the inner packet and where it comes out (it
@@ -39,28 +39,17 @@ pub mod route;
 mod text;
 mod vxlan;
 mod walk;
+mod world;
 
 pub use nftrace::{Event, EventKind, TABLE_PREFIX};
+pub use world::{Addresses, World};
 
-use crate::lab::model::{LabModel, Link, Namespace, Route, RouteType};
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::net::IpAddr;
-use std::path::PathBuf;
 
 /// Version of the trace's JSON form.
 pub const SCHEMA_VERSION: u32 = 1;
-
-/// What the tracer reads: the model (links, veth peers, bridge ports,
-/// addresses, routes, permanent neighbours) and each namespace, by role, at
-/// its path.
-pub struct World {
-    pub model: LabModel,
-    files: BTreeMap<String, (PathBuf, File)>,
-    /// Role → the node it belongs to (`None`: underlay).
-    nodes: BTreeMap<String, Option<String>>,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -236,170 +225,6 @@ pub struct Trace {
     /// Commands that reproduce the finding.
     pub reproduce: Vec<String>,
 }
-
-impl World {
-    /// `paths`: role → namespace path; `nodes`: role → its node.
-    pub fn new(
-        model: LabModel,
-        paths: BTreeMap<String, PathBuf>,
-        nodes: BTreeMap<String, Option<String>>,
-    ) -> Result<World, String> {
-        let mut files = BTreeMap::new();
-        for (role, path) in paths {
-            let f = cnilab_net::netns::open_network_namespace(&path)
-                .map_err(|e| format!("{role}: {e}"))?;
-            files.insert(role, (path, f));
-        }
-        Ok(World {
-            model,
-            files,
-            nodes,
-        })
-    }
-
-    pub(crate) fn file(&self, ns: &str) -> Option<&File> {
-        self.files.get(ns).map(|(_, f)| f)
-    }
-
-    fn path(&self, ns: &str) -> String {
-        self.files
-            .get(ns)
-            .map(|(p, _)| p.display().to_string())
-            .unwrap_or_else(|| ns.to_string())
-    }
-
-    fn namespaces(&self) -> impl Iterator<Item = &Namespace> {
-        self.model.underlay.iter().chain(
-            self.model
-                .nodes
-                .iter()
-                .flat_map(|n| std::iter::once(&n.net).chain(&n.pods)),
-        )
-    }
-
-    pub(crate) fn namespace(&self, ns: &str) -> Option<&Namespace> {
-        self.namespaces().find(|n| n.name == ns)
-    }
-
-    pub(crate) fn link(&self, ns: &str, link: &str) -> Option<&Link> {
-        self.namespace(ns)?.links.iter().find(|l| l.name == link)
-    }
-
-    /// A sysctl read now, inside the namespace (`?` when unreadable).
-    pub(crate) fn sysctl(&self, ns: &str, key: &str) -> String {
-        self.file(ns)
-            .and_then(|f| cnilab_net::netns::read_sysctl(Some(f), key).ok())
-            .map(|v| v.trim().to_string())
-            .unwrap_or_else(|| "?".into())
-    }
-
-    /// The veth peer of `ns`/`link`, by role.
-    pub(crate) fn peer(&self, ns: &str, link: &str) -> Option<(String, String)> {
-        let peer = self.link(ns, link)?.veth.as_ref()?;
-        let peer_ns = peer.namespace.clone().unwrap_or_else(|| ns.to_string());
-        Some((peer_ns, peer.name.clone()))
-    }
-
-    pub(crate) fn ports(&self, ns: &str, bridge: &str) -> Vec<&Link> {
-        self.namespace(ns)
-            .map(|n| {
-                n.links
-                    .iter()
-                    .filter(|l| l.controller.as_deref() == Some(bridge))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    pub(crate) fn owns(&self, ns: &str, ip: IpAddr) -> bool {
-        self.namespace(ns).is_some_and(|n| {
-            n.links
-                .iter()
-                .any(|l| l.addresses.iter().any(|a| a.addr() == ip))
-        })
-    }
-
-    /// The namespace whose link holds `ip`.
-    pub fn owner(&self, ip: IpAddr) -> Option<String> {
-        self.namespaces()
-            .find(|n| self.owns(&n.name, ip))
-            .map(|n| n.name.clone())
-    }
-
-    /// Whether entering `ns` by `link` reaches `ip`'s owner (itself, or
-    /// behind the bridge `link` is a port of).
-    pub(crate) fn leads_to(&self, ns: &str, link: &str, ip: IpAddr, depth: usize) -> bool {
-        if self.owns(ns, ip) {
-            return true;
-        }
-        let Some(bridge) = self.link(ns, link).and_then(|l| l.controller.clone()) else {
-            return false;
-        };
-        depth < 8
-            && self.ports(ns, &bridge).iter().any(|p| {
-                p.name != link
-                    && self
-                        .peer(ns, &p.name)
-                        .is_some_and(|(pn, pl)| self.leads_to(&pn, &pl, ip, depth + 1))
-            })
-    }
-
-    /// The most specific route to `dst` of `ns`, when it is one that
-    /// refuses (blackhole, unreachable, prohibit).
-    pub(crate) fn refusing_route(&self, ns: &str, dst: IpAddr) -> Option<&Route> {
-        let best = self
-            .namespace(ns)?
-            .routes
-            .iter()
-            .filter(|r| r.dst.contains(&dst))
-            .max_by_key(|r| (r.table == 254, r.dst.prefix_len()))?;
-        matches!(
-            best.kind,
-            RouteType::Blackhole | RouteType::Unreachable | RouteType::Prohibit
-        )
-        .then_some(best)
-    }
-
-    /// A permanent neighbour for `ip` on `dev` whose MAC is not the MAC of
-    /// the link that owns `ip`.
-    pub(crate) fn wrong_permanent_neighbour(
-        &self,
-        ns: &str,
-        dev: &str,
-        ip: IpAddr,
-    ) -> Option<Death> {
-        let n = self
-            .namespace(ns)?
-            .neighbours
-            .iter()
-            .find(|n| n.dev == dev && n.addr == ip && n.state == "permanent")?;
-        let mac = n.mac.as_deref()?;
-        let owner = self.owner(ip)?;
-        let owner_mac = self
-            .namespace(&owner)?
-            .links
-            .iter()
-            .find(|l| l.addresses.iter().any(|a| a.addr() == ip))?
-            .mac
-            .clone()?;
-        (!mac.eq_ignore_ascii_case(&owner_mac)).then(|| {
-            Death::new(
-                ns,
-                "neighbour-wrong-mac",
-                &format!("neighbour {ip} dev {dev}"),
-                &format!(
-                    "permanent entry lladdr {mac}, but {ip} is on {owner} with MAC {owner_mac}"
-                ),
-            )
-        })
-    }
-
-    /// The node a namespace belongs to.
-    fn node_of(&self, ns: &str) -> Option<String> {
-        self.nodes.get(ns).cloned().flatten()
-    }
-}
-
 /// Traces `req` through `world`: the routing walk, then the firewall trace
 /// with one real probe. When that trace shows a NAT rule rewriting the
 /// probe (a Service's DNAT, a masquerade), the walk is made again with the
@@ -466,7 +291,11 @@ pub fn run(world: &World, req: &Request) -> Trace {
             trace.verdict = Verdict::Died;
             trace.death = Some(*d);
         }
-        End::Inconclusive(reason) => {
+        End::Inconclusive(mut reason) => {
+            let unread = world.read_errors();
+            if !unread.is_empty() {
+                reason.push_str(&format!("; could not read: {}", unread.join("; ")));
+            }
             trace.verdict = Verdict::Inconclusive;
             trace.reason = Some(reason);
         }

@@ -131,6 +131,34 @@ pub fn read_with_warnings(layout: &Layout) -> Result<(LabModel, Vec<String>), St
     Ok((model, warnings))
 }
 
+/// One namespace read alone (a tracer reads only the namespaces it
+/// crosses): a veth peer in another namespace keeps its role and is named
+/// `#<index>` until that namespace is read too; beside it, this namespace's
+/// link names by index. `others` as for [`read`]: the namespaces a peer may
+/// be in, by role. What a tool could not read is an error.
+pub fn read_one(
+    role: &str,
+    file: &File,
+    others: &[(String, i32)],
+) -> Result<(Namespace, BTreeMap<u32, String>), String> {
+    let raw = read_namespace(role, file, others)?;
+    if !raw.warnings.is_empty() {
+        return Err(raw.warnings.join("; "));
+    }
+    let by_index: BTreeMap<u32, String> = raw
+        .links
+        .iter()
+        .map(|l| (l.index, l.link.name.clone()))
+        .collect();
+    let names = by_index
+        .iter()
+        .map(|(i, n)| ((role.to_string(), *i), n.clone()))
+        .collect();
+    let mut ns = resolve(raw, &names);
+    ns.sort();
+    Ok((ns, by_index))
+}
+
 /// Names instead of indexes: controllers, veth peers, VXLAN devices.
 fn resolve(raw: RawNamespace, names: &BTreeMap<(String, u32), String>) -> Namespace {
     let me = raw.ns.name.clone();
