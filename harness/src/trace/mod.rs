@@ -10,6 +10,8 @@
 //! outer packet of a VXLAN device walked like any other); `vxlan.rs` says
 //! where a VXLAN device sends the inner packet and where it comes out (it
 //! calls nothing of the walk);
+//! `fdb.rs` says whether a bridge port that does not learn gets the frame
+//! (its FDB entry or flooding, read live);
 //! `nftrace.rs` sends one real probe with `meta nftrace` rules of the
 //! trace's own in each crossed namespace and reads `nft monitor trace`;
 //! `counters.rs` reads the drops only counters show (qdiscs, legacy
@@ -32,6 +34,7 @@
 //! port.
 
 mod counters;
+mod fdb;
 mod nat;
 mod nftrace;
 mod probe;
@@ -119,10 +122,12 @@ pub const CAUSES: &[&str] = &[
     "bridge-port-blocked",
     "bridge-port-isolated",
     "bridge-loop",
+    "bridge-fdb-missing",
     "noarp",
     "mtu",
     "accept-local",
     "arp-ignore",
+    "arp-announce",
     "qdisc-drop",
     "iptables-legacy-drop",
     "iptables-legacy-policy",
@@ -401,9 +406,10 @@ fn combine(
         (None, None) => {}
     }
     match end {
-        End::Arrived(ns) if !traced.seen.contains(&ns) => match unresolved(world, &trace.hops) {
-            Some(d) => End::Died(Box::new(d)),
-            None => End::Inconclusive(format!(
+        End::Arrived(ns) if !traced.seen.contains(&ns) => {
+            match unresolved(world, &trace.hops, trace.src) {
+                Some(d) => End::Died(Box::new(d)),
+                None => End::Inconclusive(format!(
             "the kernel's routes deliver it to {ns} and no firewall rule dropped it, but the probe \
              was never seen in {ns} (seen in: {}); what dropped it is something this trace does \
              not read yet (bridge filtering, tc actions other than drop, eBPF)",
@@ -413,7 +419,8 @@ fn combine(
                 traced.seen.join(", ")
             }
         )),
-        },
+            }
+        }
         End::Arrived(ns) if ns != to_ns => End::Inconclusive(format!(
             "the packet is delivered in {ns}, not in {to_ns} where {} is",
             trace.dst
@@ -424,7 +431,7 @@ fn combine(
 
 /// After a probe that did not arrive: the first hop whose next hop the
 /// kernel could not resolve (its neighbour entry INCOMPLETE or FAILED).
-fn unresolved(world: &World, hops: &[Hop]) -> Option<Death> {
+fn unresolved(world: &World, hops: &[Hop], src: Option<IpAddr>) -> Option<Death> {
     use rtnetlink::packet_route::neighbour::NeighbourState;
     hops.iter().find_map(|h| {
         let (oif, next) = (h.oif.as_deref()?, h.next_hop?);
@@ -445,6 +452,9 @@ fn unresolved(world: &World, hops: &[Hop]) -> Option<Death> {
         failed.then(|| {
             let owner = world.owner(next).unwrap_or_else(|| "nobody".into());
             if let Some(d) = arp_ignored(world, &owner, next) {
+                return d;
+            }
+            if let Some(d) = arp_announced(world, h, (&owner, next), src) {
                 return d;
             }
             // The device and, for a bridge, its ports (where a request leaves).
@@ -515,6 +525,46 @@ fn arp_ignored(world: &World, owner: &str, ip: IpAddr) -> Option<Death> {
         "arp-ignore",
         &key,
         &format!("{owner} ignores every ARP request for {ip} (arp_ignore all={all} {dev}={own})"),
+    );
+    d.check = format!("sysctl {}", key.replace('/', "."));
+    Some(d)
+}
+
+/// An IPv4 next hop whose owner answers only ARP requests from its own
+/// subnet (arp_ignore 2), asked by `hop`'s namespace with a sender address
+/// outside it (`src`, the packet's source, when that namespace holds it): the namespace's arp_announce below 2 lets the request carry
+/// the packet's own source (a route's `src` on another link) instead of an
+/// address of the link it leaves by.
+fn arp_announced(
+    world: &World,
+    hop: &Hop,
+    (owner, ip): (&str, IpAddr),
+    src: Option<IpAddr>,
+) -> Option<Death> {
+    let (ns, oif, src) = (&hop.namespace, hop.oif.as_deref()?, src?);
+    let dev = world
+        .namespace(owner)?
+        .links
+        .iter()
+        .find(|l| l.addresses.iter().any(|a| a.addr() == ip))?;
+    let subnet = dev.addresses.iter().find(|a| a.addr() == ip)?.trunc();
+    let number = |v: String| v.parse::<u8>().unwrap_or(0);
+    let ignore = |on: &str| number(world.sysctl(owner, &format!("net/ipv4/conf/{on}/arp_ignore")));
+    let announce = |on: &str| number(world.sysctl(ns, &format!("net/ipv4/conf/{on}/arp_announce")));
+    let outside = !subnet.contains(&src) && world.owns(ns, src);
+    let (all, own) = (announce("all"), announce(oif));
+    if !ip.is_ipv4() || !outside || ignore("all").max(ignore(&dev.name)) != 2 || all.max(own) >= 2 {
+        return None;
+    }
+    let key = format!("net/ipv4/conf/{oif}/arp_announce");
+    let mut d = Death::new(
+        ns,
+        "arp-announce",
+        &key,
+        &format!(
+            "{ns} asks for {ip} on {oif} from {src} (arp_announce all={all} {oif}={own}), and              {owner} answers only requests from {subnet} (arp_ignore 2 on {})",
+            dev.name
+        ),
     );
     d.check = format!("sysctl {}", key.replace('/', "."));
     Some(d)

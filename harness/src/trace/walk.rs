@@ -550,6 +550,7 @@ fn switch(
         }
         port_forwards(ns, bridge, port)?;
         isolation(world, ns, bridge, in_port, port)?;
+        super::fdb::reaches(world, ns, bridge, port, nexthop)?;
         fits(ns, port, w.size)?;
         return enter(world, w, &peer_ns, &peer, nexthop, depth);
     }

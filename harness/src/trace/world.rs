@@ -272,14 +272,7 @@ impl World {
             .iter()
             .find(|n| n.dev == dev && n.addr == ip && n.state == "permanent")?;
         let mac = n.mac.as_deref()?;
-        let owner = self.owner(ip)?;
-        let owner_mac = self
-            .namespace(&owner)?
-            .links
-            .iter()
-            .find(|l| l.addresses.iter().any(|a| a.addr() == ip))?
-            .mac
-            .clone()?;
+        let (owner, owner_mac) = self.mac_of(ip)?;
         (!mac.eq_ignore_ascii_case(&owner_mac)).then(|| {
             Death::new(
                 ns,
@@ -290,6 +283,19 @@ impl World {
                 ),
             )
         })
+    }
+
+    /// The owner of `ip` and the MAC of its link that holds it.
+    pub(crate) fn mac_of(&self, ip: IpAddr) -> Option<(String, String)> {
+        let owner = self.owner(ip)?;
+        let mac = self
+            .namespace(&owner)?
+            .links
+            .iter()
+            .find(|l| l.addresses.iter().any(|a| a.addr() == ip))?
+            .mac
+            .clone()?;
+        Some((owner, mac))
     }
 
     /// The node a namespace belongs to.

@@ -625,18 +625,25 @@ async fn read_rules(
 
 /// Bridge and VXLAN forwarding entries that configuration made: permanent
 /// or static, not multicast, not a link's own address of this namespace.
+/// Every FDB entry of the namespace (AF_BRIDGE neighbours), as the kernel
+/// gives them: learned ones too.
+pub(crate) async fn fdb_messages(
+    h: &rtnetlink::Handle,
+) -> Result<Vec<rtnetlink::packet_route::neighbour::NeighbourMessage>, rtnetlink::Error> {
+    h.neighbours()
+        .get()
+        .set_address_family(AddressFamily::Bridge)
+        .execute()
+        .try_collect()
+        .await
+}
+
 async fn read_fdb(
     h: &rtnetlink::Handle,
     name_of: &impl Fn(u32) -> Option<String>,
     own_macs: &[String],
 ) -> Result<Vec<FdbEntry>, rtnetlink::Error> {
-    let msgs: Vec<_> = h
-        .neighbours()
-        .get()
-        .set_address_family(AddressFamily::Bridge)
-        .execute()
-        .try_collect()
-        .await?;
+    let msgs = fdb_messages(h).await?;
     let mut out = Vec::new();
     for m in msgs {
         // A VXLAN entry may carry several NUD bits at once.
