@@ -8,7 +8,9 @@
 mod trace_common;
 
 use cnilab_tests::{host_untouched, StandingLab as Standing};
-use trace_common::{address, assert_check_names, assert_check_says, assert_died, Lab};
+use trace_common::{
+    address, assert_arrived, assert_check_names, assert_check_says, assert_died, Lab,
+};
 
 /// Strict reverse-path filtering on node2 while its route back to node1's
 /// pods leaves by the pods' bridge: the packet from node1-pod0 arriving on
@@ -261,4 +263,167 @@ fn a_chain_policy_drop_is_named_as_the_policy() {
     assert_died(&t, "node1", "firewall-policy", object);
     // A diagnosis rule knows this one; the trace agrees with it.
     assert_check_says(&lab, &["node1", "FORWARD", "policy drop"]);
+}
+
+/// node2's pod port neither learns nor floods unknown unicast and the
+/// entry it learned is deleted: node2's bridge sends the frame for its pod
+/// nowhere. Named on the pod-to-pod, node-to-pod and Service paths (all
+/// leave node2 by that port); a pod-to-node path never goes out of it.
+#[test]
+fn a_bridge_port_that_neither_learns_nor_floods_is_named() {
+    let _host = host_untouched();
+    let lab = Standing::up("tffl", &["--service"]);
+    let veth = lab.pod_veth("node2");
+    let mac = lab.sh("node2-pod0", "cat", &["/sys/class/net/eth0/address"]);
+    let mac = mac.trim();
+    lab.sh(
+        "node2",
+        "bridge",
+        &[
+            "link", "set", "dev", &veth, "learning", "off", "flood", "off",
+        ],
+    );
+    // The entry learned so far, if it has not aged out yet.
+    let fdb = lab.sh("node2", "bridge", &["fdb", "show", "dev", &veth]);
+    if fdb.contains(mac) {
+        lab.sh(
+            "node2",
+            "bridge",
+            &["fdb", "del", mac, "dev", &veth, "master"],
+        );
+    }
+    let object = format!("port {veth} of cnilab0");
+    for (from, to, extra) in [
+        ("node1-pod0", "node2-pod0", &[][..]),
+        ("node1", "node2-pod0", &[][..]),
+        (
+            "node1-pod0",
+            "10.96.0.12",
+            &["--proto", "tcp", "--port", "7777"][..],
+        ),
+    ] {
+        let t = lab.trace(from, to, extra);
+        assert_died(&t, "node2", "bridge-fdb-missing", &object);
+        let evidence = t.1["death"]["evidence"].to_string();
+        assert!(evidence.contains(mac), "{from} -> {to}: {evidence}");
+    }
+    assert_check_names(&lab, "bridge-fdb-missing", "node2", &object);
+    // Flooding back on: the same port gets the frame again.
+    lab.sh(
+        "node2",
+        "bridge",
+        &["link", "set", "dev", &veth, "flood", "on"],
+    );
+    assert_arrived(&lab.trace("node1-pod0", "node2-pod0", &[]), "node2-pod0");
+}
+
+/// Conntrack state. The trace's probes (an echo request, a TCP SYN, a UDP
+/// datagram) are each the first packet of a flow, NEW to conntrack, never
+/// INVALID: a `ct state invalid drop` rule on the way is crossed and not
+/// blamed. A rule whose conntrack state does match the probe (`ct state
+/// new`) is named by table, chain, handle and text on the pod-to-pod,
+/// node-to-pod, Service and pod-to-node paths.
+#[test]
+fn conntrack_state_rules_are_named_only_when_they_drop_the_probe() {
+    let _host = host_untouched();
+    let lab = Standing::up("tfct", &["--service"]);
+    let pod = address(&lab, "node2-pod0", "-4", "eth0");
+    let nft = |rule: &str| {
+        lab.sh("node2", "nft", &[rule]);
+    };
+    nft("add table inet ctlab");
+    nft("add chain inet ctlab ctfwd { type filter hook forward priority 0; }");
+    nft("add chain inet ctlab ctin { type filter hook input priority 0; }");
+    nft("add rule inet ctlab ctfwd ct state invalid drop");
+    nft("add rule inet ctlab ctin ct state invalid drop");
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_arrived(&t, "node2-pod0");
+    assert!(
+        t.1["firewall"].to_string().contains("ctlab"),
+        "the probe crossed the ctlab chains: {:#}",
+        t.1
+    );
+    nft(&format!(
+        "add rule inet ctlab ctfwd ip daddr {pod} ct state new drop"
+    ));
+    nft("add rule inet ctlab ctin meta l4proto icmp ct state new drop");
+    for (from, to, extra, chain) in [
+        ("node1-pod0", "node2-pod0", &[][..], "ctfwd"),
+        ("node1", "node2-pod0", &[][..], "ctfwd"),
+        (
+            "node1-pod0",
+            "10.96.0.12",
+            &["--proto", "tcp", "--port", "7777"][..],
+            "ctfwd",
+        ),
+        ("node1-pod0", "node2", &[][..], "ctin"),
+    ] {
+        let t = lab.trace(from, to, extra);
+        assert_died(
+            &t,
+            "node2",
+            "firewall-drop",
+            &format!("inet ctlab {chain} handle"),
+        );
+        let evidence = t.1["death"]["evidence"].to_string();
+        assert!(
+            evidence.contains("ct state new"),
+            "{from} -> {to}: {evidence}"
+        );
+    }
+    assert_check_names(&lab, "firewall-drop", "node2", "inet ctlab ctfwd handle");
+}
+
+/// arp_announce where it decides an ARP request's sender: node2 reaches
+/// its pods' subnet with `src` its underlay address, and node2-pod0
+/// answers only requests from its own subnet (arp_ignore 2). With
+/// arp_announce 2 on node2 the request carries the bridge's address and
+/// node2's own packet to the pod arrives; with 0 (the kernel's default) it
+/// carries the underlay address, the pod ignores it, and the trace names
+/// node2's arp_announce. Only node2's own packets: for a forwarded packet
+/// the kernel takes the bridge's address whatever arp_announce says, so
+/// no pod-to-pod path (and no probe of `lab check`) fails this way.
+#[test]
+fn arp_announce_is_named_where_it_chooses_the_arp_sender() {
+    let _host = host_untouched();
+    let lab = Standing::up("tfaa", &[]);
+    lab.sh(
+        "node2-pod0",
+        "sysctl",
+        &["-qw", "net.ipv4.conf.all.arp_ignore=2"],
+    );
+    lab.sh(
+        "node2",
+        "ip",
+        &[
+            "route",
+            "replace",
+            "10.244.2.0/24",
+            "dev",
+            "cnilab0",
+            "src",
+            "10.250.0.2",
+        ],
+    );
+    let announce = |value: &str| {
+        lab.sh(
+            "node2",
+            "sysctl",
+            &["-qw", &format!("net.ipv4.conf.all.arp_announce={value}")],
+        );
+        lab.sh("node2", "ip", &["neigh", "flush", "dev", "cnilab0"]);
+    };
+    announce("2");
+    assert_arrived(&lab.trace("node2", "node2-pod0", &[]), "node2-pod0");
+    announce("0");
+    let t = lab.trace("node2", "node2-pod0", &[]);
+    assert_died(
+        &t,
+        "node2",
+        "arp-announce",
+        "net/ipv4/conf/cnilab0/arp_announce",
+    );
+    let evidence = t.1["death"]["evidence"].to_string();
+    assert!(evidence.contains("from 10.250.0.2"), "{evidence}");
+    lab.assert_no_trace_tables();
 }

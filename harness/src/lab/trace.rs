@@ -1,13 +1,16 @@
 //! `cnilab lab trace`: FROM and TO (pods, nodes or addresses) of a standing
-//! lab resolved to namespaces and addresses, and the lab's namespaces handed
-//! by path to the tracer ([`crate::trace`]), which knows nothing of labs;
-//! [`failed_probe`] does the same for a failed probe of `lab check`.
+//! lab resolved to namespaces and addresses from its state file, and the
+//! lab's namespaces handed by path to the tracer ([`crate::trace`]), which
+//! knows nothing of labs and reads only the namespaces the packet crosses;
+//! [`failed_probe`] does the same for a failed probe of `lab check`. Both
+//! tell the tracer the addresses the lab gave (pods' and nodes'), and that
+//! pods are ends (see [`crate::trace::Addresses`]).
 
 use super::parts::Lab;
 use super::state::{load_state, LabState};
 use super::LabError;
 use crate::connectivity::ProbeOutcome;
-use crate::trace::{self, Proto, Request, World};
+use crate::trace::{self, Addresses, Proto, Request, World};
 use cnilab_net::netns as plugin_netns;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -23,9 +26,14 @@ pub fn run(
     size: Option<u32>,
 ) -> Result<trace::Trace, LabError> {
     let state = load_state(name)?;
-    let model = super::model::layout::standing(name)?;
     let (paths, nodes) = namespaces(&state);
-    let world = World::new(model, paths, nodes).map_err(LabError::Setup)?;
+    let pods = state
+        .nodes
+        .iter()
+        .flat_map(|n| &n.pods)
+        .map(|p| (p.name.as_str(), p.ips.as_slice()));
+    let addresses = addresses(state.topology.nodes.iter(), pods);
+    let world = World::new(paths, nodes, addresses).map_err(LabError::Setup)?;
     let (to_ns, dst) = endpoint(&world, &state, to, None)
         .map_err(|e| LabError::Setup(format!("TO {e}")))?
         .and_dst()
@@ -57,7 +65,6 @@ pub fn run(
 /// (standing or not). `None` when its ends are in no namespace of the lab.
 pub fn failed_probe(lab: &Lab, o: &ProbeOutcome) -> Result<trace::Trace, String> {
     let layout = super::model::layout::layout_of(lab);
-    let model = super::model::read::read(&layout)?;
     let mut paths = BTreeMap::new();
     let mut nodes = BTreeMap::new();
     let underlay = std::iter::once(&lab.switch)
@@ -80,7 +87,13 @@ pub fn failed_probe(lab: &Lab, o: &ProbeOutcome) -> Result<trace::Trace, String>
             nodes.insert(p.name.clone(), Some(n.spec.name.clone()));
         }
     }
-    let world = World::new(model, paths, nodes)?;
+    let pods = lab
+        .nodes
+        .iter()
+        .flat_map(|n| &n.pods)
+        .map(|p| (p.name.as_str(), p.ips.as_slice()));
+    let addresses = addresses(lab.nodes.iter().map(|n| &n.spec), pods);
+    let world = World::new(paths, nodes, addresses)?;
     let (from, to) = (&o.spec.from, &o.spec.to);
     let owner = |ip: IpAddr| {
         world
@@ -164,6 +177,27 @@ fn namespaces(state: &LabState) -> (BTreeMap<String, PathBuf>, BTreeMap<String, 
         }
     }
     (paths, nodes)
+}
+
+/// What the lab gave: the nodes' underlay addresses (checked in the node
+/// when asked) and the pods' addresses; pods are ends.
+fn addresses<'a>(
+    specs: impl Iterator<Item = &'a super::topology::NodeSpec>,
+    pods: impl Iterator<Item = (&'a str, &'a [ipnet::IpNet])>,
+) -> Addresses {
+    let mut a = Addresses::default();
+    for s in specs {
+        for ip in std::iter::once(s.address).chain(s.address6) {
+            a.known.insert(ip, s.name.clone());
+        }
+    }
+    for (pod, ips) in pods {
+        for ip in ips {
+            a.known.insert(ip.addr(), pod.to_string());
+        }
+        a.ends.insert(pod.to_string());
+    }
+    a
 }
 
 /// A resolved FROM or TO: its namespace and, when known, its address.

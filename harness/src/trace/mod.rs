@@ -2,14 +2,16 @@
 //! crosses, with the kernel's own answers at each hop.
 //!
 //! Where things happen: this file holds the types ([`Trace`], [`Hop`],
-//! [`Death`]), the [`World`] the tracer reads (a lab model plus the path of
-//! each namespace, nothing lab-specific: a real node's model and
-//! `/proc/<pid>/ns/net` paths do as well) and [`run`], which puts the two
-//! halves together; `walk.rs` is the routing walk (RTM_GETROUTE per hop in
+//! [`Death`]) and [`run`], which puts the two halves together; `world.rs`
+//! is the [`World`] the tracer reads (each namespace by path, read into the
+//! model's form only when the trace crosses it; nothing lab-specific: a
+//! real node's `/proc/<pid>/ns/net` paths do as well); `walk.rs` is the routing walk (RTM_GETROUTE per hop in
 //! `route.rs`, then veth peer / bridge port to the next namespace, and the
 //! outer packet of a VXLAN device walked like any other); `vxlan.rs` says
 //! where a VXLAN device sends the inner packet and where it comes out (it
 //! calls nothing of the walk);
+//! `fdb.rs` says whether a bridge port that does not learn gets the frame
+//! (its FDB entry or flooding, read live);
 //! `nftrace.rs` sends one real probe with `meta nftrace` rules of the
 //! trace's own in each crossed namespace and reads `nft monitor trace`;
 //! `counters.rs` reads the drops only counters show (qdiscs, legacy
@@ -32,6 +34,7 @@
 //! port.
 
 mod counters;
+mod fdb;
 mod nat;
 mod nftrace;
 mod probe;
@@ -39,28 +42,17 @@ pub mod route;
 mod text;
 mod vxlan;
 mod walk;
+mod world;
 
 pub use nftrace::{Event, EventKind, TABLE_PREFIX};
+pub use world::{Addresses, World};
 
-use crate::lab::model::{LabModel, Link, Namespace, Route, RouteType};
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::net::IpAddr;
-use std::path::PathBuf;
 
 /// Version of the trace's JSON form.
 pub const SCHEMA_VERSION: u32 = 1;
-
-/// What the tracer reads: the model (links, veth peers, bridge ports,
-/// addresses, routes, permanent neighbours) and each namespace, by role, at
-/// its path.
-pub struct World {
-    pub model: LabModel,
-    files: BTreeMap<String, (PathBuf, File)>,
-    /// Role → the node it belongs to (`None`: underlay).
-    nodes: BTreeMap<String, Option<String>>,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -130,10 +122,12 @@ pub const CAUSES: &[&str] = &[
     "bridge-port-blocked",
     "bridge-port-isolated",
     "bridge-loop",
+    "bridge-fdb-missing",
     "noarp",
     "mtu",
     "accept-local",
     "arp-ignore",
+    "arp-announce",
     "qdisc-drop",
     "iptables-legacy-drop",
     "iptables-legacy-policy",
@@ -236,170 +230,6 @@ pub struct Trace {
     /// Commands that reproduce the finding.
     pub reproduce: Vec<String>,
 }
-
-impl World {
-    /// `paths`: role → namespace path; `nodes`: role → its node.
-    pub fn new(
-        model: LabModel,
-        paths: BTreeMap<String, PathBuf>,
-        nodes: BTreeMap<String, Option<String>>,
-    ) -> Result<World, String> {
-        let mut files = BTreeMap::new();
-        for (role, path) in paths {
-            let f = cnilab_net::netns::open_network_namespace(&path)
-                .map_err(|e| format!("{role}: {e}"))?;
-            files.insert(role, (path, f));
-        }
-        Ok(World {
-            model,
-            files,
-            nodes,
-        })
-    }
-
-    pub(crate) fn file(&self, ns: &str) -> Option<&File> {
-        self.files.get(ns).map(|(_, f)| f)
-    }
-
-    fn path(&self, ns: &str) -> String {
-        self.files
-            .get(ns)
-            .map(|(p, _)| p.display().to_string())
-            .unwrap_or_else(|| ns.to_string())
-    }
-
-    fn namespaces(&self) -> impl Iterator<Item = &Namespace> {
-        self.model.underlay.iter().chain(
-            self.model
-                .nodes
-                .iter()
-                .flat_map(|n| std::iter::once(&n.net).chain(&n.pods)),
-        )
-    }
-
-    pub(crate) fn namespace(&self, ns: &str) -> Option<&Namespace> {
-        self.namespaces().find(|n| n.name == ns)
-    }
-
-    pub(crate) fn link(&self, ns: &str, link: &str) -> Option<&Link> {
-        self.namespace(ns)?.links.iter().find(|l| l.name == link)
-    }
-
-    /// A sysctl read now, inside the namespace (`?` when unreadable).
-    pub(crate) fn sysctl(&self, ns: &str, key: &str) -> String {
-        self.file(ns)
-            .and_then(|f| cnilab_net::netns::read_sysctl(Some(f), key).ok())
-            .map(|v| v.trim().to_string())
-            .unwrap_or_else(|| "?".into())
-    }
-
-    /// The veth peer of `ns`/`link`, by role.
-    pub(crate) fn peer(&self, ns: &str, link: &str) -> Option<(String, String)> {
-        let peer = self.link(ns, link)?.veth.as_ref()?;
-        let peer_ns = peer.namespace.clone().unwrap_or_else(|| ns.to_string());
-        Some((peer_ns, peer.name.clone()))
-    }
-
-    pub(crate) fn ports(&self, ns: &str, bridge: &str) -> Vec<&Link> {
-        self.namespace(ns)
-            .map(|n| {
-                n.links
-                    .iter()
-                    .filter(|l| l.controller.as_deref() == Some(bridge))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    pub(crate) fn owns(&self, ns: &str, ip: IpAddr) -> bool {
-        self.namespace(ns).is_some_and(|n| {
-            n.links
-                .iter()
-                .any(|l| l.addresses.iter().any(|a| a.addr() == ip))
-        })
-    }
-
-    /// The namespace whose link holds `ip`.
-    pub fn owner(&self, ip: IpAddr) -> Option<String> {
-        self.namespaces()
-            .find(|n| self.owns(&n.name, ip))
-            .map(|n| n.name.clone())
-    }
-
-    /// Whether entering `ns` by `link` reaches `ip`'s owner (itself, or
-    /// behind the bridge `link` is a port of).
-    pub(crate) fn leads_to(&self, ns: &str, link: &str, ip: IpAddr, depth: usize) -> bool {
-        if self.owns(ns, ip) {
-            return true;
-        }
-        let Some(bridge) = self.link(ns, link).and_then(|l| l.controller.clone()) else {
-            return false;
-        };
-        depth < 8
-            && self.ports(ns, &bridge).iter().any(|p| {
-                p.name != link
-                    && self
-                        .peer(ns, &p.name)
-                        .is_some_and(|(pn, pl)| self.leads_to(&pn, &pl, ip, depth + 1))
-            })
-    }
-
-    /// The most specific route to `dst` of `ns`, when it is one that
-    /// refuses (blackhole, unreachable, prohibit).
-    pub(crate) fn refusing_route(&self, ns: &str, dst: IpAddr) -> Option<&Route> {
-        let best = self
-            .namespace(ns)?
-            .routes
-            .iter()
-            .filter(|r| r.dst.contains(&dst))
-            .max_by_key(|r| (r.table == 254, r.dst.prefix_len()))?;
-        matches!(
-            best.kind,
-            RouteType::Blackhole | RouteType::Unreachable | RouteType::Prohibit
-        )
-        .then_some(best)
-    }
-
-    /// A permanent neighbour for `ip` on `dev` whose MAC is not the MAC of
-    /// the link that owns `ip`.
-    pub(crate) fn wrong_permanent_neighbour(
-        &self,
-        ns: &str,
-        dev: &str,
-        ip: IpAddr,
-    ) -> Option<Death> {
-        let n = self
-            .namespace(ns)?
-            .neighbours
-            .iter()
-            .find(|n| n.dev == dev && n.addr == ip && n.state == "permanent")?;
-        let mac = n.mac.as_deref()?;
-        let owner = self.owner(ip)?;
-        let owner_mac = self
-            .namespace(&owner)?
-            .links
-            .iter()
-            .find(|l| l.addresses.iter().any(|a| a.addr() == ip))?
-            .mac
-            .clone()?;
-        (!mac.eq_ignore_ascii_case(&owner_mac)).then(|| {
-            Death::new(
-                ns,
-                "neighbour-wrong-mac",
-                &format!("neighbour {ip} dev {dev}"),
-                &format!(
-                    "permanent entry lladdr {mac}, but {ip} is on {owner} with MAC {owner_mac}"
-                ),
-            )
-        })
-    }
-
-    /// The node a namespace belongs to.
-    fn node_of(&self, ns: &str) -> Option<String> {
-        self.nodes.get(ns).cloned().flatten()
-    }
-}
-
 /// Traces `req` through `world`: the routing walk, then the firewall trace
 /// with one real probe. When that trace shows a NAT rule rewriting the
 /// probe (a Service's DNAT, a masquerade), the walk is made again with the
@@ -466,7 +296,11 @@ pub fn run(world: &World, req: &Request) -> Trace {
             trace.verdict = Verdict::Died;
             trace.death = Some(*d);
         }
-        End::Inconclusive(reason) => {
+        End::Inconclusive(mut reason) => {
+            let unread = world.read_errors();
+            if !unread.is_empty() {
+                reason.push_str(&format!("; could not read: {}", unread.join("; ")));
+            }
             trace.verdict = Verdict::Inconclusive;
             trace.reason = Some(reason);
         }
@@ -572,9 +406,10 @@ fn combine(
         (None, None) => {}
     }
     match end {
-        End::Arrived(ns) if !traced.seen.contains(&ns) => match unresolved(world, &trace.hops) {
-            Some(d) => End::Died(Box::new(d)),
-            None => End::Inconclusive(format!(
+        End::Arrived(ns) if !traced.seen.contains(&ns) => {
+            match unresolved(world, &trace.hops, trace.src) {
+                Some(d) => End::Died(Box::new(d)),
+                None => End::Inconclusive(format!(
             "the kernel's routes deliver it to {ns} and no firewall rule dropped it, but the probe \
              was never seen in {ns} (seen in: {}); what dropped it is something this trace does \
              not read yet (bridge filtering, tc actions other than drop, eBPF)",
@@ -584,7 +419,8 @@ fn combine(
                 traced.seen.join(", ")
             }
         )),
-        },
+            }
+        }
         End::Arrived(ns) if ns != to_ns => End::Inconclusive(format!(
             "the packet is delivered in {ns}, not in {to_ns} where {} is",
             trace.dst
@@ -595,7 +431,7 @@ fn combine(
 
 /// After a probe that did not arrive: the first hop whose next hop the
 /// kernel could not resolve (its neighbour entry INCOMPLETE or FAILED).
-fn unresolved(world: &World, hops: &[Hop]) -> Option<Death> {
+fn unresolved(world: &World, hops: &[Hop], src: Option<IpAddr>) -> Option<Death> {
     use rtnetlink::packet_route::neighbour::NeighbourState;
     hops.iter().find_map(|h| {
         let (oif, next) = (h.oif.as_deref()?, h.next_hop?);
@@ -616,6 +452,9 @@ fn unresolved(world: &World, hops: &[Hop]) -> Option<Death> {
         failed.then(|| {
             let owner = world.owner(next).unwrap_or_else(|| "nobody".into());
             if let Some(d) = arp_ignored(world, &owner, next) {
+                return d;
+            }
+            if let Some(d) = arp_announced(world, h, (&owner, next), src) {
                 return d;
             }
             // The device and, for a bridge, its ports (where a request leaves).
@@ -686,6 +525,46 @@ fn arp_ignored(world: &World, owner: &str, ip: IpAddr) -> Option<Death> {
         "arp-ignore",
         &key,
         &format!("{owner} ignores every ARP request for {ip} (arp_ignore all={all} {dev}={own})"),
+    );
+    d.check = format!("sysctl {}", key.replace('/', "."));
+    Some(d)
+}
+
+/// An IPv4 next hop whose owner answers only ARP requests from its own
+/// subnet (arp_ignore 2), asked by `hop`'s namespace with a sender address
+/// outside it (`src`, the packet's source, when that namespace holds it): the namespace's arp_announce below 2 lets the request carry
+/// the packet's own source (a route's `src` on another link) instead of an
+/// address of the link it leaves by.
+fn arp_announced(
+    world: &World,
+    hop: &Hop,
+    (owner, ip): (&str, IpAddr),
+    src: Option<IpAddr>,
+) -> Option<Death> {
+    let (ns, oif, src) = (&hop.namespace, hop.oif.as_deref()?, src?);
+    let dev = world
+        .namespace(owner)?
+        .links
+        .iter()
+        .find(|l| l.addresses.iter().any(|a| a.addr() == ip))?;
+    let subnet = dev.addresses.iter().find(|a| a.addr() == ip)?.trunc();
+    let number = |v: String| v.parse::<u8>().unwrap_or(0);
+    let ignore = |on: &str| number(world.sysctl(owner, &format!("net/ipv4/conf/{on}/arp_ignore")));
+    let announce = |on: &str| number(world.sysctl(ns, &format!("net/ipv4/conf/{on}/arp_announce")));
+    let outside = !subnet.contains(&src) && world.owns(ns, src);
+    let (all, own) = (announce("all"), announce(oif));
+    if !ip.is_ipv4() || !outside || ignore("all").max(ignore(&dev.name)) != 2 || all.max(own) >= 2 {
+        return None;
+    }
+    let key = format!("net/ipv4/conf/{oif}/arp_announce");
+    let mut d = Death::new(
+        ns,
+        "arp-announce",
+        &key,
+        &format!(
+            "{ns} asks for {ip} on {oif} from {src} (arp_announce all={all} {oif}={own}), and              {owner} answers only requests from {subnet} (arp_ignore 2 on {})",
+            dev.name
+        ),
     );
     d.check = format!("sysctl {}", key.replace('/', "."));
     Some(d)

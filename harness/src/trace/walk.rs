@@ -3,7 +3,9 @@
 //! leaves by (a veth to its peer, a bridge to the port that leads to the
 //! next hop's owner) to the next namespace, until the kernel answers
 //! `local` (arrived) or names a death. What joins namespaces (veth peers,
-//! bridge ports, who owns an address) comes from the [`World`]'s model.
+//! bridge ports, who owns an address) comes from the [`World`], which reads
+//! a namespace only when the walk gets there (a bridge's ports that lead
+//! to an end other than the next hop's are passed by unread).
 
 use super::nat::{Change, Rewrite};
 use super::route::{self, Answer, Question};
@@ -515,7 +517,10 @@ fn switch(
     }
     live(world, ns, bridge, "bridge", &format!("{bridge} is down"))?;
     for port in world.ports(ns, bridge) {
-        if Some(port.name.as_str()) == in_port || port.kind != LinkKind::Veth {
+        if Some(port.name.as_str()) == in_port
+            || port.kind != LinkKind::Veth
+            || !world.may_lead_to(ns, &port.name, nexthop)
+        {
             continue;
         }
         let Some((peer_ns, peer)) = world.peer(ns, &port.name) else {
@@ -545,6 +550,7 @@ fn switch(
         }
         port_forwards(ns, bridge, port)?;
         isolation(world, ns, bridge, in_port, port)?;
+        super::fdb::reaches(world, ns, bridge, port, nexthop)?;
         fits(ns, port, w.size)?;
         return enter(world, w, &peer_ns, &peer, nexthop, depth);
     }

@@ -131,6 +131,34 @@ pub fn read_with_warnings(layout: &Layout) -> Result<(LabModel, Vec<String>), St
     Ok((model, warnings))
 }
 
+/// One namespace read alone (a tracer reads only the namespaces it
+/// crosses): a veth peer in another namespace keeps its role and is named
+/// `#<index>` until that namespace is read too; beside it, this namespace's
+/// link names by index. `others` as for [`read`]: the namespaces a peer may
+/// be in, by role. What a tool could not read is an error.
+pub fn read_one(
+    role: &str,
+    file: &File,
+    others: &[(String, i32)],
+) -> Result<(Namespace, BTreeMap<u32, String>), String> {
+    let raw = read_namespace(role, file, others)?;
+    if !raw.warnings.is_empty() {
+        return Err(raw.warnings.join("; "));
+    }
+    let by_index: BTreeMap<u32, String> = raw
+        .links
+        .iter()
+        .map(|l| (l.index, l.link.name.clone()))
+        .collect();
+    let names = by_index
+        .iter()
+        .map(|(i, n)| ((role.to_string(), *i), n.clone()))
+        .collect();
+    let mut ns = resolve(raw, &names);
+    ns.sort();
+    Ok((ns, by_index))
+}
+
 /// Names instead of indexes: controllers, veth peers, VXLAN devices.
 fn resolve(raw: RawNamespace, names: &BTreeMap<(String, u32), String>) -> Namespace {
     let me = raw.ns.name.clone();
@@ -597,18 +625,25 @@ async fn read_rules(
 
 /// Bridge and VXLAN forwarding entries that configuration made: permanent
 /// or static, not multicast, not a link's own address of this namespace.
+/// Every FDB entry of the namespace (AF_BRIDGE neighbours), as the kernel
+/// gives them: learned ones too.
+pub(crate) async fn fdb_messages(
+    h: &rtnetlink::Handle,
+) -> Result<Vec<rtnetlink::packet_route::neighbour::NeighbourMessage>, rtnetlink::Error> {
+    h.neighbours()
+        .get()
+        .set_address_family(AddressFamily::Bridge)
+        .execute()
+        .try_collect()
+        .await
+}
+
 async fn read_fdb(
     h: &rtnetlink::Handle,
     name_of: &impl Fn(u32) -> Option<String>,
     own_macs: &[String],
 ) -> Result<Vec<FdbEntry>, rtnetlink::Error> {
-    let msgs: Vec<_> = h
-        .neighbours()
-        .get()
-        .set_address_family(AddressFamily::Bridge)
-        .execute()
-        .try_collect()
-        .await?;
+    let msgs = fdb_messages(h).await?;
     let mut out = Vec::new();
     for m in msgs {
         // A VXLAN entry may carry several NUD bits at once.
