@@ -41,6 +41,10 @@ fn pods<S: serde::Serializer>(v: &[(String, Vec<String>)], s: S) -> Result<S::Ok
     crate::report::pairs_as_objects(v, "name", "ips", s)
 }
 
+fn skipped<S: serde::Serializer>(v: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+    crate::report::pairs_as_objects(v, "group", "reason", s)
+}
+
 fn phases<S: serde::Serializer>(v: &[(String, f64)], s: S) -> Result<S::Ok, S::Error> {
     crate::report::pairs_as_objects(v, "phase", "ms", s)
 }
@@ -62,6 +66,11 @@ pub struct Report {
     /// Why the run could not tell (the simulator hit a host limit): the
     /// verdict is then neither pass nor fail (exit 3).
     pub inconclusive: Option<String>,
+    /// The groups that do not apply to this lab, each with why (a replay
+    /// of nodes without Services skips `service/*`). JSON: `[{"group": …,
+    /// "reason": …}]`, left out when empty.
+    #[serde(serialize_with = "skipped", skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<(String, String)>,
     pub probes: usize,
     /// JSON: `[{"phase": …, "ms": …}]`.
     #[serde(serialize_with = "phases")]
@@ -94,6 +103,7 @@ impl Report {
             failures,
             warnings: Vec::new(),
             inconclusive: None,
+            skipped: Vec::new(),
             probes: outcomes.len(),
             phases_ms: Vec::new(),
             outcomes,
@@ -151,6 +161,9 @@ impl Report {
                 g.probes,
                 families.join(", ")
             );
+        }
+        for (g, why) in &self.skipped {
+            let _ = writeln!(s, "⏭️  SKIP [{g}] {why}");
         }
         let _ = writeln!(s);
         for m in &self.matrix {
