@@ -259,8 +259,11 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
         }
         node.pod_cidrs = pod_cidrs(&node);
         // The probes' ICMP sockets need it, as in a lab's nodes and pods
-        // (a real node's namespaces start with `1 0`, which excludes root).
-        for ns in std::iter::once(&mut node.net).chain(node.pods.iter_mut()) {
+        // (a real node's namespaces start with `1 0`, which excludes root);
+        // what stands beside the lab (a NAT box) is not probed.
+        let me = node.net.name.clone();
+        let probed = node.pods.iter_mut().filter(|p| is_pod_role(&me, &p.name));
+        for ns in std::iter::once(&mut node.net).chain(probed) {
             ns.sysctls
                 .insert(PING_GROUP_RANGE.0.into(), PING_GROUP_RANGE.1.into());
         }
