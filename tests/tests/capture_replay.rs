@@ -66,8 +66,11 @@ fn check(name: &str) -> (Option<i32>, Value, String) {
     (out.status.code(), report, text)
 }
 
+/// A lab name of its own for each call (tests run in parallel).
 fn lab_name(tag: &str) -> String {
-    format!("{tag}{}", std::process::id() % 100_000)
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{tag}{k}-{}", std::process::id() % 100_000)
 }
 
 /// Asserts the healthy replay of `k` passes: exit 0, every group with
