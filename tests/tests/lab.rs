@@ -864,6 +864,7 @@ fn an_unexplained_failure_is_named_by_the_trace() {
 #[case("hairpin-off")]
 #[case("hairpin-masquerade-missing")]
 #[case("ipv6-forwarding-off")]
+#[case("calico-proxy-arp-off")]
 fn shipped_scenario_behaves_as_written(#[case] name: &str) {
     let _host = host_untouched();
     let file = format!("lab/scenarios/{name}.toml");

@@ -303,6 +303,10 @@ fn prepare(
     s: &mut crate::scenario::Scenario,
     run: &ScenarioRun,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    // A `[capture]` scenario runs no plugin: its nodes hold what was captured.
+    if s.capture.is_some() {
+        return Ok(());
+    }
     if let Some(config) = &run.config {
         lab_prep::use_template(&mut s.topology, config, true);
     }

@@ -41,6 +41,10 @@ fn pods<S: serde::Serializer>(v: &[(String, Vec<String>)], s: S) -> Result<S::Ok
     crate::report::pairs_as_objects(v, "name", "ips", s)
 }
 
+fn skipped<S: serde::Serializer>(v: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+    crate::report::pairs_as_objects(v, "group", "reason", s)
+}
+
 fn phases<S: serde::Serializer>(v: &[(String, f64)], s: S) -> Result<S::Ok, S::Error> {
     crate::report::pairs_as_objects(v, "phase", "ms", s)
 }
@@ -67,6 +71,11 @@ pub struct Report {
     /// verdict is about the lab without it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub not_made: Vec<crate::lab::model::apply::NotMade>,
+    /// The groups that do not apply to this lab, each with why (a replay
+    /// of nodes without Services skips `service/*`). JSON: `[{"group": …,
+    /// "reason": …}]`, left out when empty.
+    #[serde(serialize_with = "skipped", skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<(String, String)>,
     pub probes: usize,
     /// JSON: `[{"phase": …, "ms": …}]`.
     #[serde(serialize_with = "phases")]
@@ -100,6 +109,7 @@ impl Report {
             warnings: Vec::new(),
             inconclusive: None,
             not_made: Vec::new(),
+            skipped: Vec::new(),
             probes: outcomes.len(),
             phases_ms: Vec::new(),
             outcomes,
@@ -157,6 +167,9 @@ impl Report {
                 g.probes,
                 families.join(", ")
             );
+        }
+        for (g, why) in &self.skipped {
+            let _ = writeln!(s, "⏭️  SKIP [{g}] {why}");
         }
         let _ = writeln!(s);
         for m in &self.matrix {

@@ -181,6 +181,42 @@ fn plan_family(lab: &Lab, groups: &[String], v6: bool) -> Vec<ProbeSpec> {
     out
 }
 
+/// For a replayed lab (`lab up --capture`: what it can probe comes from
+/// the captures), every selected group that got no probe, with why; a
+/// lab built from a topology has none (its groups follow its topology).
+pub fn skipped(lab: &Lab, groups: &[String], ran: &[&str]) -> Vec<(String, String)> {
+    if !lab
+        .nodes
+        .iter()
+        .any(|n| n.net.name == super::replay::NET_NAME)
+    {
+        return Vec::new();
+    }
+    let kube_proxy = || {
+        super::facts::collect_nodes(lab)
+            .iter()
+            .any(|f| f.ruleset.contains("KUBE-SERVICES"))
+    };
+    all_groups()
+        .into_iter()
+        .filter(|g| selected(groups, g, None) && !ran.contains(g))
+        .map(|g| {
+            let why = match g {
+                crate::connectivity::groups::POD_TO_EXTERNAL => {
+                    "a replay has no external host (a capture holds none)"
+                }
+                crate::connectivity::groups::POD_TO_POD_SAME_NODE => "no captured node has two pods",
+                g if g.starts_with("service/") && kube_proxy() => {
+                    "the captures hold kube-proxy Service chains (replayed as captured), but lab check probes only the Service a topology's [service] defines"
+                }
+                g if g.starts_with("service/") => "the captures hold no Service (no kube-proxy chains)",
+                _ => "the captured nodes and pods give it no probe",
+            };
+            (g.to_string(), why.to_string())
+        })
+        .collect()
+}
+
 /// The lab's report: its nodes and pods, the outcomes by group (in
 /// [`GROUPS`] order) and the time each build phase took.
 pub fn report(lab: &Lab, outcomes: Vec<ProbeOutcome>, failures: Vec<Failure>) -> Report {

@@ -47,10 +47,37 @@ fn rules_in_place(ruleset: &str) -> Vec<(String, String, String)> {
     out
 }
 
+/// The forward-hook chains with policy drop that accept nothing: no rule
+/// of theirs, nor of a chain they jump or go to (in the same table, at any
+/// depth), accepts other than by conntrack state. An accept chain such as
+/// flannel's `FLANNEL-FWD` (iptables-nft) clears its FORWARD chain.
 pub(super) fn chains_with_drop_policy(ruleset: &str) -> Vec<String> {
-    rules_in_place(ruleset)
-        .into_iter()
+    let lines = rules_in_place(ruleset);
+    let accepts = |table: &str, start: &str| {
+        let mut seen: Vec<String> = vec![start.to_string()];
+        let mut k = 0;
+        while k < seen.len() {
+            let here = seen[k].clone();
+            k += 1;
+            for (_, _, t) in lines.iter().filter(|(tb, c, _)| tb == table && *c == here) {
+                if t.ends_with("accept") && !t.contains("ct state") {
+                    return true;
+                }
+                let target = t
+                    .split_once("jump ")
+                    .or_else(|| t.split_once("goto "))
+                    .map(|(_, c)| c.trim().to_string());
+                if let Some(c) = target.filter(|c| !seen.contains(c)) {
+                    seen.push(c);
+                }
+            }
+        }
+        false
+    };
+    lines
+        .iter()
         .filter(|(_, _, t)| t.contains("hook forward") && t.contains("policy drop"))
+        .filter(|(table, chain, _)| !accepts(table, chain))
         .map(|(table, chain, t)| format!("table {table} chain {chain}: {t}"))
         .collect()
 }
@@ -421,6 +448,17 @@ mod tests {
         let found = chains_with_drop_policy(ruleset);
         assert_eq!(found.len(), 1);
         assert!(found[0].contains("table ip filter chain FORWARD"));
+    }
+
+    #[test]
+    fn a_drop_policy_cleared_by_a_jump_to_an_accept_chain_is_not_named() {
+        let ruleset = "table ip filter {\n\tchain FORWARD {\n\t\ttype filter hook forward priority filter; policy drop;\n\t\tct state established accept\n\t\tcounter packets 0 bytes 0 jump FLANNEL-FWD\n\t}\n\tchain FLANNEL-FWD {\n\t\tip saddr 10.244.0.0/16 counter packets 0 bytes 0 accept\n\t}\n}\n";
+        assert_eq!(chains_with_drop_policy(ruleset), Vec::<String>::new());
+        let emptied = ruleset.replace(
+            "ip saddr 10.244.0.0/16 counter packets 0 bytes 0 accept",
+            "",
+        );
+        assert_eq!(chains_with_drop_policy(&emptied).len(), 1, "{emptied}");
     }
 
     #[test]

@@ -166,6 +166,8 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
     let mut report = checks::report(lab, outcomes, failures);
     report.inconclusive = inconclusive;
     report.warnings = diagnose_path::detours(lab);
+    let ran: Vec<&str> = report.groups.iter().map(|g| g.name.as_str()).collect();
+    report.skipped = checks::skipped(lab, groups, &ran);
     report.add_phase("checks", started.elapsed());
     Ok(report)
 }

@@ -18,10 +18,17 @@
 //! `trace` and `down` work on it. A replayed node has no plugin: its
 //! `net.conflist` names the plugin type `cnilab-replay-none`, so a DEL on
 //! `lab down` fails harmlessly and the namespaces go with the lab.
+//!
+//! For the probes, as in a lab: every replayed namespace opens
+//! `ping_group_range`, and the topology's MTU is the pods' smallest (the DF
+//! probe's size). An uplink that was a veth to another link of the node
+//! ([`drop_own_peer`]) loses that other end. `lab check` of a replay
+//! reports the groups it has nothing for as skipped (`checks::skipped`).
 
 use super::base::{LabError, UpOptions};
 use super::capture::{self, Capture};
 use super::model::apply::{self, Applied, NotMade};
+use super::model::compile::PING_GROUP_RANGE;
 use super::model::{
     BridgePort, LabModel, Link, LinkKind, Namespace, Node as ModelNode, Route, VethPeer,
 };
@@ -36,6 +43,8 @@ use std::path::{Path, PathBuf};
 
 /// The plugin type a replayed node's config names (no such plugin exists).
 pub const NO_PLUGIN: &str = "cnilab-replay-none";
+/// The network name of a replayed node's config.
+pub const NET_NAME: &str = "cnilab-replay";
 
 fn setup(msg: impl Into<String>) -> LabError {
     LabError::Setup(msg.into())
@@ -217,6 +226,7 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
             format!("rack{k}")
         };
         let port = format!("p-{}", node.net.name);
+        drop_own_peer(&mut node.net, &up);
         let link = node
             .net
             .link_mut(&up)
@@ -249,6 +259,15 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
             model.underlay.push(stub);
         }
         node.pod_cidrs = pod_cidrs(&node);
+        // The probes' ICMP sockets need it, as in a lab's nodes and pods
+        // (a real node's namespaces start with `1 0`, which excludes root);
+        // what stands beside the lab (a NAT box) is not probed.
+        let me = node.net.name.clone();
+        let probed = node.pods.iter_mut().filter(|p| is_pod_role(&me, &p.name));
+        for ns in std::iter::once(&mut node.net).chain(probed) {
+            ns.sysctls
+                .insert(PING_GROUP_RANGE.0.into(), PING_GROUP_RANGE.1.into());
+        }
         let address6 = node
             .net
             .link(&up)
@@ -274,6 +293,16 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
             .2
             .push((node.net.name.clone(), addr.addr(), node.pod_cidrs.clone()));
         model.nodes.push(node);
+    }
+    // The DF probe goes at the pods' MTU (a flannel pod's is the VXLAN's).
+    let pod_mtus = model.nodes.iter().flat_map(|n| &n.pods).flat_map(|p| {
+        p.links
+            .iter()
+            .filter(|l| l.kind != LinkKind::Loopback)
+            .filter_map(|l| l.mtu)
+    });
+    if let Some(mtu) = pod_mtus.min() {
+        topo.mtu = mtu;
     }
     for k in 0..subnets.len() {
         let name = if k == 0 {
@@ -355,6 +384,28 @@ fn service(nodes: &[ModelNode]) -> Option<super::topology::shapes::ServiceSpec> 
         cluster_ip: cluster_ip?,
         backends: Some(backends.len()),
     })
+}
+
+/// An uplink that was a veth to another link of the node itself (a test
+/// bed's stand-in for a NIC) becomes the veth to the switch: its old other
+/// end goes, with what names it as device.
+fn drop_own_peer(net: &mut Namespace, uplink: &str) {
+    let me = net.name.clone();
+    let Some(peer) = net.link(uplink).and_then(|l| l.veth.clone()) else {
+        return;
+    };
+    if peer.namespace.as_ref().is_some_and(|n| *n != me) || peer.name == uplink {
+        return;
+    }
+    let gone = peer.name;
+    net.links.retain(|l| l.name != gone);
+    net.routes
+        .retain(|r| r.dev.as_deref() != Some(gone.as_str()));
+    net.neighbours.retain(|n| n.dev != gone);
+    net.fdb.retain(|f| f.dev != gone);
+    net.qdiscs.retain(|q| q.dev != gone);
+    let conf = format!("/conf/{gone}/");
+    net.sysctls.retain(|k, _| !k.contains(&conf));
 }
 
 /// A router with a leg in every subnet that names a gateway, and routes to
@@ -610,7 +661,7 @@ fn into_lab(
     let switch = switch.ok_or_else(|| setup("replay: no switch"))?;
     let conf = serde_json::json!({
         "cniVersion": "1.0.0",
-        "name": "cnilab-replay",
+        "name": NET_NAME,
         "plugins": [{"type": NO_PLUGIN}],
     })
     .to_string();

@@ -1,6 +1,8 @@
 //! A scenario file: a topology plus steps (check, inject a fault, expect a
 //! failure with a named diagnosis, heal, expect a pass), saved as TOML under
 //! `lab/scenarios/`; read and validated here, with every fault in words.
+//! A scenario may start from captured nodes instead (`[capture] files`,
+//! relative to the file; then only check steps).
 
 use crate::lab::topology::{line_prefix, Seg, Topology};
 use crate::lab::LabError;
@@ -19,9 +21,31 @@ pub struct Scenario {
     #[serde(default)]
     #[allow(dead_code)]
     pub seen_in: Vec<String>,
+    /// The lab's topology; a `[capture]` scenario has none (its nodes are
+    /// the captured ones).
+    #[serde(default = "no_topology")]
     pub topology: Topology,
+    /// `[capture] files = [...]`: start from captured nodes (`cnilab
+    /// capture`, paths relative to the scenario file) instead of a
+    /// topology, so a captured bug becomes a regression test.
+    #[serde(default)]
+    pub capture: Option<CaptureSpec>,
     #[serde(rename = "step")]
     pub steps: Vec<Step>,
+}
+
+/// `[capture]`: the captured nodes a scenario starts from.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureSpec {
+    pub files: Vec<PathBuf>,
+}
+
+/// The placeholder topology of a `[capture]` scenario (never built).
+fn no_topology() -> Topology {
+    let mut t = Topology::generated(1, 1).unwrap_or_else(|_| unreachable!("a 1x1 lab is valid"));
+    t.nodes.clear();
+    t
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -176,15 +200,54 @@ impl Scenario {
         let text = crate::assets::read_to_string(path).map_err(|e| read(e.to_string()))?;
         let mut scenario: Scenario = toml::from_str(&text)
             .map_err(|e| read(crate::lab::topology::explain_toml_error(&text, &e)))?;
-        scenario
-            .topology
-            .resolve_paths(path.parent().unwrap_or(Path::new(".")));
+        let dir = path.parent().unwrap_or(Path::new("."));
+        if let Some(c) = scenario.capture.as_mut() {
+            c.files = c.files.iter().map(|f| dir.join(f)).collect();
+            scenario.check_capture(&text).map_err(read)?;
+            return Ok(scenario);
+        }
+        scenario.topology.resolve_paths(dir);
         scenario
             .topology
             .validate_text(path, &text, &[Seg::Key("topology")])
             .map_err(|e| read(e.to_string()))?;
         scenario.check_steps(&text).map_err(read)?;
         Ok(scenario)
+    }
+
+    /// A `[capture]` scenario names files, has no `[topology]` and only
+    /// check steps (the captures hold the fault).
+    fn check_capture(&self, text: &str) -> Result<(), String> {
+        let at = |segs: &[Seg], message: &str| format!("{}{message}", line_prefix(text, segs));
+        let files = self.capture.as_ref().map(|c| c.files.len()).unwrap_or(0);
+        if files == 0 {
+            return Err(at(
+                &[Seg::Key("capture"), Seg::Key("files")],
+                "capture.files: name at least one capture file (cnilab capture -o FILE)",
+            ));
+        }
+        if text
+            .lines()
+            .any(|l| l.trim_start().starts_with("[topology"))
+        {
+            return Err(at(
+                &[Seg::Key("topology")],
+                "topology: a [capture] scenario's nodes are the captured ones; remove [topology]",
+            ));
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            match step {
+                Step::Check { groups, .. } => crate::lab::checks::check_groups(groups)
+                    .map_err(|e| at(&[Seg::Key("step"), Seg::Index(i)], &e))?,
+                _ => {
+                    return Err(at(
+                        &[Seg::Key("step"), Seg::Index(i), Seg::Key("do")],
+                        &format!("step[{i}].do: a [capture] scenario holds its fault in the captures: use only check steps"),
+                    ))
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Every group a check step names exists, and every node a fault names
@@ -336,6 +399,9 @@ mod tests {
     #[case::unknown_node(&format!("{HEAD}[[step]]\ndo = \"fault\"\nfault = \"ip-forward-off\"\nnode = \"node9\"\n"), "node", 11)]
     #[case::unknown_peer(&format!("{HEAD}[[step]]\ndo = \"check\"\nexpect = \"pass\"\n[[step]]\ndo = \"fault\"\nfault = \"delete-route\"\nnode = \"node1\"\npeer = \"ghost\"\n"), "peer", 15)]
     #[case::topology_value(&format!("{}[[step]]\ndo = \"heal\"\n", HEAD.replace("10.250.0.1", "10.250.0.255")), "address", 6)]
+    #[case::capture_with_a_fault("name = \"s\"\nsummary = \"x\"\n[capture]\nfiles = [\"n1.json\"]\n[[step]]\ndo = \"fault\"\nfault = \"ip-forward-off\"\nnode = \"node1\"\n", "only check steps", 6)]
+    #[case::capture_and_topology(&format!("{HEAD}[capture]\nfiles = [\"n1.json\"]\n[[step]]\ndo = \"heal\"\n"), "remove [topology]", 3)]
+    #[case::capture_without_files("name = \"s\"\nsummary = \"x\"\n[capture]\nfiles = []\n[[step]]\ndo = \"check\"\nexpect = \"fail\"\n", "capture.files", 4)]
     fn bad_steps_name_the_field_and_line(
         #[case] text: &str,
         #[case] field: &str,
@@ -356,11 +422,19 @@ mod tests {
         load(&text).expect("valid");
     }
 
+    /// The scenario files of `dir` (beside them: their captures' directory).
+    fn shipped(dir: &Path) -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .expect("scenarios")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect()
+    }
+
     #[test]
     fn shipped_scenarios_load() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/scenarios");
-        for entry in std::fs::read_dir(&dir).expect("scenarios") {
-            let path = entry.expect("entry").path();
+        for path in shipped(&dir) {
             Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
         }
     }
@@ -371,8 +445,8 @@ mod tests {
     fn faults_are_described_in_words() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/scenarios");
         let mut seen = 0;
-        for entry in std::fs::read_dir(&dir).expect("scenarios") {
-            let s = Scenario::load(&entry.expect("entry").path()).expect("valid");
+        for path in shipped(&dir) {
+            let s = Scenario::load(&path).expect("valid");
             for step in &s.steps {
                 if let Step::Fault { fault } = step {
                     let text = fault.describe();
@@ -419,5 +493,16 @@ do = "heal"
                 fault: Fault::DeleteRoute { .. }
             }
         ));
+    }
+
+    #[test]
+    fn a_capture_scenario_names_its_files_relative_to_itself() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("s.toml");
+        let text = "name = \"s\"\nsummary = \"x\"\n[capture]\nfiles = [\"captures/n1.json\"]\n[[step]]\ndo = \"check\"\nexpect = \"fail\"\n";
+        std::fs::write(&path, text).expect("write");
+        let s = Scenario::load(&path).expect("a [capture] scenario loads");
+        let files = s.capture.map(|c| c.files).unwrap_or_default();
+        assert_eq!(files, vec![dir.path().join("captures/n1.json")]);
     }
 }

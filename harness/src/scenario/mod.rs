@@ -5,8 +5,10 @@
 //! `lab/scenarios/`. It builds on the lab (`crate::lab`: the builder, the
 //! checks, the diagnoses); the command line (`cli/scenario.rs`) prints.
 //!
-//! Where things happen, top down: [`run`] (a fresh lab, each step in turn,
-//! the lab torn down, or kept in its faulted state with `--keep`) → [`faults`] (routes, sysctls, firewall, nodes and
+//! Where things happen, top down: [`run`] (a fresh lab, or the replayed
+//! captures of a `[capture]` scenario (`crate::lab::replay`), each step in
+//! turn, the lab torn down, or kept in its faulted state with `--keep`) →
+//! [`faults`] (routes, sysctls, firewall, nodes and
 //! agents; each fault with its undo) → [`shape_faults`] (the underlay
 //! shapes', the VXLAN overlay's and the Services' faults) → [`file`] (the
 //! file read and validated, every fault in words).

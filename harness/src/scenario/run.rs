@@ -101,7 +101,10 @@ pub fn run(
         runtime,
     };
     let planned = planned(scenario, keep.is_some());
-    let mut lab = Lab::up(scenario.topology.clone(), opts)?;
+    let mut lab = match &scenario.capture {
+        Some(c) => crate::lab::replay::replay(&scenario.name, &c.files, opts)?.0,
+        None => Lab::up(scenario.topology.clone(), opts)?,
+    };
     let mut undos: Vec<Undo> = Vec::new();
     let mut steps = Vec::new();
     let mut error = None;

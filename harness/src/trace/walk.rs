@@ -488,11 +488,21 @@ fn enter(
     if world.owns(ns, nexthop) {
         return Ok((ns.to_string(), link.to_string()));
     }
+    // Calico's pods reach their gateway 169.254.1.1 by the proxy ARP of
+    // the node's `cali*` veth: off, nothing answers for the next hop.
+    let proxy_arp = world
+        .namespace(ns)
+        .and_then(|n| n.sysctls.get(&format!("net/ipv4/conf/{link}/proxy_arp")))
+        .filter(|v| v.as_str() == "0" && nexthop.is_ipv4())
+        .map(|_| format!("; proxy_arp is off on {ns}/{link} (net.ipv4.conf.{link}.proxy_arp = 0), so nothing answers ARP for {nexthop} there"))
+        .unwrap_or_default();
     Err(wrong_next_hop(
         world,
         w,
         nexthop,
-        &format!("the packet reaches {ns}/{link}, which does not own the next hop {nexthop}"),
+        &format!(
+            "the packet reaches {ns}/{link}, which does not own the next hop {nexthop}{proxy_arp}"
+        ),
     ))
 }
 

@@ -4,6 +4,8 @@
 //! (`cnilab schema capture`), lookups in its JSON.
 #![allow(dead_code)]
 
+pub mod styles;
+
 use cnilab_net::netns::Netns;
 use cnilab_net::testing::network_of;
 use cnilab_tests::{require_root, workspace_bin};

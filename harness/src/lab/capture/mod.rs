@@ -261,7 +261,9 @@ fn rfc3339(t: std::time::SystemTime) -> String {
 
 /// Reads a capture file: JSON of a schema this cnilab knows.
 pub fn load(path: &Path) -> Result<Capture, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // A scenario's captures may be built-in copies (`crate::assets`).
+    let text =
+        crate::assets::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
     let version = v["schemaVersion"].as_u64().unwrap_or(0);

@@ -28,7 +28,7 @@ pub(crate) const EXTERNAL: &str = "external";
 /// The L2 underlay bridge in the switch.
 const UNDERLAY_BRIDGE: &str = "underlay";
 /// What `ping_group_range` reads after `probe::allow_ping_sockets`.
-const PING_GROUP_RANGE: (&str, &str) = ("net/ipv4/ping_group_range", "0 2147483647");
+pub(crate) const PING_GROUP_RANGE: (&str, &str) = ("net/ipv4/ping_group_range", "0 2147483647");
 /// The agent's route protocol (`agent/src/plan.rs`).
 const AGENT_PROTO: &str = "199";
 

@@ -1,0 +1,289 @@
+//! The three real node styles of `capture_styles.rs` and
+//! `capture_replay.rs`, each a two-node cluster built with plain `ip`,
+//! `bridge`, `iptables-nft` and sysctl writes in throwaway namespaces (not
+//! by the lab), the way the CNI or kube-proxy builds them; see
+//! [`flannel`], [`calico_cluster`] and [`kube_proxy`].
+
+use super::*;
+use cnilab_net::netns::Netns;
+use serde_json::{json, Value};
+
+/// Two nodes (`node1`, `node2`) and their pods.
+pub struct Cluster {
+    pub nodes: Vec<Netns>,
+    pub pods: Vec<Vec<Netns>>,
+}
+
+impl Cluster {
+    /// Every namespace of the cluster.
+    pub fn all(&self) -> Vec<&Netns> {
+        self.nodes
+            .iter()
+            .chain(self.pods.iter().flatten())
+            .collect()
+    }
+
+    /// Captures node `i` (0-based), checking no namespace changes.
+    pub fn capture(&self, i: usize, extra: &[&str]) -> Value {
+        capture(&self.nodes[i], extra, &self.all())
+    }
+
+    /// Asserts node `i`'s capture found exactly its pods, by name, each
+    /// with `eth0` at `addrs[j]`.
+    pub fn assert_pods(&self, c: &Value, i: usize, addrs: &[String]) {
+        let mut found: Vec<&str> = c["pods"]
+            .as_array()
+            .map(|p| p.iter().filter_map(|p| p["name"].as_str()).collect())
+            .unwrap_or_default();
+        found.sort_unstable();
+        let mut want: Vec<&str> = self.pods[i].iter().map(Netns::name).collect();
+        want.sort_unstable();
+        assert_eq!(found, want, "{}", c["pods"]);
+        for (p, addr) in self.pods[i].iter().zip(addrs) {
+            let pod = pod_named(c, p.name());
+            assert_eq!(link(pod, "eth0")["addresses"], json!([addr]), "{pod}");
+            assert!(
+                has(&c["pods"], json!({"name": p.name(), "netns": p.name()})),
+                "{}",
+                c["pods"]
+            );
+        }
+    }
+}
+
+/// The MAC of `dev` in `ns`, as `ip -j link` prints it.
+pub fn mac_of(ns: &Netns, dev: &str) -> String {
+    let out = ns
+        .command("ip")
+        .args(["-j", "link", "show", dev])
+        .output()
+        .expect("ip runs");
+    assert!(out.status.success(), "{}", all(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("ip -j JSON");
+    v[0]["address"].as_str().expect("address").to_string()
+}
+
+pub fn flannel() -> Cluster {
+    let mut nodes = Vec::new();
+    let mut pods = Vec::new();
+    for i in 1..=2 {
+        let n = node(&format!("cap-fl{i}"), &format!("192.0.2.{i}/24"));
+        run(
+            &n,
+            "ip",
+            &[
+                &format!("link add flannel.1 type vxlan id 1 local 192.0.2.{i} dev eth0 dstport 8472 nolearning"),
+                "link set flannel.1 up",
+                &format!("addr add 10.244.{i}.0/32 dev flannel.1"),
+                "link add cni0 type bridge",
+                "link set cni0 up",
+                &format!("addr add 10.244.{i}.1/24 dev cni0"),
+            ],
+        );
+        let node_pods: Vec<Netns> = (0..2)
+            .map(|j| {
+                let veth = format!("veth{i}{j}");
+                let addr = format!("10.244.{i}.{}/24", j + 2);
+                let gw = format!("route add default via 10.244.{i}.1");
+                let p = pod(&n, &veth, &addr, &[&gw]);
+                // The flannel CNI gives pods the VXLAN's MTU (1450).
+                run(
+                    &n,
+                    "ip",
+                    &[
+                        &format!("link set {veth} mtu 1450"),
+                        &format!("link set {veth} master cni0"),
+                    ],
+                );
+                run(&p, "ip", &["link set eth0 mtu 1450"]);
+                p
+            })
+            .collect();
+        sysctl(&n, "net/ipv4/ip_forward", "1");
+        run_args(&n, "iptables-nft", &["-P", "FORWARD", "DROP"]);
+        run_args(&n, "iptables-nft", &["-N", "FLANNEL-FWD"]);
+        for rule in [
+            "-A FORWARD -m comment --comment flanneld_forward -j FLANNEL-FWD",
+            "-A FLANNEL-FWD -s 10.244.0.0/16 -m comment --comment flanneld_forward -j ACCEPT",
+            "-A FLANNEL-FWD -d 10.244.0.0/16 -m comment --comment flanneld_forward -j ACCEPT",
+        ] {
+            let mut args: Vec<&str> = rule.split(' ').collect();
+            // flanneld's comment has a space.
+            for a in &mut args {
+                if *a == "flanneld_forward" {
+                    *a = "flanneld forward";
+                }
+            }
+            run_args(&n, "iptables-nft", &args);
+        }
+        nodes.push(n);
+        pods.push(node_pods);
+    }
+    // What flanneld writes for each peer it learns from the API server.
+    for (i, j) in [(0usize, 2u8), (1, 1)] {
+        let peer_mac = mac_of(&nodes[usize::from(j) - 1], "flannel.1");
+        run(
+            &nodes[i],
+            "ip",
+            &[
+                &format!("neigh add 10.244.{j}.0 lladdr {peer_mac} dev flannel.1 nud permanent"),
+                &format!("route add 10.244.{j}.0/24 via 10.244.{j}.0 dev flannel.1 onlink"),
+            ],
+        );
+        run(
+            &nodes[i],
+            "bridge",
+            &[&format!(
+                "fdb append {peer_mac} dev flannel.1 dst 192.0.2.{j}"
+            )],
+        );
+    }
+    Cluster { nodes, pods }
+}
+
+pub fn calico_cluster() -> Cluster {
+    let mut nodes = Vec::new();
+    let mut pods = Vec::new();
+    for i in 1..=2u8 {
+        let peer = 3 - i;
+        let n = node(&format!("cap-ca{i}"), &format!("192.0.2.{i}/24"));
+        run(
+            &n,
+            "ip",
+            &[
+                &format!("route add blackhole 10.65.{i}.0/26 proto bird"),
+                &format!("route add 10.65.{peer}.0/26 via 192.0.2.{peer} dev eth0 proto bird"),
+            ],
+        );
+        sysctl(&n, "net/ipv4/ip_forward", "1");
+        let node_pods = (0..2)
+            .map(|j| {
+                calico_pod(
+                    &n,
+                    &format!("cali{i}{j}f00d"),
+                    &format!("10.65.{i}.{}", j + 2),
+                )
+            })
+            .collect();
+        run_args(&n, "iptables-nft", &["-N", "cali-FORWARD"]);
+        run_args(
+            &n,
+            "iptables-nft",
+            &[
+                "-A",
+                "FORWARD",
+                "-m",
+                "comment",
+                "--comment",
+                "cali:wUHhoiAYhphO9Mso",
+                "-j",
+                "cali-FORWARD",
+            ],
+        );
+        run_args(
+            &n,
+            "iptables-nft",
+            &[
+                "-A",
+                "cali-FORWARD",
+                "-i",
+                "cali+",
+                "-m",
+                "comment",
+                "--comment",
+                "cali:from-wl-dispatch",
+                "-j",
+                "ACCEPT",
+            ],
+        );
+        nodes.push(n);
+        pods.push(node_pods);
+    }
+    Cluster { nodes, pods }
+}
+
+/// One Service (10.96.0.10:80) with an endpoint on each node, the same
+/// chains on both nodes as kube-proxy writes them.
+pub fn kube_proxy() -> Cluster {
+    let mut nodes = Vec::new();
+    let mut pods = Vec::new();
+    for i in 1..=2u8 {
+        let n = node(&format!("cap-kp{i}"), &format!("192.0.2.{i}/24"));
+        let p = pod(
+            &n,
+            &format!("veth{i}web"),
+            &format!("10.244.{i}.2/24"),
+            &[&format!(
+                "route add default via 10.244.{i}.1 dev eth0 onlink"
+            )],
+        );
+        // The pod's gateway on its veth (as the ptp plugin does) and a
+        // host-gw route to the other node's pods.
+        let peer = 3 - i;
+        run(
+            &n,
+            "ip",
+            &[
+                &format!("route add 10.244.{i}.2/32 dev veth{i}web scope link"),
+                &format!("addr add 10.244.{i}.1/32 dev veth{i}web"),
+                &format!("route add 10.244.{peer}.0/24 via 192.0.2.{peer} dev eth0"),
+            ],
+        );
+        sysctl(&n, "net/ipv4/ip_forward", "1");
+        let mut rules: Vec<Vec<String>> = [
+            "-N KUBE-SERVICES",
+            "-N KUBE-SVC-WEB4HTTP",
+            "-N KUBE-SEP-NODE1WEB",
+            "-N KUBE-SEP-NODE2WEB",
+            "-N KUBE-MARK-MASQ",
+            "-N KUBE-POSTROUTING",
+            "-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000",
+            "-A KUBE-POSTROUTING -m mark --mark 0x4000/0x4000 -j MASQUERADE",
+        ]
+        .iter()
+        .map(|r| r.split(' ').map(String::from).collect())
+        .collect();
+        let comment = |rule: &str, c: &str| -> Vec<String> {
+            let (head, tail) = rule.split_once(" | ").expect("a | marks the comment");
+            let mut args: Vec<String> = head.split(' ').map(String::from).collect();
+            args.extend(["-m", "comment", "--comment", c].map(String::from));
+            args.extend(tail.split(' ').map(String::from));
+            args
+        };
+        rules.extend([
+            comment("-A PREROUTING | -j KUBE-SERVICES", "kubernetes service portals"),
+            comment("-A OUTPUT | -j KUBE-SERVICES", "kubernetes service portals"),
+            comment("-A POSTROUTING | -j KUBE-POSTROUTING", "kubernetes postrouting rules"),
+            comment(
+                "-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp | -m tcp --dport 80 -j KUBE-SVC-WEB4HTTP",
+                "default/web:http cluster IP",
+            ),
+            comment(
+                "-A KUBE-SVC-WEB4HTTP | -m statistic --mode random --probability 0.5 -j KUBE-SEP-NODE1WEB",
+                "default/web:http -> 10.244.1.2:8080",
+            ),
+            comment(
+                "-A KUBE-SVC-WEB4HTTP | -j KUBE-SEP-NODE2WEB",
+                "default/web:http -> 10.244.2.2:8080",
+            ),
+        ]);
+        for (sep, ep) in [("NODE1WEB", "10.244.1.2"), ("NODE2WEB", "10.244.2.2")] {
+            rules.push(comment(
+                &format!("-A KUBE-SEP-{sep} -s {ep}/32 | -j KUBE-MARK-MASQ"),
+                "default/web:http",
+            ));
+            rules.push(comment(
+                &format!("-A KUBE-SEP-{sep} -p tcp | -m tcp -j DNAT --to-destination {ep}:8080"),
+                "default/web:http",
+            ));
+        }
+        for rule in &rules {
+            let mut args = vec!["-t", "nat"];
+            args.extend(rule.iter().map(String::as_str));
+            run_args(&n, "iptables-nft", &args);
+        }
+        nodes.push(n);
+        pods.push(vec![p]);
+    }
+    Cluster { nodes, pods }
+}
