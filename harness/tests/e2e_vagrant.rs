@@ -216,6 +216,26 @@ fn e2e_vagrant(args: &[&str]) -> std::process::Output {
         .expect("cnilab runs")
 }
 
+/// `vagrant ssh NODE -c SCRIPT` in the fault run's namespace, with the
+/// checkout's offline Vagrantfile (what `e2e vagrant` itself sets).
+fn vagrant_ssh(node: &str, script: &str) -> std::process::Output {
+    std::process::Command::new("bash")
+        .arg(repo_root().join("lab/vagrant/env.sh"))
+        .args([
+            "exec",
+            "cnilab-vg-fault",
+            "vagrant",
+            "ssh",
+            node,
+            "-c",
+            script,
+        ])
+        .env("VAGRANT_CWD", repo_root())
+        .env("CNILAB_VAGRANT_MODE", "offline")
+        .output()
+        .expect("bash runs")
+}
+
 /// Tears the fault test's VMs down whatever happens.
 struct VagrantDown;
 
@@ -232,18 +252,14 @@ fn a_fault_in_one_vm_fails_the_check_and_names_the_vm() {
     let _down = VagrantDown;
     ok(&e2e_vagrant(&["up"]), "e2e vagrant up");
     // Healthy first: what fails below fails because of the fault.
-    ok(&e2e_vagrant(&["check"]), "e2e vagrant check (healthy)");
+    let healthy = ok(&e2e_vagrant(&["check"]), "e2e vagrant check (healthy)");
+    eprintln!("healthy check:\n{healthy}");
     // The agent stopped (it would restore forwarding), then forwarding off in node2.
     ok(
-        &env_sh(&[
-            "exec",
-            "cnilab-vg-fault",
-            "vagrant",
-            "ssh",
+        &vagrant_ssh(
             "node2",
-            "-c",
             "sudo systemctl stop cnilab-agent && sudo sysctl -qw net.ipv4.ip_forward=0",
-        ]),
+        ),
         "the fault",
     );
     let out = e2e_vagrant(&["check", "-o", "json"]);
