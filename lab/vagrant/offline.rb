@@ -74,6 +74,9 @@ module CnilabOffline
         end
         lv.cpus = 1
         lv.memory = MEMORY
+        # The VMs are thrown away after each run: no flush reaches the
+        # host's disk (shared with the builds around it).
+        lv.disk_driver cache: "unsafe"
         lv.graphics_type = "none"
         lv.video_type = "none"
         lv.management_network_name = "cnilab-mgmt"

@@ -5,7 +5,8 @@
 # password-less sudo and that key) and what the offline lab needs: DHCP on
 # every NIC through systemd-networkd (vagrant configures the private network
 # through it too), a serial console, an empty machine-id (each VM makes its
-# own), and a one-shot unit that installs GRUB on the build's first boot.
+# own), and a one-shot unit that installs GRUB on the build's first boot and
+# empties the machine-id that boot wrote (else every VM of the box shares it).
 set -euo pipefail
 root=${1:?usage: customize.sh ROOT}
 : "${CNILAB_BOX_PUBKEY:?CNILAB_BOX_PUBKEY must hold the public key}"
@@ -19,7 +20,10 @@ echo "$CNILAB_BOX_PUBKEY" >"$root/home/vagrant/.ssh/authorized_keys"
 chmod 600 "$root/home/vagrant/.ssh/authorized_keys"
 chroot "$root" chown -R vagrant:vagrant /home/vagrant/.ssh
 
-printf '[Match]\nName=en* eth*\n\n[Network]\nDHCP=yes\n' >"$root/etc/systemd/network/90-dhcp.network"
+# The lease is asked for by MAC: two VMs from this box must never share one
+# (networkd's default client identifier comes from the machine-id).
+printf '[Match]\nName=en* eth*\n\n[Network]\nDHCP=yes\n\n[DHCPv4]\nClientIdentifier=mac\n' \
+  >"$root/etc/systemd/network/90-dhcp.network"
 chroot "$root" systemctl enable systemd-networkd
 echo cnilab-box >"$root/etc/hostname"
 printf '127.0.0.1 localhost\n127.0.1.1 cnilab-box\n' >"$root/etc/hosts"
@@ -40,7 +44,7 @@ Description=cnilab box build: install GRUB on /dev/vda, then power off
 After=local-fs.target
 [Service]
 Type=oneshot
-ExecStart=/bin/sh -c 'grub-install --target=i386-pc /dev/vda && update-grub && systemctl disable cnilab-grub-setup.service && echo CNILAB-GRUB-DONE >/dev/ttyS0'
+ExecStart=/bin/sh -c 'grub-install --target=i386-pc /dev/vda && update-grub && systemctl disable cnilab-grub-setup.service && : >/etc/machine-id && echo CNILAB-GRUB-DONE >/dev/ttyS0'
 ExecStartPost=/bin/systemctl --no-block poweroff
 [Install]
 WantedBy=multi-user.target
