@@ -24,7 +24,7 @@
 use super::base::setup;
 use super::base::{make_ns, make_ns_from, netlink, plugin_dir};
 use super::base::{nft, resolve_program, LabError, UpOptions, AGENT_PIDFILE, OWNER_PIDFILE};
-use super::model::{apply, compile};
+use super::model::{apply, compile, LinkKind};
 use super::parts::{Lab, Node, Pod};
 use super::routes::{install_static_routes, node_nat_ruleset, nodes_file, underlay_addresses};
 use super::template::{check_template, render_template, DEFAULT_TEMPLATE};
@@ -87,7 +87,7 @@ fn plug(
 
 impl Lab {
     /// Builds the whole lab: its infrastructure by the one builder
-    /// ([`apply_infrastructure`]), then what only a runtime does: the
+    /// (`apply_infrastructure`), then what only a runtime does: the
     /// agents started (`routing = "agent"`), each containerd, the pods
     /// attached by the plugin, the Services bound to their addresses. On
     /// error, everything made so far is removed (the namespaces are
@@ -492,16 +492,10 @@ impl Lab {
         // others forget the address, so that their next packet resolves it
         // (a broadcast ARP the new node answers).
         let port = format!("p-{}", spec.name);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !(node.ns.oper_up("eth0")? && self.switch.oper_up(&port)?) {
-            if Instant::now() >= deadline {
-                return Err(setup(format!(
-                    "node {}: its uplink did not come up within 5 s",
-                    spec.name
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_oper_up(
+            &[(&node.ns, "eth0"), (&self.switch, port.as_str())],
+            &format!("node {}: its uplink", spec.name),
+        )?;
         for other in self
             .nodes
             .iter()
@@ -639,9 +633,7 @@ struct Infrastructure {
 /// is an error: the lab would not be the one compiled.
 fn apply_infrastructure(topo: &Topology, opts: &UpOptions) -> Result<Infrastructure, LabError> {
     let model = compile::infrastructure(compile::compile(topo)?);
-    // `MakeNs` is `'static`: the closure owns its options.
-    let opts = opts.clone();
-    let make = move |role: &str| make_ns(&opts, role);
+    let make = super::base::ns_maker(opts);
     let applied = apply::apply(
         &model,
         &apply::Options {
@@ -657,6 +649,18 @@ fn apply_infrastructure(topo: &Topology, opts: &UpOptions) -> Result<Infrastruct
             not_made.join("; ")
         )));
     }
+    // Every veth of the model, to wait for (pods are the plugin's).
+    let veths: Vec<(&Netns, &str)> = model
+        .namespaces()
+        .flat_map(|m| {
+            let ns = applied.namespace(&m.name);
+            m.links
+                .iter()
+                .filter(|l| l.kind == LinkKind::Veth && l.up)
+                .filter_map(move |l| Some((ns?, l.name.as_str())))
+        })
+        .collect();
+    wait_oper_up(&veths, &format!("lab {}", topo.name))?;
     let mut switch = None;
     let mut external = None;
     let mut extra = Vec::new();
@@ -684,6 +688,28 @@ fn apply_infrastructure(topo: &Topology, opts: &UpOptions) -> Result<Infrastruct
         extra,
         nodes,
     })
+}
+
+/// Waits until each `(namespace, link)` is operationally up (5 s at
+/// most): the kernel's link watcher activates a link's queue when it notes
+/// its carrier, on a busy machine noticeably later than the link was set
+/// up, and until then the link drops what it sends (a lab checked at once
+/// would lose its first probes).
+fn wait_oper_up(links: &[(&Netns, &str)], what: &str) -> Result<(), LabError> {
+    let limit = Duration::from_secs(5);
+    let deadline = Instant::now() + limit;
+    for (ns, link) in links {
+        while !ns.oper_up(link)? {
+            if Instant::now() >= deadline {
+                return Err(setup(format!(
+                    "{what}: {link} in {} did not come up within {limit:?}",
+                    ns.name()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    Ok(())
 }
 
 /// The plugin's config template: the topology's `[plugin] config`, else
