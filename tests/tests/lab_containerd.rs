@@ -356,7 +356,7 @@ fn sweep_after_a_sigkilled_containerd_lab_up() {
 /// through the CRI, and the namespaces go with the lab.
 #[test]
 fn a_panic_tears_the_containerd_lab_down() {
-    use cnilab_harness::lab::cri::RuntimeKind;
+    use cnilab_harness::lab::base::RuntimeKind;
     use cnilab_harness::lab::{parts::Lab, Topology, UpOptions};
     let _host = host_untouched();
     require_root();

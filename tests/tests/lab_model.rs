@@ -7,10 +7,10 @@
 //! through the CRI of a containerd per node (`containerd`, which needs
 //! containerd and runc: `lab/install-deps.sh`).
 
-use cnilab_harness::lab::cri::RuntimeKind;
+use cnilab_harness::lab::base::RuntimeKind;
 use cnilab_harness::lab::model::{compile, identity, layout, read};
 use cnilab_harness::lab::parts::Lab;
-use cnilab_harness::lab::{topology::shapes::Shape, underlay::apply_flags};
+use cnilab_harness::lab::topology::shapes::{apply_flags, Shape};
 use cnilab_harness::lab::{Topology, UpOptions};
 use cnilab_tests::{
     cnilab, host_untouched, output_text, require_root, run_in, workspace_bin, StandingLab,

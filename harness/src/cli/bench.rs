@@ -82,7 +82,7 @@ fn run_lab(
     (nodes, pods): (usize, usize),
     tune_host: bool,
 ) -> Result<crate::bench::lab::LabFigures, Box<dyn std::error::Error>> {
-    use super::lab::{run_report, TopologyFlags};
+    use super::{lab::run_report, lab_prep::TopologyFlags};
     let args = TopologyFlags {
         nodes: Some(nodes),
         pods_per_node: Some(pods),

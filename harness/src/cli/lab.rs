@@ -3,13 +3,12 @@
 //! the lab itself is `crate::lab`).
 
 use super::args::{CheckOutputArgs, OutputArgs};
-use super::lab_prep;
+use super::lab_prep::{self, Prepared, TopologyFlags};
 use super::CliResult;
+use crate::lab::base::RuntimeKind;
 use crate::lab::base::UpOptions;
-use crate::lab::cri::RuntimeKind;
 use crate::lab::report::Report;
 use crate::lab::state;
-use crate::lab::topology::{Masquerade, Routing, Topology};
 use crate::netns;
 use crate::report::{self, Format};
 use clap::Subcommand;
@@ -27,52 +26,6 @@ use std::process::ExitCode;
 pub struct Lab {
     #[command(subcommand)]
     pub command: LabCmd,
-}
-
-#[derive(clap::Args, Default)]
-pub struct TopologyFlags {
-    /// Topology file (TOML; examples in lab/topologies/).
-    #[arg(long, conflicts_with = "nodes")]
-    pub topology: Option<PathBuf>,
-    /// Replay captured nodes (`cnilab capture -o FILE` on each node): the
-    /// lab's nodes and pods hold what the captures hold, joined by an
-    /// underlay derived from their uplinks; no plugin runs.
-    #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with_all = ["topology", "nodes"])]
-    pub capture: Vec<PathBuf>,
-    /// Number of nodes (instead of a topology file) [default: 2].
-    #[arg(long)]
-    pub nodes: Option<usize>,
-    /// Pods per node [default: 2, or the topology's].
-    #[arg(long)]
-    pub pods_per_node: Option<usize>,
-    /// Plugin directory, or several joined by ':' (default: the topology's,
-    /// else the bundled cnilab-bridge next to this binary). With your own
-    /// plugin, pass --config too.
-    #[arg(long, value_name = "DIR[:DIR]")]
-    pub plugin_dir: Option<String>,
-    /// Plugin config template (a conflist or conf), filled in per node.
-    /// Placeholders: {{node}} the node's name; {{pod_cidr}} its IPv4 pod
-    /// CIDR; {{pod_cidr6}} its IPv6 pod CIDR; {{ranges}} host-local
-    /// `ranges`, one range set per pod CIDR (JSON); {{cluster_cidr}} the
-    /// cluster CIDRs (JSON list); {{data_dir}} a per-node directory for IPAM
-    /// state; {{mtu}} the pods' MTU; {{ip_masq}} true when the plugin is to
-    /// masquerade. An unknown placeholder, or one a node has no value for,
-    /// is an error.
-    #[arg(long, value_name = "TEMPLATE")]
-    pub config: Option<PathBuf>,
-    /// Underlay shape of a --nodes lab: l2 (one switch), routed (a subnet per node, joined by a router), nat (VirtualBox NAT + host-only).
-    #[arg(long, value_enum, conflicts_with = "topology")]
-    pub shape: Option<crate::lab::topology::shapes::Shape>,
-    /// Route pods over a kernel VXLAN overlay (flannel's vxlan backend; pod MTU = underlay − 50).
-    #[arg(long)]
-    pub vxlan: bool,
-    /// Add a kube-proxy-like ClusterIP Service (nftables DNAT) and its checks.
-    #[arg(long)]
-    pub service: bool,
-    /// How pods are attached: `direct` executes the plugin; `containerd` runs
-    /// a containerd per node and makes pods through the CRI, like kubelet.
-    #[arg(long, value_enum, default_value_t = RuntimeKind::Direct)]
-    pub runtime: RuntimeKind,
 }
 
 /// Where the check's report goes, and which checks run.
@@ -284,38 +237,6 @@ fn show(name: &str, format: Format) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The lab the flags describe: a topology file or `--nodes`, with
-/// `--pods-per-node`, `--config`, `--shape`, `--vxlan` and `--service` applied.
-fn topology(args: &TopologyFlags) -> Result<Topology, Box<dyn std::error::Error>> {
-    let mut topo = match (&args.topology, args.nodes) {
-        (Some(_), Some(_)) => return Err("give either --topology or --nodes, not both".into()),
-        (Some(path), None) => Topology::load(path)?,
-        (None, nodes) => Topology::generated(nodes.unwrap_or(2), args.pods_per_node.unwrap_or(2))?,
-    };
-    if let (Some(p), Some(_)) = (args.pods_per_node, &args.topology) {
-        topo.pods_per_node = p;
-        topo.validate(Path::new("--pods-per-node"))?;
-    }
-    if let Some(config) = &args.config {
-        lab_prep::use_template(&mut topo, config, args.topology.is_none());
-    }
-    crate::lab::underlay::apply_flags(&mut topo, args.shape, args.vxlan, args.service)?;
-    Ok(topo)
-}
-
-/// How the lab will fit the host's neighbour tables; printed when it
-/// changes anything.
-fn host_plan(
-    topo: &Topology,
-    tune_host: bool,
-) -> Result<crate::lab::neighbours::HostPlan, Box<dyn std::error::Error>> {
-    let plan = crate::lab::neighbours::plan(topo, tune_host)?;
-    if plan.pin || !plan.tune.is_empty() || plan.unchecked {
-        eprintln!("🧮 {}", plan.summary);
-    }
-    Ok(plan)
-}
-
 fn emit(report: &Report, out: &ReportFlags) -> Result<(), Box<dyn std::error::Error>> {
     match out.output.output {
         Format::Table => report::print_human(&report.table()),
@@ -330,27 +251,6 @@ fn emit(report: &Report, out: &ReportFlags) -> Result<(), Box<dyn std::error::Er
         eprintln!("cnilab: HTML report written to {}", path.display());
     }
     Ok(())
-}
-
-fn header(topo: &Topology, plugin_dir: Option<&str>) {
-    let plugin_dir =
-        crate::lab::base::given_plugin_dir(plugin_dir, topo).unwrap_or("(bundled cnilab-bridge)");
-    let pods: usize = topo.nodes.len() * topo.pods_per_node;
-    eprintln!(
-        "🔭 cnilab lab {}: {} nodes, {pods} pods, plugin dir {plugin_dir}, {}, {}",
-        topo.name,
-        topo.nodes.len(),
-        match topo.routing {
-            Routing::Static => "static routes",
-            Routing::Agent => "routes by the agent",
-            Routing::Vxlan => "a VXLAN overlay",
-        },
-        match topo.masquerade {
-            Masquerade::Plugin => "the plugin masquerades",
-            Masquerade::Node => "the nodes masquerade",
-            Masquerade::None => "nobody masquerades",
-        }
-    );
 }
 
 fn verdict(r: &Report) -> ExitCode {
@@ -371,19 +271,14 @@ pub(crate) fn run_report(
     tune_host: bool,
     groups: &[String],
 ) -> Result<Report, Box<dyn std::error::Error>> {
-    let plugin_dir = args.plugin_dir.clone();
     netns::require_root()?;
     crate::lab::checks::check_groups(groups)?;
-    let topo = topology(args)?;
-    lab_prep::check_plugin(&plugin_dir, &topo)?;
+    let Prepared { topo, host } = lab_prep::prepare(args, tune_host)?;
     crate::lab::cleanup_on_interrupt(None);
-    header(&topo, plugin_dir.as_deref());
-    let host = host_plan(&topo, tune_host)?;
     // Restores the thresholds when dropped (and the Ctrl-C handler does).
     let _tuning = crate::lab::neighbours::HostTuning::apply(&host)?;
-    lab_prep::runtime_header(args.runtime)?;
     let opts = UpOptions {
-        plugin_dir,
+        plugin_dir: args.plugin_dir.clone(),
         persistent: None,
         run_dir: crate::lab::scratch_run_dir(),
         runtime: args.runtime,
@@ -396,7 +291,6 @@ pub(crate) fn run_report(
 
 /// `cnilab lab up`.
 fn up(args: &TopologyFlags, name: &str, format: Format) -> CliResult {
-    let plugin_dir = args.plugin_dir.clone();
     netns::require_root()?;
     state::check_name(name)?;
     if state::load_state(name).is_ok() {
@@ -404,19 +298,15 @@ fn up(args: &TopologyFlags, name: &str, format: Format) -> CliResult {
             format!("lab {name:?} is already up; `cnilab lab down --name {name}` first").into(),
         );
     }
-    let topo = topology(args)?;
-    lab_prep::check_plugin(&plugin_dir, &topo)?;
     // A standing lab outlives this process: it must fit without tuning.
-    let host = host_plan(&topo, false)?;
+    let Prepared { topo, host } = lab_prep::prepare(args, false)?;
     let lab_name = name.to_string();
     let nodes: Vec<String> = topo.nodes.iter().map(|n| n.name.clone()).collect();
     crate::lab::cleanup_on_interrupt(Some(Box::new(move |ns: &str| {
         state::owns(&state::run_dir(&lab_name), &lab_name, &nodes, ns)
     })));
-    header(&topo, plugin_dir.as_deref());
-    lab_prep::runtime_header(args.runtime)?;
     let opts = UpOptions {
-        plugin_dir,
+        plugin_dir: args.plugin_dir.clone(),
         persistent: Some(name.to_string()),
         run_dir: state::run_dir(name),
         runtime: args.runtime,

@@ -1,10 +1,136 @@
 //! What `lab run`, `lab up` and `scenario run` do before a lab is built:
-//! the plugin's config template made the topology's, the plugin directory
-//! checked, and the runtime said.
+//! the topology of the flags, the plugin's config template made the
+//! topology's, the plugin directory checked, the host's neighbour tables
+//! planned and the runtime said; [`prepare`] does it all in one call, so
+//! that a command goes from here down to the builder and not back.
 
-use crate::lab::cri::{self, RuntimeKind};
-use crate::lab::topology::{Masquerade, PluginSpec, Topology};
-use std::path::Path;
+use crate::lab::base::RuntimeKind;
+use crate::lab::cri;
+use crate::lab::neighbours::HostPlan;
+use crate::lab::topology::{Masquerade, PluginSpec, Routing, Topology};
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args, Default)]
+pub struct TopologyFlags {
+    /// Topology file (TOML; examples in lab/topologies/).
+    #[arg(long, conflicts_with = "nodes")]
+    pub topology: Option<PathBuf>,
+    /// Replay captured nodes (`cnilab capture -o FILE` on each node): the
+    /// lab's nodes and pods hold what the captures hold, joined by an
+    /// underlay derived from their uplinks; no plugin runs.
+    #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with_all = ["topology", "nodes"])]
+    pub capture: Vec<PathBuf>,
+    /// Number of nodes (instead of a topology file) [default: 2].
+    #[arg(long)]
+    pub nodes: Option<usize>,
+    /// Pods per node [default: 2, or the topology's].
+    #[arg(long)]
+    pub pods_per_node: Option<usize>,
+    /// Plugin directory, or several joined by ':' (default: the topology's,
+    /// else the bundled cnilab-bridge next to this binary). With your own
+    /// plugin, pass --config too.
+    #[arg(long, value_name = "DIR[:DIR]")]
+    pub plugin_dir: Option<String>,
+    /// Plugin config template (a conflist or conf), filled in per node.
+    /// Placeholders: {{node}} the node's name; {{pod_cidr}} its IPv4 pod
+    /// CIDR; {{pod_cidr6}} its IPv6 pod CIDR; {{ranges}} host-local
+    /// `ranges`, one range set per pod CIDR (JSON); {{cluster_cidr}} the
+    /// cluster CIDRs (JSON list); {{data_dir}} a per-node directory for IPAM
+    /// state; {{mtu}} the pods' MTU; {{ip_masq}} true when the plugin is to
+    /// masquerade. An unknown placeholder, or one a node has no value for,
+    /// is an error.
+    #[arg(long, value_name = "TEMPLATE")]
+    pub config: Option<PathBuf>,
+    /// Underlay shape of a --nodes lab: l2 (one switch), routed (a subnet per node, joined by a router), nat (VirtualBox NAT + host-only).
+    #[arg(long, value_enum, conflicts_with = "topology")]
+    pub shape: Option<crate::lab::topology::shapes::Shape>,
+    /// Route pods over a kernel VXLAN overlay (flannel's vxlan backend; pod MTU = underlay − 50).
+    #[arg(long)]
+    pub vxlan: bool,
+    /// Add a kube-proxy-like ClusterIP Service (nftables DNAT) and its checks.
+    #[arg(long)]
+    pub service: bool,
+    /// How pods are attached: `direct` executes the plugin; `containerd` runs
+    /// a containerd per node and makes pods through the CRI, like kubelet.
+    #[arg(long, value_enum, default_value_t = RuntimeKind::Direct)]
+    pub runtime: RuntimeKind,
+}
+
+/// A lab ready to be built: the flags' topology, checked, and how it will
+/// fit the host's neighbour tables.
+pub(super) struct Prepared {
+    pub topo: Topology,
+    pub host: HostPlan,
+}
+
+/// What `lab run` and `lab up` do before the builder, in one call: the
+/// topology of the flags, the plugin and its template checked, the header
+/// printed, the host's neighbour tables planned (`tune_host`: they may be
+/// raised) and the runtime said. Nothing is built or changed.
+pub(super) fn prepare(
+    args: &TopologyFlags,
+    tune_host: bool,
+) -> Result<Prepared, Box<dyn std::error::Error>> {
+    let topo = topology(args)?;
+    check_plugin(&args.plugin_dir, &topo)?;
+    header(&topo, args.plugin_dir.as_deref());
+    let host = host_plan(&topo, tune_host)?;
+    runtime_header(args.runtime)?;
+    Ok(Prepared { topo, host })
+}
+
+/// The lab the flags describe: a topology file or `--nodes`, with
+/// `--pods-per-node`, `--config`, `--shape`, `--vxlan` and `--service` applied.
+fn topology(args: &TopologyFlags) -> Result<Topology, Box<dyn std::error::Error>> {
+    let mut topo = match (&args.topology, args.nodes) {
+        (Some(_), Some(_)) => return Err("give either --topology or --nodes, not both".into()),
+        (Some(path), None) => Topology::load(path)?,
+        (None, nodes) => Topology::generated(nodes.unwrap_or(2), args.pods_per_node.unwrap_or(2))?,
+    };
+    if let (Some(p), Some(_)) = (args.pods_per_node, &args.topology) {
+        topo.pods_per_node = p;
+        topo.validate(Path::new("--pods-per-node"))?;
+    }
+    if let Some(config) = &args.config {
+        use_template(&mut topo, config, args.topology.is_none());
+    }
+    crate::lab::topology::shapes::apply_flags(&mut topo, args.shape, args.vxlan, args.service)?;
+    Ok(topo)
+}
+
+/// How the lab will fit the host's neighbour tables; printed when it
+/// changes anything.
+fn host_plan(
+    topo: &Topology,
+    tune_host: bool,
+) -> Result<crate::lab::neighbours::HostPlan, Box<dyn std::error::Error>> {
+    let plan = crate::lab::neighbours::plan(topo, tune_host)?;
+    if plan.pin || !plan.tune.is_empty() || plan.unchecked {
+        eprintln!("🧮 {}", plan.summary);
+    }
+    Ok(plan)
+}
+
+fn header(topo: &Topology, plugin_dir: Option<&str>) {
+    let plugin_dir =
+        crate::lab::base::given_plugin_dir(plugin_dir, topo).unwrap_or("(bundled cnilab-bridge)");
+    let pods: usize = topo.nodes.len() * topo.pods_per_node;
+    eprintln!(
+        "🔭 cnilab lab {}: {} nodes, {pods} pods, plugin dir {plugin_dir}, {}, {}",
+        topo.name,
+        topo.nodes.len(),
+        match topo.routing {
+            Routing::Static => "static routes",
+            Routing::Agent => "routes by the agent",
+            Routing::Vxlan => "a VXLAN overlay",
+        },
+        match topo.masquerade {
+            Masquerade::Plugin => "the plugin masquerades",
+            Masquerade::Node => "the nodes masquerade",
+            Masquerade::None => "nobody masquerades",
+        }
+    );
+}
 
 /// Makes `config` the plugin's template. A template that cannot tell the
 /// plugin to masquerade (no `{{ip_masq}}`) in a lab whose masquerade was not

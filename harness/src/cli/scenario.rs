@@ -5,7 +5,7 @@
 use super::args::{CheckOutputArgs, OutputArgs};
 use super::lab_prep;
 use super::CliResult;
-use crate::lab::cri::RuntimeKind;
+use crate::lab::base::RuntimeKind;
 use crate::netns;
 use crate::report::{self, Format};
 use crate::scenario::StepLog;

@@ -142,6 +142,15 @@ pub(super) fn make_ns(opts: &UpOptions, role: &str) -> Result<Netns, NetnsError>
     make_ns_from(opts, role, None)
 }
 
+/// [`make_ns`] as `model::apply` calls it for each role: a closure that
+/// owns its options (`apply::MakeNs` is `'static`).
+pub(crate) fn ns_maker(
+    opts: &UpOptions,
+) -> impl Fn(&str) -> Result<Netns, NetnsError> + Sync + 'static {
+    let opts = opts.clone();
+    move |role: &str| make_ns(&opts, role)
+}
+
 /// [`make_ns`]; with `from`, names an existing namespace (a CRI pod's).
 pub(crate) fn make_ns_from(
     opts: &UpOptions,

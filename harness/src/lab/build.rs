@@ -1,31 +1,42 @@
-//! Building and tearing down a lab: an underlay switch (a bridge in its own
-//! namespace), one namespace per node linked to it by a veth, an "external"
-//! host, node routes (static or by an agent) and pods attached through the
-//! harness `Runtime` with each node as the host namespace.
+//! Building and tearing down a lab. There is one builder: [`Lab::up`]
+//! compiles the topology into its model (`model::compile`: the underlay
+//! switch, routers and NAT boxes, the external host, the nodes with their
+//! links, addresses, routes, nftables tables and sysctls) and makes the
+//! lab's infrastructure of it with `model::apply`; then come the steps only
+//! a runtime does: the agents started (`routing = "agent"`: the routes are
+//! theirs), each node's containerd, the pods attached by the plugin through
+//! the harness `Runtime` (or the CRI) with the node as the host namespace,
+//! and the Services, whose backends are the pods' addresses.
 //!
-//! The top of the builder's floors: it calls the steps below it (the
-//! underlay shapes, the overlay, the Services, the runtimes) and none of
+//! A node that joins a running lab ([`Lab::add_node`], scenarios) is still
+//! plugged in step by step here (`plug`, `underlay::attach`, `vxlan::join`):
+//! `model::apply` makes a model into namespaces of its own and does not
+//! extend existing ones.
+//!
+//! The top of the builder's floors: it calls the floors below it (the model,
+//! the underlay shapes, the overlay, the Services, the runtimes) and none of
 //! them calls back into it. What they share lives below: [`super::base`]
 //! (errors, options, namespace/netlink/nft helpers), [`super::parts`]
 //! (`Lab`, `Node`, `Pod`), [`super::template`] (config templates) and
-//! [`super::routes`] (addresses, static routes, the agents' node list).
+//! [`super::routes`] (addresses, static routes, the masquerade ruleset, the
+//! agents' node list).
 
+use super::base::setup;
 use super::base::{make_ns, make_ns_from, netlink, plugin_dir};
+use super::base::{nft, resolve_program, LabError, UpOptions, AGENT_PIDFILE, OWNER_PIDFILE};
+use super::model::{apply, compile, LinkKind};
+use super::parts::{Lab, Node, Pod};
+use super::routes::{install_static_routes, node_nat_ruleset, nodes_file, underlay_addresses};
+use super::template::{check_template, render_template, DEFAULT_TEMPLATE};
 use super::topology::{Masquerade, NodeSpec, Routing, Topology};
 use crate::netns::Netns;
 use crate::runtime::{NetworkConfig, Runtime, RuntimeConf};
 use cnilab_net::{netns as plugin_netns, nl};
 use ipnet::IpNet;
-use rtnetlink::LinkBridge;
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-use super::base::setup;
-use super::base::{nft, resolve_program, LabError, UpOptions, AGENT_PIDFILE, OWNER_PIDFILE};
-use super::parts::{Lab, Node, Pod};
-use super::routes::{install_static_routes, nodes_file, underlay_addresses};
-use super::template::{check_template, render_template, DEFAULT_TEMPLATE};
 
 /// Links `ns` to the switch: veth `port` in the switch, `eth0` in `ns`,
 /// with `addresses` on eth0 (one per underlay family).
@@ -74,28 +85,21 @@ fn plug(
     })
 }
 
-/// The nftables ruleset of `masquerade = "node"`: pod traffic that leaves
-/// the cluster CIDR is masqueraded to the node's address (the chain the
-/// agent's table holds too, `cnilab_net::masquerade`).
-pub fn node_nat_ruleset(node: &NodeSpec, cluster: &[IpNet]) -> String {
-    cnilab_net::masquerade::table("cnilab_lab_nat", &node.pod_cidr, cluster)
-}
-
 impl Lab {
-    /// Builds the whole lab. On error, everything made so far is removed
-    /// (the namespaces are dropped).
+    /// Builds the whole lab: its infrastructure by the one builder
+    /// (`apply_infrastructure`), then what only a runtime does: the
+    /// agents started (`routing = "agent"`), each containerd, the pods
+    /// attached by the plugin, the Services bound to their addresses. On
+    /// error, everything made so far is removed (the namespaces are
+    /// dropped).
     pub fn up(topo: Topology, opts: UpOptions) -> Result<Lab, LabError> {
         let started = Instant::now();
         let containerd = match opts.runtime {
-            super::cri::RuntimeKind::Containerd => Some(super::cri::detect()?),
-            super::cri::RuntimeKind::Direct => None,
+            super::base::RuntimeKind::Containerd => Some(super::cri::detect()?),
+            super::base::RuntimeKind::Direct => None,
         };
         let plugin_dir = plugin_dir(opts.plugin_dir.as_deref(), &topo).map_err(setup)?;
-        let template = match topo.plugin.as_ref().and_then(|p| p.config.clone()) {
-            Some(path) => crate::assets::read_to_string(&path)
-                .map_err(|e| setup(format!("plugin config template {}: {e}", path.display())))?,
-            None => DEFAULT_TEMPLATE.to_string(),
-        };
+        let template = template_of(&topo)?;
         check_template(&template, &topo)
             .map_err(|e| setup(format!("plugin config template: {e}")))?;
         std::fs::create_dir_all(&opts.run_dir)
@@ -106,64 +110,25 @@ impl Lab {
             super::pidfile::write(&path, me)
                 .map_err(|e| setup(format!("{}: {e}", path.display())))?;
         }
-
-        let switch = make_ns(&opts, "switch")?;
-        let bridge = netlink(&switch, "underlay bridge", |h| async move {
-            h.link()
-                .add(LinkBridge::new("underlay").build())
-                .execute()
-                .await?;
-            nl::link_by_name(&h, "underlay")
-                .await?
-                .map(|l| l.index)
-                .ok_or(rtnetlink::Error::RequestFailed)
-        })?;
+        let applied = apply_infrastructure(&topo, &opts)?;
         let mut lab = Lab {
-            topo: topo.clone(),
-            opts: opts.clone(),
+            topo,
+            opts,
             plugin_dir,
-            switch,
-            external: None,
+            switch: applied.switch,
+            external: applied.external,
             nodes: Vec::new(),
             phases: Vec::new(),
-            extra: Vec::new(),
+            extra: applied.extra,
             containerd,
         };
-        if let Some(ext) = &topo.external {
-            let ns = make_ns(&opts, "external")?;
-            let as_node = NodeSpec {
-                name: "external".into(),
-                address: ext.address,
-                address6: ext.address6,
-                pod_cidr: Vec::new(),
-                mtu: None,
-                sysctls: Default::default(),
-            };
-            let addrs = underlay_addresses(&topo, &as_node)?;
-            let ext_bridge = super::underlay::bridge_for(&lab, ext.address, bridge)?;
-            plug(&lab.switch, ext_bridge, &ns, "p-external", addrs, topo.mtu)?;
-            crate::lab::probe::allow_ping_sockets(ns.file())
-                .map_err(|e| setup(format!("external: {e}")))?;
-            lab.external = Some(ns);
-            super::underlay::attach(
-                &mut lab,
-                super::underlay::NsRef::External,
-                ext.address,
-                bridge,
-            )?;
-        }
-        for spec in &topo.nodes {
-            let node = lab.add_node_ns(spec, bridge, &template)?;
+        for (spec, ns) in lab.topo.nodes.clone().into_iter().zip(applied.nodes) {
+            let node = lab.node(spec, ns, &template)?;
             lab.nodes.push(node);
-            let i = lab.nodes.len() - 1;
-            super::underlay::attach(
-                &mut lab,
-                super::underlay::NsRef::Node(i),
-                spec.address,
-                bridge,
-            )?;
         }
-        lab.install_routing()?;
+        if lab.topo.routing == Routing::Agent {
+            lab.start_agents()?;
+        }
         lab.phases.push(("up".into(), started.elapsed()));
 
         let started = Instant::now();
@@ -183,6 +148,44 @@ impl Lab {
         })
     }
 
+    /// Publishes the node list and starts every node's agent; waits for
+    /// the routes they install.
+    fn start_agents(&mut self) -> Result<(), LabError> {
+        let specs = self.topo.nodes.clone();
+        self.write_nodes_file(&specs)?;
+        for i in 0..self.nodes.len() {
+            self.start_agent(i)?;
+        }
+        self.wait_for_agent_routes(Duration::from_secs(15))
+    }
+
+    /// The node's run directory, its plugin config and its runtime, around
+    /// its namespace.
+    fn node(&self, spec: NodeSpec, ns: Netns, template: &str) -> Result<Node, LabError> {
+        let node_dir = self.opts.run_dir.join(&spec.name);
+        std::fs::create_dir_all(&node_dir)
+            .map_err(|e| setup(format!("{}: {e}", node_dir.display())))?;
+        let conf_text = render_template(template, &self.topo, &spec, &node_dir.join("ipam"));
+        let conf_path = node_dir.join("net.conflist");
+        std::fs::write(&conf_path, &conf_text)
+            .map_err(|e| setup(format!("{}: {e}", conf_path.display())))?;
+        let net = NetworkConfig::parse(&conf_text, &conf_path)?;
+        let runtime = Runtime::new(&self.plugin_dir)
+            .in_netns(&ns)?
+            .with_cache_dir(&node_dir.join("results"));
+        Ok(Node {
+            spec,
+            ns,
+            runtime,
+            net,
+            pods: Vec::new(),
+            agent: None,
+            cri: None,
+        })
+    }
+
+    /// A node that joins a running lab: its namespace, plugged into the
+    /// switch, with the sysctls a compiled node has.
     fn add_node_ns(&self, spec: &NodeSpec, bridge: u32, template: &str) -> Result<Node, LabError> {
         let topo = &self.topo;
         let ns = make_ns(&self.opts, &spec.name)?;
@@ -212,58 +215,9 @@ impl Lab {
         }
         crate::lab::probe::allow_ping_sockets(ns.file())
             .map_err(|e| setup(format!("{}: {e}", spec.name)))?;
-        let node_dir = self.opts.run_dir.join(&spec.name);
-        std::fs::create_dir_all(&node_dir)
-            .map_err(|e| setup(format!("{}: {e}", node_dir.display())))?;
-        let conf_text = render_template(template, topo, spec, &node_dir.join("ipam"));
-        let conf_path = node_dir.join("net.conflist");
-        std::fs::write(&conf_path, &conf_text)
-            .map_err(|e| setup(format!("{}: {e}", conf_path.display())))?;
-        let net = NetworkConfig::parse(&conf_text, &conf_path)?;
-        let runtime = Runtime::new(&self.plugin_dir)
-            .in_netns(&ns)?
-            .with_cache_dir(&node_dir.join("results"));
-        Ok(Node {
-            spec: spec.clone(),
-            ns,
-            runtime,
-            net,
-            pods: Vec::new(),
-            agent: None,
-            cri: None,
-        })
+        self.node(spec.clone(), ns, template)
     }
 
-    fn install_routing(&mut self) -> Result<(), LabError> {
-        let specs: Vec<NodeSpec> = self.nodes.iter().map(|n| n.spec.clone()).collect();
-        if self.topo.masquerade == Masquerade::Node {
-            for node in &self.nodes {
-                nft(
-                    &node.ns,
-                    &node_nat_ruleset(&node.spec, &self.topo.cluster_cidr),
-                )?;
-            }
-        }
-        match self.topo.routing {
-            Routing::Static if super::underlay::routes_in_router(&self.topo) => {
-                super::underlay::install_router_routes(self)
-            }
-            Routing::Static => {
-                for node in &self.nodes {
-                    install_static_routes(&node.ns, &node.spec, &specs)?;
-                }
-                Ok(())
-            }
-            Routing::Vxlan => super::vxlan::install(self),
-            Routing::Agent => {
-                self.write_nodes_file(&specs)?;
-                for i in 0..self.nodes.len() {
-                    self.start_agent(i)?;
-                }
-                self.wait_for_agent_routes(Duration::from_secs(15))
-            }
-        }
-    }
     /// Publishes the node list to the agents (atomically: temp + rename).
     pub fn write_nodes_file(&self, specs: &[NodeSpec]) -> Result<(), LabError> {
         let path = self.nodes_file_path();
@@ -526,11 +480,7 @@ impl Lab {
     /// agent, or by the lab in static routing).
     pub fn add_node(&mut self, spec: NodeSpec, pods: usize) -> Result<(), LabError> {
         let bridge = self.underlay_bridge()?;
-        let template = match self.topo.plugin.as_ref().and_then(|p| p.config.clone()) {
-            Some(path) => std::fs::read_to_string(&path)
-                .map_err(|e| setup(format!("{}: {e}", path.display())))?,
-            None => DEFAULT_TEMPLATE.to_string(),
-        };
+        let template = template_of(&self.topo)?;
         let node = self.add_node_ns(&spec, bridge, &template)?;
         // A node that joins (or is re-created) may take an address that the
         // other namespaces still map to a previous node's MAC. Its
@@ -542,16 +492,10 @@ impl Lab {
         // others forget the address, so that their next packet resolves it
         // (a broadcast ARP the new node answers).
         let port = format!("p-{}", spec.name);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !(node.ns.oper_up("eth0")? && self.switch.oper_up(&port)?) {
-            if Instant::now() >= deadline {
-                return Err(setup(format!(
-                    "node {}: its uplink did not come up within 5 s",
-                    spec.name
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_oper_up(
+            &[(&node.ns, "eth0"), (&self.switch, port.as_str())],
+            &format!("node {}: its uplink", spec.name),
+        )?;
         for other in self
             .nodes
             .iter()
@@ -672,17 +616,108 @@ impl Lab {
 /// DEL the first pod of each node (see [`Lab::down`]).
 pub const DEL_EVERY_POD_UP_TO: usize = 200;
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The namespaces of a lab's infrastructure, by their place in [`Lab`].
+struct Infrastructure {
+    switch: Netns,
+    external: Option<Netns>,
+    /// Routers and NAT boxes.
+    extra: Vec<Netns>,
+    /// The nodes' namespaces, in the topology's order.
+    nodes: Vec<Netns>,
+}
 
-    #[test]
-    fn nat_ruleset_excludes_the_cluster() {
-        let topo = Topology::generated(1, 1).expect("topology");
-        let rules = node_nat_ruleset(&topo.nodes[0], &topo.cluster_cidr);
-        assert!(
-            rules.contains("ip saddr 10.244.1.0/24 ip daddr != 10.244.0.0/16 counter masquerade"),
-            "{rules}"
-        );
+/// The lab's infrastructure made by the one builder: the topology
+/// compiled into its model (`model::compile`), without what the steps
+/// after it make ([`compile::infrastructure`]), made into namespaces by
+/// `model::apply`. Something the model holds and this machine cannot make
+/// is an error: the lab would not be the one compiled.
+fn apply_infrastructure(topo: &Topology, opts: &UpOptions) -> Result<Infrastructure, LabError> {
+    let model = compile::infrastructure(compile::compile(topo)?);
+    let make = super::base::ns_maker(opts);
+    let applied = apply::apply(
+        &model,
+        &apply::Options {
+            make_ns: Some(&make),
+        },
+    )
+    .map_err(|e| setup(format!("lab {}: {e}", topo.name)))?;
+    if !applied.not_made.is_empty() {
+        let not_made: Vec<String> = applied.not_made.iter().map(|n| n.to_string()).collect();
+        return Err(setup(format!(
+            "lab {}: this machine cannot make {}",
+            topo.name,
+            not_made.join("; ")
+        )));
+    }
+    // Every veth of the model, to wait for (pods are the plugin's).
+    let veths: Vec<(&Netns, &str)> = model
+        .namespaces()
+        .flat_map(|m| {
+            let ns = applied.namespace(&m.name);
+            m.links
+                .iter()
+                .filter(|l| l.kind == LinkKind::Veth && l.up)
+                .filter_map(move |l| Some((ns?, l.name.as_str())))
+        })
+        .collect();
+    wait_oper_up(&veths, &format!("lab {}", topo.name))?;
+    let mut switch = None;
+    let mut external = None;
+    let mut extra = Vec::new();
+    for (role, ns) in applied.underlay {
+        match role.as_str() {
+            compile::SWITCH => switch = Some(ns),
+            compile::EXTERNAL => external = Some(ns),
+            _ => extra.push(ns),
+        }
+    }
+    let mut by_name: BTreeMap<String, Netns> =
+        applied.nodes.into_iter().map(|n| (n.name, n.ns)).collect();
+    let nodes = topo
+        .nodes
+        .iter()
+        .map(|spec| {
+            by_name
+                .remove(&spec.name)
+                .ok_or_else(|| setup(format!("lab {}: node {} not applied", topo.name, spec.name)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Infrastructure {
+        switch: switch.ok_or_else(|| setup(format!("lab {}: no switch applied", topo.name)))?,
+        external,
+        extra,
+        nodes,
+    })
+}
+
+/// Waits until each `(namespace, link)` is operationally up (5 s at
+/// most): the kernel's link watcher activates a link's queue when it notes
+/// its carrier, on a busy machine noticeably later than the link was set
+/// up, and until then the link drops what it sends (a lab checked at once
+/// would lose its first probes).
+fn wait_oper_up(links: &[(&Netns, &str)], what: &str) -> Result<(), LabError> {
+    let limit = Duration::from_secs(5);
+    let deadline = Instant::now() + limit;
+    for (ns, link) in links {
+        while !ns.oper_up(link)? {
+            if Instant::now() >= deadline {
+                return Err(setup(format!(
+                    "{what}: {link} in {} did not come up within {limit:?}",
+                    ns.name()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    Ok(())
+}
+
+/// The plugin's config template: the topology's `[plugin] config`, else
+/// the bundled one.
+fn template_of(topo: &Topology) -> Result<String, LabError> {
+    match topo.plugin.as_ref().and_then(|p| p.config.as_ref()) {
+        Some(path) => crate::assets::read_to_string(path)
+            .map_err(|e| setup(format!("plugin config template {}: {e}", path.display()))),
+        None => Ok(DEFAULT_TEMPLATE.to_string()),
     }
 }

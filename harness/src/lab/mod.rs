@@ -8,13 +8,15 @@
 //!
 //! Where things happen, floor by floor (each file imports only from the
 //! floors below it): [`topology`] (TOML or flags, validated; the shapes'
-//! settings in `topology/shapes.rs`) and [`base`] (errors, options,
+//! settings and flags in `topology/shapes.rs`) and [`base`] (errors, options,
 //! namespace/netlink/nft helpers, where the bundled programs are); then
 //! [`template`] (config templates and their placeholders), [`parts`] (`Lab`,
-//! `Node`, `Pod`), [`routes`] (node addresses, static routes, the agents'
-//! node list) and [`facts`] (what the diagnosis reads from a node); then the
-//! builder's steps, and [`build`] on top (namespaces, underlay, routes, pods
-//! through the runtime); [`neighbours`] (the host's neighbour tables: the
+//! `Node`, `Pod`), [`routes`] (node addresses, static routes, the
+//! masquerade ruleset, the agents' node list) and [`facts`] (what the
+//! diagnosis reads from a node); then the builder's steps, and [`build`] on
+//! top (the one builder: the topology compiled and made into namespaces by
+//! [`model`], then the agents, the pods through the runtime, the
+//! Services); [`neighbours`] (the host's neighbour tables: the
 //! plan, pinning, `--tune-host`, the overflow watch), [`checks`] (the probe
 //! plan per family) and [`probe`] (sockets in namespaces), [`diagnose`]
 //! (node rules) and [`diagnose_path`] (rules along a probe's path, detour
@@ -22,8 +24,9 @@
 //! (routed, NAT) in [`underlay`], the VXLAN overlay in [`vxlan`],
 //! kube-proxy-like Services in [`services`]; the
 //! lab as data in [`model`] (a topology compiled into the model of what the
-//! builder makes, made into namespaces by `model::apply`, live namespaces
-//! read back into it, the two compared), a
+//! builder makes, made into namespaces by `model::apply`, the one maker of
+//! a lab's infrastructure, live namespaces read back into it, the two
+//! compared), a
 //! real node's network captured into it in [`capture`] (`cnilab capture`),
 //! captured nodes stood up as a lab in [`replay`] (`lab up --capture`),
 //! and [`trace`] (`lab trace`: FROM/TO and the lab's namespaces resolved for

@@ -611,8 +611,7 @@ pub fn build(
 ) -> Result<(Lab, Vec<NotMade>), LabError> {
     std::fs::create_dir_all(&opts.run_dir)
         .map_err(|e| setup(format!("run dir {}: {e}", opts.run_dir.display())))?;
-    let for_ns = opts.clone();
-    let make = move |role: &str| super::base::make_ns(&for_ns, role);
+    let make = super::base::ns_maker(&opts);
     let started = std::time::Instant::now();
     let applied = apply::apply(
         model,

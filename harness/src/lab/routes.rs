@@ -27,6 +27,13 @@ pub fn nodes_file(nodes: &[NodeSpec]) -> String {
     serde_json::to_string_pretty(&list).unwrap_or_else(|_| "[]".into())
 }
 
+/// The nftables ruleset of `masquerade = "node"`: pod traffic that leaves
+/// the cluster CIDR is masqueraded to the node's address (the chain the
+/// agent's table holds too, `cnilab_net::masquerade`).
+pub fn node_nat_ruleset(node: &NodeSpec, cluster: &[IpNet]) -> String {
+    cnilab_net::masquerade::table("cnilab_lab_nat", &node.pod_cidr, cluster)
+}
+
 /// Each of `node`'s underlay addresses with the prefix of its underlay.
 pub fn underlay_addresses(topo: &Topology, node: &NodeSpec) -> Result<Vec<IpNet>, LabError> {
     node.addresses()
@@ -71,6 +78,16 @@ pub fn install_static_routes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nat_ruleset_excludes_the_cluster() {
+        let topo = Topology::generated(1, 1).expect("topology");
+        let rules = node_nat_ruleset(&topo.nodes[0], &topo.cluster_cidr);
+        assert!(
+            rules.contains("ip saddr 10.244.1.0/24 ip daddr != 10.244.0.0/16 counter masquerade"),
+            "{rules}"
+        );
+    }
 
     #[test]
     fn nodes_file_has_the_agent_fields() {

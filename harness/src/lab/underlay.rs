@@ -26,7 +26,7 @@ use crate::connectivity::Diagnosis;
 use crate::connectivity::ProbeOutcome;
 use crate::netns::Netns;
 use cnilab_net::{netns as plugin_netns, nl};
-use ipnet::{IpNet, Ipv4Net};
+use ipnet::IpNet;
 use std::net::{IpAddr, Ipv4Addr};
 
 /// The address VirtualBox gives every VM's NAT interface.
@@ -39,34 +39,6 @@ pub(crate) const NAT_RULESET: &str = "table ip vbox_nat {\n  chain postrouting {
 pub const NAT_LINK: &str = "eth1";
 /// The router namespace's role name.
 pub const ROUTER_ROLE: &str = "router";
-
-/// `--shape`, `--vxlan`, `--service`: a generated lab gets the shape (a
-/// routed one a /24 per node: node N at 10.250.N.10 in 10.250.0.0/16).
-pub fn apply_flags(
-    topo: &mut Topology,
-    shape: Option<Shape>,
-    vxlan: bool,
-    service: bool,
-) -> Result<(), super::topology::TopologyError> {
-    if let Some(shape) = shape {
-        topo.shape = shape;
-        if shape == Shape::Routed {
-            topo.underlay =
-                IpNet::V4(Ipv4Net::new(Ipv4Addr::new(10, 250, 0, 0), 16).unwrap_or_default());
-            for (i, node) in topo.nodes.iter_mut().enumerate() {
-                let n = u8::try_from(i + 1).unwrap_or(u8::MAX);
-                node.address = IpAddr::from([10, 250, n, 10]);
-            }
-        }
-    }
-    if vxlan {
-        topo.routing = Routing::Vxlan;
-    }
-    if service && topo.service.is_none() {
-        topo.service = Some(super::topology::shapes::ServiceSpec::default());
-    }
-    topo.validate(std::path::Path::new("--shape/--vxlan/--service"))
-}
 
 /// The name of the bridge of `addr`'s subnet in the switch namespace.
 pub(crate) fn rack_name(topo: &Topology, addr: IpAddr) -> String {

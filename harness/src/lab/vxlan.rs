@@ -1,5 +1,8 @@
 //! `routing = "vxlan"`: a kernel VXLAN overlay, programmed by the lab
-//! (statically, from the topology) the way flannel's vxlan backend does it:
+//! (statically, from the topology) the way flannel's vxlan backend does it
+//! (the model compiles it, `model/compile.rs`, and `model::apply` makes it
+//! with the lab; here: a node that joins or leaves a running lab, faults,
+//! diagnoses):
 //!
 //! - one VXLAN device per node (`vxlan0`, VNI and UDP port from `[vxlan]`,
 //!   `local` = the node's underlay address, `dev eth0`, `nolearning`), with
@@ -89,22 +92,6 @@ fn program_peer(lab: &Lab, i: usize, p: usize, mac: &str) -> Result<(), LabError
         ),
     )?;
     batch(ns, "ip", &ip)
-}
-
-/// `routing = "vxlan"`: every node's device and its peers' entries.
-pub fn install(lab: &Lab) -> Result<(), LabError> {
-    for i in 0..lab.nodes.len() {
-        make_device(lab, i)?;
-    }
-    let macs: Vec<String> = (0..lab.nodes.len())
-        .map(|i| vtep_mac(lab, i))
-        .collect::<Result<_, _>>()?;
-    for i in 0..lab.nodes.len() {
-        for (p, mac) in macs.iter().enumerate().filter(|(p, _)| *p != i) {
-            program_peer(lab, i, p, mac)?;
-        }
-    }
-    Ok(())
 }
 
 /// Node `i` joined: its device, its peers' entries, and its entries on

@@ -4,7 +4,7 @@
 
 use super::faults::{self, Undo};
 use super::file::{Expect, Scenario, ScenarioError, Step};
-use crate::lab::cri::RuntimeKind;
+use crate::lab::base::RuntimeKind;
 use crate::lab::report::Report;
 use crate::lab::LabError;
 use crate::lab::{base::UpOptions, parts::Lab};

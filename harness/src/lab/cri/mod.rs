@@ -21,7 +21,6 @@ use super::base::LabError;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-pub use super::base::RuntimeKind;
 pub use daemon::Containerd;
 
 /// The image every node's CRI uses as its sandbox (pause) image.

@@ -1,7 +1,11 @@
-//! A topology compiled into the model of what the builder makes (pure: no
-//! IO, no root). It follows `build.rs`, `underlay.rs`, `vxlan.rs` and
-//! `services.rs` object by object; the root identity test
-//! (`tests/tests/lab_model.rs`) holds the two together.
+//! A topology compiled into the model of the lab `Lab::up` makes (pure: no
+//! IO, no root). `Lab::up` applies [`infrastructure`] of it (`model::apply`)
+//! and leaves the pods, the agents' routes and the Services to its steps
+//! after apply (plugin, agent); the root identity test
+//! (`tests/tests/lab_model.rs`) checks that the built lab reads back as the
+//! whole compiled model. The shapes' constants and the Services' ruleset
+//! come from the floors below (`underlay.rs`, `vxlan.rs`, `services.rs`,
+//! `routes.rs`), never from `build.rs`.
 //!
 //! Kernel facts the compiled model states because the kernel makes them
 //! from what the builder asked: a bridge's MTU is its smallest port's (1500
@@ -9,10 +13,11 @@
 //! without a metric gets 1024; a route's device is the one its gateway is
 //! connected through. MACs are left to the kernel (`None`).
 
+use super::super::base::LabError;
+use super::super::routes::{node_nat_ruleset, underlay_addresses};
 use super::super::topology::shapes::{self, Shape};
 use super::super::topology::{Masquerade, NodeSpec, Routing, Topology};
 use super::super::underlay as shape;
-use super::super::{base::LabError, build::node_nat_ruleset, routes::underlay_addresses};
 use super::super::{services, vxlan};
 use super::{
     BridgePort, FdbEntry, LabModel, Link, LinkKind, Namespace, Neighbour, NftTable, Node, Route,
@@ -42,6 +47,25 @@ pub(crate) fn pod_name(node: &str, k: usize) -> String {
 pub(crate) fn pod_placeholder(pod: &str) -> String {
     format!("{{{{pod:{pod}:ipv4}}}}")
 }
+
+/// What `Lab::up` applies of a compiled model: the lab's infrastructure.
+/// The rest is made by the steps after apply, as on a real node: the pods
+/// (attached by the plugin, through the runtime), the routes the agent
+/// installs (`routing = "agent"`) and the tables bound to pod addresses
+/// (the Services, whose backends the plugin's IPAM chooses).
+pub fn infrastructure(mut model: LabModel) -> LabModel {
+    for node in &mut model.nodes {
+        node.pods.clear();
+    }
+    for ns in model.namespaces_mut() {
+        ns.routes.retain(|r| r.proto != AGENT_PROTO);
+        ns.nftables.retain(|t| !t.text.contains(POD_PLACEHOLDER));
+    }
+    model
+}
+
+/// How every pod placeholder begins.
+const POD_PLACEHOLDER: &str = "{{pod:";
 
 /// The model of the lab `Lab::up` builds from `topo`, with either runtime
 /// (the pod's `lo` is brought up by the lab, or by containerd; the rest of a
@@ -623,9 +647,35 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_infrastructure_leaves_pods_agent_routes_and_services_to_the_runtime() {
+        let agent = shipped("agent.toml");
+        assert!(agent.nodes.iter().all(|n| !n.pods.is_empty()));
+        assert!(agent.nodes[1]
+            .net
+            .routes
+            .iter()
+            .any(|r| r.proto == AGENT_PROTO));
+        let infra = infrastructure(agent.clone());
+        assert!(infra.nodes.iter().all(|n| n.pods.is_empty()));
+        assert!(infra
+            .namespaces()
+            .all(|n| n.routes.iter().all(|r| r.proto != AGENT_PROTO)));
+        assert_eq!(infra.underlay, agent.underlay, "the underlay is apply's");
+        let links = |m: &LabModel| -> Vec<Vec<Link>> {
+            m.nodes.iter().map(|n| n.net.links.clone()).collect()
+        };
+        assert_eq!(links(&infra), links(&agent), "the nodes' links are apply's");
+        let vxlan = infrastructure(shipped("vxlan.toml"));
+        let node1 = &vxlan.nodes[0].net;
+        assert!(node1.nftables.iter().all(|t| t.name != "kube-proxy"));
+        assert_eq!(node1.fdb.len(), 2, "the overlay is apply's");
+        assert!(node1.routes.iter().any(|r| r.onlink));
+    }
+
+    #[test]
     fn flags_and_generated_labs_compile_like_files() {
         let mut topo = Topology::generated(3, 2).expect("topology");
-        shape::apply_flags(&mut topo, Some(Shape::Routed), false, true).expect("flags");
+        shapes::apply_flags(&mut topo, Some(Shape::Routed), false, true).expect("flags");
         let model = compile(&topo).expect("compiles");
         let names: Vec<&str> = model.underlay.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(names, vec!["external", "router", "switch"]);

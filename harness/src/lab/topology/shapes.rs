@@ -1,7 +1,7 @@
 //! The topology side of the underlay shapes (`lab/underlay.rs`), the VXLAN
 //! overlay (`lab/vxlan.rs`) and the Service (`lab/services.rs`): their
-//! settings, the addresses and MTUs they imply, and what they require of a
-//! topology. Pure: the builders of those parts import from here, never the
+//! settings, the addresses and MTUs they imply, what they require of a
+//! topology, and the `--shape`/`--vxlan`/`--service` flags applied to one. Pure: the builders of those parts import from here, never the
 //! other way round.
 
 use super::{Routing, Topology};
@@ -29,6 +29,34 @@ pub fn nat_network() -> IpNet {
 
 /// Prefix length of one subnet of a routed underlay.
 pub const SUBNET_PREFIX: u8 = 24;
+
+/// `--shape`, `--vxlan`, `--service`: a generated lab gets the shape (a
+/// routed one a /24 per node: node N at 10.250.N.10 in 10.250.0.0/16).
+pub fn apply_flags(
+    topo: &mut Topology,
+    shape: Option<Shape>,
+    vxlan: bool,
+    service: bool,
+) -> Result<(), super::TopologyError> {
+    if let Some(shape) = shape {
+        topo.shape = shape;
+        if shape == Shape::Routed {
+            topo.underlay =
+                IpNet::V4(Ipv4Net::new(Ipv4Addr::new(10, 250, 0, 0), 16).unwrap_or_default());
+            for (i, node) in topo.nodes.iter_mut().enumerate() {
+                let n = u8::try_from(i + 1).unwrap_or(u8::MAX);
+                node.address = IpAddr::from([10, 250, n, 10]);
+            }
+        }
+    }
+    if vxlan {
+        topo.routing = Routing::Vxlan;
+    }
+    if service && topo.service.is_none() {
+        topo.service = Some(ServiceSpec::default());
+    }
+    topo.validate(std::path::Path::new("--shape/--vxlan/--service"))
+}
 
 /// Checks what the shape, the overlay and the Service require of the whole
 /// topology: `(field, message)`.

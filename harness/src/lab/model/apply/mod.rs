@@ -1,6 +1,8 @@
 //! `apply`: a [`LabModel`] made into namespaces and kernel objects,
 //! whatever produced the model (a compiled topology, a capture), and
-//! [`Applied::down`] to remove them again.
+//! [`Applied::down`] to remove them again. The lab's one builder: `Lab::up`
+//! (`lab run`, `lab up`, scenarios) applies a compiled topology's
+//! infrastructure here, `lab up --capture` a replayed capture.
 //!
 //! Where things happen: this file checks the model's structure (names,
 //! devices, controllers: before anything is made), makes the namespaces and
