@@ -27,7 +27,7 @@ use super::base::{nft, resolve_program, LabError, UpOptions, AGENT_PIDFILE, OWNE
 use super::model::{apply, compile, LinkKind};
 use super::parts::{Lab, Node, Pod};
 use super::routes::{install_static_routes, node_nat_ruleset, nodes_file, underlay_addresses};
-use super::template::{check_template, render_template, DEFAULT_TEMPLATE};
+use super::template::{checked_template, render_template, template_of};
 use super::topology::{Masquerade, NodeSpec, Routing, Topology};
 use crate::netns::Netns;
 use crate::runtime::{NetworkConfig, Runtime, RuntimeConf};
@@ -99,9 +99,7 @@ impl Lab {
             super::base::RuntimeKind::Direct => None,
         };
         let plugin_dir = plugin_dir(opts.plugin_dir.as_deref(), &topo).map_err(setup)?;
-        let template = template_of(&topo)?;
-        check_template(&template, &topo)
-            .map_err(|e| setup(format!("plugin config template: {e}")))?;
+        let template = checked_template(&topo)?;
         std::fs::create_dir_all(&opts.run_dir)
             .map_err(|e| setup(format!("run dir {}: {e}", opts.run_dir.display())))?;
         // Who made this run dir: `cnilab sweep` removes it once that process is gone.
@@ -710,14 +708,4 @@ fn wait_oper_up(links: &[(&Netns, &str)], what: &str) -> Result<(), LabError> {
         }
     }
     Ok(())
-}
-
-/// The plugin's config template: the topology's `[plugin] config`, else
-/// the bundled one.
-fn template_of(topo: &Topology) -> Result<String, LabError> {
-    match topo.plugin.as_ref().and_then(|p| p.config.as_ref()) {
-        Some(path) => crate::assets::read_to_string(path)
-            .map_err(|e| setup(format!("plugin config template {}: {e}", path.display()))),
-        None => Ok(DEFAULT_TEMPLATE.to_string()),
-    }
 }

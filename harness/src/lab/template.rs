@@ -99,19 +99,32 @@ pub fn check_template(template: &str, topo: &Topology) -> Result<(), String> {
     Ok(())
 }
 
+/// The plugin's config template: the topology's `[plugin] config`, else
+/// the bundled one.
+pub fn template_of(topo: &Topology) -> Result<String, LabError> {
+    match topo.plugin.as_ref().and_then(|p| p.config.as_ref()) {
+        Some(path) => crate::assets::read_to_string(path)
+            .map_err(|e| setup(format!("plugin config template {}: {e}", path.display()))),
+        None => Ok(DEFAULT_TEMPLATE.to_string()),
+    }
+}
+
+/// [`template_of`], checked with [`check_template`]; the error names the
+/// file.
+pub fn checked_template(topo: &Topology) -> Result<String, LabError> {
+    let text = template_of(topo)?;
+    let name = match topo.plugin.as_ref().and_then(|p| p.config.as_ref()) {
+        Some(path) => format!("plugin config template {}", path.display()),
+        None => "the bundled config template".to_string(),
+    };
+    check_template(&text, topo).map_err(|e| setup(format!("{name}: {e}")))?;
+    Ok(text)
+}
+
 /// The topology's config template (or the bundled one), checked with
 /// [`check_template`]; the error names the file.
 pub fn check_template_of(topo: &Topology) -> Result<(), LabError> {
-    match topo.plugin.as_ref().and_then(|p| p.config.clone()) {
-        Some(path) => {
-            let text = crate::assets::read_to_string(&path)
-                .map_err(|e| setup(format!("plugin config template {}: {e}", path.display())))?;
-            check_template(&text, topo)
-                .map_err(|e| setup(format!("plugin config template {}: {e}", path.display())))
-        }
-        None => check_template(DEFAULT_TEMPLATE, topo)
-            .map_err(|e| setup(format!("the bundled config template: {e}"))),
-    }
+    checked_template(topo).map(|_| ())
 }
 
 /// Fills a config template for `node`.

@@ -504,13 +504,7 @@ fn arp_ignored(world: &World, owner: &str, ip: IpAddr) -> Option<Death> {
     if !ip.is_ipv4() {
         return None;
     }
-    let dev = world
-        .namespace(owner)?
-        .links
-        .iter()
-        .find(|l| l.addresses.iter().any(|a| a.addr() == ip))?
-        .name
-        .clone();
+    let dev = world.holder(owner, ip)?.name.clone();
     let value = |on: &str| world.sysctl(owner, &format!("net/ipv4/conf/{on}/arp_ignore"));
     let (all, own) = (value("all"), value(&dev));
     let key = if all == "8" {
@@ -532,8 +526,9 @@ fn arp_ignored(world: &World, owner: &str, ip: IpAddr) -> Option<Death> {
 
 /// An IPv4 next hop whose owner answers only ARP requests from its own
 /// subnet (arp_ignore 2), asked by `hop`'s namespace with a sender address
-/// outside it (`src`, the packet's source, when that namespace holds it): the namespace's arp_announce below 2 lets the request carry
-/// the packet's own source (a route's `src` on another link) instead of an
+/// outside it (`src`, the packet's source, when that namespace holds it):
+/// the namespace's arp_announce below 2 lets the request carry the
+/// packet's own source (a route's `src` on another link) instead of an
 /// address of the link it leaves by.
 fn arp_announced(
     world: &World,
@@ -542,11 +537,7 @@ fn arp_announced(
     src: Option<IpAddr>,
 ) -> Option<Death> {
     let (ns, oif, src) = (&hop.namespace, hop.oif.as_deref()?, src?);
-    let dev = world
-        .namespace(owner)?
-        .links
-        .iter()
-        .find(|l| l.addresses.iter().any(|a| a.addr() == ip))?;
+    let dev = world.holder(owner, ip)?;
     let subnet = dev.addresses.iter().find(|a| a.addr() == ip)?.trunc();
     let number = |v: String| v.parse::<u8>().unwrap_or(0);
     let ignore = |on: &str| number(world.sysctl(owner, &format!("net/ipv4/conf/{on}/arp_ignore")));
@@ -562,7 +553,8 @@ fn arp_announced(
         "arp-announce",
         &key,
         &format!(
-            "{ns} asks for {ip} on {oif} from {src} (arp_announce all={all} {oif}={own}), and              {owner} answers only requests from {subnet} (arp_ignore 2 on {})",
+            "{ns} asks for {ip} on {oif} from {src} (arp_announce all={all} {oif}={own}), and \
+             {owner} answers only requests from {subnet} (arp_ignore 2 on {})",
             dev.name
         ),
     );

@@ -180,11 +180,15 @@ impl World {
         {
             return false;
         }
-        self.namespace(ns).is_some_and(|n| {
-            n.links
-                .iter()
-                .any(|l| l.addresses.iter().any(|a| a.addr() == ip))
-        })
+        self.holder(ns, ip).is_some()
+    }
+
+    /// The link of `ns` that holds `ip` (`ns` read to find it).
+    pub(crate) fn holder(&self, ns: &str, ip: IpAddr) -> Option<&Link> {
+        self.namespace(ns)?
+            .links
+            .iter()
+            .find(|l| l.addresses.iter().any(|a| a.addr() == ip))
     }
 
     /// The namespace whose link holds `ip`: the one known to, when it does;
@@ -288,13 +292,7 @@ impl World {
     /// The owner of `ip` and the MAC of its link that holds it.
     pub(crate) fn mac_of(&self, ip: IpAddr) -> Option<(String, String)> {
         let owner = self.owner(ip)?;
-        let mac = self
-            .namespace(&owner)?
-            .links
-            .iter()
-            .find(|l| l.addresses.iter().any(|a| a.addr() == ip))?
-            .mac
-            .clone()?;
+        let mac = self.holder(&owner, ip)?.mac.clone()?;
         Some((owner, mac))
     }
 

@@ -45,7 +45,7 @@ pub(crate) fn pod_name(node: &str, k: usize) -> String {
 /// `{{pod:<pod>:ipv4}}`: a pod's IPv4 address, which the plugin's IPAM
 /// chooses; [`super::identity::bind_pod_addresses`] fills it in.
 pub(crate) fn pod_placeholder(pod: &str) -> String {
-    format!("{{{{pod:{pod}:ipv4}}}}")
+    format!("{POD_PLACEHOLDER}{pod}:ipv4}}}}")
 }
 
 /// What `Lab::up` applies of a compiled model: the lab's infrastructure.
@@ -64,8 +64,8 @@ pub fn infrastructure(mut model: LabModel) -> LabModel {
     model
 }
 
-/// How every pod placeholder begins.
-const POD_PLACEHOLDER: &str = "{{pod:";
+/// How every pod placeholder ([`pod_placeholder`]) begins.
+pub(crate) const POD_PLACEHOLDER: &str = "{{pod:";
 
 /// The model of the lab `Lab::up` builds from `topo`, with either runtime
 /// (the pod's `lo` is brought up by the lab, or by containerd; the rest of a

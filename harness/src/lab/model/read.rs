@@ -623,8 +623,6 @@ async fn read_rules(
     Ok(out)
 }
 
-/// Bridge and VXLAN forwarding entries that configuration made: permanent
-/// or static, not multicast, not a link's own address of this namespace.
 /// Every FDB entry of the namespace (AF_BRIDGE neighbours), as the kernel
 /// gives them: learned ones too.
 pub(crate) async fn fdb_messages(
@@ -638,6 +636,8 @@ pub(crate) async fn fdb_messages(
         .await
 }
 
+/// Bridge and VXLAN forwarding entries that configuration made: permanent
+/// or static, not multicast, not a link's own address of this namespace.
 async fn read_fdb(
     h: &rtnetlink::Handle,
     name_of: &impl Fn(u32) -> Option<String>,
