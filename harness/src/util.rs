@@ -170,6 +170,48 @@ pub fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
     None
 }
 
+/// [`parallel_map`] on at most `workers` scoped threads, which take the
+/// items in their order (a thousand items need not be a thousand threads);
+/// an item whose `f` panicked gives `panicked()` in its place (the others
+/// still finish).
+pub fn parallel_map_bounded<T, R>(
+    items: impl IntoIterator<Item = T>,
+    workers: usize,
+    f: impl Fn(T) -> R + Sync,
+    panicked: impl Fn() -> R,
+) -> Vec<R>
+where
+    T: Send,
+    R: Send,
+{
+    use std::sync::Mutex;
+    let items: Vec<T> = items.into_iter().collect();
+    let slots: Vec<Mutex<Option<R>>> = items.iter().map(|_| Mutex::new(None)).collect();
+    let workers = workers.clamp(1, items.len().max(1));
+    let queue = Mutex::new(items.into_iter().enumerate());
+    let (f, slots_ref, queue) = (&f, &slots, &queue);
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(move || loop {
+                let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+                let Some((i, item)) = next else { break };
+                let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(item)));
+                if let Ok(out) = out {
+                    *slots_ref[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
+                }
+            });
+        }
+    });
+    slots
+        .into_iter()
+        .map(|slot| {
+            slot.into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(&panicked)
+        })
+        .collect()
+}
+
 /// Runs `f` on every item, each on a scoped thread of its own, and returns
 /// the results in the items' order; a thread that panicked gives
 /// `panicked()` in its place (the others still finish).
@@ -182,16 +224,9 @@ where
     T: Send,
     R: Send,
 {
-    let f = &f;
-    std::thread::scope(|s| {
-        let jobs: Vec<_> = items
-            .into_iter()
-            .map(|item| s.spawn(move || f(item)))
-            .collect();
-        jobs.into_iter()
-            .map(|j| j.join().unwrap_or_else(|_| panicked()))
-            .collect()
-    })
+    let items: Vec<T> = items.into_iter().collect();
+    let workers = items.len();
+    parallel_map_bounded(items, workers, f, panicked)
 }
 
 #[cfg(test)]
@@ -211,6 +246,34 @@ mod tests {
             || Err("panicked"),
         );
         assert_eq!(out, vec![Ok(0), Ok(10), Ok(20), Err("panicked"), Ok(40)]);
+    }
+
+    #[test]
+    fn bounded_map_keeps_order_reports_panics_and_never_exceeds_its_workers() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (running, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let out = parallel_map_bounded(
+            0..40,
+            3,
+            |i| {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                std::thread::yield_now();
+                running.fetch_sub(1, Ordering::SeqCst);
+                if i == 7 {
+                    panic!("item 7");
+                }
+                Ok(i * 10)
+            },
+            || Err("panicked"),
+        );
+        let want: Vec<Result<usize, &str>> = (0..40)
+            .map(|i| if i == 7 { Err("panicked") } else { Ok(i * 10) })
+            .collect();
+        assert_eq!(out, want);
+        let most = most.load(Ordering::SeqCst);
+        assert!((1..=3).contains(&most), "{most} items ran at once");
+        assert!(parallel_map_bounded(Vec::<u8>::new(), 4, |i| i, || 0).is_empty());
     }
 
     #[test]

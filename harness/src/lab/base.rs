@@ -157,10 +157,42 @@ pub(crate) fn make_ns_from(
     role: &str,
     from: Option<&Path>,
 ) -> Result<Netns, NetnsError> {
+    made_ns(
+        opts,
+        role,
+        |name| Netns::persistent_from(name, from),
+        |label| Netns::with_label_from(label, from),
+    )
+}
+
+/// [`make_ns`] with `setup` run inside the fresh namespace on the thread
+/// that made it (a pod's `lo` up and sysctls: one thread a pod, no
+/// `setns`; see `Netns::with_label_setup`).
+pub(super) fn make_ns_setup(
+    opts: &UpOptions,
+    role: &str,
+    setup: crate::netns::Setup<'_>,
+) -> Result<Netns, NetnsError> {
+    made_ns(
+        opts,
+        role,
+        |name| Netns::persistent_setup(name, setup),
+        |label| Netns::with_label_setup(label, setup),
+    )
+}
+
+/// A lab's namespace for `role`: a standing lab's by `persistent` under its
+/// lab's name (and recorded in its ledger), a throwaway lab's by
+/// `throwaway` under a label of the role.
+fn made_ns(
+    opts: &UpOptions,
+    role: &str,
+    persistent: impl FnOnce(&str) -> Result<Netns, NetnsError>,
+    throwaway: impl FnOnce(&str) -> Result<Netns, NetnsError>,
+) -> Result<Netns, NetnsError> {
     match &opts.persistent {
         Some(lab) => {
-            let ns =
-                Netns::persistent_from(&format!("{}lab-{lab}-{role}", crate::netns::PREFIX), from)?;
+            let ns = persistent(&format!("{}lab-{lab}-{role}", crate::netns::PREFIX))?;
             record_namespace(&opts.run_dir, ns.name()).map_err(|e| NetnsError::Create {
                 name: ns.name().to_string(),
                 reason: format!("record it in {}: {e}", opts.run_dir.display()),
@@ -169,7 +201,7 @@ pub(crate) fn make_ns_from(
         }
         None => {
             let label: String = role.chars().take(12).collect();
-            Netns::with_label_from(&label, from)
+            throwaway(&label)
         }
     }
 }
@@ -200,10 +232,83 @@ pub fn nft(ns: &Netns, ruleset: &str) -> Result<(), LabError> {
     })
 }
 
+/// File descriptors a lab of `namespaces` namespaces holds open at once
+/// (one a namespace, the runtimes' duplicates of the nodes', and room for
+/// the plugin calls, probes and sockets under way).
+pub(super) fn fds_needed(namespaces: usize, nodes: usize) -> u64 {
+    (namespaces + nodes) as u64 + 1024
+}
+
+/// Raises this process's soft `RLIMIT_NOFILE` to `need` (never above the
+/// hard limit, never lowered): a 5,000-pod lab holds a descriptor per
+/// namespace, past the usual soft limit of 1,024. When even the hard limit
+/// is too low, says so before anything is made.
+pub(super) fn ensure_fd_limit(need: u64) -> Result<(), LabError> {
+    use nix::libc;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) fills the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(setup(format!(
+            "getrlimit(RLIMIT_NOFILE): {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    if limit.rlim_cur >= need {
+        return Ok(());
+    }
+    if limit.rlim_max < need {
+        return Err(setup(format!(
+            "this lab holds about {need} open files (one a namespace) but the hard limit is {} (ulimit -Hn): raise it (ulimit -n {need} as root) or use fewer pods",
+            limit.rlim_max
+        )));
+    }
+    limit.rlim_cur = need;
+    // SAFETY: setrlimit(2) reads the struct it is given.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+        return Err(setup(format!(
+            "setrlimit(RLIMIT_NOFILE, {need}): {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::lab::topology::PluginSpec;
+
+    fn fd_limits() -> (u64, u64) {
+        let mut limit = nix::libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit(2) fills the struct it is given.
+        let rc = unsafe { nix::libc::getrlimit(nix::libc::RLIMIT_NOFILE, &mut limit) };
+        assert_eq!(rc, 0, "getrlimit");
+        (limit.rlim_cur, limit.rlim_max)
+    }
+
+    /// A lab's descriptors fit: the soft limit is raised to the need (never
+    /// lowered), and a need above the hard limit is refused with the remedy.
+    #[test]
+    fn the_fd_limit_is_raised_to_the_need_and_refused_above_the_hard_one() {
+        let (soft, hard) = fd_limits();
+        ensure_fd_limit(soft / 2).expect("below the soft limit");
+        assert_eq!(fd_limits().0, soft, "never lowered");
+        assert!(fds_needed(5_050, 50) > 5_050);
+        if soft < hard {
+            ensure_fd_limit(soft + 1).expect("up to the hard limit");
+            assert_eq!(fd_limits().0, soft + 1);
+        }
+        if hard != nix::libc::RLIM_INFINITY {
+            let err = ensure_fd_limit(hard + 1).expect_err("above the hard limit");
+            assert!(err.to_string().contains("ulimit -Hn"), "{err}");
+        }
+    }
 
     /// `--plugin-dir`, then the topology's `[plugin] dir`, then the bundled
     /// plugin: one rule for `lab run`, `lab up`, `scenario run` and the

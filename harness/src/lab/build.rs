@@ -22,10 +22,12 @@
 //! agents' node list).
 
 use super::base::setup;
-use super::base::{make_ns, make_ns_from, netlink, plugin_dir};
+use super::base::{ensure_fd_limit, fds_needed};
+use super::base::{make_ns, make_ns_from, make_ns_setup, netlink, plugin_dir};
 use super::base::{nft, resolve_program, LabError, UpOptions, AGENT_PIDFILE, OWNER_PIDFILE};
 use super::model::{apply, compile, LinkKind};
 use super::parts::{Lab, Node, Pod};
+use super::profile::Profile;
 use super::routes::{install_static_routes, node_nat_ruleset, nodes_file, underlay_addresses};
 use super::template::{checked_template, render_template, template_of};
 use super::topology::{Masquerade, NodeSpec, Routing, Topology};
@@ -99,6 +101,8 @@ impl Lab {
             super::base::RuntimeKind::Direct => None,
         };
         let plugin_dir = plugin_dir(opts.plugin_dir.as_deref(), &topo).map_err(setup)?;
+        let pods = topo.nodes.len() * topo.pods_per_node;
+        ensure_fd_limit(fds_needed(pods + topo.nodes.len() + 8, topo.nodes.len()))?;
         let template = checked_template(&topo)?;
         std::fs::create_dir_all(&opts.run_dir)
             .map_err(|e| setup(format!("run dir {}: {e}", opts.run_dir.display())))?;
@@ -386,66 +390,67 @@ impl Lab {
         }
     }
 
-    /// Creates and ADDs the pods of every node, in parallel.
+    /// Creates and ADDs the pods of every node: all nodes at once, on a
+    /// bounded pool of threads (see [`Lab::add_pods_to`]).
     fn attach_pods(&mut self) -> Result<(), LabError> {
         let per_node = self.topo.pods_per_node;
+        let counts: Vec<(usize, usize)> = (0..self.nodes.len()).map(|i| (i, per_node)).collect();
+        let profile = Profile::from_env();
         let bar = crate::report::progress::Progress::stderr();
-        let total = self.nodes.len();
-        let mut attached = Ok(());
-        for i in 0..total {
-            bar.status(&format!(
-                "⌛ attaching {per_node} pods on node {}/{total}",
-                i + 1
-            ));
-            attached = self.add_pods(i, per_node);
-            if attached.is_err() {
-                break;
-            }
-        }
+        let attached = self.add_pods_to(&counts, &profile, &bar);
         bar.clear();
+        if let Some(table) = profile.table(self.nodes.len() * per_node) {
+            eprint!("{table}");
+        }
         attached
     }
 
     /// Adds `count` pods to node `i`.
     pub fn add_pods(&mut self, i: usize, count: usize) -> Result<(), LabError> {
-        let opts = &self.opts;
-        let node = &self.nodes[i];
-        let first = node.pods.len();
-        let made: Vec<Result<Pod, LabError>> = crate::util::parallel_map(
-            first..first + count,
-            |k| -> Result<Pod, LabError> {
-                let name = format!("{}-pod{k}", node.spec.name);
-                if let Some(d) = &node.cri {
-                    let named = |from: &Path| Ok(make_ns_from(opts, &name, Some(from))?);
-                    return super::cri::attach::add_pod(d, &name, &named);
+        let quiet = crate::report::progress::Progress::quiet();
+        self.add_pods_to(&[(i, count)], &Profile::off(), &quiet)
+    }
+
+    /// Adds pods to nodes, `(node, count)` each: the nodes' pods
+    /// interleaved on at most [`ATTACH_WORKERS`] threads (the plugin's own
+    /// locks serialise a node's ADDs; other nodes' run meanwhile), each
+    /// node's pods kept in their order. Each pod's steps are timed into
+    /// `profile`; `bar` shows how many are done.
+    fn add_pods_to(
+        &mut self,
+        counts: &[(usize, usize)],
+        profile: &Profile,
+        bar: &crate::report::progress::Progress,
+    ) -> Result<(), LabError> {
+        let longest = counts.iter().map(|(_, c)| *c).max().unwrap_or(0);
+        let had: Vec<usize> = self.nodes.iter().map(|n| n.pods.len()).collect();
+        let had = &had;
+        // Round-robin: the k-th new pod of every node, then the (k+1)-th.
+        let jobs: Vec<(usize, usize)> = (0..longest)
+            .flat_map(|k| {
+                counts
+                    .iter()
+                    .filter(move |(_, c)| k < *c)
+                    .map(move |(i, _)| (*i, had[*i] + k))
+            })
+            .collect();
+        let total = jobs.len();
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let made = crate::util::parallel_map_bounded(
+            jobs.iter().copied(),
+            ATTACH_WORKERS,
+            |(i, k)| {
+                let pod = self.make_pod(i, k, profile);
+                let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                if n.is_multiple_of(25) {
+                    bar.status(&format!("⌛ attaching pods {n}/{total}"));
                 }
-                let ns = make_ns(opts, &name)?;
-                ns.set_lo_up()?;
-                crate::lab::probe::allow_ping_sockets(ns.file())
-                    .map_err(|e| setup(format!("{name}: {e}")))?;
-                let container_id = format!("cnilab-{name}");
-                let rc = RuntimeConf::new(&container_id, Some(ns.path()), "eth0");
-                let added = node.runtime.add(&node.net, &rc);
-                let res = match added {
-                    Ok(res) => res,
-                    Err(e) => {
-                        // Like a runtime: a failed ADD is followed by DEL.
-                        let _ = node.runtime.del(&node.net, &rc);
-                        return Err(setup(format!("ADD of {name} on {}: {e}", node.spec.name)));
-                    }
-                };
-                let ips = res.result.ips.iter().map(|ip| ip.address).collect();
-                Ok(Pod {
-                    name,
-                    container_id,
-                    ns,
-                    ips,
-                })
+                pod
             },
             || Err(setup("pod thread panicked")),
         );
         let mut first_error = None;
-        for pod in made {
+        for ((i, _), pod) in jobs.into_iter().zip(made) {
             match pod {
                 Ok(p) => self.nodes[i].pods.push(p),
                 Err(e) => {
@@ -457,6 +462,50 @@ impl Lab {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// Pod `k` of node `i`: its namespace, attached by the plugin through
+    /// the runtime (or the CRI).
+    fn make_pod(&self, i: usize, k: usize, profile: &Profile) -> Result<Pod, LabError> {
+        let opts = &self.opts;
+        let node = &self.nodes[i];
+        let name = format!("{}-pod{k}", node.spec.name);
+        if let Some(d) = &node.cri {
+            let named = |from: &Path| Ok(make_ns_from(opts, &name, Some(from))?);
+            return super::cri::attach::add_pod(d, &name, &named);
+        }
+        // The pod's namespace, with `lo` up and ping sockets allowed by the
+        // thread that made it (one thread a pod, no `setns`).
+        let inside = || {
+            plugin_netns::lo_up_here()?;
+            crate::lab::probe::allow_ping_sockets_here()
+        };
+        let ns = profile.time("netns, lo up, sysctl", || {
+            make_ns_setup(opts, &name, &inside)
+        })?;
+        let container_id = format!("cnilab-{name}");
+        let rc = RuntimeConf::new(&container_id, Some(ns.path()), "eth0");
+        let add_started = Instant::now();
+        let added = node.runtime.add(&node.net, &rc);
+        let add_took = add_started.elapsed();
+        let res = match added {
+            Ok(res) => res,
+            Err(e) => {
+                // Like a runtime: a failed ADD is followed by DEL.
+                let _ = node.runtime.del(&node.net, &rc);
+                return Err(setup(format!("ADD of {name} on {}: {e}", node.spec.name)));
+            }
+        };
+        let plugin: Duration = res.executions.iter().map(|e| e.duration).sum();
+        profile.add("plugin process", plugin);
+        profile.add("runtime (spawn, cache)", add_took.saturating_sub(plugin));
+        let ips = res.result.ips.iter().map(|ip| ip.address).collect();
+        Ok(Pod {
+            name,
+            container_id,
+            ns,
+            ips,
+        })
     }
 
     /// DELs the pod and deletes its namespace.
@@ -609,6 +658,10 @@ impl Lab {
         started.elapsed()
     }
 }
+
+/// How many pods are attached at once (threads making namespaces and
+/// waiting for their plugin's process).
+const ATTACH_WORKERS: usize = 64;
 
 /// Labs up to this many pods DEL every pod on the way down; larger ones
 /// DEL the first pod of each node (see [`Lab::down`]).

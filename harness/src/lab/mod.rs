@@ -20,7 +20,8 @@
 //! plan, pinning, `--tune-host`, the overflow watch), [`checks`] (the probe
 //! plan per family) and [`probe`] (sockets in namespaces), [`diagnose`]
 //! (node rules) and [`diagnose_path`] (rules along a probe's path, detour
-//! warnings), [`state`] and [`pidfile`] (standing labs); underlay shapes
+//! warnings), [`state`] and [`pidfile`] (standing labs), [`profile`]
+//! (`CNILAB_PROFILE_ATTACH`: where the pods' attach goes); underlay shapes
 //! (routed, NAT) in [`underlay`], the VXLAN overlay in [`vxlan`],
 //! kube-proxy-like Services in [`services`]; the
 //! lab as data in [`model`] (a topology compiled into the model of what the
@@ -49,6 +50,7 @@ pub mod neighbours;
 pub mod parts;
 pub mod pidfile;
 pub mod probe;
+pub mod profile;
 pub mod replay;
 pub mod routes;
 pub mod services;

@@ -101,8 +101,17 @@ async fn in_ns_async<R: Send + 'static>(
 /// Allows unprivileged-style ICMP echo sockets for root in this namespace
 /// (new namespaces start with `ping_group_range = 1 0`, which excludes everyone).
 pub fn allow_ping_sockets(ns: &File) -> io::Result<()> {
-    cnilab_net::netns::write_sysctl(Some(ns), "net/ipv4/ping_group_range", "0 2147483647")
+    cnilab_net::netns::write_sysctl(Some(ns), PING_GROUP_RANGE.0, PING_GROUP_RANGE.1)
 }
+
+/// [`allow_ping_sockets`] in the calling thread's own namespace (a thread
+/// inside a namespace it just made).
+pub fn allow_ping_sockets_here() -> io::Result<()> {
+    cnilab_net::netns::write_sysctl(None, PING_GROUP_RANGE.0, PING_GROUP_RANGE.1)
+}
+
+/// Every group may open ping sockets.
+const PING_GROUP_RANGE: (&str, &str) = ("net/ipv4/ping_group_range", "0 2147483647");
 
 /// Starts TCP and UDP responders inside `ns` on the lab runtime. They run
 /// until the runtime shuts down.

@@ -181,6 +181,41 @@ pub fn command_in(ns: &File, cmd: &mut Command) {
     }
 }
 
+/// Brings `lo` up in the calling thread's own namespace (`SIOCSIFFLAGS` on
+/// a datagram socket: one flag needs no netlink connection). For a thread
+/// that made or entered a namespace (see `Netns::with_label_setup`).
+pub fn lo_up_here() -> io::Result<()> {
+    use nix::libc;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: socket(2) with constant arguments.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by socket(2) and nothing else owns it.
+    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: `ifreq` is plain data, for which all zeroes is a valid value.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (slot, byte) in request.ifr_name.iter_mut().zip(b"lo") {
+        *slot = *byte as libc::c_char;
+    }
+    let fail = |what: &str| {
+        let e = io::Error::last_os_error();
+        io::Error::new(e.kind(), format!("{what} of lo: {e}"))
+    };
+    // SAFETY: SIOCGIFFLAGS fills the `ifreq` it is given.
+    if unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut request) } < 0 {
+        return Err(fail("SIOCGIFFLAGS"));
+    }
+    // SAFETY: SIOCGIFFLAGS set the flags member of the union.
+    unsafe { request.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
+    // SAFETY: SIOCSIFFLAGS reads the `ifreq` it is given.
+    if unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS as _, &request) } < 0 {
+        return Err(fail("SIOCSIFFLAGS"));
+    }
+    Ok(())
+}
+
 /// Reads a sysctl under `/proc/sys` as seen from namespace `ns` (or from the
 /// caller's namespace when `None`). `key` uses slashes: `net/ipv4/ip_forward`.
 pub fn read_sysctl(ns: Option<&File>, key: &str) -> io::Result<String> {

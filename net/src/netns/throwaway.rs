@@ -61,6 +61,23 @@ pub enum NetnsError {
     Netlink { name: String, reason: String },
 }
 
+/// What runs inside a namespace on the thread that made it (see
+/// [`Netns::with_label_setup`]).
+pub type Setup<'a> = &'a (dyn Fn() -> io::Result<()> + Sync);
+
+/// Where a named namespace comes from: a fresh one (with what runs inside
+/// it first), or an existing namespace file to name.
+enum Made<'a> {
+    Fresh(Option<Setup<'a>>),
+    From(&'a Path),
+}
+
+impl<'a> Made<'a> {
+    fn of(from: Option<&'a Path>) -> Made<'a> {
+        from.map_or(Made::Fresh(None), Made::From)
+    }
+}
+
 /// A throwaway network namespace. Dropping it unmounts and removes it.
 #[derive(Debug)]
 pub struct Netns {
@@ -82,7 +99,7 @@ pub fn require_root() -> Result<(), NetnsError> {
 impl Netns {
     /// Creates `cnilab-<pid>-<n>`.
     pub fn new() -> Result<Netns, NetnsError> {
-        Self::create(None, None)
+        Self::create(None, Made::Fresh(None))
     }
 
     /// Creates `cnilab-<pid>-<n>-<label>`; the label shows in `ip netns list`.
@@ -94,21 +111,28 @@ impl Netns {
     /// container's `/proc/<pid>/ns/net`), names that existing namespace
     /// instead of creating one (what `ip netns attach` does).
     pub fn with_label_from(label: &str, from: Option<&Path>) -> Result<Netns, NetnsError> {
-        let ok = name_chars_ok(label, 12);
-        if !ok {
-            return Err(NetnsError::BadLabel(label.to_string()));
-        }
-        Self::create(Some(label), from)
+        Self::create(Some(label), Made::of(from))
     }
 
-    fn create(label: Option<&str>, from: Option<&Path>) -> Result<Netns, NetnsError> {
+    fn create(label: Option<&str>, made: Made<'_>) -> Result<Netns, NetnsError> {
+        if let Some(label) = label.filter(|l| !name_chars_ok(l, 12)) {
+            return Err(NetnsError::BadLabel(label.to_string()));
+        }
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let mut name = format!("{PREFIX}{}-{n}", std::process::id());
         if let Some(label) = label {
             name.push('-');
             name.push_str(label);
         }
-        Self::create_named(name, from)
+        Self::create_named(name, made)
+    }
+
+    /// [`Netns::with_label`], with `setup` run inside the new namespace on
+    /// the thread that made it, before it is named (`lo` up, sysctls): one
+    /// thread and no `setns` for what otherwise takes a thread each. A
+    /// failed setup leaves nothing behind and says what failed.
+    pub fn with_label_setup(label: &str, setup: Setup<'_>) -> Result<Netns, NetnsError> {
+        Self::create(Some(label), Made::Fresh(Some(setup)))
     }
 
     /// Creates a namespace with a name chosen by the caller, for labs that
@@ -120,11 +144,20 @@ impl Netns {
 
     /// Like [`Netns::persistent`]; `from` as in [`Netns::with_label_from`].
     pub fn persistent_from(name: &str, from: Option<&Path>) -> Result<Netns, NetnsError> {
+        Self::create_persistent(name, Made::of(from))
+    }
+
+    /// [`Netns::persistent`] with `setup` as in [`Netns::with_label_setup`].
+    pub fn persistent_setup(name: &str, setup: Setup<'_>) -> Result<Netns, NetnsError> {
+        Self::create_persistent(name, Made::Fresh(Some(setup)))
+    }
+
+    fn create_persistent(name: &str, made: Made<'_>) -> Result<Netns, NetnsError> {
         let ok = name.starts_with(PREFIX) && name_chars_ok(name, 60);
         if !ok {
             return Err(NetnsError::BadLabel(name.to_string()));
         }
-        Self::create_named(name.to_string(), from)
+        Self::create_named(name.to_string(), made)
     }
 
     /// Opens an existing named namespace (`/run/netns/<name>`); dropping the
@@ -172,7 +205,7 @@ impl Netns {
         self.name.clone()
     }
 
-    fn create_named(name: String, from: Option<&Path>) -> Result<Netns, NetnsError> {
+    fn create_named(name: String, made: Made<'_>) -> Result<Netns, NetnsError> {
         require_root()?;
         let stopped = STOPPED.read().unwrap_or_else(|e| e.into_inner());
         if *stopped {
@@ -181,7 +214,7 @@ impl Netns {
                 reason: "the process is shutting down".into(),
             });
         }
-        prepare_netns_dir()?;
+        prepare_netns_dir_once()?;
         let path = Path::new(NETNS_DIR).join(&name);
         let fail = |reason: String| NetnsError::Create {
             name: name.clone(),
@@ -195,31 +228,41 @@ impl Netns {
             .mode(0o000)
             .open(&path)
             .map_err(|e| fail(format!("create {}: {e}", path.display())))?;
-        let target = path.clone();
-        let source = from.map(Path::to_path_buf);
+        let target = path.as_path();
         // unshare(CLONE_NEWNET) on a thread of its own: only that thread moves
-        // into the new namespace, and it ends right after the bind mount.
-        let made = std::thread::spawn(move || -> Result<(), String> {
-            if source.is_none() {
-                unshare(CloneFlags::CLONE_NEWNET).map_err(|e| format!("unshare: {e}"))?;
-            }
-            let source = source.unwrap_or_else(|| PathBuf::from("/proc/thread-self/ns/net"));
-            mount(
-                Some(&source),
-                &target,
-                None::<&str>,
-                MsFlags::MS_BIND,
-                None::<&str>,
-            )
-            .map_err(|e| {
-                format!(
-                    "bind mount {} onto {}: {e}",
-                    source.display(),
-                    target.display()
-                )
-            })
+        // into the new namespace (and runs the setup there), and it ends
+        // right after the bind mount.
+        let made = std::thread::scope(|scope| {
+            scope
+                .spawn(move || -> Result<(), String> {
+                    let source = match made {
+                        Made::From(source) => source.to_path_buf(),
+                        Made::Fresh(setup) => {
+                            unshare(CloneFlags::CLONE_NEWNET)
+                                .map_err(|e| format!("unshare: {e}"))?;
+                            if let Some(setup) = setup {
+                                setup().map_err(|e| format!("inside it: {e}"))?;
+                            }
+                            PathBuf::from("/proc/thread-self/ns/net")
+                        }
+                    };
+                    mount(
+                        Some(&source),
+                        target,
+                        None::<&str>,
+                        MsFlags::MS_BIND,
+                        None::<&str>,
+                    )
+                    .map_err(|e| {
+                        format!(
+                            "bind mount {} onto {}: {e}",
+                            source.display(),
+                            target.display()
+                        )
+                    })
+                })
+                .join()
         })
-        .join()
         .map_err(|_| fail("namespace thread panicked".into()))
         .and_then(|r| r.map_err(fail));
         if let Err(e) = made {
@@ -392,6 +435,19 @@ fn name_chars_ok(name: &str, max: usize) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// [`prepare_netns_dir`] until it has succeeded once in this process: the
+/// `MS_SHARED | MS_REC` remount walks every mount under `/run/netns`, so
+/// per namespace it cost a lab of N namespaces N² mount visits.
+fn prepare_netns_dir_once() -> Result<(), NetnsError> {
+    static PREPARED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if PREPARED.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    prepare_netns_dir()?;
+    PREPARED.store(true, Ordering::Release);
+    Ok(())
 }
 
 /// Makes `/run/netns` exist and be a shared mount, as iproute2 does, so that
