@@ -427,3 +427,49 @@ fn arp_announce_is_named_where_it_chooses_the_arp_sender() {
     assert!(evidence.contains("from 10.250.0.2"), "{evidence}");
     lab.assert_no_trace_tables();
 }
+
+/// A route's own MTU (`ip route replace … mtu lock 1000`) on node1 for
+/// node2's pod CIDR: a packet with DF that fits it arrives; a larger one is
+/// named as that route at node1 (the kernel's FIB answer carries the
+/// route's MTU), by `lab trace --size` and by `lab check`'s DF group,
+/// whose probes are as large as the pods' MTU.
+#[test]
+fn a_route_mtu_smaller_than_the_packet_is_named() {
+    let _host = host_untouched();
+    let lab = Standing::up("tfrm", &[]);
+    let route = lab.sh("node1", "ip", &["route", "show", "10.244.2.0/24"]);
+    let words: Vec<&str> = route.split_whitespace().collect();
+    let after = |key: &str| {
+        words
+            .iter()
+            .position(|w| *w == key)
+            .and_then(|i| words.get(i + 1))
+            .copied()
+            .unwrap_or_else(|| panic!("no {key} in node1's route: {route}"))
+    };
+    let (via, dev) = (after("via"), after("dev"));
+    lab.sh(
+        "node1",
+        "ip",
+        &[
+            "route",
+            "replace",
+            "10.244.2.0/24",
+            "via",
+            via,
+            "dev",
+            dev,
+            "mtu",
+            "lock",
+            "1000",
+        ],
+    );
+    let fits = lab.trace("node1-pod0", "node2-pod0", &["--size", "1000"]);
+    assert_arrived(&fits, "node2-pod0");
+    let t = lab.trace("node1-pod0", "node2-pod0", &["--size", "1400"]);
+    let object = "route 10.244.2.0/24 mtu 1000";
+    assert_died(&t, "node1", "mtu", object);
+    let evidence = t.1["death"]["evidence"].to_string();
+    assert!(evidence.contains("1400-byte"), "{evidence}");
+    assert_check_names(&lab, "mtu", "node1", object);
+}

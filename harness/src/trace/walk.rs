@@ -173,7 +173,7 @@ fn step(
         decision: String::new(),
         evidence: String::new(),
     };
-    let (kind, oif, gateway, prefsrc, table) = match answer {
+    let (kind, oif, gateway, prefsrc, table, mtu) = match answer {
         Answer::Error(code) => {
             let mut death = refusal(world, ns, &q, code, &asked);
             death.check = asked.clone();
@@ -188,7 +188,8 @@ fn step(
             gateway,
             prefsrc,
             table,
-        } => (kind, oif, gateway, prefsrc, table),
+            mtu,
+        } => (kind, oif, gateway, prefsrc, table, mtu),
     };
     if w.src.is_none() {
         w.src = prefsrc;
@@ -233,10 +234,48 @@ fn step(
         None => format!("forward dev {oif} (connected)"),
     };
     let via = gateway.map(|g| format!(" via {g}")).unwrap_or_default();
-    hop.evidence = format!("{asked}: {dst}{via} dev {oif} table {table}");
+    let with_mtu = mtu.map(|m| format!(" mtu {m}")).unwrap_or_default();
+    hop.evidence = format!("{asked}: {dst}{via} dev {oif} table {table}{with_mtu}");
+    if let Some(death) = route_mtu((ns, file), &q, w.size, mtu, &asked) {
+        hop.decision = "died: mtu".into();
+        w.hops.push(hop);
+        return Err(End::Died(Box::new(death)));
+    }
+    if mtu.is_some_and(|m| w.size > m) {
+        hop.evidence
+            .push_str(" (a path MTU learned from ICMP, not this route's: the walk goes on)");
+    }
     w.hops.push(hop);
     snat(world, w, ns, &oif);
     leave(world, w, ns, &oif, nexthop).map(Some)
+}
+
+/// The matched route's own MTU (RTAX_MTU, `ip route … mtu N`) when the
+/// packet with DF does not fit it: the death, named as that route (`ip
+/// route get fibmatch`). A path MTU the kernel only learned (an ICMP
+/// "fragmentation needed" from further on, `mtu` in the answer but not
+/// in the route) is no cause here: the walk goes on to where it comes from.
+fn route_mtu(
+    (ns, file): (&str, &std::fs::File),
+    q: &Question,
+    size: u32,
+    answered: Option<u32>,
+    asked: &str,
+) -> Option<Death> {
+    answered.filter(|m| size > *m)?;
+    let (prefix, own) = route::matched(file, q).ok()??;
+    let own = own.filter(|m| size > *m)?;
+    let mut d = Death::new(
+        ns,
+        "mtu",
+        &format!("route {prefix} mtu {own}"),
+        &format!(
+            "a {size}-byte packet with DF does not fit the route to {prefix} (mtu {own}): \
+             {asked} answers mtu {own}"
+        ),
+    );
+    d.check = asked.replacen("ip route get ", "ip route get fibmatch ", 1);
+    Some(d)
 }
 
 /// `ip route get …` for the question (the evidence, and how to reproduce).
