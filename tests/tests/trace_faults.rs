@@ -473,3 +473,76 @@ fn a_route_mtu_smaller_than_the_packet_is_named() {
     assert!(evidence.contains("1400-byte"), "{evidence}");
     assert_check_names(&lab, "mtu", "node1", object);
 }
+
+/// Conntrack INVALID. `lab trace --proto tcp --invalid` sends a TCP
+/// segment with no flags set, which conntrack classes INVALID in every
+/// namespace that tracks it (the kernel's "invalid tcp flag combination",
+/// whatever nf_conntrack_tcp_loose says): without a rule against it, it
+/// arrives; with node2's `ct state invalid drop` in forward and input, the
+/// rule is named by table, chain and handle on the pod-to-pod, node-to-pod
+/// and pod-to-node paths, node2's own count of INVALID packets moved, and a
+/// plain TCP probe (NEW) still arrives. `lab check` cannot fail this way:
+/// its probes each open a new flow.
+#[test]
+fn an_invalid_probe_is_named_at_the_ct_state_invalid_rule() {
+    let _host = host_untouched();
+    let lab = Standing::up("tfiv", &[]);
+    let tcp = ["--proto", "tcp", "--invalid"];
+    assert_arrived(&lab.trace("node1-pod0", "node2-pod0", &tcp), "node2-pod0");
+    let nft = |rule: &str| {
+        lab.sh("node2", "nft", &[rule]);
+    };
+    nft("add table inet ivlab");
+    nft("add chain inet ivlab ivfwd { type filter hook forward priority 0; }");
+    nft("add chain inet ivlab ivin { type filter hook input priority 0; }");
+    nft("add rule inet ivlab ivfwd ct state invalid drop");
+    nft("add rule inet ivlab ivin ct state invalid drop");
+    let plain = lab.trace("node1-pod0", "node2-pod0", &["--proto", "tcp"]);
+    assert_arrived(&plain, "node2-pod0");
+    let invalid_count = || -> u64 {
+        let stat = lab.sh("node2", "cat", &["/proc/net/stat/nf_conntrack"]);
+        let mut lines = stat.lines();
+        let header: Vec<&str> = lines
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        let column = header
+            .iter()
+            .position(|h| *h == "invalid")
+            .unwrap_or_else(|| panic!("no invalid column: {stat}"));
+        lines
+            .filter_map(|l| l.split_whitespace().nth(column))
+            .map(|v| u64::from_str_radix(v, 16).unwrap_or_else(|e| panic!("{v}: {e}")))
+            .sum()
+    };
+    for (from, to, chain) in [
+        ("node1-pod0", "node2-pod0", "ivfwd"),
+        ("node1", "node2-pod0", "ivfwd"),
+        ("node1-pod0", "node2", "ivin"),
+    ] {
+        let before = invalid_count();
+        let t = lab.trace(from, to, &tcp);
+        assert_died(
+            &t,
+            "node2",
+            "conntrack-invalid",
+            &format!("inet ivlab {chain} handle"),
+        );
+        let evidence = t.1["death"]["evidence"].to_string();
+        assert!(
+            evidence.contains("ct state invalid"),
+            "{from} -> {to}: {evidence}"
+        );
+        assert!(
+            t.1["reproduce"].to_string().contains("--invalid"),
+            "{:#}",
+            t.1
+        );
+        assert!(
+            invalid_count() > before,
+            "{from} -> {to}: node2's conntrack counted no INVALID packet"
+        );
+    }
+    lab.assert_no_trace_tables();
+}

@@ -203,6 +203,9 @@ pub struct Request {
     /// The probe's size in bytes, IP header included (ICMP only; `None`:
     /// ping's default). Every probe is sent with DF.
     pub size: Option<u32>,
+    /// TCP only: send a segment conntrack classes INVALID (no flags set)
+    /// instead of a SYN (`lab trace --invalid`).
+    pub invalid: bool,
     /// The command line that repeats this trace.
     pub command: String,
 }
@@ -343,7 +346,7 @@ fn probe_pass(
     let traced = nftrace::trace(&files, &matcher, || {
         before = counters::take(&files);
         if let Some(f) = from {
-            probe::send(f, walked.sent_src, req.dst, req.proto, req.port, req.size);
+            probe::send(f, walked.sent_src, req);
         }
         after = counters::take(&files);
     });
@@ -571,8 +574,9 @@ fn firewall_death(e: &Event) -> Death {
         } => {
             let reject = text.split_whitespace().any(|w| w == "reject");
             let handle = handle.map(|h| format!(" handle {h}")).unwrap_or_default();
+            let invalid = text.contains("ct state invalid");
             (
-                if text.contains("ct state invalid") {
+                if invalid {
                     "conntrack-invalid"
                 } else if reject {
                     "firewall-reject"
@@ -580,7 +584,14 @@ fn firewall_death(e: &Event) -> Death {
                     "firewall-drop"
                 },
                 format!("{} {} {}{handle}", e.family, e.table, e.chain),
-                format!("rule `{text}` (verdict {verdict})"),
+                format!(
+                    "{}rule `{text}` (verdict {verdict})",
+                    if invalid {
+                        "conntrack classed the probe INVALID here: "
+                    } else {
+                        ""
+                    }
+                ),
                 format!("nft -a list chain {} {} {}", e.family, e.table, e.chain),
             )
         }
