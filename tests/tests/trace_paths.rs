@@ -232,3 +232,115 @@ fn every_topology_healthy_gets_no_trace_made_cause() {
         lab.assert_no_trace_tables();
     }
 }
+
+/// A drop or reject in each netfilter hook and table the probe crosses,
+/// made with plain `nft` and `iptables-nft`, on the path it stops: raw,
+/// mangle and nat prerouting and a forward reject on node2 (pod to pod),
+/// an input reject on node2 (pod to node), output and postrouting drops on
+/// node1 (node to pod). Each is named by its family, table, chain and
+/// handle (or chain), with its verdict; `lab check` names the raw drop and
+/// the output drop at their node.
+#[test]
+fn drops_and_rejects_in_every_hook_are_named_on_their_path() {
+    let _host = host_untouched();
+    let lab = Standing::up("tphk", &[]);
+    let pod = address(&lab, "node2-pod0", "-4", "eth0");
+    let nft = |role: &str, cmd: &str| {
+        lab.sh(role, "nft", &[cmd]);
+    };
+    let chain = |role: &str, table: &str, spec: &str, rule: &str| {
+        nft(role, &format!("add table ip {table}"));
+        nft(role, &format!("add chain ip {table} c {{ {spec}; }}"));
+        nft(role, &format!("add rule ip {table} c {rule}"));
+    };
+    let echo = format!("ip daddr {pod} icmp type echo-request");
+    // (where, table, chain spec, rule, from, to, cause, object)
+    let cases = [
+        (
+            "node2",
+            "hkraw",
+            "type filter hook prerouting priority raw",
+            format!("{echo} drop"),
+            "node1-pod0",
+            "node2-pod0",
+            "firewall-drop",
+            "ip hkraw c handle",
+        ),
+        (
+            "node2",
+            "hknat",
+            "type nat hook prerouting priority dstnat",
+            format!("{echo} drop"),
+            "node1-pod0",
+            "node2-pod0",
+            "firewall-drop",
+            "ip hknat c handle",
+        ),
+        (
+            "node2",
+            "hkfwd",
+            "type filter hook forward priority 0",
+            format!("{echo} reject"),
+            "node1-pod0",
+            "node2-pod0",
+            "firewall-reject",
+            "ip hkfwd c handle",
+        ),
+        (
+            "node1",
+            "hkout",
+            "type filter hook output priority 0",
+            format!("{echo} drop"),
+            "node1",
+            "node2-pod0",
+            "firewall-drop",
+            "ip hkout c handle",
+        ),
+        (
+            "node1",
+            "hkpost",
+            "type filter hook postrouting priority 0",
+            format!("{echo} drop"),
+            "node1",
+            "node2-pod0",
+            "firewall-drop",
+            "ip hkpost c handle",
+        ),
+    ];
+    for (at, table, spec, rule, from, to, cause, object) in &cases {
+        chain(at, table, spec, rule);
+        let t = lab.trace(from, to, &[]);
+        assert_died(&t, at, cause, object);
+        let evidence = t.1["death"]["evidence"].to_string();
+        assert!(evidence.contains(rule.as_str()), "{table}: {evidence}");
+        if *table == "hkraw" || *table == "hkout" {
+            assert_check_names(&lab, cause, at, object);
+        }
+        nft(at, &format!("delete table ip {table}"));
+    }
+    assert_arrived(&lab.trace("node1-pod0", "node2-pod0", &[]), "node2-pod0");
+    // iptables-nft's own tables: mangle PREROUTING (pod to pod) and an
+    // INPUT reject (pod to node).
+    let ipt = |args: &[&str]| {
+        lab.sh("node2", "iptables-nft", args);
+    };
+    ipt(&[
+        "-t",
+        "mangle",
+        "-A",
+        "PREROUTING",
+        "-d",
+        &pod,
+        "-p",
+        "icmp",
+        "-j",
+        "DROP",
+    ]);
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "node2", "firewall-drop", "ip mangle PREROUTING handle");
+    ipt(&["-t", "mangle", "-F", "PREROUTING"]);
+    ipt(&["-A", "INPUT", "-p", "icmp", "-j", "REJECT"]);
+    let t = lab.trace("node1-pod0", "node2", &[]);
+    assert_died(&t, "node2", "firewall-reject", "ip filter INPUT handle");
+    lab.assert_no_trace_tables();
+}
