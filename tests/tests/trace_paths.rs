@@ -9,7 +9,9 @@ mod trace_common;
 
 use cnilab_tests::{cnilab, host_untouched, output_text as all, StandingLab as Standing};
 use serde_json::Value;
-use trace_common::{address, assert_arrived, assert_check_names, assert_died, Lab};
+use trace_common::{
+    address, assert_arrived, assert_check_names, assert_check_says, assert_died, Lab,
+};
 
 /// The hops' decisions, one string.
 fn decisions(t: &(Option<i32>, Value)) -> String {
@@ -342,5 +344,117 @@ fn drops_and_rejects_in_every_hook_are_named_on_their_path() {
     ipt(&["-A", "INPUT", "-p", "icmp", "-j", "REJECT"]);
     let t = lab.trace("node1-pod0", "node2", &[]);
     assert_died(&t, "node2", "firewall-reject", "ip filter INPUT handle");
+    lab.assert_no_trace_tables();
+}
+
+/// The routed shape (a router between the racks, no node of its own) and
+/// the VXLAN overlay, faults made by hand: at the router an unreachable
+/// route, a route MTU below the packet and forwarding off on the rack it
+/// comes in by; a prohibit route on node1; the pod's own end of its veth
+/// down (named at the pod, not as the bridge port its node then disables);
+/// on VXLAN an FDB entry sending node2's VTEP MAC to the external host, on
+/// the pod-to-pod and node-to-pod paths, and node2's VXLAN device down.
+#[test]
+fn faults_on_the_routed_and_vxlan_shapes_are_named() {
+    let _host = host_untouched();
+    let (from, to) = ("node1-pod0", "node2-pod0");
+    let lab = Standing::up("tprt", &["--shape", "routed"]);
+    let unreachable = "route unreachable 10.244.2.0/24";
+    lab.sh(
+        "router",
+        "ip",
+        &["route", "replace", "unreachable", "10.244.2.0/24"],
+    );
+    assert_died(
+        &lab.trace(from, to, &[]),
+        "router",
+        "unreachable",
+        unreachable,
+    );
+    assert_check_names(&lab, "unreachable", "router", unreachable);
+    let route = ["route", "replace", "10.244.2.0/24", "via", "10.250.2.10"];
+    lab.sh(
+        "router",
+        "ip",
+        &[&route[..], &["mtu", "lock", "1000"]].concat(),
+    );
+    let t = lab.trace(from, to, &["--size", "1400"]);
+    assert_died(&t, "router", "mtu", "route 10.244.2.0/24 mtu 1000");
+    lab.sh("router", "ip", &route);
+    let rack1 = |value: &str| {
+        let key = format!("net.ipv4.conf.rack1.forwarding={value}");
+        lab.sh("router", "sysctl", &["-qw", &key]);
+    };
+    rack1("0");
+    let t = lab.trace(from, to, &[]);
+    assert_died(
+        &t,
+        "router",
+        "forwarding-off",
+        "net/ipv4/conf/rack1/forwarding",
+    );
+    rack1("1");
+    let prohibit = ["route", "add", "prohibit", "10.244.2.0/24"];
+    lab.sh("node1", "ip", &prohibit);
+    let t = lab.trace(from, to, &[]);
+    assert_died(&t, "node1", "prohibit", "route prohibit 10.244.2.0/24");
+    lab.sh(
+        "node1",
+        "ip",
+        &["route", "del", "prohibit", "10.244.2.0/24"],
+    );
+    lab.sh("node2-pod0", "ip", &["link", "set", "eth0", "down"]);
+    let t = lab.trace(from, to, &[]);
+    assert_died(&t, "node2-pod0", "link-down", "link eth0");
+    assert_eq!(t.1["death"]["node"], "node2", "{:#}", t.1);
+    lab.sh("node2-pod0", "ip", &["link", "set", "eth0", "up"]);
+    assert_arrived(&lab.trace(from, to, &[]), to);
+    drop(lab);
+
+    let lab = Standing::up("tpvw", &["--vxlan"]);
+    let fdb = lab.sh("node1", "bridge", &["fdb", "show", "dev", "vxlan0"]);
+    let mac = fdb
+        .lines()
+        .find(|l| l.contains("dst 10.250.0.2 "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no FDB entry to node2 in {fdb}"))
+        .to_string();
+    let external = address(&lab, "external", "-4", "eth0");
+    let entry = |dst: &str| {
+        let args = [
+            "fdb",
+            "replace",
+            &mac,
+            "dev",
+            "vxlan0",
+            "dst",
+            dst,
+            "self",
+            "permanent",
+        ];
+        lab.sh("node1", "bridge", &args);
+    };
+    entry(&external);
+    let object = format!("fdb {mac} dev vxlan0 dst {external}");
+    for from in ["node1-pod0", "node1"] {
+        assert_died(
+            &lab.trace(from, to, &[]),
+            "node1",
+            "vxlan-fdb-wrong",
+            &object,
+        );
+    }
+    // A diagnosis rule knows this one (no entry for node2's VTEP MAC with
+    // node2's address); the check names node1, the MAC and the device.
+    assert_check_says(&lab, &["node1", &mac, "vxlan0"]);
+    entry("10.250.0.2");
+    assert_arrived(&lab.trace(from, to, &[]), to);
+    lab.sh("node2", "ip", &["link", "set", "vxlan0", "down"]);
+    assert_died(
+        &lab.trace(from, to, &[]),
+        "node2",
+        "link-down",
+        "link vxlan0",
+    );
     lab.assert_no_trace_tables();
 }

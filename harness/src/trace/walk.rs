@@ -597,6 +597,7 @@ fn switch(
                 &format!("{} is down", port.name),
             ));
         }
+        peer_up(world, (ns, &port.name), (&peer_ns, &peer))?;
         port_forwards(ns, bridge, port)?;
         isolation(world, ns, bridge, in_port, port)?;
         super::fdb::reaches(world, ns, bridge, port, nexthop)?;
@@ -650,6 +651,28 @@ fn live<'a>(
         return Err(died(ns, "link-down", &format!("{what} {name}"), down));
     }
     Ok(l)
+}
+
+/// The other end of a bridge's veth port, down: named there (the port
+/// then has no carrier, and the bridge disables it, which is only what
+/// follows).
+fn peer_up(
+    world: &World,
+    (ns, port): (&str, &str),
+    (peer_ns, peer): (&str, &str),
+) -> Result<(), End> {
+    match world.link(peer_ns, peer) {
+        Some(l) if !l.up => Err(died(
+            peer_ns,
+            "link-down",
+            &format!("link {peer}"),
+            &format!(
+                "{peer} (the other end of {ns}/{port}) is down: {port} has no carrier and \
+                 its bridge forwards nothing to it (ip link set {peer} up)"
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A bridge port whose STP state is not `forwarding` drops what it gets.
