@@ -471,6 +471,9 @@ fn a_route_mtu_smaller_than_the_packet_is_named() {
     assert_died(&t, "node1", "mtu", object);
     let evidence = t.1["death"]["evidence"].to_string();
     assert!(evidence.contains("1400-byte"), "{evidence}");
+    // Node to pod: node1's own packet takes the same route.
+    let t = lab.trace("node1", "node2-pod0", &["--size", "1400"]);
+    assert_died(&t, "node1", "mtu", object);
     assert_check_names(&lab, "mtu", "node1", object);
 }
 

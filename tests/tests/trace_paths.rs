@@ -146,8 +146,8 @@ fn faults_on_pod_to_node_and_node_to_pod_paths_are_named() {
 }
 
 /// IPv6 only: the ICMPv6 probe arrives; a pod that answers no NDP (its
-/// node's cache flushed), IPv6 forwarding off on node1 and an ip6 forward
-/// drop on node2 are each named.
+/// node's cache flushed), IPv6 forwarding off on node1, an ip6 forward
+/// drop on node2 and a route MTU on node1 are each named.
 #[test]
 fn ipv6_only_traces_arrive_and_ndp_forwarding_and_ip6_firewall_faults_are_named() {
     let _host = host_untouched();
@@ -186,6 +186,23 @@ fn ipv6_only_traces_arrive_and_ndp_forwarding_and_ip6_firewall_faults_are_named(
     lab.sh("node2", "ip6tables-nft", &["-A", "FORWARD", "-j", "DROP"]);
     let t = lab.trace("node1-pod0", "node2-pod0", &[]);
     assert_died(&t, "node2", "firewall-drop", "ip6 filter FORWARD");
+    lab.sh("node2", "ip6tables-nft", &["-F", "FORWARD"]);
+    // A route's own MTU (IPv6 forwards nothing larger either).
+    let route = lab.sh(
+        "node1",
+        "ip",
+        &["-6", "route", "show", "fd00:10:244:2::/64"],
+    );
+    let mut args: Vec<&str> = vec!["-6", "route", "replace"];
+    args.extend(route.split_whitespace().take_while(|w| *w != "proto"));
+    args.extend(["mtu", "lock", "1300"]);
+    lab.sh("node1", "ip", &args);
+    let t = lab.trace("node1-pod0", "node2-pod0", &["--size", "1400"]);
+    assert_died(&t, "node1", "mtu", "route fd00:10:244:2::/64 mtu 1300");
+    assert_arrived(
+        &lab.trace("node1-pod0", "node2-pod0", &["--size", "1300"]),
+        "node2-pod0",
+    );
     lab.assert_no_trace_tables();
 }
 
