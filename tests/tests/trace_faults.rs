@@ -549,3 +549,27 @@ fn an_invalid_probe_is_named_at_the_ct_state_invalid_rule() {
     }
     lab.assert_no_trace_tables();
 }
+
+/// A detour: node1 routes node2's pod CIDR via the external host, which
+/// does not forward. The packet dies there (forwarding off), and the death
+/// names the route that sent it: node1's, via the external host (before,
+/// only the external host's forwarding was named).
+#[test]
+fn a_detour_names_the_route_that_sent_the_packet_there() {
+    let _host = host_untouched();
+    let lab = Standing::up("tfdt", &[]);
+    let external = address(&lab, "external", "-4", "eth0");
+    lab.sh(
+        "node1",
+        "ip",
+        &["route", "replace", "10.244.2.0/24", "via", &external],
+    );
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "external", "forwarding-off", "forwarding");
+    let evidence = t.1["death"]["evidence"].to_string();
+    let sent = format!("node1 sent it here: forward via {external}");
+    assert!(evidence.contains(&sent), "{evidence}");
+    // A diagnosis rule knows this one (a stale route); it names node1's
+    // route too.
+    assert_check_says(&lab, &["node1", "10.244.2.0/24", &external]);
+}

@@ -288,6 +288,9 @@ pub fn run(world: &World, req: &Request) -> Trace {
         End::Arrived(_) => trace.verdict = Verdict::Arrived,
         End::Died(mut d) => {
             d.node = world.node_of(&d.namespace);
+            if d.node.is_none() {
+                d.evidence.push_str(&sent_by(&trace.hops, &d.namespace));
+            }
             if d.check.is_empty() {
                 d.check = default_check(&d, req.dst);
             }
@@ -309,6 +312,25 @@ pub fn run(world: &World, req: &Request) -> Trace {
         }
     }
     trace
+}
+
+/// For a death in a namespace of no node (the underlay: a router, an
+/// outside host): the route that sent the packet there, the last one
+/// before it with a gateway, so a detour names the node that took it.
+fn sent_by(hops: &[Hop], ns: &str) -> String {
+    let first = hops
+        .iter()
+        .position(|h| h.namespace == ns)
+        .unwrap_or(hops.len());
+    hops[..first]
+        .iter()
+        .rev()
+        .find(|h| h.decision.starts_with("forward via"))
+        .map(|h| {
+            let asked = h.evidence.split(':').next().unwrap_or_default();
+            format!("; {} sent it here: {} ({asked})", h.namespace, h.decision)
+        })
+        .unwrap_or_default()
 }
 
 /// The namespaces a walk crossed, in order, what nftables' trace saw of
