@@ -36,6 +36,16 @@ pub fn matcher(dsts: &[IpAddr], proto: Proto, ports: &[u16]) -> String {
     format!("{family} daddr {} {l4}", set(dsts))
 }
 
+/// The nft match for a VXLAN outer packet that carries the probe: from
+/// `local` (when known) to the remote VTEP's UDP `port`.
+pub fn outer_matcher((local, vtep, port): (Option<IpAddr>, IpAddr, u16)) -> String {
+    let family = if vtep.is_ipv4() { "ip" } else { "ip6" };
+    let from = local
+        .map(|l| format!("{family} saddr {l} "))
+        .unwrap_or_default();
+    format!("{from}{family} daddr {vtep} udp dport {port}")
+}
+
 /// The IP and ICMP echo headers around ping's payload.
 pub fn icmp_headers(dst: IpAddr) -> u32 {
     if dst.is_ipv4() {

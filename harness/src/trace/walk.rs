@@ -31,6 +31,9 @@ pub struct Walk {
     pub dst: IpAddr,
     /// The NAT rewrites to apply where they happen.
     nat: Vec<Rewrite>,
+    /// The outer packets of the VXLAN devices it left by: source (when
+    /// the device has one), remote VTEP and UDP port.
+    pub outer: Vec<(Option<IpAddr>, IpAddr, u16)>,
 }
 
 /// Walks `dst` from the namespace `from` (by role), a packet of `size`
@@ -50,6 +53,7 @@ pub fn walk(
         size,
         dst,
         nat: nat.to_vec(),
+        outer: Vec::new(),
     };
     let mut ns = from.to_string();
     let mut iif: Option<String> = None;
@@ -460,6 +464,8 @@ fn leave(
                 w.size + VXLAN_OVERHEAD,
                 &[],
             );
+            w.outer.push((encap.local, encap.vtep, encap.port));
+            w.outer.extend(outer.outer);
             for mut h in outer.hops {
                 h.decision = format!("outer: {}", h.decision);
                 w.hops.push(h);
