@@ -475,3 +475,43 @@ fn faults_on_the_routed_and_vxlan_shapes_are_named() {
     );
     lab.assert_no_trace_tables();
 }
+
+/// The NAT shape (a Vagrant-style node: eth1 the NAT interface, eth0 the
+/// underlay, routes by the agent): a trace across nodes arrives; an nft
+/// forward drop on node2 (`lab check` FAILs naming it) and the host end of
+/// a pod's veth on node1 down are named.
+#[test]
+fn faults_on_the_nat_shape_are_named() {
+    let _host = host_untouched();
+    let lab = up_topology("tpnt", "lab/topologies/nat.toml");
+    assert_arrived(&lab.trace("node1-pod0", "node2-pod0", &[]), "node2-pod0");
+    let pod = address(&lab, "node2-pod0", "-4", "eth0");
+    for cmd in [
+        "add table ip ntf".to_string(),
+        "add chain ip ntf nfwd { type filter hook forward priority 0; }".to_string(),
+        format!("add rule ip ntf nfwd ip daddr {pod} drop"),
+    ] {
+        lab.sh("node2", "nft", &[&cmd]);
+    }
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "node2", "firewall-drop", "ip ntf nfwd handle");
+    assert_check_names(&lab, "firewall-drop", "node2", "ip ntf nfwd handle");
+    lab.sh("node2", "nft", &["delete table ip ntf"]);
+    let links = lab.sh("node1", "ip", &["-o", "link", "show", "master", "cnilab0"]);
+    let veth = links
+        .split(": ")
+        .nth(1)
+        .and_then(|n| n.split('@').next())
+        .unwrap_or_else(|| panic!("no port on cnilab0 of node1: {links}"))
+        .to_string();
+    lab.sh("node1", "ip", &["link", "set", &veth, "down"]);
+    // Two pods on node1: the one behind that veth dies there.
+    let died: Vec<_> = ["node1-pod0", "node1-pod1"]
+        .iter()
+        .map(|p| lab.trace(p, "node2-pod0", &[]))
+        .filter(|t| t.1["verdict"] == "died")
+        .collect();
+    assert_eq!(died.len(), 1, "{died:#?}");
+    assert_died(&died[0], "node1", "link-down", &veth);
+    lab.assert_no_trace_tables();
+}
