@@ -497,13 +497,7 @@ fn faults_on_the_nat_shape_are_named() {
     assert_died(&t, "node2", "firewall-drop", "ip ntf nfwd handle");
     assert_check_names(&lab, "firewall-drop", "node2", "ip ntf nfwd handle");
     lab.sh("node2", "nft", &["delete table ip ntf"]);
-    let links = lab.sh("node1", "ip", &["-o", "link", "show", "master", "cnilab0"]);
-    let veth = links
-        .split(": ")
-        .nth(1)
-        .and_then(|n| n.split('@').next())
-        .unwrap_or_else(|| panic!("no port on cnilab0 of node1: {links}"))
-        .to_string();
+    let veth = lab.pod_veth("node1");
     lab.sh("node1", "ip", &["link", "set", &veth, "down"]);
     // Two pods on node1: the one behind that veth dies there.
     let died: Vec<_> = ["node1-pod0", "node1-pod1"]
