@@ -255,3 +255,38 @@ fn an_unknown_endpoint_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2), "{}", all(&out));
     assert!(all(&out).contains("node2-pod0"), "{}", all(&out));
 }
+
+/// A firewall that drops the VXLAN outer packet (node2's input, the VXLAN
+/// device's UDP port): the trace's rules follow the outer packet too, so
+/// the rule is named by table, chain and handle at node2 on the pod-to-pod
+/// and node-to-pod paths (before, the verdict was INCONCLUSIVE: only the
+/// inner packet was traced), and `lab check` FAILs naming it.
+#[test]
+fn a_firewall_dropping_the_vxlan_outer_packet_is_named() {
+    let _host = host_untouched();
+    let lab = Standing::up("trvo", &["--vxlan"]);
+    let link = lab.sh("node2", "ip", &["-d", "link", "show", "vxlan0"]);
+    let port = link
+        .split_whitespace()
+        .skip_while(|w| *w != "dstport")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no dstport: {link}"))
+        .to_string();
+    for cmd in [
+        "add table inet vxo".to_string(),
+        "add chain inet vxo in { type filter hook input priority 0; }".to_string(),
+        format!("add rule inet vxo in udp dport {port} drop"),
+    ] {
+        lab.sh("node2", "nft", &[&cmd]);
+    }
+    for from in ["node1-pod0", "node1"] {
+        let t = lab.trace(from, "node2-pod0", &[]);
+        assert_died(&t, "node2", "firewall-drop", "inet vxo in handle");
+        let evidence = t.1["death"]["evidence"].to_string();
+        assert!(
+            evidence.contains(&format!("udp dport {port} drop")),
+            "{evidence}"
+        );
+    }
+    trace_common::assert_check_names(&lab, "firewall-drop", "node2", "inet vxo in handle");
+}

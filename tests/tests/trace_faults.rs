@@ -427,3 +427,149 @@ fn arp_announce_is_named_where_it_chooses_the_arp_sender() {
     assert!(evidence.contains("from 10.250.0.2"), "{evidence}");
     lab.assert_no_trace_tables();
 }
+
+/// A route's own MTU (`ip route replace … mtu lock 1000`) on node1 for
+/// node2's pod CIDR: a packet with DF that fits it arrives; a larger one is
+/// named as that route at node1 (the kernel's FIB answer carries the
+/// route's MTU), by `lab trace --size` and by `lab check`'s DF group,
+/// whose probes are as large as the pods' MTU.
+#[test]
+fn a_route_mtu_smaller_than_the_packet_is_named() {
+    let _host = host_untouched();
+    let lab = Standing::up("tfrm", &[]);
+    let route = lab.sh("node1", "ip", &["route", "show", "10.244.2.0/24"]);
+    let words: Vec<&str> = route.split_whitespace().collect();
+    let after = |key: &str| {
+        words
+            .iter()
+            .position(|w| *w == key)
+            .and_then(|i| words.get(i + 1))
+            .copied()
+            .unwrap_or_else(|| panic!("no {key} in node1's route: {route}"))
+    };
+    let (via, dev) = (after("via"), after("dev"));
+    lab.sh(
+        "node1",
+        "ip",
+        &[
+            "route",
+            "replace",
+            "10.244.2.0/24",
+            "via",
+            via,
+            "dev",
+            dev,
+            "mtu",
+            "lock",
+            "1000",
+        ],
+    );
+    let fits = lab.trace("node1-pod0", "node2-pod0", &["--size", "1000"]);
+    assert_arrived(&fits, "node2-pod0");
+    let t = lab.trace("node1-pod0", "node2-pod0", &["--size", "1400"]);
+    let object = "route 10.244.2.0/24 mtu 1000";
+    assert_died(&t, "node1", "mtu", object);
+    let evidence = t.1["death"]["evidence"].to_string();
+    assert!(evidence.contains("1400-byte"), "{evidence}");
+    // Node to pod: node1's own packet takes the same route.
+    let t = lab.trace("node1", "node2-pod0", &["--size", "1400"]);
+    assert_died(&t, "node1", "mtu", object);
+    assert_check_names(&lab, "mtu", "node1", object);
+}
+
+/// Conntrack INVALID. `lab trace --proto tcp --invalid` sends a TCP
+/// segment with no flags set, which conntrack classes INVALID in every
+/// namespace that tracks it (the kernel's "invalid tcp flag combination",
+/// whatever nf_conntrack_tcp_loose says): without a rule against it, it
+/// arrives; with node2's `ct state invalid drop` in forward and input, the
+/// rule is named by table, chain and handle on the pod-to-pod, node-to-pod
+/// and pod-to-node paths, node2's own count of INVALID packets moved, and a
+/// plain TCP probe (NEW) still arrives. `lab check` cannot fail this way:
+/// its probes each open a new flow.
+#[test]
+fn an_invalid_probe_is_named_at_the_ct_state_invalid_rule() {
+    let _host = host_untouched();
+    let lab = Standing::up("tfiv", &[]);
+    let tcp = ["--proto", "tcp", "--invalid"];
+    assert_arrived(&lab.trace("node1-pod0", "node2-pod0", &tcp), "node2-pod0");
+    let nft = |rule: &str| {
+        lab.sh("node2", "nft", &[rule]);
+    };
+    nft("add table inet ivlab");
+    nft("add chain inet ivlab ivfwd { type filter hook forward priority 0; }");
+    nft("add chain inet ivlab ivin { type filter hook input priority 0; }");
+    nft("add rule inet ivlab ivfwd ct state invalid drop");
+    nft("add rule inet ivlab ivin ct state invalid drop");
+    let plain = lab.trace("node1-pod0", "node2-pod0", &["--proto", "tcp"]);
+    assert_arrived(&plain, "node2-pod0");
+    let invalid_count = || -> u64 {
+        let stat = lab.sh("node2", "cat", &["/proc/net/stat/nf_conntrack"]);
+        let mut lines = stat.lines();
+        let header: Vec<&str> = lines
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        let column = header
+            .iter()
+            .position(|h| *h == "invalid")
+            .unwrap_or_else(|| panic!("no invalid column: {stat}"));
+        lines
+            .filter_map(|l| l.split_whitespace().nth(column))
+            .map(|v| u64::from_str_radix(v, 16).unwrap_or_else(|e| panic!("{v}: {e}")))
+            .sum()
+    };
+    for (from, to, chain) in [
+        ("node1-pod0", "node2-pod0", "ivfwd"),
+        ("node1", "node2-pod0", "ivfwd"),
+        ("node1-pod0", "node2", "ivin"),
+    ] {
+        let before = invalid_count();
+        let t = lab.trace(from, to, &tcp);
+        assert_died(
+            &t,
+            "node2",
+            "conntrack-invalid",
+            &format!("inet ivlab {chain} handle"),
+        );
+        let evidence = t.1["death"]["evidence"].to_string();
+        assert!(
+            evidence.contains("ct state invalid"),
+            "{from} -> {to}: {evidence}"
+        );
+        assert!(
+            t.1["reproduce"].to_string().contains("--invalid"),
+            "{:#}",
+            t.1
+        );
+        assert!(
+            invalid_count() > before,
+            "{from} -> {to}: node2's conntrack counted no INVALID packet"
+        );
+    }
+    lab.assert_no_trace_tables();
+}
+
+/// A detour: node1 routes node2's pod CIDR via the external host, which
+/// does not forward. The packet dies there (forwarding off), and the death
+/// names the route that sent it: node1's, via the external host (before,
+/// only the external host's forwarding was named).
+#[test]
+fn a_detour_names_the_route_that_sent_the_packet_there() {
+    let _host = host_untouched();
+    let lab = Standing::up("tfdt", &[]);
+    let external = address(&lab, "external", "-4", "eth0");
+    lab.sh(
+        "node1",
+        "ip",
+        &["route", "replace", "10.244.2.0/24", "via", &external],
+    );
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "external", "forwarding-off", "forwarding");
+    let evidence = t.1["death"]["evidence"].to_string();
+    let sent = format!("node1 sent it here: forward via {external}");
+    assert!(evidence.contains(&sent), "{evidence}");
+    // A diagnosis rule knows this one (a stale route); it names node1's
+    // route too.
+    assert_check_says(&lab, &["node1", "10.244.2.0/24", &external]);
+}

@@ -9,7 +9,9 @@ mod trace_common;
 
 use cnilab_tests::{cnilab, host_untouched, output_text as all, StandingLab as Standing};
 use serde_json::Value;
-use trace_common::{address, assert_arrived, assert_check_names, assert_died, Lab};
+use trace_common::{
+    address, assert_arrived, assert_check_names, assert_check_says, assert_died, Lab,
+};
 
 /// The hops' decisions, one string.
 fn decisions(t: &(Option<i32>, Value)) -> String {
@@ -144,8 +146,8 @@ fn faults_on_pod_to_node_and_node_to_pod_paths_are_named() {
 }
 
 /// IPv6 only: the ICMPv6 probe arrives; a pod that answers no NDP (its
-/// node's cache flushed), IPv6 forwarding off on node1 and an ip6 forward
-/// drop on node2 are each named.
+/// node's cache flushed), IPv6 forwarding off on node1, an ip6 forward
+/// drop on node2 and a route MTU on node1 are each named.
 #[test]
 fn ipv6_only_traces_arrive_and_ndp_forwarding_and_ip6_firewall_faults_are_named() {
     let _host = host_untouched();
@@ -184,6 +186,23 @@ fn ipv6_only_traces_arrive_and_ndp_forwarding_and_ip6_firewall_faults_are_named(
     lab.sh("node2", "ip6tables-nft", &["-A", "FORWARD", "-j", "DROP"]);
     let t = lab.trace("node1-pod0", "node2-pod0", &[]);
     assert_died(&t, "node2", "firewall-drop", "ip6 filter FORWARD");
+    lab.sh("node2", "ip6tables-nft", &["-F", "FORWARD"]);
+    // A route's own MTU (IPv6 forwards nothing larger either).
+    let route = lab.sh(
+        "node1",
+        "ip",
+        &["-6", "route", "show", "fd00:10:244:2::/64"],
+    );
+    let mut args: Vec<&str> = vec!["-6", "route", "replace"];
+    args.extend(route.split_whitespace().take_while(|w| *w != "proto"));
+    args.extend(["mtu", "lock", "1300"]);
+    lab.sh("node1", "ip", &args);
+    let t = lab.trace("node1-pod0", "node2-pod0", &["--size", "1400"]);
+    assert_died(&t, "node1", "mtu", "route fd00:10:244:2::/64 mtu 1300");
+    assert_arrived(
+        &lab.trace("node1-pod0", "node2-pod0", &["--size", "1300"]),
+        "node2-pod0",
+    );
     lab.assert_no_trace_tables();
 }
 
@@ -231,4 +250,262 @@ fn every_topology_healthy_gets_no_trace_made_cause() {
         assert_arrived(&t, "node2-pod0");
         lab.assert_no_trace_tables();
     }
+}
+
+/// A drop or reject in each netfilter hook and table the probe crosses,
+/// made with plain `nft` and `iptables-nft`, on the path it stops: raw,
+/// mangle and nat prerouting and a forward reject on node2 (pod to pod),
+/// an input reject on node2 (pod to node), output and postrouting drops on
+/// node1 (node to pod). Each is named by its family, table, chain and
+/// handle (or chain), with its verdict; `lab check` names the raw drop and
+/// the output drop at their node.
+#[test]
+fn drops_and_rejects_in_every_hook_are_named_on_their_path() {
+    let _host = host_untouched();
+    let lab = Standing::up("tphk", &[]);
+    let pod = address(&lab, "node2-pod0", "-4", "eth0");
+    let nft = |role: &str, cmd: &str| {
+        lab.sh(role, "nft", &[cmd]);
+    };
+    let chain = |role: &str, table: &str, spec: &str, rule: &str| {
+        nft(role, &format!("add table ip {table}"));
+        nft(role, &format!("add chain ip {table} c {{ {spec}; }}"));
+        nft(role, &format!("add rule ip {table} c {rule}"));
+    };
+    let echo = format!("ip daddr {pod} icmp type echo-request");
+    // (where, table, chain spec, rule, from, to, cause, object)
+    let cases = [
+        (
+            "node2",
+            "hkraw",
+            "type filter hook prerouting priority raw",
+            format!("{echo} drop"),
+            "node1-pod0",
+            "node2-pod0",
+            "firewall-drop",
+            "ip hkraw c handle",
+        ),
+        (
+            "node2",
+            "hknat",
+            "type nat hook prerouting priority dstnat",
+            format!("{echo} drop"),
+            "node1-pod0",
+            "node2-pod0",
+            "firewall-drop",
+            "ip hknat c handle",
+        ),
+        (
+            "node2",
+            "hkfwd",
+            "type filter hook forward priority 0",
+            format!("{echo} reject"),
+            "node1-pod0",
+            "node2-pod0",
+            "firewall-reject",
+            "ip hkfwd c handle",
+        ),
+        (
+            "node1",
+            "hkout",
+            "type filter hook output priority 0",
+            format!("{echo} drop"),
+            "node1",
+            "node2-pod0",
+            "firewall-drop",
+            "ip hkout c handle",
+        ),
+        (
+            "node1",
+            "hkpost",
+            "type filter hook postrouting priority 0",
+            format!("{echo} drop"),
+            "node1",
+            "node2-pod0",
+            "firewall-drop",
+            "ip hkpost c handle",
+        ),
+    ];
+    for (at, table, spec, rule, from, to, cause, object) in &cases {
+        chain(at, table, spec, rule);
+        let t = lab.trace(from, to, &[]);
+        assert_died(&t, at, cause, object);
+        let evidence = t.1["death"]["evidence"].to_string();
+        assert!(evidence.contains(rule.as_str()), "{table}: {evidence}");
+        if *table == "hkraw" || *table == "hkout" {
+            assert_check_names(&lab, cause, at, object);
+        }
+        nft(at, &format!("delete table ip {table}"));
+    }
+    assert_arrived(&lab.trace("node1-pod0", "node2-pod0", &[]), "node2-pod0");
+    // iptables-nft's own tables: mangle PREROUTING (pod to pod) and an
+    // INPUT reject (pod to node).
+    let ipt = |args: &[&str]| {
+        lab.sh("node2", "iptables-nft", args);
+    };
+    ipt(&[
+        "-t",
+        "mangle",
+        "-A",
+        "PREROUTING",
+        "-d",
+        &pod,
+        "-p",
+        "icmp",
+        "-j",
+        "DROP",
+    ]);
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "node2", "firewall-drop", "ip mangle PREROUTING handle");
+    ipt(&["-t", "mangle", "-F", "PREROUTING"]);
+    ipt(&["-A", "INPUT", "-p", "icmp", "-j", "REJECT"]);
+    let t = lab.trace("node1-pod0", "node2", &[]);
+    assert_died(&t, "node2", "firewall-reject", "ip filter INPUT handle");
+    lab.assert_no_trace_tables();
+}
+
+/// The routed shape (a router between the racks, no node of its own) and
+/// the VXLAN overlay, faults made by hand: at the router an unreachable
+/// route, a route MTU below the packet and forwarding off on the rack it
+/// comes in by; a prohibit route on node1; the pod's own end of its veth
+/// down (named at the pod, not as the bridge port its node then disables);
+/// on VXLAN an FDB entry sending node2's VTEP MAC to the external host, on
+/// the pod-to-pod and node-to-pod paths, and node2's VXLAN device down.
+#[test]
+fn faults_on_the_routed_and_vxlan_shapes_are_named() {
+    let _host = host_untouched();
+    let (from, to) = ("node1-pod0", "node2-pod0");
+    let lab = Standing::up("tprt", &["--shape", "routed"]);
+    let unreachable = "route unreachable 10.244.2.0/24";
+    lab.sh(
+        "router",
+        "ip",
+        &["route", "replace", "unreachable", "10.244.2.0/24"],
+    );
+    assert_died(
+        &lab.trace(from, to, &[]),
+        "router",
+        "unreachable",
+        unreachable,
+    );
+    assert_check_names(&lab, "unreachable", "router", unreachable);
+    let route = ["route", "replace", "10.244.2.0/24", "via", "10.250.2.10"];
+    lab.sh(
+        "router",
+        "ip",
+        &[&route[..], &["mtu", "lock", "1000"]].concat(),
+    );
+    let t = lab.trace(from, to, &["--size", "1400"]);
+    assert_died(&t, "router", "mtu", "route 10.244.2.0/24 mtu 1000");
+    lab.sh("router", "ip", &route);
+    let rack1 = |value: &str| {
+        let key = format!("net.ipv4.conf.rack1.forwarding={value}");
+        lab.sh("router", "sysctl", &["-qw", &key]);
+    };
+    rack1("0");
+    let t = lab.trace(from, to, &[]);
+    assert_died(
+        &t,
+        "router",
+        "forwarding-off",
+        "net/ipv4/conf/rack1/forwarding",
+    );
+    rack1("1");
+    let prohibit = ["route", "add", "prohibit", "10.244.2.0/24"];
+    lab.sh("node1", "ip", &prohibit);
+    let t = lab.trace(from, to, &[]);
+    assert_died(&t, "node1", "prohibit", "route prohibit 10.244.2.0/24");
+    lab.sh(
+        "node1",
+        "ip",
+        &["route", "del", "prohibit", "10.244.2.0/24"],
+    );
+    lab.sh("node2-pod0", "ip", &["link", "set", "eth0", "down"]);
+    let t = lab.trace(from, to, &[]);
+    assert_died(&t, "node2-pod0", "link-down", "link eth0");
+    assert_eq!(t.1["death"]["node"], "node2", "{:#}", t.1);
+    lab.sh("node2-pod0", "ip", &["link", "set", "eth0", "up"]);
+    assert_arrived(&lab.trace(from, to, &[]), to);
+    drop(lab);
+
+    let lab = Standing::up("tpvw", &["--vxlan"]);
+    let fdb = lab.sh("node1", "bridge", &["fdb", "show", "dev", "vxlan0"]);
+    let mac = fdb
+        .lines()
+        .find(|l| l.contains("dst 10.250.0.2 "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no FDB entry to node2 in {fdb}"))
+        .to_string();
+    let external = address(&lab, "external", "-4", "eth0");
+    let entry = |dst: &str| {
+        let args = [
+            "fdb",
+            "replace",
+            &mac,
+            "dev",
+            "vxlan0",
+            "dst",
+            dst,
+            "self",
+            "permanent",
+        ];
+        lab.sh("node1", "bridge", &args);
+    };
+    entry(&external);
+    let object = format!("fdb {mac} dev vxlan0 dst {external}");
+    for from in ["node1-pod0", "node1"] {
+        assert_died(
+            &lab.trace(from, to, &[]),
+            "node1",
+            "vxlan-fdb-wrong",
+            &object,
+        );
+    }
+    // A diagnosis rule knows this one (no entry for node2's VTEP MAC with
+    // node2's address); the check names node1, the MAC and the device.
+    assert_check_says(&lab, &["node1", &mac, "vxlan0"]);
+    entry("10.250.0.2");
+    assert_arrived(&lab.trace(from, to, &[]), to);
+    lab.sh("node2", "ip", &["link", "set", "vxlan0", "down"]);
+    assert_died(
+        &lab.trace(from, to, &[]),
+        "node2",
+        "link-down",
+        "link vxlan0",
+    );
+    lab.assert_no_trace_tables();
+}
+
+/// The NAT shape (a Vagrant-style node: eth1 the NAT interface, eth0 the
+/// underlay, routes by the agent): a trace across nodes arrives; an nft
+/// forward drop on node2 (`lab check` FAILs naming it) and the host end of
+/// a pod's veth on node1 down are named.
+#[test]
+fn faults_on_the_nat_shape_are_named() {
+    let _host = host_untouched();
+    let lab = up_topology("tpnt", "lab/topologies/nat.toml");
+    assert_arrived(&lab.trace("node1-pod0", "node2-pod0", &[]), "node2-pod0");
+    let pod = address(&lab, "node2-pod0", "-4", "eth0");
+    for cmd in [
+        "add table ip ntf".to_string(),
+        "add chain ip ntf nfwd { type filter hook forward priority 0; }".to_string(),
+        format!("add rule ip ntf nfwd ip daddr {pod} drop"),
+    ] {
+        lab.sh("node2", "nft", &[&cmd]);
+    }
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "node2", "firewall-drop", "ip ntf nfwd handle");
+    assert_check_names(&lab, "firewall-drop", "node2", "ip ntf nfwd handle");
+    lab.sh("node2", "nft", &["delete table ip ntf"]);
+    let veth = lab.pod_veth("node1");
+    lab.sh("node1", "ip", &["link", "set", &veth, "down"]);
+    // Two pods on node1: the one behind that veth dies there.
+    let died: Vec<_> = ["node1-pod0", "node1-pod1"]
+        .iter()
+        .map(|p| lab.trace(p, "node2-pod0", &[]))
+        .filter(|t| t.1["verdict"] == "died")
+        .collect();
+    assert_eq!(died.len(), 1, "{died:#?}");
+    assert_died(&died[0], "node1", "link-down", &veth);
+    lab.assert_no_trace_tables();
 }

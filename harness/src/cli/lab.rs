@@ -131,7 +131,9 @@ pub enum LabCmd {
     #[command(after_help = concat!("FROM and TO are pods, nodes or addresses of the lab.\n\n\
         Examples:\n  \
         cnilab lab trace --name demo node1-pod0 node2-pod0\n  \
-        cnilab lab trace --name demo node1-pod0 node2 --proto tcp --port 7777 -o json\n\n",
+        cnilab lab trace --name demo node1-pod0 node2 --proto tcp --port 7777 -o json\n  \
+        cnilab lab trace --name demo node1-pod0 node2-pod0 --size 1500\n  \
+        cnilab lab trace --name demo node1-pod0 node2-pod0 --proto tcp --invalid\n\n",
         crate::exit_codes_help!()))]
     Trace {
         /// Lab name.
@@ -151,6 +153,12 @@ pub enum LabCmd {
         /// (icmp; default ping's 84, or 104 for IPv6): finds an MTU too small.
         #[arg(long, value_parser = clap::value_parser!(u32).range(48..=65535))]
         size: Option<u32>,
+        /// Send a TCP segment with no flags set, which conntrack classes
+        /// INVALID, instead of a SYN (tcp): finds what drops INVALID
+        /// packets (`ct state invalid drop`). `lab check` never does: its
+        /// probes each open a new flow.
+        #[arg(long)]
+        invalid: bool,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -194,8 +202,15 @@ impl Lab {
                 proto,
                 port,
                 size,
+                invalid,
                 output,
-            } => trace(&name, &from, &to, (proto, port, size), output.output),
+            } => trace(
+                &name,
+                &from,
+                &to,
+                (proto, port, size, invalid),
+                output.output,
+            ),
             LabCmd::Down { name } => down(&name),
         }
     }
@@ -206,16 +221,19 @@ fn trace(
     name: &str,
     from: &str,
     to: &str,
-    (proto, port, size): (crate::trace::Proto, Option<u16>, Option<u32>),
+    (proto, port, size, invalid): (crate::trace::Proto, Option<u16>, Option<u32>, bool),
     format: Format,
 ) -> CliResult {
+    if invalid && proto != crate::trace::Proto::Tcp {
+        return Err("--invalid needs --proto tcp (conntrack classes TCP segments)".into());
+    }
     if port.is_some() && proto == crate::trace::Proto::Icmp {
         return Err("--port needs --proto tcp or udp".into());
     }
     if size.is_some() && proto != crate::trace::Proto::Icmp {
         return Err("--size needs --proto icmp (the default)".into());
     }
-    let t = crate::lab::trace::run(name, from, to, proto, port, size)?;
+    let t = crate::lab::trace::run(name, from, to, (proto, port, size), invalid)?;
     if format == Format::Table {
         print!("{}", crate::trace::render(&t));
     } else {

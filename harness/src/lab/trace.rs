@@ -21,9 +21,8 @@ pub fn run(
     name: &str,
     from: &str,
     to: &str,
-    proto: Proto,
-    port: Option<u16>,
-    size: Option<u32>,
+    (proto, port, size): (Proto, Option<u16>, Option<u32>),
+    invalid: bool,
 ) -> Result<trace::Trace, LabError> {
     let state = load_state(name)?;
     let (paths, nodes) = namespaces(&state);
@@ -45,7 +44,10 @@ pub fn run(
         Proto::Icmp => None,
         _ => Some(port.unwrap_or(super::probe::PORT)),
     };
-    let command = command(name, from, to, (proto, port, size));
+    let mut command = command(name, from, to, (proto, port, size));
+    if invalid {
+        command.push_str(" --invalid");
+    }
     let req = Request {
         from: from.to_string(),
         from_ns,
@@ -56,6 +58,7 @@ pub fn run(
         proto,
         port,
         size,
+        invalid,
         command,
     };
     Ok(trace::run(&world, &req))
@@ -121,6 +124,7 @@ pub fn failed_probe(lab: &Lab, o: &ProbeOutcome) -> Result<trace::Trace, String>
         proto,
         port,
         size,
+        invalid: false,
         // Addresses: the probe's endpoint names (`node1/node1-pod0`) are
         // not what `lab trace` takes.
         command: command(

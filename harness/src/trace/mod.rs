@@ -31,7 +31,9 @@
 //! The probe carries mark 0, like the traffic it stands for (a mark would
 //! change what fwmark rules select, and veths clear it between
 //! namespaces); the nft trace rules match it by destination, protocol and
-//! port.
+//! port, and match the VXLAN outer packets that carry it (source, VTEP,
+//! UDP port), so a rule dropping those is named too; NAT rewrites are
+//! read from the probe's own events only (`inner`).
 
 mod counters;
 mod fdb;
@@ -203,6 +205,9 @@ pub struct Request {
     /// The probe's size in bytes, IP header included (ICMP only; `None`:
     /// ping's default). Every probe is sent with DF.
     pub size: Option<u32>,
+    /// TCP only: send a segment conntrack classes INVALID (no flags set)
+    /// instead of a SYN (`lab trace --invalid`).
+    pub invalid: bool,
     /// The command line that repeats this trace.
     pub command: String,
 }
@@ -242,7 +247,7 @@ pub fn run(world: &World, req: &Request) -> Trace {
     let mut walked = walk::walk(world, &req.from_ns, (req.src, req.dst), size, &[]);
     let mut pass = probe_pass(world, req, &walked, &[req.dst], &[]);
     let rewrites = match &pass.1 {
-        Ok(t) => nat::rewrites(&t.events),
+        Ok(t) => nat::rewrites(&inner(&t.events, &walked.outer)),
         Err(_) => Vec::new(),
     };
     if !rewrites.is_empty() {
@@ -285,6 +290,9 @@ pub fn run(world: &World, req: &Request) -> Trace {
         End::Arrived(_) => trace.verdict = Verdict::Arrived,
         End::Died(mut d) => {
             d.node = world.node_of(&d.namespace);
+            if d.node.is_none() {
+                d.evidence.push_str(&sent_by(&trace.hops, &d.namespace));
+            }
             if d.check.is_empty() {
                 d.check = default_check(&d, req.dst);
             }
@@ -306,6 +314,49 @@ pub fn run(world: &World, req: &Request) -> Trace {
         }
     }
     trace
+}
+
+/// The events of the probe itself, without those of the VXLAN outer
+/// packets that carry it (a NAT rule an outer packet met rewrites no
+/// address of the probe). An event belongs to the packet whose `packet:`
+/// line came last in its namespace (nftables prints each chain's packet
+/// line before its rules).
+fn inner(events: &[Event], outer: &[(Option<IpAddr>, IpAddr, u16)]) -> Vec<Event> {
+    let is_outer = |p: &str| {
+        outer.iter().any(|(_, vtep, port)| {
+            p.contains(&format!("daddr {vtep} ")) && p.contains(&format!("udp dport {port}"))
+        })
+    };
+    let mut current: std::collections::BTreeMap<&str, bool> = Default::default();
+    events
+        .iter()
+        .filter(|e| {
+            if let EventKind::Packet(p) = &e.what {
+                current.insert(&e.namespace, is_outer(p));
+            }
+            !current.get(e.namespace.as_str()).copied().unwrap_or(false)
+        })
+        .cloned()
+        .collect()
+}
+
+/// For a death in a namespace of no node (the underlay: a router, an
+/// outside host): the route that sent the packet there, the last one
+/// before it with a gateway, so a detour names the node that took it.
+fn sent_by(hops: &[Hop], ns: &str) -> String {
+    let first = hops
+        .iter()
+        .position(|h| h.namespace == ns)
+        .unwrap_or(hops.len());
+    hops[..first]
+        .iter()
+        .rev()
+        .find(|h| h.decision.starts_with("forward via"))
+        .map(|h| {
+            let asked = h.evidence.split(':').next().unwrap_or_default();
+            format!("; {} sent it here: {} ({asked})", h.namespace, h.decision)
+        })
+        .unwrap_or_default()
 }
 
 /// The namespaces a walk crossed, in order, what nftables' trace saw of
@@ -337,13 +388,15 @@ fn probe_pass(
         .filter_map(|ns| world.file(ns).map(|f| (ns.clone(), f)))
         .collect();
     let ports: Vec<u16> = req.port.iter().chain(ports).copied().collect();
-    let matcher = probe::matcher(dsts, req.proto, &ports);
+    let matchers: Vec<String> = std::iter::once(probe::matcher(dsts, req.proto, &ports))
+        .chain(walked.outer.iter().map(|o| probe::outer_matcher(*o)))
+        .collect();
     let from = world.file(&req.from_ns);
     let (mut before, mut after) = (counters::Snapshot::default(), counters::Snapshot::default());
-    let traced = nftrace::trace(&files, &matcher, || {
+    let traced = nftrace::trace(&files, &matchers, || {
         before = counters::take(&files);
         if let Some(f) = from {
-            probe::send(f, walked.sent_src, req.dst, req.proto, req.port, req.size);
+            probe::send(f, walked.sent_src, req);
         }
         after = counters::take(&files);
     });
@@ -571,8 +624,9 @@ fn firewall_death(e: &Event) -> Death {
         } => {
             let reject = text.split_whitespace().any(|w| w == "reject");
             let handle = handle.map(|h| format!(" handle {h}")).unwrap_or_default();
+            let invalid = text.contains("ct state invalid");
             (
-                if text.contains("ct state invalid") {
+                if invalid {
                     "conntrack-invalid"
                 } else if reject {
                     "firewall-reject"
@@ -580,7 +634,14 @@ fn firewall_death(e: &Event) -> Death {
                     "firewall-drop"
                 },
                 format!("{} {} {}{handle}", e.family, e.table, e.chain),
-                format!("rule `{text}` (verdict {verdict})"),
+                format!(
+                    "{}rule `{text}` (verdict {verdict})",
+                    if invalid {
+                        "conntrack classed the probe INVALID here: "
+                    } else {
+                        ""
+                    }
+                ),
                 format!("nft -a list chain {} {} {}", e.family, e.table, e.chain),
             )
         }
@@ -623,3 +684,32 @@ fn default_check(d: &Death, dst: IpAddr) -> String {
 }
 
 pub use text::render;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A masquerade that a VXLAN outer packet met is no rewrite of the
+    /// probe; the probe's own DNAT, after it in the same namespace, is.
+    #[test]
+    fn nat_rules_met_by_the_outer_packet_are_not_the_probes() {
+        let lines = [
+            "trace id 1 ip nat POSTROUTING packet: oif \"eth0\" ip saddr 10.250.0.1 ip daddr 10.250.0.2 ip ttl 64 udp sport 40000 udp dport 8472 udp length 114",
+            "trace id 1 ip nat POSTROUTING rule oifname \"eth0\" masquerade (verdict accept)",
+            "trace id 2 ip nat PREROUTING packet: iif \"cnilab0\" ip saddr 10.244.1.2 ip daddr 10.96.0.12 tcp dport 7777",
+            "trace id 2 ip nat PREROUTING rule ip daddr 10.96.0.12 dnat to 10.244.2.2:7777 (verdict accept)",
+        ];
+        let events: Vec<Event> = lines
+            .iter()
+            .filter_map(|l| nftrace::parse("node1", l))
+            .collect();
+        assert_eq!(events.len(), 4);
+        let vtep: IpAddr = "10.250.0.2".parse().unwrap();
+        let all = nat::rewrites(&events);
+        assert_eq!(all.len(), 2, "{all:?}");
+        let own = nat::rewrites(&inner(&events, &[(None, vtep, 8472)]));
+        assert_eq!(own.len(), 1, "{own:?}");
+        assert!(matches!(own[0].change, nat::Change::Dnat(..)), "{own:?}");
+        assert_eq!(nat::rewrites(&inner(&events, &[])).len(), 2);
+    }
+}

@@ -156,11 +156,11 @@ impl Drop for Monitors {
 const MARKER_WAIT: Duration = Duration::from_secs(30);
 
 /// Traces what `send` sends through `namespaces` (by role, in path order):
-/// `matcher` is the nft match for the probe (`ip daddr 10.0.0.2 meta
-/// l4proto icmp`).
+/// `matchers` are the nft matches for the probe (`ip daddr 10.0.0.2 meta
+/// l4proto icmp`) and for the outer packets that carry it, one rule each.
 pub fn trace(
     namespaces: &[(String, &File)],
-    matcher: &str,
+    matchers: &[String],
     send: impl FnOnce(),
 ) -> Result<Traced, String> {
     let table = table_name();
@@ -169,12 +169,16 @@ pub fn trace(
         namespaces: Vec::new(),
     };
     let mut tables = tables;
+    let rules: String = matchers
+        .iter()
+        .map(|m| format!("\t\t{m} meta nftrace set 1\n"))
+        .collect();
     let ruleset = format!(
         "table inet {table} {{\n\
          \tchain pre {{ type filter hook prerouting priority -2147483647; policy accept;\n\
-         \t\t{matcher} meta nftrace set 1\n\t}}\n\
+         {rules}\t}}\n\
          \tchain out {{ type filter hook output priority -2147483647; policy accept;\n\
-         \t\t{matcher} meta nftrace set 1\n\t}}\n}}\n"
+         {rules}\t}}\n}}\n"
     );
     for (role, ns) in namespaces {
         nft::load(Path::new("nft"), Some(ns), &ruleset)

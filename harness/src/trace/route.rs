@@ -6,7 +6,9 @@
 
 use cnilab_net::{netns, nl};
 use futures_util::TryStreamExt;
-use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteType};
+use rtnetlink::packet_route::route::{
+    RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteMetric, RouteType,
+};
 use rtnetlink::packet_route::AddressFamily;
 use std::fs::File;
 use std::net::IpAddr;
@@ -22,6 +24,9 @@ pub enum Answer {
         gateway: Option<IpAddr>,
         prefsrc: Option<IpAddr>,
         table: u32,
+        /// The MTU the kernel answered (RTAX_MTU): the route's own, or a
+        /// path MTU it learned from an ICMP "fragmentation needed".
+        mtu: Option<u32>,
     },
     /// The lookup failed with this errno (EINVAL for a blackhole route,
     /// EHOSTUNREACH for unreachable or forwarding off, EACCES for
@@ -44,26 +49,7 @@ pub struct Question<'a> {
 pub fn get(ns: &File, q: &Question) -> Result<Answer, String> {
     let q = q.clone();
     netns::netlink_job(ns, move |handle| async move {
-        let iif = match q.iif {
-            Some(name) => Some(index_of(&handle, name).await?),
-            None => None,
-        };
-        let mut msg = RouteMessage::default();
-        msg.header.address_family = family(q.dst);
-        msg.header.destination_prefix_length = if q.dst.is_ipv4() { 32 } else { 128 };
-        msg.attributes
-            .push(RouteAttribute::Destination(RouteAddress::from(q.dst)));
-        if let Some(src) = q.src {
-            msg.header.source_prefix_length = if src.is_ipv4() { 32 } else { 128 };
-            msg.attributes
-                .push(RouteAttribute::Source(RouteAddress::from(src)));
-        }
-        if let Some(i) = iif {
-            msg.attributes.push(RouteAttribute::Iif(i));
-        }
-        if q.mark != 0 {
-            msg.attributes.push(RouteAttribute::Mark(q.mark));
-        }
+        let msg = message(&handle, &q).await?;
         let answer = handle.route().get(msg).execute().try_next().await;
         let answer = match answer {
             Ok(Some(m)) => m,
@@ -96,7 +82,67 @@ pub fn get(ns: &File, q: &Question) -> Result<Answer, String> {
             gateway,
             prefsrc,
             table,
+            mtu: mtu_of(&answer),
         })
+    })
+}
+
+/// The route itself that the kernel's lookup for `q` matched (`ip route
+/// get fibmatch`): its destination prefix and its own MTU, never a learned
+/// one. `Ok(None)` when the lookup failed.
+pub fn matched(ns: &File, q: &Question) -> Result<Option<(String, Option<u32>)>, String> {
+    let q = q.clone();
+    netns::netlink_job(ns, move |handle| async move {
+        let mut msg = message(&handle, &q).await?;
+        msg.header.flags |= RouteFlags::FibMatch;
+        let Ok(Some(answer)) = handle.route().get(msg).execute().try_next().await else {
+            return Ok(None);
+        };
+        let dst = answer.attributes.iter().find_map(|a| match a {
+            RouteAttribute::Destination(d) => ip_of(d),
+            _ => None,
+        });
+        let dst = match dst {
+            Some(ip) => format!("{ip}/{}", answer.header.destination_prefix_length),
+            None => "default".to_string(),
+        };
+        Ok(Some((dst, mtu_of(&answer))))
+    })
+}
+
+/// The RTM_GETROUTE request for `q`.
+async fn message(
+    handle: &rtnetlink::Handle,
+    q: &Question<'_>,
+) -> Result<RouteMessage, rtnetlink::Error> {
+    let mut msg = RouteMessage::default();
+    msg.header.address_family = family(q.dst);
+    msg.header.destination_prefix_length = if q.dst.is_ipv4() { 32 } else { 128 };
+    msg.attributes
+        .push(RouteAttribute::Destination(RouteAddress::from(q.dst)));
+    if let Some(src) = q.src {
+        msg.header.source_prefix_length = if src.is_ipv4() { 32 } else { 128 };
+        msg.attributes
+            .push(RouteAttribute::Source(RouteAddress::from(src)));
+    }
+    if let Some(name) = q.iif {
+        msg.attributes
+            .push(RouteAttribute::Iif(index_of(handle, name).await?));
+    }
+    if q.mark != 0 {
+        msg.attributes.push(RouteAttribute::Mark(q.mark));
+    }
+    Ok(msg)
+}
+
+/// RTAX_MTU of an answer (0: none).
+fn mtu_of(answer: &RouteMessage) -> Option<u32> {
+    answer.attributes.iter().find_map(|a| match a {
+        RouteAttribute::Metrics(m) => m.iter().find_map(|m| match m {
+            RouteMetric::Mtu(v) if *v > 0 => Some(*v),
+            _ => None,
+        }),
+        _ => None,
     })
 }
 

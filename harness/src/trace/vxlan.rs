@@ -17,6 +17,8 @@ pub(crate) struct Encapsulation {
     pub local: Option<IpAddr>,
     pub vtep: IpAddr,
     pub vni: u32,
+    /// The outer packet's UDP destination port.
+    pub port: u16,
 }
 
 /// The inner packet leaves `ns` by the VXLAN device `dev` toward `nexthop`:
@@ -101,6 +103,7 @@ pub(crate) fn encapsulate(
         local: vx.local,
         vtep,
         vni: vx.vni,
+        port: vx.port,
     })
 }
 

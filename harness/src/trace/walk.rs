@@ -31,6 +31,9 @@ pub struct Walk {
     pub dst: IpAddr,
     /// The NAT rewrites to apply where they happen.
     nat: Vec<Rewrite>,
+    /// The outer packets of the VXLAN devices it left by: source (when
+    /// the device has one), remote VTEP and UDP port.
+    pub outer: Vec<(Option<IpAddr>, IpAddr, u16)>,
 }
 
 /// Walks `dst` from the namespace `from` (by role), a packet of `size`
@@ -50,6 +53,7 @@ pub fn walk(
         size,
         dst,
         nat: nat.to_vec(),
+        outer: Vec::new(),
     };
     let mut ns = from.to_string();
     let mut iif: Option<String> = None;
@@ -173,7 +177,7 @@ fn step(
         decision: String::new(),
         evidence: String::new(),
     };
-    let (kind, oif, gateway, prefsrc, table) = match answer {
+    let (kind, oif, gateway, prefsrc, table, mtu) = match answer {
         Answer::Error(code) => {
             let mut death = refusal(world, ns, &q, code, &asked);
             death.check = asked.clone();
@@ -188,7 +192,8 @@ fn step(
             gateway,
             prefsrc,
             table,
-        } => (kind, oif, gateway, prefsrc, table),
+            mtu,
+        } => (kind, oif, gateway, prefsrc, table, mtu),
     };
     if w.src.is_none() {
         w.src = prefsrc;
@@ -233,10 +238,48 @@ fn step(
         None => format!("forward dev {oif} (connected)"),
     };
     let via = gateway.map(|g| format!(" via {g}")).unwrap_or_default();
-    hop.evidence = format!("{asked}: {dst}{via} dev {oif} table {table}");
+    let with_mtu = mtu.map(|m| format!(" mtu {m}")).unwrap_or_default();
+    hop.evidence = format!("{asked}: {dst}{via} dev {oif} table {table}{with_mtu}");
+    if let Some(death) = route_mtu((ns, file), &q, w.size, mtu, &asked) {
+        hop.decision = "died: mtu".into();
+        w.hops.push(hop);
+        return Err(End::Died(Box::new(death)));
+    }
+    if mtu.is_some_and(|m| w.size > m) {
+        hop.evidence
+            .push_str(" (a path MTU learned from ICMP, not this route's: the walk goes on)");
+    }
     w.hops.push(hop);
     snat(world, w, ns, &oif);
     leave(world, w, ns, &oif, nexthop).map(Some)
+}
+
+/// The matched route's own MTU (RTAX_MTU, `ip route … mtu N`) when the
+/// packet with DF does not fit it: the death, named as that route (`ip
+/// route get fibmatch`). A path MTU the kernel only learned (an ICMP
+/// "fragmentation needed" from further on, `mtu` in the answer but not
+/// in the route) is no cause here: the walk goes on to where it comes from.
+fn route_mtu(
+    (ns, file): (&str, &std::fs::File),
+    q: &Question,
+    size: u32,
+    answered: Option<u32>,
+    asked: &str,
+) -> Option<Death> {
+    answered.filter(|m| size > *m)?;
+    let (prefix, own) = route::matched(file, q).ok()??;
+    let own = own.filter(|m| size > *m)?;
+    let mut d = Death::new(
+        ns,
+        "mtu",
+        &format!("route {prefix} mtu {own}"),
+        &format!(
+            "a {size}-byte packet with DF does not fit the route to {prefix} (mtu {own}): \
+             {asked} answers mtu {own}"
+        ),
+    );
+    d.check = asked.replacen("ip route get ", "ip route get fibmatch ", 1);
+    Some(d)
 }
 
 /// `ip route get …` for the question (the evidence, and how to reproduce).
@@ -421,6 +464,8 @@ fn leave(
                 w.size + VXLAN_OVERHEAD,
                 &[],
             );
+            w.outer.push((encap.local, encap.vtep, encap.port));
+            w.outer.extend(outer.outer);
             for mut h in outer.hops {
                 h.decision = format!("outer: {}", h.decision);
                 w.hops.push(h);
@@ -558,6 +603,7 @@ fn switch(
                 &format!("{} is down", port.name),
             ));
         }
+        peer_up(world, (ns, &port.name), (&peer_ns, &peer))?;
         port_forwards(ns, bridge, port)?;
         isolation(world, ns, bridge, in_port, port)?;
         super::fdb::reaches(world, ns, bridge, port, nexthop)?;
@@ -611,6 +657,28 @@ fn live<'a>(
         return Err(died(ns, "link-down", &format!("{what} {name}"), down));
     }
     Ok(l)
+}
+
+/// The other end of a bridge's veth port, down: named there (the port
+/// then has no carrier, and the bridge disables it, which is only what
+/// follows).
+fn peer_up(
+    world: &World,
+    (ns, port): (&str, &str),
+    (peer_ns, peer): (&str, &str),
+) -> Result<(), End> {
+    match world.link(peer_ns, peer) {
+        Some(l) if !l.up => Err(died(
+            peer_ns,
+            "link-down",
+            &format!("link {peer}"),
+            &format!(
+                "{peer} (the other end of {ns}/{port}) is down: {port} has no carrier and \
+                 its bridge forwards nothing to it (ip link set {peer} up)"
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A bridge port whose STP state is not `forwarding` drops what it gets.
