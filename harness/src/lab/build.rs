@@ -6,7 +6,10 @@
 //! a runtime does: the agents started (`routing = "agent"`: the routes are
 //! theirs), each node's containerd, the pods attached by the plugin through
 //! the harness `Runtime` (or the CRI) with the node as the host namespace,
-//! and the Services, whose backends are the pods' addresses.
+//! and the Services: the compiled model's tables bound to the pods'
+//! addresses. What the builder needs besides the topology (plugin
+//! directory, template, pod MTU, containerd) comes found and checked in a
+//! [`super::plan::Plan`]; the topology is compiled once.
 //!
 //! A node that joins or leaves a running lab ([`Lab::add_node`],
 //! [`Lab::remove_node`], scenarios) goes through the same builder: the
@@ -24,35 +27,45 @@
 //! agents' node list).
 
 use super::base::setup;
-use super::base::{make_ns, make_ns_from, plugin_dir};
+use super::base::{make_ns, make_ns_from};
 use super::base::{resolve_program, LabError, UpOptions, AGENT_PIDFILE, OWNER_PIDFILE};
-use super::model::{apply, compile, LinkKind, Namespace};
+use super::model::{apply, compile, LabModel, LinkKind, Namespace};
 use super::parts::{Lab, Node, Pod};
+use super::plan::Plan;
 use super::routes::nodes_file;
-use super::template::{checked_template, render_template, template_of};
+use super::template::{render_template, template_of};
 use super::topology::{NodeSpec, Routing, Topology};
 use crate::netns::Netns;
 use crate::runtime::{NetworkConfig, Runtime, RuntimeConf};
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 impl Lab {
-    /// Builds the whole lab: its infrastructure by the one builder
-    /// (`apply_infrastructure`), then what only a runtime does: the
+    /// Builds the whole lab of `topo`: [`Plan::new`] finds and checks what
+    /// it needs, then [`Lab::build`].
+    pub fn up(topo: Topology, opts: UpOptions) -> Result<Lab, LabError> {
+        let plan = Plan::new(topo, opts.plugin_dir.as_deref(), opts.runtime)?;
+        Lab::build(plan, opts)
+    }
+
+    /// Builds the whole lab of a plan: its infrastructure by the one
+    /// builder (`apply_infrastructure`), then what only a runtime does: the
     /// agents started (`routing = "agent"`), each containerd, the pods
     /// attached by the plugin, the Services bound to their addresses. On
     /// error, everything made so far is removed (the namespaces are
     /// dropped).
-    pub fn up(topo: Topology, opts: UpOptions) -> Result<Lab, LabError> {
+    pub fn build(plan: Plan, opts: UpOptions) -> Result<Lab, LabError> {
         let started = Instant::now();
-        let containerd = match opts.runtime {
-            super::base::RuntimeKind::Containerd => Some(super::cri::detect()?),
-            super::base::RuntimeKind::Direct => None,
-        };
-        let plugin_dir = plugin_dir(opts.plugin_dir.as_deref(), &topo).map_err(setup)?;
-        let template = checked_template(&topo)?;
+        let Plan {
+            topo,
+            plugin_dir,
+            template,
+            pod_mtu,
+            containerd,
+        } = plan;
         std::fs::create_dir_all(&opts.run_dir)
             .map_err(|e| setup(format!("run dir {}: {e}", opts.run_dir.display())))?;
         // Who made this run dir: `cnilab sweep` removes it once that process is gone.
@@ -61,7 +74,10 @@ impl Lab {
             super::pidfile::write(&path, me)
                 .map_err(|e| setup(format!("{}: {e}", path.display())))?;
         }
-        let applied = apply_infrastructure(&topo, &opts)?;
+        // Compiled once: the infrastructure is applied from it, the
+        // Services installed from it once the pods have their addresses.
+        let compiled = compile::compile(&topo)?;
+        let applied = apply_infrastructure(&compiled, &topo, &opts)?;
         let mut lab = Lab {
             topo,
             opts,
@@ -74,7 +90,7 @@ impl Lab {
             containerd,
         };
         for (spec, ns) in lab.topo.nodes.clone().into_iter().zip(applied.nodes) {
-            let node = lab.node(spec, ns, &template)?;
+            let node = lab.node(spec, ns, &template, pod_mtu)?;
             lab.nodes.push(node);
         }
         if lab.topo.routing == Routing::Agent {
@@ -85,7 +101,7 @@ impl Lab {
         let started = Instant::now();
         lab.start_all_containerd()?;
         lab.attach_pods()?;
-        super::services::install(&lab)?;
+        lab.install_services(&compiled)?;
         lab.phases.push(("attach".into(), started.elapsed()));
         Ok(lab)
     }
@@ -103,11 +119,18 @@ impl Lab {
 
     /// The node's run directory, its plugin config and its runtime, around
     /// its namespace.
-    fn node(&self, spec: NodeSpec, ns: Netns, template: &str) -> Result<Node, LabError> {
+    fn node(
+        &self,
+        spec: NodeSpec,
+        ns: Netns,
+        template: &str,
+        pod_mtu: u32,
+    ) -> Result<Node, LabError> {
         let node_dir = self.opts.run_dir.join(&spec.name);
         std::fs::create_dir_all(&node_dir)
             .map_err(|e| setup(format!("{}: {e}", node_dir.display())))?;
-        let conf_text = render_template(template, &self.topo, &spec, &node_dir.join("ipam"));
+        let conf_text =
+            render_template(template, &self.topo, &spec, &node_dir.join("ipam"), pod_mtu);
         let conf_path = node_dir.join("net.conflist");
         std::fs::write(&conf_path, &conf_text)
             .map_err(|e| setup(format!("{}: {e}", conf_path.display())))?;
@@ -425,7 +448,8 @@ impl Lab {
             }
         }
         self.topo = topo;
-        let node = self.node(spec, ns, &template)?;
+        let pod_mtu = self.topo.pod_mtu();
+        let node = self.node(spec, ns, &template, pod_mtu)?;
         self.nodes.push(node);
         let i = self.nodes.len() - 1;
         if self.topo.routing == Routing::Agent {
@@ -435,7 +459,33 @@ impl Lab {
         }
         self.start_containerd(i)?;
         self.add_pods(i, pods)?;
-        super::services::install(self)
+        self.install_services(&compile::compile(&self.topo)?)
+    }
+
+    /// The Services: the compiled model's tables bound to pod addresses,
+    /// their placeholders filled with the addresses the plugin's IPAM gave
+    /// the pods, loaded on their nodes.
+    fn install_services(&self, compiled: &LabModel) -> Result<(), LabError> {
+        let addresses: BTreeMap<String, IpAddr> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.pods.iter())
+            .filter_map(|p| {
+                let ip = p.ips.iter().find(|ip| ip.addr().is_ipv4())?.addr();
+                Some((p.name.clone(), ip))
+            })
+            .collect();
+        let tables = compile::pod_bound_tables(compiled, &addresses)
+            .map_err(|e| setup(format!("lab {}: Services: {e}", self.topo.name)))?;
+        for (role, table) in tables {
+            let node = self
+                .nodes
+                .iter()
+                .find(|n| n.spec.name == role)
+                .ok_or_else(|| setup(format!("Services: no node {role}")))?;
+            super::base::nft(&node.ns, &table.text)?;
+        }
+        Ok(())
     }
 
     /// Removes a node: its agent, its pods, its containerd, then the
@@ -585,8 +635,12 @@ struct Infrastructure {
 /// after it make ([`compile::infrastructure`]), made into namespaces by
 /// `model::apply`. Something the model holds and this machine cannot make
 /// is an error: the lab would not be the one compiled.
-fn apply_infrastructure(topo: &Topology, opts: &UpOptions) -> Result<Infrastructure, LabError> {
-    let model = compile::infrastructure(compile::compile(topo)?);
+fn apply_infrastructure(
+    compiled: &LabModel,
+    topo: &Topology,
+    opts: &UpOptions,
+) -> Result<Infrastructure, LabError> {
+    let model = compile::infrastructure(compiled.clone());
     let make = super::base::ns_maker(opts);
     let applied = apply::apply(
         &model,
