@@ -77,19 +77,73 @@ fn identity_of(path: &std::path::Path, runtime: RuntimeKind) {
     identity(Topology::load(path).expect("topology"), runtime);
 }
 
+/// What `lab`, read back, has that `compile(topo)` has not, and the other
+/// way round (normalised as `identity::differences` documents), with the
+/// read model.
+fn differences_from(
+    lab: &Lab,
+    topo: &Topology,
+) -> (Vec<String>, cnilab_harness::lab::model::LabModel) {
+    let compiled = compile::compile(topo).expect("compiles");
+    let model = read::read(&layout::layout_of(lab)).expect("read");
+    let expected = identity::expected(&compiled, &model).expect("expected model");
+    (identity::differences(&expected, &model), model)
+}
+
+/// A node that joins a running lab and leaves it again: after `add_node`
+/// the lab reads back as the topology with the node compiled, after
+/// `remove_node` as the topology without it (one builder: both are the
+/// difference of two compiled models applied to the standing namespaces).
+/// The third node of a routed lab is in a subnet of its own (a new rack
+/// bridge and router leg, removed with it), of a NAT lab it has its NAT
+/// namespace, of a VXLAN lab every peer programs its VTEP.
+#[rstest]
+#[case::l2_static(None, false)]
+#[case::routed_static(Some(Shape::Routed), false)]
+#[case::l2_vxlan(None, true)]
+#[case::nat_static(Some(Shape::Nat), false)]
+fn a_node_added_and_removed_reads_back_as_the_compiled_model(
+    #[case] shape: Option<Shape>,
+    #[case] vxlan: bool,
+) {
+    let _host = host_untouched();
+    require_root();
+    let mut with = Topology::generated(3, 1).expect("topology");
+    apply_flags(&mut with, shape, vxlan, false).expect("flags");
+    let mut without = with.clone();
+    let joining = without.nodes.pop().expect("a third node");
+    let run = tempfile::tempdir().expect("run dir");
+    let mut lab = build(without.clone(), run.path(), RuntimeKind::Direct);
+    let added = lab.add_node(joining.clone(), with.pods_per_node);
+    let (after_add, _) = differences_from(&lab, &with);
+    let removed = added.and_then(|()| lab.remove_node(&joining.name));
+    let (after_remove, _) = differences_from(&lab, &without);
+    lab.down();
+    removed.expect("add and remove node3");
+    assert!(
+        after_add.is_empty(),
+        "{}: after add_node the lab differs from compile(topology with node3):\n{}",
+        with.name,
+        after_add.join("\n")
+    );
+    assert!(
+        after_remove.is_empty(),
+        "{}: after remove_node the lab differs from compile(topology without node3):\n{}",
+        with.name,
+        after_remove.join("\n")
+    );
+}
+
 fn identity(topo: Topology, runtime: RuntimeKind) {
     let _host = host_untouched();
     require_root();
-    let compiled = compile::compile(&topo).expect("compiles");
     let run = tempfile::tempdir().expect("run dir");
     let started = Instant::now();
     let lab = build(topo.clone(), run.path(), runtime);
     let built = started.elapsed();
     let started = Instant::now();
-    let model = read::read(&layout::layout_of(&lab)).expect("read");
+    let (differences, model) = differences_from(&lab, &topo);
     let read_took = started.elapsed();
-    let expected = identity::expected(&compiled, &model).expect("expected model");
-    let differences = identity::differences(&expected, &model);
     // The agent is a step of building: its own table must be there.
     let missing_agent_table: Vec<&str> = match topo.agent {
         Some(_) => model

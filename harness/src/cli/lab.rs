@@ -291,7 +291,7 @@ pub(crate) fn run_report(
 ) -> Result<Report, Box<dyn std::error::Error>> {
     netns::require_root()?;
     crate::lab::checks::check_groups(groups)?;
-    let Prepared { topo, host } = lab_prep::prepare(args, tune_host)?;
+    let Prepared { plan, host } = lab_prep::prepare(args, tune_host)?;
     crate::lab::cleanup_on_interrupt(None);
     // Restores the thresholds when dropped (and the Ctrl-C handler does).
     let _tuning = crate::lab::neighbours::HostTuning::apply(&host)?;
@@ -302,7 +302,7 @@ pub(crate) fn run_report(
         runtime: args.runtime,
     };
     let run_dir = opts.run_dir.clone();
-    let report = crate::lab::run_planned(topo, opts, groups, true, &host);
+    let report = crate::lab::run_planned(plan, opts, groups, true, &host);
     let _ = std::fs::remove_dir_all(&run_dir);
     Ok(report?)
 }
@@ -317,9 +317,9 @@ fn up(args: &TopologyFlags, name: &str, format: Format) -> CliResult {
         );
     }
     // A standing lab outlives this process: it must fit without tuning.
-    let Prepared { topo, host } = lab_prep::prepare(args, false)?;
+    let Prepared { plan, host } = lab_prep::prepare(args, false)?;
     let lab_name = name.to_string();
-    let nodes: Vec<String> = topo.nodes.iter().map(|n| n.name.clone()).collect();
+    let nodes: Vec<String> = plan.topo.nodes.iter().map(|n| n.name.clone()).collect();
     crate::lab::cleanup_on_interrupt(Some(Box::new(move |ns: &str| {
         state::owns(&state::run_dir(&lab_name), &lab_name, &nodes, ns)
     })));
@@ -329,7 +329,7 @@ fn up(args: &TopologyFlags, name: &str, format: Format) -> CliResult {
         run_dir: state::run_dir(name),
         runtime: args.runtime,
     };
-    let mut lab = crate::lab::parts::Lab::up(topo, opts)?;
+    let mut lab = crate::lab::parts::Lab::build(plan, opts)?;
     crate::lab::pin_if_planned(&mut lab, &host)?;
     let phases: Vec<String> = lab
         .phases

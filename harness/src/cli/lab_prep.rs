@@ -1,12 +1,15 @@
 //! What `lab run`, `lab up` and `scenario run` do before a lab is built:
 //! the topology of the flags, the plugin's config template made the
 //! topology's, the plugin directory checked, the host's neighbour tables
-//! planned and the runtime said; [`prepare`] does it all in one call, so
-//! that a command goes from here down to the builder and not back.
+//! planned and the runtime said; [`prepare`] does it all in one call and
+//! hands the builder a [`Plan`] (plugin directory, template, pod MTU,
+//! containerd: found and checked once), so that a command goes from here
+//! down to the builder and not back.
 
 use crate::lab::base::RuntimeKind;
 use crate::lab::cri;
 use crate::lab::neighbours::HostPlan;
+use crate::lab::plan::Plan;
 use crate::lab::topology::{Masquerade, PluginSpec, Routing, Topology};
 use std::path::{Path, PathBuf};
 
@@ -59,7 +62,7 @@ pub struct TopologyFlags {
 /// A lab ready to be built: the flags' topology, checked, and how it will
 /// fit the host's neighbour tables.
 pub(super) struct Prepared {
-    pub topo: Topology,
+    pub plan: Plan,
     pub host: HostPlan,
 }
 
@@ -72,11 +75,14 @@ pub(super) fn prepare(
     tune_host: bool,
 ) -> Result<Prepared, Box<dyn std::error::Error>> {
     let topo = topology(args)?;
-    check_plugin(&args.plugin_dir, &topo)?;
-    header(&topo, args.plugin_dir.as_deref());
-    let host = host_plan(&topo, tune_host)?;
-    runtime_header(args.runtime)?;
-    Ok(Prepared { topo, host })
+    has_bridge(&args.plugin_dir, &topo)?;
+    let plan = Plan::new(topo, args.plugin_dir.as_deref(), args.runtime)?;
+    header(&plan.topo, args.plugin_dir.as_deref());
+    let host = host_plan(&plan.topo, tune_host)?;
+    if let Some(support) = &plan.containerd {
+        eprintln!("🐳 runtime: {}", support.describe());
+    }
+    Ok(Prepared { plan, host })
 }
 
 /// The lab the flags describe: a topology file or `--nodes`, with
@@ -158,6 +164,17 @@ pub(super) fn check_plugin(
     plugin_dir: &Option<String>,
     topo: &Topology,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    has_bridge(plugin_dir, topo)?;
+    Plan::new(topo.clone(), plugin_dir.as_deref(), RuntimeKind::Direct)?;
+    Ok(())
+}
+
+/// A plugin directory given (flag or topology) without a template of the
+/// topology's has the cnilab-bridge the default template needs.
+fn has_bridge(
+    plugin_dir: &Option<String>,
+    topo: &Topology,
+) -> Result<(), Box<dyn std::error::Error>> {
     let dir = crate::lab::base::given_plugin_dir(plugin_dir.as_deref(), topo);
     let template = topo.plugin.as_ref().and_then(|p| p.config.as_ref());
     if let (Some(dir), None) = (dir, template) {
@@ -169,9 +186,6 @@ pub(super) fn check_plugin(
             .into());
         }
     }
-    // None given: the bundled plugin must be there (the error says how).
-    crate::lab::base::plugin_dir(plugin_dir.as_deref(), topo)?;
-    crate::lab::template::check_template_of(topo)?;
     Ok(())
 }
 

@@ -6,12 +6,17 @@
 //! a runtime does: the agents started (`routing = "agent"`: the routes are
 //! theirs), each node's containerd, the pods attached by the plugin through
 //! the harness `Runtime` (or the CRI) with the node as the host namespace,
-//! and the Services, whose backends are the pods' addresses.
+//! and the Services: the compiled model's tables bound to the pods'
+//! addresses. What the builder needs besides the topology (plugin
+//! directory, template, pod MTU, containerd) comes found and checked in a
+//! [`super::plan::Plan`]; the topology is compiled once.
 //!
-//! A node that joins a running lab ([`Lab::add_node`], scenarios) is still
-//! plugged in step by step here (`plug`, `underlay::attach`, `vxlan::join`):
-//! `model::apply` makes a model into namespaces of its own and does not
-//! extend existing ones.
+//! A node that joins or leaves a running lab ([`Lab::add_node`],
+//! [`Lab::remove_node`], scenarios) goes through the same builder: the
+//! topology compiled with and without the node, and the difference of the
+//! two models applied to the standing namespaces (`apply::apply_diff`);
+//! then the same runtime steps as `up` (agent, containerd, pods, Services).
+//! Nothing of the lab's infrastructure is made anywhere else.
 //!
 //! The top of the builder's floors: it calls the floors below it (the model,
 //! the underlay shapes, the overlay, the Services, the runtimes) and none of
@@ -23,87 +28,49 @@
 
 use super::base::setup;
 use super::base::{ensure_fd_limit, fds_needed};
-use super::base::{make_ns, make_ns_from, make_ns_setup, netlink, plugin_dir};
-use super::base::{nft, resolve_program, LabError, UpOptions, AGENT_PIDFILE, OWNER_PIDFILE};
-use super::model::{apply, compile, LinkKind};
+use super::base::{make_ns_from, make_ns_setup};
+use super::base::{resolve_program, LabError, UpOptions, AGENT_PIDFILE, OWNER_PIDFILE};
+use super::model::{apply, compile, LabModel, LinkKind, Namespace};
 use super::parts::{Lab, Node, Pod};
+use super::plan::Plan;
 use super::profile::Profile;
-use super::routes::{install_static_routes, node_nat_ruleset, nodes_file, underlay_addresses};
-use super::template::{checked_template, render_template, template_of};
-use super::topology::{Masquerade, NodeSpec, Routing, Topology};
+use super::routes::nodes_file;
+use super::template::{render_template, template_of};
+use super::topology::{NodeSpec, Routing, Topology};
 use crate::netns::Netns;
 use crate::runtime::{NetworkConfig, Runtime, RuntimeConf};
-use cnilab_net::{netns as plugin_netns, nl};
-use ipnet::IpNet;
+use cnilab_net::netns as plugin_netns;
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-/// Links `ns` to the switch: veth `port` in the switch, `eth0` in `ns`,
-/// with `addresses` on eth0 (one per underlay family).
-fn plug(
-    switch: &Netns,
-    bridge: u32,
-    ns: &Netns,
-    port: &str,
-    addresses: Vec<IpNet>,
-    mtu: u32,
-) -> Result<(), LabError> {
-    // An IPv6 underlay address must be usable at once: no duplicate
-    // address detection on the lab's own wires (each address is unique
-    // by validation).
-    plugin_netns::write_sysctl(Some(ns.file()), "net/ipv6/conf/default/accept_dad", "0")
-        .map_err(|e| setup(format!("accept_dad in {}: {e}", ns.name())))?;
-    let peer = ns.file();
-    netlink(
-        switch,
-        &format!("veth {port} to {}", ns.name()),
-        |h| async move {
-            h.link()
-                .add(nl::veth_message(
-                    port,
-                    "eth0",
-                    peer,
-                    Some(mtu),
-                    Some(bridge),
-                ))
-                .execute()
-                .await
-        },
-    )?;
-    netlink(ns, &format!("eth0 of {}", ns.name()), |h| async move {
-        let eth0 = nl::link_by_name(&h, "eth0")
-            .await?
-            .ok_or(rtnetlink::Error::RequestFailed)?;
-        for address in addresses {
-            nl::add_address(&h, eth0.index, address).await?;
-        }
-        nl::set_up(&h, eth0.index).await?;
-        if let Some(lo) = nl::link_by_name(&h, "lo").await? {
-            nl::set_up(&h, lo.index).await?;
-        }
-        Ok(())
-    })
-}
-
 impl Lab {
-    /// Builds the whole lab: its infrastructure by the one builder
-    /// (`apply_infrastructure`), then what only a runtime does: the
+    /// Builds the whole lab of `topo`: [`Plan::new`] finds and checks what
+    /// it needs, then [`Lab::build`].
+    pub fn up(topo: Topology, opts: UpOptions) -> Result<Lab, LabError> {
+        let plan = Plan::new(topo, opts.plugin_dir.as_deref(), opts.runtime)?;
+        Lab::build(plan, opts)
+    }
+
+    /// Builds the whole lab of a plan: its infrastructure by the one
+    /// builder (`apply_infrastructure`), then what only a runtime does: the
     /// agents started (`routing = "agent"`), each containerd, the pods
     /// attached by the plugin, the Services bound to their addresses. On
     /// error, everything made so far is removed (the namespaces are
     /// dropped).
-    pub fn up(topo: Topology, opts: UpOptions) -> Result<Lab, LabError> {
+    pub fn build(plan: Plan, opts: UpOptions) -> Result<Lab, LabError> {
         let started = Instant::now();
-        let containerd = match opts.runtime {
-            super::base::RuntimeKind::Containerd => Some(super::cri::detect()?),
-            super::base::RuntimeKind::Direct => None,
-        };
-        let plugin_dir = plugin_dir(opts.plugin_dir.as_deref(), &topo).map_err(setup)?;
+        let Plan {
+            topo,
+            plugin_dir,
+            template,
+            pod_mtu,
+            containerd,
+        } = plan;
         let pods = topo.nodes.len() * topo.pods_per_node;
         ensure_fd_limit(fds_needed(pods + topo.nodes.len() + 8, topo.nodes.len()))?;
-        let template = checked_template(&topo)?;
         std::fs::create_dir_all(&opts.run_dir)
             .map_err(|e| setup(format!("run dir {}: {e}", opts.run_dir.display())))?;
         // Who made this run dir: `cnilab sweep` removes it once that process is gone.
@@ -112,7 +79,10 @@ impl Lab {
             super::pidfile::write(&path, me)
                 .map_err(|e| setup(format!("{}: {e}", path.display())))?;
         }
-        let applied = apply_infrastructure(&topo, &opts)?;
+        // Compiled once: the infrastructure is applied from it, the
+        // Services installed from it once the pods have their addresses.
+        let compiled = compile::compile(&topo)?;
+        let applied = apply_infrastructure(&compiled, &topo, &opts)?;
         let mut lab = Lab {
             topo,
             opts,
@@ -125,7 +95,7 @@ impl Lab {
             containerd,
         };
         for (spec, ns) in lab.topo.nodes.clone().into_iter().zip(applied.nodes) {
-            let node = lab.node(spec, ns, &template)?;
+            let node = lab.node(spec, ns, &template, pod_mtu)?;
             lab.nodes.push(node);
         }
         if lab.topo.routing == Routing::Agent {
@@ -136,18 +106,9 @@ impl Lab {
         let started = Instant::now();
         lab.start_all_containerd()?;
         lab.attach_pods()?;
-        super::services::install(&lab)?;
+        lab.install_services(&compiled)?;
         lab.phases.push(("attach".into(), started.elapsed()));
         Ok(lab)
-    }
-
-    fn underlay_bridge(&self) -> Result<u32, LabError> {
-        netlink(&self.switch, "underlay bridge", |h| async move {
-            nl::link_by_name(&h, "underlay")
-                .await?
-                .map(|l| l.index)
-                .ok_or(rtnetlink::Error::RequestFailed)
-        })
     }
 
     /// Publishes the node list and starts every node's agent; waits for
@@ -163,11 +124,18 @@ impl Lab {
 
     /// The node's run directory, its plugin config and its runtime, around
     /// its namespace.
-    fn node(&self, spec: NodeSpec, ns: Netns, template: &str) -> Result<Node, LabError> {
+    fn node(
+        &self,
+        spec: NodeSpec,
+        ns: Netns,
+        template: &str,
+        pod_mtu: u32,
+    ) -> Result<Node, LabError> {
         let node_dir = self.opts.run_dir.join(&spec.name);
         std::fs::create_dir_all(&node_dir)
             .map_err(|e| setup(format!("{}: {e}", node_dir.display())))?;
-        let conf_text = render_template(template, &self.topo, &spec, &node_dir.join("ipam"));
+        let conf_text =
+            render_template(template, &self.topo, &spec, &node_dir.join("ipam"), pod_mtu);
         let conf_path = node_dir.join("net.conflist");
         std::fs::write(&conf_path, &conf_text)
             .map_err(|e| setup(format!("{}: {e}", conf_path.display())))?;
@@ -184,40 +152,6 @@ impl Lab {
             agent: None,
             cri: None,
         })
-    }
-
-    /// A node that joins a running lab: its namespace, plugged into the
-    /// switch, with the sysctls a compiled node has.
-    fn add_node_ns(&self, spec: &NodeSpec, bridge: u32, template: &str) -> Result<Node, LabError> {
-        let topo = &self.topo;
-        let ns = make_ns(&self.opts, &spec.name)?;
-        // Announce the node's MAC when its uplink comes up (gratuitous ARP),
-        // as a re-created node must: neighbours may still cache the old one.
-        plugin_netns::write_sysctl(Some(ns.file()), "net/ipv4/conf/default/arp_notify", "1")
-            .map_err(|e| setup(format!("arp_notify on {}: {e}", spec.name)))?;
-        let addrs = underlay_addresses(topo, spec)?;
-        let bridge = super::underlay::bridge_for(self, spec.address, bridge)?;
-        plug(
-            &self.switch,
-            bridge,
-            &ns,
-            &format!("p-{}", spec.name),
-            addrs,
-            spec.mtu.unwrap_or(topo.mtu),
-        )?;
-        // A provisioned Kubernetes node forwards; scenarios turn it off.
-        let mut sysctls: Vec<(String, String)> = vec![
-            ("net/ipv4/ip_forward".into(), "1".into()),
-            ("net/ipv6/conf/all/forwarding".into(), "1".into()),
-        ];
-        sysctls.extend(spec.sysctls.iter().map(|(k, v)| (k.clone(), v.clone())));
-        for (key, value) in &sysctls {
-            plugin_netns::write_sysctl(Some(ns.file()), key, value)
-                .map_err(|e| setup(format!("sysctl {key} on {}: {e}", spec.name)))?;
-        }
-        crate::lab::probe::allow_ping_sockets(ns.file())
-            .map_err(|e| setup(format!("{}: {e}", spec.name)))?;
-        self.node(spec.clone(), ns, template)
     }
 
     /// Publishes the node list to the agents (atomically: temp + rename).
@@ -523,26 +457,34 @@ impl Lab {
         Ok(())
     }
 
-    /// Adds a node to a running lab (routes of the others are updated by the
-    /// agent, or by the lab in static routing).
+    /// Adds a node to a running lab: the topology compiled with the node
+    /// and without it, the difference applied to the standing namespaces
+    /// (`apply::apply_diff`: the node's namespace and uplink, its NAT box,
+    /// a router leg, the others' routes or VXLAN entries for it); then the
+    /// runtime steps `up` takes (agent, containerd, pods, Services).
     pub fn add_node(&mut self, spec: NodeSpec, pods: usize) -> Result<(), LabError> {
-        let bridge = self.underlay_bridge()?;
         let template = template_of(&self.topo)?;
-        let node = self.add_node_ns(&spec, bridge, &template)?;
+        let mut topo = self.topo.clone();
+        topo.nodes.push(spec.clone());
+        let changed = self.apply_topology(&topo)?;
+        let mut made = changed.made;
+        let ns = made
+            .nodes
+            .iter()
+            .position(|n| n.name == spec.name)
+            .map(|k| made.nodes.remove(k).ns)
+            .ok_or_else(|| setup(format!("node {}: not applied", spec.name)))?;
+        self.take_underlay(made.underlay);
         // A node that joins (or is re-created) may take an address that the
         // other namespaces still map to a previous node's MAC. Its
         // gratuitous ARP (arp_notify) is sent the moment eth0 goes up, and is
         // lost when the switch has not enabled the port yet (the kernel's
         // link watcher runs later, on a busy machine noticeably later); the
-        // stale entry then sends the first packets to the old MAC. So: wait
-        // until both ends of the uplink are operationally up, then make the
-        // others forget the address, so that their next packet resolves it
-        // (a broadcast ARP the new node answers).
-        let port = format!("p-{}", spec.name);
-        wait_oper_up(
-            &[(&node.ns, "eth0"), (&self.switch, port.as_str())],
-            &format!("node {}: its uplink", spec.name),
-        )?;
+        // stale entry then sends the first packets to the old MAC. So: once
+        // both ends of the uplink are operationally up (`apply_topology`
+        // waits for every veth it made), make the others forget the address,
+        // so that their next packet resolves it (a broadcast ARP the new
+        // node answers).
         for other in self
             .nodes
             .iter()
@@ -555,65 +497,130 @@ impl Lab {
                     .map_err(|e| setup(format!("forget {address} in {}: {e}", other.name())))?;
             }
         }
-        let address = spec.address;
-        self.topo.nodes.push(spec);
+        self.topo = topo;
+        let pod_mtu = self.topo.pod_mtu();
+        let node = self.node(spec, ns, &template, pod_mtu)?;
         self.nodes.push(node);
         let i = self.nodes.len() - 1;
-        super::underlay::attach(self, super::underlay::NsRef::Node(i), address, bridge)?;
-        if self.topo.masquerade == Masquerade::Node {
-            nft(
-                &self.nodes[i].ns,
-                &node_nat_ruleset(&self.nodes[i].spec, &self.topo.cluster_cidr),
-            )?;
-        }
-        let specs: Vec<NodeSpec> = self.topo.nodes.clone();
-        match self.topo.routing {
-            Routing::Static if super::underlay::routes_in_router(&self.topo) => {
-                super::underlay::install_router_routes(self)?
-            }
-            Routing::Static => {
-                install_static_routes(&self.nodes[i].ns, &self.nodes[i].spec, &specs)?
-            }
-            Routing::Agent => {
-                self.write_nodes_file(&specs)?;
-                self.start_agent(i)?;
-            }
-            Routing::Vxlan => super::vxlan::join(self, i)?,
+        if self.topo.routing == Routing::Agent {
+            let specs: Vec<NodeSpec> = self.topo.nodes.clone();
+            self.write_nodes_file(&specs)?;
+            self.start_agent(i)?;
         }
         self.start_containerd(i)?;
         self.add_pods(i, pods)?;
-        super::services::install(self)
+        self.install_services(&compile::compile(&self.topo)?)
     }
 
-    /// Removes a node: its pods, its agent, its namespace; the agents are
-    /// told through the node list.
+    /// The Services: the compiled model's tables bound to pod addresses,
+    /// their placeholders filled with the addresses the plugin's IPAM gave
+    /// the pods, loaded on their nodes.
+    fn install_services(&self, compiled: &LabModel) -> Result<(), LabError> {
+        let addresses: BTreeMap<String, IpAddr> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.pods.iter())
+            .filter_map(|p| {
+                let ip = p.ips.iter().find(|ip| ip.addr().is_ipv4())?.addr();
+                Some((p.name.clone(), ip))
+            })
+            .collect();
+        let tables = compile::pod_bound_tables(compiled, &addresses)
+            .map_err(|e| setup(format!("lab {}: Services: {e}", self.topo.name)))?;
+        for (role, table) in tables {
+            let node = self
+                .nodes
+                .iter()
+                .find(|n| n.spec.name == role)
+                .ok_or_else(|| setup(format!("Services: no node {role}")))?;
+            super::base::nft(&node.ns, &table.text)?;
+        }
+        Ok(())
+    }
+
+    /// Removes a node: its agent, its pods, its containerd, then the
+    /// topology without it applied as a difference (its uplink, NAT box and
+    /// the others' routes and VXLAN entries for it go; its namespace is
+    /// dropped); the agents are told through the node list.
     pub fn remove_node(&mut self, name: &str) -> Result<(), LabError> {
         let i = self.node_index(name)?;
         self.stop_agent(i);
-        if self.topo.routing == Routing::Vxlan {
-            super::vxlan::leave(self, name)?;
-        }
-        super::underlay::detach(self, name);
         while !self.nodes[i].pods.is_empty() {
             let _ = self.remove_pod(i, 0);
         }
         if let Some(d) = self.nodes[i].cri.take() {
             d.stop();
         }
-        // Namespace teardown is asynchronous in the kernel: remove the switch
-        // port now, so a node of the same name can be plugged in at once.
-        let port = format!("p-{name}");
-        netlink(&self.switch, &format!("remove {port}"), |h| async move {
-            nl::delete_link_by_name(&h, &port).await.map(|_| ())
-        })?;
+        let mut topo = self.topo.clone();
+        topo.nodes.retain(|n| n.name != name);
+        let changed = self.apply_topology(&topo)?;
+        // The node's NAT box goes with it (the node's namespace below).
+        let gone: Vec<String> = super::model::layout::underlay_of(self)
+            .into_iter()
+            .filter(|(role, _)| changed.gone.contains(role))
+            .map(|(_, ns)| ns.name().to_string())
+            .collect();
+        self.extra.retain(|ns| !gone.iter().any(|g| g == ns.name()));
         self.nodes.remove(i);
-        self.topo.nodes.retain(|n| n.name != name);
+        self.topo = topo;
         if self.topo.routing == Routing::Agent {
             let specs = self.topo.nodes.clone();
             self.write_nodes_file(&specs)?;
         }
         Ok(())
     }
+
+    /// Turns the lab's infrastructure, built from `self.topo`, into that of
+    /// `topo` by the one builder (`apply::apply_diff` of the two compiled
+    /// models) and waits for the veths it made; the caller takes the
+    /// namespaces made and drops those gone.
+    fn apply_topology(&self, topo: &Topology) -> Result<apply::Changed, LabError> {
+        let old = compile::infrastructure(compile::compile(&self.topo)?);
+        let new = compile::infrastructure(compile::compile(topo)?);
+        let underlay = super::model::layout::underlay_of(self);
+        let standing: BTreeMap<&str, &Netns> = underlay
+            .iter()
+            .map(|(role, ns)| (role.as_str(), *ns))
+            .chain(self.nodes.iter().map(|n| (n.spec.name.as_str(), &n.ns)))
+            .collect();
+        let make = super::base::ns_maker(&self.opts);
+        let changed = apply::apply_diff(
+            &old,
+            &new,
+            &standing,
+            &apply::Options {
+                make_ns: Some(&make),
+            },
+        )
+        .map_err(|e| setup(format!("lab {}: {e}", topo.name)))?;
+        refuse_not_made(&topo.name, &changed.made.not_made)?;
+        let made: Vec<&Namespace> = changed
+            .diff
+            .made
+            .iter()
+            .map(|(_, ns)| ns)
+            .chain(&changed.diff.added)
+            .collect();
+        let veths = veths_of(made.into_iter(), |role| {
+            standing
+                .get(role)
+                .copied()
+                .or_else(|| changed.made.namespace(role))
+        });
+        wait_oper_up(&veths, &format!("lab {}", topo.name))?;
+        Ok(changed)
+    }
+
+    /// Takes underlay namespaces `apply_topology` made (a router, a NAT box).
+    fn take_underlay(&mut self, made: Vec<(String, Netns)>) {
+        for (role, ns) in made {
+            match role.as_str() {
+                compile::EXTERNAL => self.external = Some(ns),
+                _ => self.extra.push(ns),
+            }
+        }
+    }
+
     /// Tears everything down: agents, pods (DEL through the runtime), then
     /// every namespace. Returns how long it took.
     pub fn down(mut self) -> Duration {
@@ -682,8 +689,12 @@ struct Infrastructure {
 /// after it make ([`compile::infrastructure`]), made into namespaces by
 /// `model::apply`. Something the model holds and this machine cannot make
 /// is an error: the lab would not be the one compiled.
-fn apply_infrastructure(topo: &Topology, opts: &UpOptions) -> Result<Infrastructure, LabError> {
-    let model = compile::infrastructure(compile::compile(topo)?);
+fn apply_infrastructure(
+    compiled: &LabModel,
+    topo: &Topology,
+    opts: &UpOptions,
+) -> Result<Infrastructure, LabError> {
+    let model = compile::infrastructure(compiled.clone());
     let make = super::base::ns_maker(opts);
     let applied = apply::apply(
         &model,
@@ -692,25 +703,8 @@ fn apply_infrastructure(topo: &Topology, opts: &UpOptions) -> Result<Infrastruct
         },
     )
     .map_err(|e| setup(format!("lab {}: {e}", topo.name)))?;
-    if !applied.not_made.is_empty() {
-        let not_made: Vec<String> = applied.not_made.iter().map(|n| n.to_string()).collect();
-        return Err(setup(format!(
-            "lab {}: this machine cannot make {}",
-            topo.name,
-            not_made.join("; ")
-        )));
-    }
-    // Every veth of the model, to wait for (pods are the plugin's).
-    let veths: Vec<(&Netns, &str)> = model
-        .namespaces()
-        .flat_map(|m| {
-            let ns = applied.namespace(&m.name);
-            m.links
-                .iter()
-                .filter(|l| l.kind == LinkKind::Veth && l.up)
-                .filter_map(move |l| Some((ns?, l.name.as_str())))
-        })
-        .collect();
+    refuse_not_made(&topo.name, &applied.not_made)?;
+    let veths = veths_of(model.namespaces(), |role| applied.namespace(role));
     wait_oper_up(&veths, &format!("lab {}", topo.name))?;
     let mut switch = None;
     let mut external = None;
@@ -739,6 +733,36 @@ fn apply_infrastructure(topo: &Topology, opts: &UpOptions) -> Result<Infrastruct
         extra,
         nodes,
     })
+}
+
+/// Something the model holds and this machine cannot make is an error:
+/// the lab would not be the one compiled.
+fn refuse_not_made(lab: &str, not_made: &[apply::NotMade]) -> Result<(), LabError> {
+    if not_made.is_empty() {
+        return Ok(());
+    }
+    let not_made: Vec<String> = not_made.iter().map(|n| n.to_string()).collect();
+    Err(setup(format!(
+        "lab {lab}: this machine cannot make {}",
+        not_made.join("; ")
+    )))
+}
+
+/// Every veth of `namespaces` that is up, in its namespace (pods' veths
+/// are the plugin's), to wait for.
+fn veths_of<'a, 'n>(
+    namespaces: impl Iterator<Item = &'a Namespace>,
+    netns: impl Fn(&str) -> Option<&'n Netns>,
+) -> Vec<(&'n Netns, &'a str)> {
+    namespaces
+        .flat_map(|m| {
+            let ns = netns(&m.name);
+            m.links
+                .iter()
+                .filter(|l| l.kind == LinkKind::Veth && l.up)
+                .filter_map(move |l| Some((ns?, l.name.as_str())))
+        })
+        .collect()
 }
 
 /// Waits until each `(namespace, link)` is operationally up (5 s at

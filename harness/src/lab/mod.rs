@@ -10,7 +10,9 @@
 //! floors below it): [`topology`] (TOML or flags, validated; the shapes'
 //! settings and flags in `topology/shapes.rs`) and [`base`] (errors, options,
 //! namespace/netlink/nft helpers, where the bundled programs are); then
-//! [`template`] (config templates and their placeholders), [`parts`] (`Lab`,
+//! [`template`] (config templates and their placeholders), [`plan`] (what
+//! a lab needs besides its topology, found and checked once: plugin
+//! directory, template, pod MTU, containerd), [`parts`] (`Lab`,
 //! `Node`, `Pod`), [`routes`] (node addresses, static routes, the
 //! masquerade ruleset, the agents' node list) and [`facts`] (what the
 //! diagnosis reads from a node); then the builder's steps, and [`build`] on
@@ -49,6 +51,7 @@ pub mod model;
 pub mod neighbours;
 pub mod parts;
 pub mod pidfile;
+pub mod plan;
 pub mod probe;
 pub mod profile;
 pub mod replay;
@@ -184,8 +187,9 @@ pub fn run(
     groups: &[String],
     progress: bool,
 ) -> Result<Report, LabError> {
+    let plan = plan::Plan::new(topo, opts.plugin_dir.as_deref(), opts.runtime)?;
     run_planned(
-        topo,
+        plan,
         opts,
         groups,
         progress,
@@ -193,16 +197,16 @@ pub fn run(
     )
 }
 
-/// [`run`] with a plan for the host's neighbour tables (pinning the bulk
-/// paths when the lab would not fit them).
+/// [`run`] of a [`plan::Plan`], with a plan for the host's neighbour
+/// tables (pinning the bulk paths when the lab would not fit them).
 pub fn run_planned(
-    topo: Topology,
+    plan: plan::Plan,
     opts: UpOptions,
     groups: &[String],
     progress: bool,
     host: &neighbours::HostPlan,
 ) -> Result<Report, LabError> {
-    let mut lab = Lab::up(topo, opts)?;
+    let mut lab = Lab::build(plan, opts)?;
     pin_if_planned(&mut lab, host)?;
     let report = check(&lab, groups, progress);
     let down = lab.down();

@@ -17,6 +17,12 @@
 //!   its bridge port, and masquerade so that the reply comes back through
 //!   the node's conntrack);
 //! - `service/cluster-ip`: every pod → `web` (any backend may answer).
+//!
+//! The lab compiles the ruleset into its model ([`ruleset_for`], pure, from
+//! `model/compile.rs`, the backends' addresses as placeholders) and installs
+//! it from there once the pods have their addresses (`Lab::build`); here
+//! too: what the faults re-program or take away, the probe plan and the
+//! diagnoses.
 
 use super::base::{nft, LabError};
 use super::facts::NodeFacts;
@@ -150,14 +156,6 @@ pub fn install_node(lab: &Lab, i: usize, hairpin_masquerade: bool) -> Result<(),
         return Ok(());
     }
     nft(&lab.nodes[i].ns, &ruleset(lab, hairpin_masquerade))
-}
-
-/// Programs the Service rules on every node.
-pub fn install(lab: &Lab) -> Result<(), LabError> {
-    for i in 0..lab.nodes.len() {
-        install_node(lab, i, true)?;
-    }
-    Ok(())
 }
 
 /// Removes the Service rules of node `i` (kube-proxy not running there).

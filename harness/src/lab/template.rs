@@ -38,8 +38,9 @@ pub const PLACEHOLDERS: &[(&str, &str)] = &[
 
 /// Refuses a template with a placeholder that is not in [`PLACEHOLDERS`],
 /// or one that some node of `topo` has no value for (`{{pod_cidr6}}` on a
-/// node without an IPv6 pod CIDR): the error names the line.
-pub fn check_template(template: &str, topo: &Topology) -> Result<(), String> {
+/// node without an IPv6 pod CIDR): the error names the line. `pod_mtu`
+/// fills `{{mtu}}`.
+pub fn check_template(template: &str, topo: &Topology, pod_mtu: u32) -> Result<(), String> {
     for (n, line) in template.lines().enumerate() {
         let mut rest = line;
         while let Some(open) = rest.find("{{") {
@@ -84,7 +85,13 @@ pub fn check_template(template: &str, topo: &Topology) -> Result<(), String> {
     // Filled in, it must be JSON: said against the template's own lines
     // (no value spans lines), before anything is built.
     for node in &topo.nodes {
-        let text = render_template(template, topo, node, Path::new("/var/lib/cni/cnilab"));
+        let text = render_template(
+            template,
+            topo,
+            node,
+            Path::new("/var/lib/cni/cnilab"),
+            pod_mtu,
+        );
         if let Err(e) = serde_json::from_str::<serde_json::Value>(&text) {
             let what = e.to_string();
             let what = what.split(" at line ").next().unwrap_or(&what);
@@ -111,28 +118,23 @@ pub fn template_of(topo: &Topology) -> Result<String, LabError> {
 
 /// [`template_of`], checked with [`check_template`]; the error names the
 /// file.
-pub fn checked_template(topo: &Topology) -> Result<String, LabError> {
+pub fn checked_template(topo: &Topology, pod_mtu: u32) -> Result<String, LabError> {
     let text = template_of(topo)?;
     let name = match topo.plugin.as_ref().and_then(|p| p.config.as_ref()) {
         Some(path) => format!("plugin config template {}", path.display()),
         None => "the bundled config template".to_string(),
     };
-    check_template(&text, topo).map_err(|e| setup(format!("{name}: {e}")))?;
+    check_template(&text, topo, pod_mtu).map_err(|e| setup(format!("{name}: {e}")))?;
     Ok(text)
 }
 
-/// The topology's config template (or the bundled one), checked with
-/// [`check_template`]; the error names the file.
-pub fn check_template_of(topo: &Topology) -> Result<(), LabError> {
-    checked_template(topo).map(|_| ())
-}
-
-/// Fills a config template for `node`.
+/// Fills a config template for `node`; `pod_mtu` fills `{{mtu}}`.
 pub fn render_template(
     template: &str,
     topo: &Topology,
     node: &NodeSpec,
     data_dir: &Path,
+    pod_mtu: u32,
 ) -> String {
     let v4 = node.pod_cidr.iter().find(|c| c.addr().is_ipv4());
     let v6 = node.pod_cidr.iter().find(|c| c.addr().is_ipv6());
@@ -154,7 +156,7 @@ pub fn render_template(
         .replace("{{ranges}}", &ranges_json(&node.pod_cidr))
         .replace("{{cluster_cidr}}", &format!("[{}]", cluster.join(",")))
         .replace("{{data_dir}}", &data_dir.display().to_string())
-        .replace("{{mtu}}", &topo.pod_mtu().to_string())
+        .replace("{{mtu}}", &pod_mtu.to_string())
         .replace(
             "{{ip_masq}}",
             if topo.masquerade == Masquerade::Plugin {
@@ -173,7 +175,13 @@ mod tests {
     #[test]
     fn default_template_renders_to_a_valid_config() {
         let topo = Topology::generated(2, 1).expect("topology");
-        let text = render_template(DEFAULT_TEMPLATE, &topo, &topo.nodes[1], Path::new("/tmp/x"));
+        let text = render_template(
+            DEFAULT_TEMPLATE,
+            &topo,
+            &topo.nodes[1],
+            Path::new("/tmp/x"),
+            topo.pod_mtu(),
+        );
         let net = NetworkConfig::parse(&text, Path::new("t.conflist")).expect("valid conflist");
         assert_eq!(net.plugin_type(0), "cnilab-bridge");
         assert!(text.contains("10.244.2.0/24"));
@@ -187,28 +195,30 @@ mod tests {
     #[test]
     fn unknown_or_unfilled_placeholders_are_refused_with_the_line() {
         let topo = Topology::generated(2, 1).expect("topology");
-        let err =
-            check_template("{\n  \"subnet\": \"{{podcidr}}\"\n}", &topo).expect_err("unknown");
+        let err = check_template("{\n  \"subnet\": \"{{podcidr}}\"\n}", &topo, topo.pod_mtu())
+            .expect_err("unknown");
         assert!(
             err.contains("line 2") && err.contains("{{podcidr}}"),
             "{err}"
         );
         assert!(err.contains("{{pod_cidr}}"), "lists the known ones: {err}");
-        let err = check_template("\"{{pod_cidr6}}\"", &topo).expect_err("no IPv6 pod CIDR");
+        let err = check_template("\"{{pod_cidr6}}\"", &topo, topo.pod_mtu())
+            .expect_err("no IPv6 pod CIDR");
         assert!(err.contains("node1") && err.contains("IPv6"), "{err}");
-        check_template(DEFAULT_TEMPLATE, &topo).expect("the bundled template is valid");
+        check_template(DEFAULT_TEMPLATE, &topo, topo.pod_mtu())
+            .expect("the bundled template is valid");
         let broken = DEFAULT_TEMPLATE.replacen("\"cniVersion\"", "cniVersion\"", 1);
         let line = 1 + DEFAULT_TEMPLATE
             [..DEFAULT_TEMPLATE.find("\"cniVersion\"").expect("cniVersion")]
             .matches('\n')
             .count();
-        let err = check_template(&broken, &topo).expect_err("not JSON");
+        let err = check_template(&broken, &topo, topo.pod_mtu()).expect_err("not JSON");
         assert!(
             err.starts_with(&format!("line {line} column")) && err.contains("not JSON"),
             "{err}"
         );
         let ptp = include_str!("../../../lab/configs/lab-ptp.conflist.tmpl");
-        check_template(ptp, &topo).expect("the ptp template is valid");
+        check_template(ptp, &topo, topo.pod_mtu()).expect("the ptp template is valid");
     }
 
     /// `cnilab lab run --help` documents every placeholder the lab fills in.

@@ -20,7 +20,7 @@ use super::base::{make_ns, netlink, setup, LabError};
 use super::facts::NodeFacts;
 use super::parts::Lab;
 use super::routes::install_static_routes;
-use super::topology::shapes::{router_address, subnet_of, Shape, SUBNET_PREFIX};
+use super::topology::shapes::{subnet_of, Shape};
 use super::topology::{Routing, Topology};
 use crate::connectivity::Diagnosis;
 use crate::connectivity::ProbeOutcome;
@@ -47,28 +47,6 @@ pub(crate) fn rack_name(topo: &Topology, addr: IpAddr) -> String {
     };
     let n = (u32::from(a).wrapping_sub(u32::from(base))) >> 8;
     format!("rack{n}")
-}
-
-/// The switch bridge a host with address `addr` plugs into: the underlay
-/// bridge (`l2`, `nat`) or its subnet's bridge (`routed`), made on first use.
-pub fn bridge_for(lab: &Lab, addr: IpAddr, underlay: u32) -> Result<u32, LabError> {
-    if lab.topo.shape != Shape::Routed {
-        return Ok(underlay);
-    }
-    let name = rack_name(&lab.topo, addr);
-    netlink(&lab.switch, &format!("bridge {name}"), |h| async move {
-        if let Some(l) = nl::link_by_name(&h, &name).await? {
-            return Ok(l.index);
-        }
-        h.link()
-            .add(rtnetlink::LinkBridge::new(&name).up().build())
-            .execute()
-            .await?;
-        nl::link_by_name(&h, &name)
-            .await?
-            .map(|l| l.index)
-            .ok_or(rtnetlink::Error::RequestFailed)
-    })
 }
 
 /// Runs `program -batch -` in `ns` with `script` on its stdin (iproute2's
@@ -138,126 +116,9 @@ fn router(lab: &mut Lab) -> Result<&Netns, LabError> {
     Ok(&lab.extra[i])
 }
 
-/// Gives the router a leg in `addr`'s subnet (once per subnet).
-fn router_leg(lab: &mut Lab, addr: IpAddr, underlay: u32) -> Result<IpAddr, LabError> {
-    let gw = router_address(addr).ok_or_else(|| setup(format!("{addr}: no subnet")))?;
-    let bridge = bridge_for(lab, addr, underlay)?;
-    let rack = rack_name(&lab.topo, addr);
-    let mtu = lab.topo.mtu;
-    router(lab)?;
-    let router = &lab.extra[router_index(lab).unwrap_or_default()];
-    let has_leg = router.links()?.iter().any(|l| l.name == rack);
-    if !has_leg {
-        let peer = router.file();
-        let port = format!("p-r-{rack}");
-        let leg = rack.clone();
-        netlink(&lab.switch, &format!("router leg {rack}"), |h| async move {
-            h.link()
-                .add(nl::veth_message(&port, &leg, peer, Some(mtu), Some(bridge)))
-                .execute()
-                .await
-        })?;
-        netlink(router, &format!("router address {gw}"), |h| async move {
-            let link = nl::link_by_name(&h, &rack)
-                .await?
-                .ok_or(rtnetlink::Error::RequestFailed)?;
-            let net = IpNet::new(gw, SUBNET_PREFIX).map_err(|_| rtnetlink::Error::RequestFailed)?;
-            nl::add_address(&h, link.index, net).await?;
-            nl::set_up(&h, link.index).await
-        })?;
-    }
-    Ok(gw)
-}
-
-fn default_route(ns: &Netns, via: IpAddr, what: &str) -> Result<(), LabError> {
-    let any: IpNet = IpNet::new(IpAddr::from([0, 0, 0, 0]), 0).map_err(|e| setup(e.to_string()))?;
-    netlink(ns, &format!("default route of {what}"), |h| async move {
-        let msg = nl::route_message(any, Some(via), None, None)
-            .map_err(|_| rtnetlink::Error::RequestFailed)?;
-        nl::add_route(&h, msg, true).await
-    })
-}
-
-/// What a host needs once plugged in: in a routed lab a router leg in its
-/// subnet and a default route via it; in a NAT lab (nodes only) the NAT
-/// interface, its NAT namespace and the default route through it.
-pub fn attach(lab: &mut Lab, ns: NsRef, addr: IpAddr, underlay: u32) -> Result<(), LabError> {
-    match lab.topo.shape {
-        Shape::L2 => Ok(()),
-        Shape::Routed => {
-            let gw = router_leg(lab, addr, underlay)?;
-            default_route(ns.get(lab)?, gw, &addr.to_string())
-        }
-        Shape::Nat => match ns {
-            NsRef::Node(i) => attach_nat(lab, i),
-            NsRef::External => Ok(()),
-        },
-    }
-}
-
-/// A namespace of the lab, by role.
-#[derive(Clone, Copy, Debug)]
-pub enum NsRef {
-    Node(usize),
-    External,
-}
-
-impl NsRef {
-    fn get(self, lab: &Lab) -> Result<&Netns, LabError> {
-        match self {
-            NsRef::Node(i) => lab.nodes.get(i).map(|n| &n.ns),
-            NsRef::External => lab.external.as_ref(),
-        }
-        .ok_or_else(|| setup(format!("{self:?}: no such namespace")))
-    }
-}
-
 /// The NAT namespace's role name for a node.
 pub fn nat_role(node: &str) -> String {
     format!("{node}-nat")
-}
-
-fn attach_nat(lab: &mut Lab, i: usize) -> Result<(), LabError> {
-    let name = lab.nodes[i].spec.name.clone();
-    let nat = make_ns(&lab.opts, &nat_role(&name))?;
-    nat.set_lo_up()?;
-    plugin_netns::write_sysctl(Some(nat.file()), "net/ipv4/ip_forward", "1")
-        .map_err(|e| setup(format!("{name} NAT ip_forward: {e}")))?;
-    let peer = nat.file();
-    let node_ns = &lab.nodes[i].ns;
-    let node_addr = IpNet::new(IpAddr::V4(NAT_ADDRESS), 24).map_err(|e| setup(e.to_string()))?;
-    netlink(
-        node_ns,
-        &format!("NAT interface of {name}"),
-        |h| async move {
-            h.link()
-                .add(nl::veth_message(NAT_LINK, "eth0", peer, None, None))
-                .execute()
-                .await?;
-            let link = nl::link_by_name(&h, NAT_LINK)
-                .await?
-                .ok_or(rtnetlink::Error::RequestFailed)?;
-            nl::add_address(&h, link.index, node_addr).await
-        },
-    )?;
-    let gw = IpNet::new(IpAddr::V4(NAT_GATEWAY), 24).map_err(|e| setup(e.to_string()))?;
-    netlink(&nat, &format!("NAT gateway of {name}"), |h| async move {
-        let link = nl::link_by_name(&h, "eth0")
-            .await?
-            .ok_or(rtnetlink::Error::RequestFailed)?;
-        nl::add_address(&h, link.index, gw).await?;
-        nl::set_up(&h, link.index).await
-    })?;
-    // VirtualBox's NAT engine: the VM's traffic leaves masqueraded.
-    super::base::nft(&nat, NAT_RULESET)?;
-    lab.extra.push(nat);
-    default_route(&lab.nodes[i].ns, IpAddr::V4(NAT_GATEWAY), &name)
-}
-
-/// Removes what [`attach`] made for a node that leaves (its NAT namespace).
-pub fn detach(lab: &mut Lab, node: &str) {
-    let role = format!("-{}", nat_role(node));
-    lab.extra.retain(|ns| !ns.name().ends_with(&role));
 }
 
 /// `routing = "static"` on a routed underlay: the pod CIDR routes live in
@@ -442,7 +303,7 @@ fn log_message(line: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::topology::shapes::check_node_address;
+    use crate::lab::topology::shapes::{check_node_address, router_address};
 
     #[test]
     fn agent_log_lines_lose_colours_time_and_level() {

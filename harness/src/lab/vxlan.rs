@@ -1,8 +1,7 @@
 //! `routing = "vxlan"`: a kernel VXLAN overlay, programmed by the lab
 //! (statically, from the topology) the way flannel's vxlan backend does it
 //! (the model compiles it, `model/compile.rs`, and `model::apply` makes it
-//! with the lab; here: a node that joins or leaves a running lab, faults,
-//! diagnoses):
+//! with the lab and as a node joins or leaves; here: faults, diagnoses):
 //!
 //! - one VXLAN device per node (`vxlan0`, VNI and UDP port from `[vxlan]`,
 //!   `local` = the node's underlay address, `dev eth0`, `nolearning`), with
@@ -40,23 +39,6 @@ fn vtep_address(cidrs: &[IpNet]) -> Option<IpAddr> {
         .map(|c| c.trunc().addr())
 }
 
-/// Creates node `i`'s VXLAN device.
-fn make_device(lab: &Lab, i: usize) -> Result<(), LabError> {
-    let node = &lab.nodes[i];
-    let spec = lab.topo.vxlan.clone().unwrap_or_default();
-    let uplink = node.spec.mtu.unwrap_or(lab.topo.mtu);
-    let vtep = vtep_address(&node.spec.pod_cidr)
-        .ok_or_else(|| setup(format!("{}: no IPv4 pod CIDR for VXLAN", node.spec.name)))?;
-    let script = format!(
-        "link add {DEVICE} type vxlan id {} dstport {} local {} dev eth0 nolearning\nlink set {DEVICE} mtu {} up\naddress add {vtep}/32 dev {DEVICE}\n",
-        spec.vni,
-        spec.port,
-        node.spec.address,
-        uplink.saturating_sub(OVERHEAD),
-    );
-    batch(&node.ns, "ip", &script)
-}
-
 /// Node `i`'s VTEP MAC, as the kernel chose it.
 fn vtep_mac(lab: &Lab, i: usize) -> Result<String, LabError> {
     lab.nodes[i]
@@ -92,19 +74,6 @@ fn program_peer(lab: &Lab, i: usize, p: usize, mac: &str) -> Result<(), LabError
         ),
     )?;
     batch(ns, "ip", &ip)
-}
-
-/// Node `i` joined: its device, its peers' entries, and its entries on
-/// every peer.
-pub fn join(lab: &Lab, i: usize) -> Result<(), LabError> {
-    make_device(lab, i)?;
-    let mine = vtep_mac(lab, i)?;
-    for p in (0..lab.nodes.len()).filter(|p| *p != i) {
-        let theirs = vtep_mac(lab, p)?;
-        program_peer(lab, i, p, &theirs)?;
-        program_peer(lab, p, i, &mine)?;
-    }
-    Ok(())
 }
 
 /// Re-programs node `i`'s entries for every peer (the heal of a missed update).
@@ -151,26 +120,6 @@ pub fn forget_fdb(lab: &Lab, i: usize, dst: IpAddr) -> Result<(), LabError> {
         return Ok(());
     }
     batch(&lab.nodes[i].ns, "bridge", &script)
-}
-
-/// A node left: the others forget its entries (flannel's node delete).
-pub fn leave(lab: &Lab, name: &str) -> Result<(), LabError> {
-    let Some(spec) = lab.topo.node(name).cloned() else {
-        return Ok(());
-    };
-    for i in (0..lab.nodes.len()).filter(|i| lab.nodes[*i].spec.name != name) {
-        forget_fdb(lab, i, spec.address)?;
-        if let Some(vtep) = vtep_address(&spec.pod_cidr) {
-            let mut script = String::new();
-            for c in spec.pod_cidr.iter().filter(|c| c.addr().is_ipv4()) {
-                let _ = writeln!(script, "route del {}", c.trunc());
-            }
-            let _ = writeln!(script, "neigh del {vtep} dev {DEVICE}");
-            // Entries may already be gone; a failure here changes nothing.
-            let _ = super::underlay::batch_force(&lab.nodes[i].ns, "ip", &script);
-        }
-    }
-    Ok(())
 }
 
 /// Sets the MTU of every pod interface (and the node side: veths and

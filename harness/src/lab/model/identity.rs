@@ -3,7 +3,6 @@
 //! compiled one (see the rules in `model/mod.rs`), and every difference is
 //! named: namespace, object, field, compiled value, read value.
 
-use super::compile::POD_PLACEHOLDER;
 use super::{LabModel, Link, LinkKind, Namespace};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,18 +37,8 @@ pub(crate) fn bind_pod_addresses(compiled: &mut LabModel, read: &LabModel) -> Re
         .collect();
     for ns in compiled.namespaces_mut() {
         for table in &mut ns.nftables {
-            while let Some(start) = table.text.find(POD_PLACEHOLDER) {
-                let end = table.text[start..]
-                    .find("}}")
-                    .map(|e| start + e + 2)
-                    .ok_or_else(|| format!("{}: an unclosed placeholder", ns.name))?;
-                let inner = &table.text[start + POD_PLACEHOLDER.len()..end - 2];
-                let pod = inner.trim_end_matches(":ipv4");
-                let ip = addresses
-                    .get(pod)
-                    .ok_or_else(|| format!("{}: pod {pod} has no IPv4 address on eth0", ns.name))?;
-                table.text.replace_range(start..end, &ip.to_string());
-            }
+            table.text = super::compile::bind_pod_placeholders(&table.text, &addresses)
+                .map_err(|e| format!("{}: {e}", ns.name))?;
         }
     }
     Ok(())

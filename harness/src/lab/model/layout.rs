@@ -3,14 +3,16 @@
 
 use super::read::{Layout, NodeLayout};
 use super::LabModel;
+use crate::netns::Netns;
 use cnilab_net::netns as plugin_netns;
 use ipnet::IpNet;
 
-/// The layout of a lab built by this process.
-pub fn layout_of(lab: &super::super::parts::Lab) -> Layout<'_> {
-    let mut underlay = vec![(super::compile::SWITCH.to_string(), lab.switch.file())];
+/// The underlay namespaces of a lab built by this process, by role:
+/// `switch`, `external`, the router, the NAT boxes.
+pub(crate) fn underlay_of(lab: &super::super::parts::Lab) -> Vec<(String, &Netns)> {
+    let mut underlay = vec![(super::compile::SWITCH.to_string(), &lab.switch)];
     if let Some(ext) = &lab.external {
-        underlay.push((super::compile::EXTERNAL.to_string(), ext.file()));
+        underlay.push((super::compile::EXTERNAL.to_string(), ext));
     }
     let roles: Vec<String> = std::iter::once(super::super::underlay::ROUTER_ROLE.to_string())
         .chain(
@@ -26,8 +28,17 @@ pub fn layout_of(lab: &super::super::parts::Lab) -> Layout<'_> {
             ns.name().ends_with(&format!("-{r}")) || ns.name().ends_with(&format!("-{short}"))
         });
         let role = role.cloned().unwrap_or_else(|| ns.name().to_string());
-        underlay.push((role, ns.file()));
+        underlay.push((role, ns));
     }
+    underlay
+}
+
+/// The layout of a lab built by this process.
+pub fn layout_of(lab: &super::super::parts::Lab) -> Layout<'_> {
+    let underlay = underlay_of(lab)
+        .into_iter()
+        .map(|(role, ns)| (role, ns.file()))
+        .collect();
     let nodes = lab
         .nodes
         .iter()

@@ -88,6 +88,9 @@
 //! pod (`lab up --capture`) holds its own state and apply makes it all.
 //! `read(apply(compile(t))) == compile(t)` is a root test
 //! (`tests/tests/lab_apply.rs`, through [`identity::differences_applied`]).
+//! [`apply::apply_diff`] takes two models of one lab and changes the
+//! standing namespaces of the first into the second with the same steps
+//! (a node that joins or leaves: `tests/tests/lab_model.rs`).
 
 pub mod apply;
 pub mod compile;

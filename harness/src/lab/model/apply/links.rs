@@ -131,7 +131,8 @@ async fn send(
     }
 }
 
-fn order(kind: &LinkKind) -> u8 {
+/// The order links are made in (a link's controller, `dev` and lower first).
+pub(super) fn order(kind: &LinkKind) -> u8 {
     match kind {
         LinkKind::Loopback => 0,
         LinkKind::Bridge => 1,

@@ -1,14 +1,21 @@
 //! `apply`: a [`LabModel`] made into namespaces and kernel objects,
 //! whatever produced the model (a compiled topology, a capture), and
-//! [`Applied::down`] to remove them again. The lab's one builder: `Lab::up`
-//! (`lab run`, `lab up`, scenarios) applies a compiled topology's
-//! infrastructure here, `lab up --capture` a replayed capture.
+//! [`Applied::down`] to remove them again; [`apply_diff`] turns namespaces
+//! standing as one model into another (a node that joins or leaves a
+//! running lab). The lab's one builder: `Lab::up` (`lab run`, `lab up`,
+//! scenarios) applies a compiled topology's infrastructure here, `lab up
+//! --capture` a replayed capture, `Lab::add_node`/`remove_node` the
+//! difference between the topology compiled with and without the node.
 //!
 //! Where things happen: this file checks the model's structure (names,
 //! devices, controllers: before anything is made), makes the namespaces and
-//! walks the phases below; `links.rs` makes links and sets their
-//! attributes, addresses and admin state; `objects.rs` adds routes, policy
-//! rules, permanent neighbours, FDB entries and qdiscs; `tables.rs` writes
+//! walks the phases below, for a whole model and for a diff; `diff.rs`
+//! computes the difference of two models (pure); `links.rs` makes links
+//! and sets their attributes, addresses and admin state; `objects.rs` adds
+//! (and, for a diff, removes) routes, policy rules, permanent neighbours,
+//! FDB entries, and adds qdiscs; `remove.rs` removes what a diff takes out
+//! of a standing namespace (those objects, nftables tables, links);
+//! `tables.rs` writes
 //! sysctls and loads nftables tables (`nft -f -`) and iptables-save text
 //! (`ip[6]tables-{legacy,nft}-restore`) inside a namespace. Every netlink
 //! request goes through one connection per namespace opened on a dedicated
@@ -44,15 +51,28 @@
 //! kind it does not have, a physical device, a sysctl that does not exist,
 //! a qdisc kind it lacks, a missing `iptables-legacy-restore`) is listed in
 //! [`Applied::not_made`], and the rest is still made.
+//!
+//! # A diff
+//! [`apply_diff`] checks the new model whole, removes from the standing
+//! namespaces what only the old model holds (objects, then nftables tables,
+//! then links), makes the namespaces only the new one has (step 1), and
+//! runs steps 2 to 4 on them and on what the standing namespaces gain, with
+//! the standing links counted as made; a route a standing namespace already
+//! has is left as it is (the plugin's routes stand there too).
 
+mod diff;
 mod links;
 mod objects;
+mod remove;
 mod tables;
+
+pub use diff::{diff, ModelDiff, Place};
 
 use super::read::{Layout, NodeLayout};
 use super::{LabModel, Namespace};
 use crate::netns::{Netns, NetnsError};
 use ipnet::IpNet;
+use links::Made;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -194,7 +214,10 @@ impl Applied {
 
 /// One namespace of the model with the namespace made for it.
 pub(super) struct Target<'a> {
+    /// What to make (of a model diff: what to add or remove).
     pub model: &'a Namespace,
+    /// The whole namespace of the model (its links, for lookups).
+    pub whole: &'a Namespace,
     pub netns: &'a Netns,
 }
 
@@ -202,14 +225,7 @@ pub(super) struct Target<'a> {
 /// an error). On error, every namespace made so far is removed.
 pub fn apply(model: &LabModel, opts: &Options) -> Result<Applied, ApplyError> {
     check(model)?;
-    let default_make = |role: &str| {
-        let label: String = role
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
-            .take(12)
-            .collect();
-        Netns::with_label(&label)
-    };
+    let default_make = default_maker();
     let make: &MakeNs = opts.make_ns.unwrap_or(&default_make);
     let mut not_made = Vec::new();
     let mut applied = Applied {
@@ -240,31 +256,274 @@ pub fn apply(model: &LabModel, opts: &Options) -> Result<Applied, ApplyError> {
     let targets: Vec<Target> = model
         .namespaces()
         .filter_map(|m| {
-            by_role
-                .get(m.name.as_str())
-                .map(|netns| Target { model: m, netns })
+            by_role.get(m.name.as_str()).map(|netns| Target {
+                model: m,
+                whole: m,
+                netns,
+            })
         })
         .collect();
-    let made_links = links::make(&targets, &by_role, &mut not_made)?;
-    let macs = in_parallel(&targets, |t| links::configure(t, &made_links))?;
-    let macs: BTreeMap<String, String> = targets
+    let steps = Steps {
+        targets: &targets,
+        by_role: &by_role,
+        standing: Made::new(),
+        lookups: &[],
+        replace: true,
+    };
+    not_made.extend(steps.run()?);
+    applied.not_made = not_made;
+    Ok(applied)
+}
+
+/// Steps 2 to 4 of apply (links, their attributes, the objects on them),
+/// for a whole model or a model diff's additions.
+struct Steps<'a> {
+    targets: &'a [Target<'a>],
+    /// Every namespace a link may be made in or point to.
+    by_role: &'a BTreeMap<&'a str, &'a Netns>,
+    /// Links that stand already, as `(namespace, link)`.
+    standing: Made,
+    /// Namespaces read only for their links' MACs (`@ns/link`).
+    lookups: &'a [Target<'a>],
+    /// Whether a route that exists is replaced.
+    replace: bool,
+}
+
+impl Steps<'_> {
+    fn run(self) -> Result<Vec<NotMade>, ApplyError> {
+        let mut not_made = Vec::new();
+        let mut made_links = links::make(self.targets, self.by_role, &mut not_made)?;
+        made_links.extend(self.standing);
+        let all: Vec<&Target> = self.targets.iter().chain(self.lookups).collect();
+        let macs = macs_of(&all, &made_links)?;
+        let replace = self.replace;
+        let rest = in_parallel(self.targets, |t| {
+            let mut out = tables::sysctls(t, tables::Stage::Links);
+            out.extend(objects::add(t, &made_links, &macs, replace)?);
+            out.extend(tables::firewall(t)?);
+            out.extend(objects::qdiscs(t, &made_links)?);
+            Ok(out)
+        })?;
+        not_made.extend(rest.into_iter().flatten());
+        Ok(not_made)
+    }
+}
+
+/// Step 3 in every target (in parallel); returns every link's MAC by
+/// `@<namespace>/<link>`.
+fn macs_of(targets: &[&Target], made: &Made) -> Result<BTreeMap<String, String>, ApplyError> {
+    let macs = in_parallel(targets, |t| links::configure(t, made))?;
+    Ok(targets
         .iter()
         .zip(macs)
         .flat_map(|(t, m)| {
             m.into_iter()
                 .map(move |(link, mac)| (format!("@{}/{link}", t.model.name), mac))
         })
+        .collect())
+}
+
+/// What [`apply_diff`] made and what it leaves to its caller.
+pub struct Changed {
+    /// The namespaces made: the underlay's and the nodes' (with their pods).
+    pub made: Applied,
+    /// Pods made in standing nodes: `(node, pod, namespace)`.
+    pub pods: Vec<(String, String, Netns)>,
+    /// The roles of the standing namespaces the new model no longer has;
+    /// their owner drops them.
+    pub gone: Vec<String>,
+    /// The difference applied.
+    pub diff: ModelDiff,
+}
+
+/// Turns the lab standing as `old` (its namespaces by role in `standing`)
+/// into `new`: removes from the standing namespaces what only `old` holds,
+/// makes the namespaces only `new` has, and adds to the standing ones what
+/// only `new` holds, with apply's own steps (see [`diff`] for how objects
+/// are compared). Routes that exist in a standing namespace are left as
+/// they are. `new` is checked whole first; on error the namespaces made so
+/// far are removed.
+pub fn apply_diff(
+    old: &LabModel,
+    new: &LabModel,
+    standing: &BTreeMap<&str, &Netns>,
+    opts: &Options,
+) -> Result<Changed, ApplyError> {
+    check(new)?;
+    let d = diff(old, new);
+    let stand = |name: &str| {
+        standing
+            .get(name)
+            .copied()
+            .ok_or_else(|| object_error(name, "namespace", "not standing"))
+    };
+    let whole_old: BTreeMap<&str, &Namespace> =
+        old.namespaces().map(|n| (n.name.as_str(), n)).collect();
+    let whole_new: BTreeMap<&str, &Namespace> =
+        new.namespaces().map(|n| (n.name.as_str(), n)).collect();
+    // The links standing in a namespace, as `(namespace, link)`.
+    let links_of = |model: &BTreeMap<&str, &Namespace>, names: &mut dyn Iterator<Item = &str>| {
+        let mut out = Made::new();
+        for name in names {
+            for l in model
+                .get(name)
+                .map(|n| n.links.as_slice())
+                .unwrap_or_default()
+            {
+                out.insert((name.to_string(), l.name.clone()));
+            }
+        }
+        out
+    };
+    let mut not_made = Vec::new();
+    // 1. What only `old` holds, out of the standing namespaces.
+    let removing = d
+        .removed
+        .iter()
+        .map(|m| {
+            Ok(Target {
+                model: m,
+                whole: whole_old.get(m.name.as_str()).copied().unwrap_or(m),
+                netns: stand(&m.name)?,
+            })
+        })
+        .collect::<Result<Vec<_>, ApplyError>>()?;
+    if !removing.is_empty() {
+        let before = links_of(
+            &whole_old,
+            &mut removing.iter().map(|t| t.model.name.as_str()),
+        );
+        let empty = named_elsewhere(&removing);
+        let looked = mac_only(&empty, standing);
+        let refs: Vec<&Target> = removing.iter().chain(&looked).collect();
+        let macs = macs_of(&refs, &Made::new())?;
+        for t in &removing {
+            not_made.extend(remove::remove(t, &before, &macs)?);
+        }
+    }
+    // 2. The namespaces only `new` has.
+    let default_make = default_maker();
+    let make: &MakeNs = opts.make_ns.unwrap_or(&default_make);
+    let mut changed = Changed {
+        made: Applied {
+            name: new.name.clone(),
+            underlay: Vec::new(),
+            nodes: Vec::new(),
+            not_made: Vec::new(),
+        },
+        pods: Vec::new(),
+        gone: d.gone.clone(),
+        diff: ModelDiff::default(),
+    };
+    for (place, ns) in &d.made {
+        let netns = made(make, ns, &mut not_made)?;
+        let name = ns.name.clone();
+        match place {
+            Place::Underlay => changed.made.underlay.push((name, netns)),
+            Place::Node(pod_cidrs) => changed.made.nodes.push(AppliedNode {
+                name,
+                ns: netns,
+                pod_cidrs: pod_cidrs.clone(),
+                pods: Vec::new(),
+            }),
+            Place::Pod(node) => match changed.made.nodes.iter_mut().find(|n| n.name == *node) {
+                Some(n) => n.pods.push((name, netns)),
+                None => changed.pods.push((node.clone(), name, netns)),
+            },
+        }
+    }
+    // 3. What only `new` holds, in the model's order.
+    let mut by_role: BTreeMap<&str, &Netns> = standing
+        .iter()
+        .filter(|(r, _)| !d.gone.iter().any(|g| g == *r))
+        .map(|(r, n)| (*r, *n))
         .collect();
-    let rest = in_parallel(&targets, |t| {
-        let mut out = tables::sysctls(t, tables::Stage::Links);
-        out.extend(objects::add(t, &made_links, &macs)?);
-        out.extend(tables::firewall(t)?);
-        out.extend(objects::qdiscs(t, &made_links)?);
-        Ok(out)
-    })?;
-    not_made.extend(rest.into_iter().flatten());
-    applied.not_made = not_made;
-    Ok(applied)
+    by_role.extend(changed.made.all());
+    by_role.extend(changed.pods.iter().map(|(_, p, ns)| (p.as_str(), ns)));
+    let parts: BTreeMap<&str, &Namespace> = d
+        .made
+        .iter()
+        .map(|(_, ns)| ns)
+        .chain(&d.added)
+        .map(|ns| (ns.name.as_str(), ns))
+        .collect();
+    let targets: Vec<Target> = new
+        .namespaces()
+        .filter_map(|whole| {
+            let model = parts.get(whole.name.as_str())?;
+            let netns = by_role.get(whole.name.as_str())?;
+            Some(Target {
+                model,
+                whole,
+                netns,
+            })
+        })
+        .collect();
+    let fresh: Vec<&str> = d.made.iter().map(|(_, ns)| ns.name.as_str()).collect();
+    let standing_links = links_of(
+        &whole_new,
+        &mut whole_new.keys().copied().filter(|n| !fresh.contains(n)),
+    );
+    let empty = named_elsewhere(&targets);
+    let looked = mac_only(&empty, &by_role);
+    let steps = Steps {
+        targets: &targets,
+        by_role: &by_role,
+        standing: standing_links
+            .into_iter()
+            .filter(|(ns, l)| !d.added.iter().any(|a| a.name == *ns && a.link(l).is_some()))
+            .collect(),
+        lookups: &looked,
+        replace: false,
+    };
+    not_made.extend(steps.run()?);
+    changed.made.not_made = not_made;
+    changed.diff = d;
+    Ok(changed)
+}
+
+/// The namespaces whose links' MACs the targets name (`@ns/link`) and
+/// that are no target: read for their MACs only.
+fn named_elsewhere(targets: &[Target]) -> Vec<Namespace> {
+    let named: BTreeSet<&str> = targets
+        .iter()
+        .flat_map(|t| {
+            let m = t.model;
+            m.fdb
+                .iter()
+                .map(|f| f.mac.as_str())
+                .chain(m.neighbours.iter().filter_map(|n| n.mac.as_deref()))
+        })
+        .filter_map(|mac| mac.strip_prefix('@')?.split_once('/').map(|(ns, _)| ns))
+        .filter(|ns| !targets.iter().any(|t| t.model.name == *ns))
+        .collect();
+    named.into_iter().map(Namespace::new).collect()
+}
+
+/// Targets that hold nothing to make: their MACs are read.
+fn mac_only<'a>(empty: &'a [Namespace], by_role: &BTreeMap<&str, &'a Netns>) -> Vec<Target<'a>> {
+    empty
+        .iter()
+        .filter_map(|ns| {
+            by_role.get(ns.name.as_str()).map(|netns| Target {
+                model: ns,
+                whole: ns,
+                netns,
+            })
+        })
+        .collect()
+}
+
+/// A throwaway namespace labelled with the role's first 12 characters.
+fn default_maker() -> impl Fn(&str) -> Result<Netns, NetnsError> + Sync {
+    |role: &str| {
+        let label: String = role
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .take(12)
+            .collect();
+        Netns::with_label(&label)
+    }
 }
 
 /// Makes one namespace and writes its global and `default` sysctls.
@@ -273,6 +532,7 @@ fn made(make: &MakeNs, ns: &Namespace, not_made: &mut Vec<NotMade>) -> Result<Ne
     not_made.extend(tables::sysctls(
         &Target {
             model: ns,
+            whole: ns,
             netns: &netns,
         },
         tables::Stage::Namespace,
@@ -283,13 +543,13 @@ fn made(make: &MakeNs, ns: &Namespace, not_made: &mut Vec<NotMade>) -> Result<Ne
 /// Runs `f` for every target on a few threads (each target's netlink
 /// connection is opened on a thread of its own inside its namespace);
 /// the first error wins.
-fn in_parallel<R: Send>(
-    targets: &[Target],
-    f: impl Fn(&Target) -> Result<R, ApplyError> + Sync,
+fn in_parallel<T: Sync, R: Send>(
+    targets: &[T],
+    f: impl Fn(&T) -> Result<R, ApplyError> + Sync,
 ) -> Result<Vec<R>, ApplyError> {
     const THREADS: usize = 8;
     let per = targets.len().div_ceil(THREADS).max(1);
-    let chunks: Vec<&[Target]> = targets.chunks(per).collect();
+    let chunks: Vec<&[T]> = targets.chunks(per).collect();
     let done = crate::util::parallel_map(
         chunks,
         |chunk| chunk.iter().map(&f).collect::<Result<Vec<R>, ApplyError>>(),

@@ -32,13 +32,23 @@ pub(crate) fn route_text(r: &Route) -> String {
     s
 }
 
-/// Routes, rules, neighbours and FDB entries of `t`. Objects on a link that
-/// was not made are not made either.
-pub(super) fn add(
+/// The objects of `t` a netlink session adds (or removes), their MACs
+/// resolved and each FDB entry's table known.
+pub(super) struct Resolved {
+    routes: Vec<Route>,
+    rules: Vec<Rule>,
+    neighbours: Vec<(Neighbour, Option<Vec<u8>>)>,
+    /// An entry, its MAC, and whether its device is a bridge port.
+    fdb: Vec<(FdbEntry, Vec<u8>, bool)>,
+}
+
+/// Routes, rules, neighbours and FDB entries of `t`, in the order they are
+/// added. Objects on a link that was not made are not made either.
+pub(super) fn resolve_objects(
     t: &Target,
     made: &Made,
     macs: &BTreeMap<String, String>,
-) -> Result<Vec<NotMade>, ApplyError> {
+) -> Result<(Resolved, Vec<NotMade>), ApplyError> {
     let ns = t.model.name.clone();
     let mut not_made = Vec::new();
     let missing = |dev: &str| !made.contains(&(ns.clone(), dev.to_string()));
@@ -96,16 +106,53 @@ pub(super) fn add(
         // A port's entry goes to its bridge's table; a bridge's or
         // VXLAN device's to its own.
         let port = t
-            .model
+            .whole
             .link(&f.dev)
             .is_some_and(|l| l.controller.is_some() && l.kind != LinkKind::Vxlan);
         fdb.push((f.clone(), mac, port));
     }
-    let rules = t.model.rules.clone();
-    let routes: Vec<Route> = routes.into_iter().cloned().collect();
-    let done = t.netns.netlink(|h| async move {
-        Ok::<_, rtnetlink::Error>(add_in(&h, &routes, &rules, &neighbours, &fdb).await)
-    });
+    let resolved = Resolved {
+        routes: routes.into_iter().cloned().collect(),
+        rules: t.model.rules.clone(),
+        neighbours,
+        fdb,
+    };
+    Ok((resolved, not_made))
+}
+
+/// Adds the routes, rules, neighbours and FDB entries of `t`; a route
+/// that exists is replaced with `replace`, else left as it is.
+pub(super) fn add(
+    t: &Target,
+    made: &Made,
+    macs: &BTreeMap<String, String>,
+    replace: bool,
+) -> Result<Vec<NotMade>, ApplyError> {
+    let ns = t.model.name.clone();
+    let (objects, not_made) = resolve_objects(t, made, macs)?;
+    let done = t
+        .netns
+        .netlink(|h| async move { Ok::<_, rtnetlink::Error>(add_in(&h, &objects, replace).await) });
+    match done {
+        Ok(Ok(())) => Ok(not_made),
+        Ok(Err((object, reason))) => Err(object_error(&ns, object, reason)),
+        Err(e) => Err(object_error(&ns, "routes", e)),
+    }
+}
+
+/// Removes the routes, rules, neighbours and FDB entries of `t` (the
+/// reverse of [`add`], with the same requests); one already gone is not
+/// an error.
+pub(super) fn remove(
+    t: &Target,
+    made: &Made,
+    macs: &BTreeMap<String, String>,
+) -> Result<Vec<NotMade>, ApplyError> {
+    let ns = t.model.name.clone();
+    let (objects, not_made) = resolve_objects(t, made, macs)?;
+    let done = t
+        .netns
+        .netlink(|h| async move { Ok::<_, rtnetlink::Error>(remove_in(&h, &objects).await) });
     match done {
         Ok(Ok(())) => Ok(not_made),
         Ok(Err((object, reason))) => Err(object_error(&ns, object, reason)),
@@ -123,18 +170,12 @@ fn resolve(mac: &str, macs: &BTreeMap<String, String>) -> Option<Vec<u8>> {
 
 type Failed = (String, String);
 
-async fn add_in(
-    h: &rtnetlink::Handle,
-    routes: &[Route],
-    rules: &[Rule],
-    neighbours: &[(Neighbour, Option<Vec<u8>>)],
-    fdb: &[(FdbEntry, Vec<u8>, bool)],
-) -> Result<(), Failed> {
+async fn add_in(h: &rtnetlink::Handle, o: &Resolved, replace: bool) -> Result<(), Failed> {
     let index = indexes(h).await.map_err(|e| ("links".to_string(), e))?;
     let idx = |name: &str| index.get(name).copied().unwrap_or(0);
     // A route whose gateway is reached through another route is retried
     // once the others are in.
-    let mut pending: Vec<&Route> = routes.iter().collect();
+    let mut pending: Vec<&Route> = o.routes.iter().collect();
     loop {
         let mut failed = Vec::new();
         for r in &pending {
@@ -142,7 +183,7 @@ async fn add_in(
                 route_message(r, &idx).map_err(|e| (format!("route {}", route_text(r)), e))?;
             // Replace: an address's own (protocol kernel) route may have
             // the same key (a ptp pod's `/24 via` its gateway).
-            match cnilab_net::nl::add_route(h, msg, true).await {
+            match cnilab_net::nl::add_route(h, msg, replace).await {
                 Ok(()) => {}
                 Err(e) if cnilab_net::nl::errno(&e) == Some(EEXIST) => {}
                 Err(e) => failed.push((*r, e.to_string())),
@@ -160,7 +201,7 @@ async fn add_in(
         }
         pending = failed.into_iter().map(|(r, _)| r).collect();
     }
-    for rule in rules {
+    for rule in &o.rules {
         let what = format!("rule {} priority {}", rule.action, rule.priority);
         let msg = rule_message(rule).map_err(|e| (what.clone(), e))?;
         let mut req = h.rule().add();
@@ -172,37 +213,14 @@ async fn add_in(
             _ => {}
         }
     }
-    for (n, mac) in neighbours {
-        let mut req = h
-            .neighbours()
-            .add(idx(&n.dev), n.addr)
-            .state(NeighbourState::Permanent);
-        if let Some(mac) = mac {
-            req = req.link_layer_address(mac);
-        }
+    for (n, mac) in &o.neighbours {
+        let req = neighbour_request(h, idx(&n.dev), n, mac.as_deref());
         if let Err(e) = req.replace().execute().await {
             return Err((format!("neighbour {} dev {}", n.addr, n.dev), e.to_string()));
         }
     }
-    for (f, mac, port) in fdb {
-        let state = match f.state.as_str() {
-            "static" => NeighbourState::Noarp,
-            _ => NeighbourState::Permanent,
-        };
-        let flags = if *port {
-            NeighbourFlags::Controller
-        } else {
-            NeighbourFlags::Own
-        };
-        let mut req = h
-            .neighbours()
-            .add_bridge(idx(&f.dev), mac)
-            .state(state)
-            .flags(flags);
-        if let Some(dst) = f.dst {
-            req = req.destination(dst);
-        }
-        match req.execute().await {
+    for (f, mac, port) in &o.fdb {
+        match fdb_request(h, idx(&f.dev), f, mac, *port).execute().await {
             Err(e) if cnilab_net::nl::errno(&e) != Some(EEXIST) => {
                 return Err((format!("fdb entry {} dev {}", f.mac, f.dev), e.to_string()))
             }
@@ -210,6 +228,85 @@ async fn add_in(
         }
     }
     Ok(())
+}
+
+/// [`add_in`] backwards: FDB entries, neighbours, rules, then routes.
+async fn remove_in(h: &rtnetlink::Handle, o: &Resolved) -> Result<(), Failed> {
+    let index = indexes(h).await.map_err(|e| ("links".to_string(), e))?;
+    let idx = |name: &str| index.get(name).copied().unwrap_or(0);
+    let gone = |r: Result<(), rtnetlink::Error>, what: String| match r {
+        Err(e) if !cnilab_net::nl::is_not_found(&e) => Err((what, e.to_string())),
+        _ => Ok(()),
+    };
+    for (f, mac, port) in &o.fdb {
+        let mut req = fdb_request(h, idx(&f.dev), f, mac, *port);
+        let msg = req.message_mut().clone();
+        let what = format!("fdb entry {} dev {}", f.mac, f.dev);
+        gone(h.neighbours().del(msg).execute().await, what)?;
+    }
+    for (n, mac) in &o.neighbours {
+        let mut req = neighbour_request(h, idx(&n.dev), n, mac.as_deref());
+        let msg = req.message_mut().clone();
+        let what = format!("neighbour {} dev {}", n.addr, n.dev);
+        gone(h.neighbours().del(msg).execute().await, what)?;
+    }
+    for rule in &o.rules {
+        let what = format!("rule {} priority {}", rule.action, rule.priority);
+        let msg = rule_message(rule).map_err(|e| (what.clone(), e))?;
+        gone(h.rule().del(msg).execute().await, what)?;
+    }
+    for r in o.routes.iter().rev() {
+        let what = format!("route {}", route_text(r));
+        let msg = route_message(r, &idx).map_err(|e| (what.clone(), e))?;
+        gone(h.route().del(msg).execute().await, what)?;
+    }
+    Ok(())
+}
+
+/// The request that adds a permanent neighbour (its message deletes it).
+fn neighbour_request(
+    h: &rtnetlink::Handle,
+    index: u32,
+    n: &Neighbour,
+    mac: Option<&[u8]>,
+) -> rtnetlink::NeighbourAddRequest {
+    let req = h
+        .neighbours()
+        .add(index, n.addr)
+        .state(NeighbourState::Permanent);
+    match mac {
+        Some(mac) => req.link_layer_address(mac),
+        None => req,
+    }
+}
+
+/// The request that adds an FDB entry: to its bridge's table for a port,
+/// to the device's own otherwise (its message deletes it).
+fn fdb_request(
+    h: &rtnetlink::Handle,
+    index: u32,
+    f: &FdbEntry,
+    mac: &[u8],
+    port: bool,
+) -> rtnetlink::NeighbourAddRequest {
+    let state = match f.state.as_str() {
+        "static" => NeighbourState::Noarp,
+        _ => NeighbourState::Permanent,
+    };
+    let flags = if port {
+        NeighbourFlags::Controller
+    } else {
+        NeighbourFlags::Own
+    };
+    let req = h
+        .neighbours()
+        .add_bridge(index, mac)
+        .state(state)
+        .flags(flags);
+    match f.dst {
+        Some(dst) => req.destination(dst),
+        None => req,
+    }
 }
 
 fn route_address(ip: IpAddr) -> RouteAddress {
