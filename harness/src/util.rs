@@ -159,15 +159,28 @@ pub fn clip(s: &str) -> String {
     }
 }
 
-/// Polls `f` up to ~2 s (the kernel tears down namespaces asynchronously).
+/// Polls `f` until it gives a value, pausing 2 s in all (the kernel tears
+/// down namespaces asynchronously), once more after the last pause. The
+/// pauses start at 1 ms and double up to 50 ms: what is over a few
+/// milliseconds after the first look is seen then, not a whole 50 ms pause
+/// later. The time `f` takes is not counted, so a loaded machine gets as
+/// long as it did with 40 pauses of 50 ms.
 pub fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    for _ in 0..40 {
+    use std::time::Duration;
+    let mut budget = Duration::from_secs(2);
+    let mut pause = Duration::from_millis(1);
+    loop {
         if let Some(v) = f() {
             return Some(v);
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        if budget.is_zero() {
+            return None;
+        }
+        let step = pause.min(budget);
+        std::thread::sleep(step);
+        budget -= step;
+        pause = (pause * 2).min(Duration::from_millis(50));
     }
-    None
 }
 
 /// [`parallel_map`] on at most `workers` scoped threads, which take the

@@ -2,7 +2,8 @@
 //! masquerade), ADD with `ipMasq: true`, ADD dual-stack and DEL, for the
 //! floor (`cnilab-floor`: one veth pair into the pod namespace with one
 //! address, executed like a plugin), the measured plugin and the one it is
-//! compared with, interleaved pod by pod in one run so that a busy machine
+//! compared with, interleaved pod by pod in one run (in each pod every
+//! variant of every side, in turns: [`schedule`]) so that a busy machine
 //! slows all of them alike. Every figure is also a ratio to the floor.
 
 use super::BenchError;
@@ -168,14 +169,13 @@ pub fn measure(
         })
     };
     let mut samples: Vec<[Vec<Duration>; 4]> = all.iter().map(|_| Default::default()).collect();
-    for (variant, masq, dual) in [
-        (Variant::Add, false, false),
-        (Variant::AddMasq, true, false),
-        (Variant::AddDualStack, false, true),
-    ] {
-        let mut runs = Vec::new();
+    // Every variant of every side has its own session (host namespace,
+    // store), opened and warmed up before the first measured call.
+    let mut runs: Vec<Vec<Run>> = Vec::new();
+    for (_, masq, dual) in MEASURED {
+        let mut sides = Vec::new();
         for (i, side) in all.iter().enumerate() {
-            runs.push(open(
+            sides.push(open(
                 side,
                 &variant_net(i, masq, dual)?,
                 pods,
@@ -183,26 +183,24 @@ pub fn measure(
                 timeout,
             )?);
         }
+        runs.push(sides);
+    }
+    for turn in schedule(pods.len(), all.len()) {
+        let variant = MEASURED[turn.variant].0;
         let tag = variant.label().replace(' ', "-").to_lowercase();
-        for (p, pod) in pods.iter().enumerate() {
-            let rt = RuntimeConf::new(&format!("bench-{tag}-{p}"), Some(pod.path()), ifname);
-            // Side by side in the same pod namespace: each side's DEL
-            // follows its ADD, before the next side's ADD. The order turns
-            // from pod to pod (see [`side_order`]), so no side always
-            // follows the same one: the kernel's teardown of the previous
-            // side's veth pair, or a fresh namespace's first use, would
-            // otherwise be charged to one side only.
-            for i in side_order(p, runs.len()) {
-                let run = &runs[i];
-                let t = Instant::now();
-                call(all[i], run, &rt, "ADD")?;
-                samples[i][variant as usize].push(t.elapsed());
-                let t = Instant::now();
-                call(all[i], run, &rt, "DEL")?;
-                if variant == Variant::Add {
-                    samples[i][Variant::Del as usize].push(t.elapsed());
-                }
-            }
+        let rt = RuntimeConf::new(
+            &format!("bench-{tag}-{}", turn.pod),
+            Some(pods[turn.pod].path()),
+            ifname,
+        );
+        let (side, run) = (all[turn.side], &runs[turn.variant][turn.side]);
+        let t = Instant::now();
+        call(side, run, &rt, "ADD")?;
+        samples[turn.side][variant as usize].push(t.elapsed());
+        let t = Instant::now();
+        call(side, run, &rt, "DEL")?;
+        if variant == Variant::Add {
+            samples[turn.side][Variant::Del as usize].push(t.elapsed());
         }
     }
     Ok(all
@@ -216,6 +214,42 @@ pub fn measure(
             del: Percentiles::of(&del),
         })
         .collect())
+}
+
+/// The ADD variants measured, with their `ipMasq` and dual-stack settings
+/// (DEL is measured after [`Variant::Add`]).
+const MEASURED: [(Variant, bool, bool); 3] = [
+    (Variant::Add, false, false),
+    (Variant::AddMasq, true, false),
+    (Variant::AddDualStack, false, true),
+];
+
+/// One measured ADD and DEL: a side, in a variant, in a pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Turn {
+    pub pod: usize,
+    /// Index into the measured variants (ADD, ADD ipMasq, ADD dual-stack).
+    pub variant: usize,
+    pub side: usize,
+}
+
+/// The order of every measured call: pod by pod, and in each pod every
+/// variant (in [`side_order`] of the variants) of every side (in
+/// [`side_order`] of the sides). Each side's DEL follows its ADD, before
+/// the next ADD. Measured variant after variant instead, the first one
+/// took whatever slowed the machine at the start (the kernel still tearing
+/// down the namespaces of the bench's earlier phases): ADD looked slower
+/// than ADD dual-stack.
+pub fn schedule(pods: usize, sides: usize) -> Vec<Turn> {
+    let mut turns = Vec::new();
+    for pod in 0..pods {
+        for variant in side_order(pod, MEASURED.len()) {
+            for side in side_order(pod, sides) {
+                turns.push(Turn { pod, variant, side });
+            }
+        }
+    }
+    turns
 }
 
 /// The order in which the `sides` are measured in pod `pod`: rotated by
@@ -408,6 +442,49 @@ mod tests {
                         "{sides} sides: side {side} never follows side {before}"
                     );
                 }
+            }
+        }
+    }
+
+    /// Whatever slows the machine for a while (the kernel still tearing
+    /// down the namespaces of the bench's earlier phases, another build)
+    /// must fall on every variant alike: within each pod every variant of
+    /// every side runs once, and over `2 × variants` pods each variant
+    /// takes each position in the pod equally often.
+    #[test]
+    fn the_schedule_interleaves_the_variants_pod_by_pod() {
+        let variants = MEASURED.len();
+        for sides in 1..=3 {
+            let pods = 2 * variants;
+            let turns = schedule(pods, sides);
+            assert_eq!(turns.len(), pods * variants * sides);
+            let mut at = vec![vec![0; variants]; variants];
+            for pod in 0..pods {
+                let mine: Vec<&Turn> = turns.iter().filter(|t| t.pod == pod).collect();
+                let first = turns.iter().position(|t| t.pod == pod).unwrap_or(0);
+                assert!(
+                    turns[first..first + mine.len()]
+                        .iter()
+                        .all(|t| t.pod == pod),
+                    "{sides} sides: pod {pod}'s calls are not together"
+                );
+                let mut seen: Vec<(usize, usize)> =
+                    mine.iter().map(|t| (t.variant, t.side)).collect();
+                seen.sort();
+                seen.dedup();
+                assert_eq!(seen.len(), variants * sides, "{sides} sides, pod {pod}");
+                let mut order: Vec<usize> = mine.iter().map(|t| t.variant).collect();
+                order.dedup();
+                assert_eq!(order.len(), variants, "{sides} sides, pod {pod}: {order:?}");
+                for (position, &variant) in order.iter().enumerate() {
+                    at[variant][position] += 1;
+                }
+            }
+            for (variant, positions) in at.iter().enumerate() {
+                assert!(
+                    positions.iter().all(|&n| n == 2),
+                    "{sides} sides: variant {variant} at positions {positions:?}"
+                );
             }
         }
     }

@@ -373,10 +373,18 @@ pub fn run(
         tasks.push(("hostile-input corpus", None));
     }
     let total = tasks.len();
+    // Workers take the longest tasks first (the corpus, then the lifecycle
+    // parts, which lead the catalog), so no long task starts last; the
+    // report keeps the catalog's order.
+    let mut picks: Vec<usize> = (0..total).collect();
+    picks.rotate_right(usize::from(with_corpus));
     progress(Progress {
         done: 0,
         total,
-        group: tasks.first().map(|t| t.0).unwrap_or(""),
+        group: picks
+            .first()
+            .and_then(|&n| tasks.get(n))
+            .map_or("", |t| t.0),
         elapsed: None,
     });
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -386,10 +394,13 @@ pub fn run(
     std::thread::scope(|scope| {
         for _ in 0..opts.jobs.clamp(1, total.max(1)) {
             let tx = tx.clone();
-            let (tasks, next, suite, net) = (&tasks, &next, &suite, &net);
+            let (tasks, picks, next, suite, net) = (&tasks, &picks, &next, &suite, &net);
             let scratch = scratch.path();
             scope.spawn(move || loop {
-                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let pick = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&n) = picks.get(pick) else {
+                    break;
+                };
                 let Some((_, group)) = tasks.get(n) else {
                     break;
                 };
