@@ -22,7 +22,8 @@
 //! (node rules) and [`diagnose_path`] (rules along a probe's path, detour
 //! warnings), [`state`] and [`pidfile`] (standing labs); underlay shapes
 //! (routed, NAT) in [`underlay`], the VXLAN overlay in [`vxlan`],
-//! kube-proxy-like Services in [`services`]; the
+//! kube-proxy-like Services in [`services`], real kube-proxy chains'
+//! Services (read from captures, probed, diagnosed) in [`kube_proxy`]; the
 //! lab as data in [`model`] (a topology compiled into the model of what the
 //! builder makes, made into namespaces by `model::apply`, the one maker of
 //! a lab's infrastructure, live namespaces read back into it, the two
@@ -44,6 +45,7 @@ pub mod cri;
 pub mod diagnose;
 pub mod diagnose_path;
 pub mod facts;
+pub mod kube_proxy;
 pub mod model;
 pub mod neighbours;
 pub mod parts;
