@@ -1,5 +1,6 @@
 //! nftables over netlink, for the one thing done once per pod: adding and
-//! removing elements of an existing set, and asking whether a set exists.
+//! removing elements of an existing set, and asking whether a set (or any
+//! table: a capture skips `nft` where there is none) exists.
 //! One `NETLINK_NETFILTER` socket in the caller's namespace, one atomic
 //! batch (`NFNL_MSG_BATCH_BEGIN` … `END`) per change, no process. Creating
 //! tables, chains and rules stays with `nft -f -` ([`crate::nft`]): that
@@ -20,13 +21,18 @@ use std::os::fd::{AsRawFd, OwnedFd};
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 const NFNL_MSG_BATCH_END: u16 = 0x11;
+const NFT_MSG_NEWTABLE: u16 = 0;
+const NFT_MSG_GETTABLE: u16 = 1;
 const NFT_MSG_GETSET: u16 = 10;
 const NFT_MSG_NEWSET: u16 = 9;
 const NFT_MSG_NEWSETELEM: u16 = 12;
 const NFT_MSG_DELSETELEM: u16 = 14;
 const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
 const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_ACK: u16 = 0x4;
+/// `NLM_F_ROOT | NLM_F_MATCH`: every object.
+const NLM_F_DUMP: u16 = 0x300;
 const NLM_F_CREATE: u16 = 0x400;
 const NLA_F_NESTED: u16 = 0x8000;
 /// `NFPROTO_INET`: the `inet` family (IPv4 and IPv6 in one table).
@@ -233,6 +239,37 @@ impl Socket {
                     return match errno_of(&body) {
                         Some(0) => Ok(found),
                         Some(e) if e == nix::libc::ENOENT => Ok(false),
+                        Some(e) => Err(io::Error::from_raw_os_error(e)),
+                        None => Err(io::Error::other("short netlink error message")),
+                    };
+                }
+            }
+        }
+    }
+
+    /// Whether the namespace has any nftables table (of any family:
+    /// iptables-nft's included), by one `NFT_MSG_GETTABLE` dump: what
+    /// `nft list ruleset` would print nothing for, without running it.
+    pub fn has_tables(&self) -> io::Result<bool> {
+        let msg = message(
+            nft_type(NFT_MSG_GETTABLE),
+            NLM_F_REQUEST | NLM_F_DUMP,
+            1,
+            0, // NFPROTO_UNSPEC: every family
+            0,
+            &[],
+        );
+        send(self.fd.as_raw_fd(), &msg, MsgFlags::empty())?;
+        let mut found = false;
+        loop {
+            for (kind, body) in self.receive()? {
+                if kind == nft_type(NFT_MSG_NEWTABLE) {
+                    found = true;
+                } else if kind == NLMSG_DONE {
+                    return Ok(found);
+                } else if kind == NLMSG_ERROR {
+                    return match errno_of(&body) {
+                        Some(0) => Ok(found),
                         Some(e) => Err(io::Error::from_raw_os_error(e)),
                         None => Err(io::Error::other("short netlink error message")),
                     };

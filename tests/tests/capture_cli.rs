@@ -258,11 +258,13 @@ fn bad_input_exits_2_with_the_fix() {
 
 /// What cannot be read is a warning, not a failure: without `nft` and
 /// `iptables-legacy-save` on the PATH, the Calico node (legacy tables and
-/// all) is still captured, with a warning naming each tool.
+/// all, and one nftables table: a namespace without any runs no `nft`) is
+/// still captured, with a warning naming each tool.
 #[test]
 fn a_missing_tool_is_a_warning() {
     let _host = host_untouched();
     let k = calico();
+    run(&k.node, "nft", &["add table inet cnilab-capture-test"]);
     let dir = tempfile::tempdir().expect("tmp");
     let file = dir.path().join("node.json");
     let out = std::process::Command::new(cnilab_tests::workspace_bin("cnilab"))

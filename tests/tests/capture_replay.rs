@@ -9,12 +9,15 @@
 //!   entry deleted; Calico: a pod's /32 route removed, or a pod's proxy
 //!   ARP off), the replay fails and the report names the node and the
 //!   object (a diagnosis or a traced cause). The kube-proxy style's
-//!   Service chains are replayed as captured but not probed: `lab check`
-//!   skips `service/*` and says why.
+//!   Services (read from its KUBE-SERVICES/KUBE-SVC/KUBE-SEP chains) are
+//!   probed by `service/cluster-ip`; one endpoint's DNAT rule deleted on
+//!   one node is named by node and chain.
 
 mod capture_common;
 
-use capture_common::styles::{calico_cluster, flannel, kube_proxy, mac_of, Cluster};
+use capture_common::styles::{
+    calico_cluster, flannel, kube_proxy, mac_of, Cluster, KUBE_SEP_DNS_DNAT,
+};
 use capture_common::{all, cnilab, run, sysctl};
 use cnilab_tests::host_untouched;
 use serde_json::Value;
@@ -166,10 +169,11 @@ fn a_replayed_kube_proxy_cluster_passes_lab_check() {
             "node-to-pod",
             "pod-to-node",
             "mtu/df-cross-node",
+            "service/cluster-ip",
         ],
         &[
             ("pod-to-pod/same-node", "two pods"),
-            ("service/cluster-ip", "kube-proxy Service chains"),
+            ("service/hairpin", "probed by service/cluster-ip"),
         ],
     );
 }
@@ -244,5 +248,21 @@ fn a_calico_proxy_arp_turned_off_before_capture_is_named_in_the_replay() {
             sysctl(&k.nodes[0], "net/ipv4/conf/cali10f00d/proxy_arp", "0");
         },
         &["calico1", "cali10f00d", "proxy_arp"],
+    );
+}
+
+#[test]
+fn a_kube_sep_dnat_rule_deleted_before_capture_is_named_in_the_replay() {
+    assert_fault_named(
+        kube_proxy(),
+        "kubeproxy",
+        |k| {
+            // Node 1 loses the DNS endpoint's DNAT: its pods' lookups of
+            // 10.96.0.53 fall through un-NATed (node 2 keeps it).
+            let mut args = vec!["-t", "nat", "-D"];
+            args.extend(&KUBE_SEP_DNS_DNAT[1..]);
+            capture_common::run_args(&k.nodes[0], "iptables-nft", &args);
+        },
+        &["kubeproxy1", "KUBE-SEP-NODE2DNS", "default/dns:dns"],
     );
 }

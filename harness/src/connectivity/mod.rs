@@ -16,4 +16,4 @@ pub mod report;
 pub mod summary;
 
 pub use diagnosis::Diagnosis;
-pub use probe::{Endpoint, ExpectSource, ProbeOutcome, ProbeSpec, Proto};
+pub use probe::{Endpoint, ExpectSource, ProbeOutcome, ProbeSpec, Proto, ServicePort};

@@ -65,6 +65,18 @@ pub struct ProbeSpec {
     pub to: Endpoint,
     pub proto: Proto,
     pub expect_source: Option<ExpectSource>,
+    /// A probe to a Service at a port of its own (a captured kube-proxy
+    /// Service); `None`: the responders' port, answered by `to` itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServicePort>,
+}
+
+/// The port of a [`ProbeSpec`] to a Service and the endpoints (by name)
+/// that may answer it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ServicePort {
+    pub port: u16,
+    pub backends: Vec<String>,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]

@@ -620,6 +620,7 @@ mod tests {
                 to: ep,
                 proto: Proto::Tcp,
                 expect_source: None,
+                service: None,
             },
             error: Some("timed out after 1s".into()),
             seen_source: None,

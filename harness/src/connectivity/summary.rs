@@ -256,6 +256,7 @@ mod tests {
                 to: ep(to),
                 proto: Proto::Icmp,
                 expect_source: None,
+                service: None,
             },
             error: (!ok).then(|| "timed out".to_string()),
             seen_source: None,

@@ -201,6 +201,7 @@ fn probes(vms: &[Vm]) -> Result<Vec<Probe>, E2eError> {
                 to: endpoint(vms, to.0, to.1)?,
                 proto: Proto::Icmp,
                 expect_source: None,
+                service: None,
             },
             pid,
         });

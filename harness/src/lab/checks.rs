@@ -95,6 +95,7 @@ pub fn plan(lab: &Lab, groups: &[String]) -> Vec<ProbeSpec> {
     // Once, whatever the families: the Services pick their own addresses.
     let wanted = |g: &str| selected(groups, g, None);
     super::services::plan(lab, &wanted, &mut out);
+    super::kube_proxy::plan(lab, &wanted, &mut out);
     out
 }
 
@@ -114,6 +115,7 @@ fn plan_family(lab: &Lab, groups: &[String], v6: bool) -> Vec<ProbeSpec> {
                     to: to.clone(),
                     proto: *proto,
                     expect_source: if *proto == Proto::Icmp { None } else { expect },
+                    service: None,
                 });
             }
         }
@@ -207,7 +209,7 @@ pub fn skipped(lab: &Lab, groups: &[String], ran: &[&str]) -> Vec<(String, Strin
                 }
                 crate::connectivity::groups::POD_TO_POD_SAME_NODE => "no captured node has two pods",
                 g if g.starts_with("service/") && kube_proxy() => {
-                    "the captures hold kube-proxy Service chains (replayed as captured), but lab check probes only the Service a topology's [service] defines"
+                    "the captures' kube-proxy Services are probed by service/cluster-ip (every pod to each ClusterIP); the per-backend Services this group needs exist only in a topology's [service]"
                 }
                 g if g.starts_with("service/") => "the captures hold no Service (no kube-proxy chains)",
                 _ => "the captured nodes and pods give it no probe",
@@ -284,12 +286,18 @@ pub fn start_responders(lab: &Lab, rt: &tokio::runtime::Handle) -> Result<(), St
     if let Some(ext) = &lab.external {
         targets.push(("external".into(), ext.file()));
     }
+    // A captured Service's endpoints listen on its target ports too.
+    let ports: Vec<u16> = std::iter::once(probe::PORT)
+        .chain(super::kube_proxy::target_ports(lab))
+        .collect();
     for (name, ns) in targets {
-        // One dual-stack socket ([::]) answers both families; a kernel
-        // without IPv6 gets an IPv4 one.
-        probe::start_responders(ns, true, rt, &name)
-            .or_else(|_| probe::start_responders(ns, false, rt, &name))
-            .map_err(|e| format!("responder in {name}: {e}"))?;
+        for &port in &ports {
+            // One dual-stack socket ([::]) answers both families; a kernel
+            // without IPv6 gets an IPv4 one.
+            probe::start_responders(ns, true, rt, &name, port)
+                .or_else(|_| probe::start_responders(ns, false, rt, &name, port))
+                .map_err(|e| format!("responder in {name} on port {port}: {e}"))?;
+        }
     }
     Ok(())
 }
@@ -351,7 +359,17 @@ pub fn run(
             let done = &done;
             async move {
                 let reply = match ns_of(lab, &spec.from) {
-                    Some(ns) => probe::probe(ns, spec.to.ip, spec.proto, timeout, mtu).await,
+                    Some(ns) => {
+                        probe::probe(
+                            ns,
+                            spec.to.ip,
+                            probe::port_of(spec),
+                            spec.proto,
+                            timeout,
+                            mtu,
+                        )
+                        .await
+                    }
                     None => Err(format!("{} no longer exists", spec.from.name)),
                 };
                 let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
@@ -408,6 +426,7 @@ mod tests {
             to: e,
             proto: Proto::Tcp,
             expect_source: expect,
+            service: None,
         }
     }
 

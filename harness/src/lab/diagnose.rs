@@ -217,6 +217,7 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome) -> Vec<Diagnos
     super::underlay::diagnose(lab, facts, o, &mut out);
     super::vxlan::diagnose(lab, facts, o, &mut out);
     super::services::diagnose(lab, facts, o, &mut out);
+    super::kube_proxy::diagnose(lab, facts, o, &mut out);
     out.dedup();
     out
 }

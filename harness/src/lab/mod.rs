@@ -25,7 +25,8 @@
 //! warnings), [`state`] and [`pidfile`] (standing labs), [`profile`]
 //! (`CNILAB_PROFILE_ATTACH`: where the pods' attach goes); underlay shapes
 //! (routed, NAT) in [`underlay`], the VXLAN overlay in [`vxlan`],
-//! kube-proxy-like Services in [`services`]; the
+//! kube-proxy-like Services in [`services`], real kube-proxy chains'
+//! Services (read from captures, probed, diagnosed) in [`kube_proxy`]; the
 //! lab as data in [`model`] (a topology compiled into the model of what the
 //! builder makes, made into namespaces by `model::apply`, the one maker of
 //! a lab's infrastructure, live namespaces read back into it, the two
@@ -47,6 +48,7 @@ pub mod cri;
 pub mod diagnose;
 pub mod diagnose_path;
 pub mod facts;
+pub mod kube_proxy;
 pub mod model;
 pub mod neighbours;
 pub mod parts;

@@ -20,6 +20,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// The port every responder listens on (TCP and UDP).
 pub const PORT: u16 = 7777;
 
+/// The port a TCP or UDP probe goes to: a captured Service's own, else [`PORT`].
+pub fn port_of(spec: &crate::connectivity::ProbeSpec) -> u16 {
+    spec.service.as_ref().map_or(PORT, |s| s.port)
+}
+
 /// What a probe saw.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reply {
@@ -113,15 +118,16 @@ pub fn allow_ping_sockets_here() -> io::Result<()> {
 /// Every group may open ping sockets.
 const PING_GROUP_RANGE: (&str, &str) = ("net/ipv4/ping_group_range", "0 2147483647");
 
-/// Starts TCP and UDP responders inside `ns` on the lab runtime. They run
-/// until the runtime shuts down.
+/// Starts TCP and UDP responders on `port` (the lab's: [`PORT`]) inside
+/// `ns` on the lab runtime. They run until the runtime shuts down.
 pub fn start_responders(
     ns: &File,
     v6: bool,
     rt: &tokio::runtime::Handle,
     name: &str,
+    port: u16,
 ) -> io::Result<()> {
-    let addr = SocketAddr::new(unspecified(v6), PORT);
+    let addr = SocketAddr::new(unspecified(v6), port);
     let (tcp, udp) = in_ns(ns, || {
         let tcp = if v6 {
             tokio::net::TcpSocket::new_v6()?
@@ -184,11 +190,12 @@ fn parse_reply(buf: &[u8]) -> Option<(IpAddr, String)> {
     Some((ip.trim().parse().ok()?, name.trim().to_string()))
 }
 
-/// Sends one probe from namespace `ns` to `dst`. `size` is the DF payload
-/// size (the probe's IP packet is then exactly the MTU).
+/// Sends one probe from namespace `ns` to `dst` (TCP and UDP at `port`).
+/// `size` is the DF payload size (the probe's IP packet is then exactly the MTU).
 pub async fn probe(
     ns: &File,
     dst: IpAddr,
+    port: u16,
     proto: Proto,
     timeout: Duration,
     mtu: u32,
@@ -196,9 +203,9 @@ pub async fn probe(
     // The timeout runs from the moment the probe's socket exists: waiting
     // for a socket maker on a loaded machine is not the network's time.
     let (answer, rtt) = match proto {
-        Proto::Tcp => tcp_probe(ns, dst, timeout).await,
-        Proto::Udp => udp_probe(ns, dst, None, timeout).await,
-        Proto::Df => udp_probe(ns, dst, Some(mtu), timeout).await,
+        Proto::Tcp => tcp_probe(ns, SocketAddr::new(dst, port), timeout).await,
+        Proto::Udp => udp_probe(ns, SocketAddr::new(dst, port), None, timeout).await,
+        Proto::Df => udp_probe(ns, SocketAddr::new(dst, port), Some(mtu), timeout).await,
         Proto::Icmp => icmp_probe(ns, dst, timeout).await,
     }?;
     Ok(Reply {
@@ -241,7 +248,7 @@ async fn tcp_socket(ns: &File, v6: bool) -> Result<tokio::net::TcpSocket, String
 /// the rest (as UDP and ICMP probes resend within the timeout).
 async fn tcp_probe(
     ns: &File,
-    dst: IpAddr,
+    dst: SocketAddr,
     timeout: Duration,
 ) -> Result<(Answer, Duration), String> {
     let v6 = dst.is_ipv6();
@@ -262,9 +269,9 @@ async fn tcp_probe(
     Ok((answer, started.elapsed()))
 }
 
-async fn tcp_exchange(sock: tokio::net::TcpSocket, dst: IpAddr) -> Result<Answer, String> {
+async fn tcp_exchange(sock: tokio::net::TcpSocket, dst: SocketAddr) -> Result<Answer, String> {
     let mut stream = sock
-        .connect(SocketAddr::new(dst, PORT))
+        .connect(dst)
         .await
         .map_err(|e| format!("connect: {e}"))?;
     let mut buf = Vec::new();
@@ -307,11 +314,11 @@ fn set_dont_fragment(sock: &std::net::UdpSocket, v6: bool) -> io::Result<()> {
 
 async fn udp_probe(
     ns: &File,
-    dst: IpAddr,
+    to: SocketAddr,
     df_mtu: Option<u32>,
     timeout: Duration,
 ) -> Result<(Answer, Duration), String> {
-    let v6 = dst.is_ipv6();
+    let v6 = to.is_ipv6();
     let sock = in_ns_async(ns, move || {
         let s = std::net::UdpSocket::bind(SocketAddr::new(unspecified(v6), 0))?;
         s.set_nonblocking(true)?;
@@ -328,7 +335,6 @@ async fn udp_probe(
         Some(mtu) => vec![b'x'; mtu as usize - if v6 { 48 } else { 28 }],
         None => b"probe".to_vec(),
     };
-    let to = SocketAddr::new(dst, PORT);
     let mut buf = vec![0u8; 1024];
     // UDP may be lost once (ARP/ND resolution); retry within the timeout.
     timed(timeout, async {

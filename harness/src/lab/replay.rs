@@ -12,7 +12,8 @@
 //! shared subnet, a bridge per subnet and a `router` with a leg on each
 //! (the nodes' gateway address) and routes to the nodes' pod CIDRs
 //! otherwise, and marks a captured VXLAN overlay's routing and a captured
-//! kube-proxy table's Service; [`build`] applies the model (`model::apply`, namespaces
+//! kube-proxy table's Service and real kube-proxy chains' Services
+//! (`kube_proxy::merge`); [`build`] applies the model (`model::apply`, namespaces
 //! `cnilab-lab-<lab>-<role>` for a standing lab, recorded in its ledger)
 //! and returns a [`Lab`] like any other, so `lab check`, `status`, `show`,
 //! `trace` and `down` work on it. A replayed node has no plugin: its
@@ -325,6 +326,12 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
     }
     overlay(&mut topo, &model.nodes);
     topo.service = service(&model.nodes);
+    let captured: Vec<_> = model
+        .nodes
+        .iter()
+        .map(|n| super::kube_proxy::of_namespace(&n.net))
+        .collect();
+    topo.kube_services = super::kube_proxy::merge(&captured);
     model.underlay.push(switch);
     Ok((model, topo))
 }

@@ -186,6 +186,7 @@ pub fn plan(lab: &Lab, wanted: &dyn Fn(&str) -> bool, out: &mut Vec<ProbeSpec>) 
                         to: to.clone(),
                         proto,
                         expect_source: expect,
+                        service: None,
                     });
                 }
             }
@@ -245,6 +246,7 @@ pub fn plan(lab: &Lab, wanted: &dyn Fn(&str) -> bool, out: &mut Vec<ProbeSpec>) 
                         to: web.clone(),
                         proto: Proto::Tcp,
                         expect_source: None,
+                        service: None,
                     });
                 }
             }
@@ -253,8 +255,12 @@ pub fn plan(lab: &Lab, wanted: &dyn Fn(&str) -> bool, out: &mut Vec<ProbeSpec>) 
 }
 
 /// Whether `responder` may answer a probe to `spec.to`: for `web`, any
-/// backend (the first pod of a node).
+/// backend (the first pod of a node); for a captured Service, any pod an
+/// endpoint DNATs to.
 pub fn may_answer(spec: &ProbeSpec, responder: &str) -> bool {
+    if let Some(s) = &spec.service {
+        return s.backends.iter().any(|b| b == responder);
+    }
     spec.to.name == WEB && responder.ends_with("-pod0")
 }
 
@@ -310,6 +316,10 @@ pub fn bridge_port(lab: &Lab, n: usize, p: usize) -> Option<String> {
 pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome, out: &mut Vec<Diagnosis>) {
     let spec = &o.spec;
     if !spec.group.starts_with("service/") {
+        return;
+    }
+    if spec.service.is_some() {
+        // A captured kube-proxy Service: `kube_proxy::diagnose` reads its chains.
         return;
     }
     let Some(src) = spec.from.node.and_then(|i| facts.get(i)) else {

@@ -111,7 +111,7 @@ pub fn failed_probe(lab: &Lab, o: &ProbeOutcome) -> Result<trace::Trace, String>
         crate::connectivity::Proto::Udp => (Proto::Udp, None),
         crate::connectivity::Proto::Df => (Proto::Icmp, Some(lab.topo.pod_mtu())),
     };
-    let port = (proto != Proto::Icmp).then_some(super::probe::PORT);
+    let port = (proto != Proto::Icmp).then_some(super::probe::port_of(&o.spec));
     let name = lab.opts.persistent.as_deref().unwrap_or(&lab.topo.name);
     let req = Request {
         from: from.name.clone(),

@@ -202,8 +202,27 @@ pub fn calico_cluster() -> Cluster {
     Cluster { nodes, pods }
 }
 
-/// One Service (10.96.0.10:80) with an endpoint on each node, the same
-/// chains on both nodes as kube-proxy writes them.
+/// Two Services, the same chains on both nodes as kube-proxy writes them:
+/// web (10.96.0.10:80/tcp) with an endpoint on each node (port 8080), and
+/// dns (10.96.0.53:53/udp) with one, on node 2 (port 5353).
+/// [`KUBE_SEP_DNS_DNAT`] is the DNS endpoint's DNAT rule.
+pub const KUBE_SEP_DNS_DNAT: &[&str] = &[
+    "-A",
+    "KUBE-SEP-NODE2DNS",
+    "-p",
+    "udp",
+    "-m",
+    "comment",
+    "--comment",
+    "default/dns:dns",
+    "-m",
+    "udp",
+    "-j",
+    "DNAT",
+    "--to-destination",
+    "10.244.2.2:5353",
+];
+
 pub fn kube_proxy() -> Cluster {
     let mut nodes = Vec::new();
     let mut pods = Vec::new();
@@ -235,6 +254,8 @@ pub fn kube_proxy() -> Cluster {
             "-N KUBE-SVC-WEB4HTTP",
             "-N KUBE-SEP-NODE1WEB",
             "-N KUBE-SEP-NODE2WEB",
+            "-N KUBE-SVC-DNS4DNS",
+            "-N KUBE-SEP-NODE2DNS",
             "-N KUBE-MARK-MASQ",
             "-N KUBE-POSTROUTING",
             "-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000",
@@ -266,6 +287,19 @@ pub fn kube_proxy() -> Cluster {
                 "-A KUBE-SVC-WEB4HTTP | -j KUBE-SEP-NODE2WEB",
                 "default/web:http -> 10.244.2.2:8080",
             ),
+            comment(
+                "-A KUBE-SERVICES -d 10.96.0.53/32 -p udp | -m udp --dport 53 -j KUBE-SVC-DNS4DNS",
+                "default/dns:dns cluster IP",
+            ),
+            comment(
+                "-A KUBE-SVC-DNS4DNS | -j KUBE-SEP-NODE2DNS",
+                "default/dns:dns -> 10.244.2.2:5353",
+            ),
+            comment(
+                "-A KUBE-SEP-NODE2DNS -s 10.244.2.2/32 | -j KUBE-MARK-MASQ",
+                "default/dns:dns",
+            ),
+            KUBE_SEP_DNS_DNAT.iter().map(|w| w.to_string()).collect(),
         ]);
         for (sep, ep) in [("NODE1WEB", "10.244.1.2"), ("NODE2WEB", "10.244.2.2")] {
             rules.push(comment(

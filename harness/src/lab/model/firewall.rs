@@ -3,11 +3,22 @@
 //! `iptables-save` text of legacy x_tables where the namespace has any
 //! (`/proc/net/ip_tables_names` lists them: read first, so a namespace
 //! without legacy tables runs no tool and loads no module) and of the
-//! iptables-nft tables (their comments and untranslatable matches).
+//! iptables-nft tables (their comments and untranslatable matches). A
+//! namespace without any nftables table (one netlink dump says so) runs
+//! no `nft`.
 
 use super::{IptablesSave, LabModel, NftTable};
 use cnilab_net::{netns as plugin_netns, snapshot};
 use std::fs::File;
+
+/// Whether the calling thread's namespace has any nftables table (one
+/// netlink dump, no process); `true` when it cannot tell, so that `nft`
+/// runs and says why.
+pub(crate) fn has_nft_tables() -> bool {
+    cnilab_net::nftnl::Socket::open()
+        .and_then(|s| s.has_tables())
+        .unwrap_or(true)
+}
 
 /// `nft -s list ruleset` inside the namespace, one entry per table.
 pub(crate) fn read_nft(file: &File) -> Result<Vec<NftTable>, String> {

@@ -12,7 +12,8 @@
 //! (node, object, field); [`apply`] makes a model into namespaces and
 //! kernel objects (and [`apply::Applied::down`] removes them);
 //! `firewall.rs` reads nftables and iptables-save
-//! text; `text.rs` prints a model one object per line
+//! text; `sysctl.rs` reads and writes `/proc/sys` through directory handles
+//! (for [`read`] and [`apply`]); `text.rs` prints a model one object per line
 //! (`cnilab lab show`), [`layout::standing`] reads a standing lab.
 //!
 //! # What the model holds
@@ -98,6 +99,7 @@ pub(crate) mod firewall;
 pub mod identity;
 pub mod layout;
 pub mod read;
+pub(crate) mod sysctl;
 mod text;
 
 use ipnet::IpNet;

@@ -211,15 +211,22 @@ fn read_namespace(
     let (mut ns, links) =
         plugin_netns::netlink_job(file, |h| read_netlink(h, role, others)).map_err(what)?;
     let link_names: Vec<String> = links.iter().map(|l| l.link.name.clone()).collect();
-    let (sysctls, legacy_names) = plugin_netns::run_in(file, || {
-        (read_sysctls(&link_names), firewall::legacy_table_names())
+    let (sysctls, legacy_names, nft_tables) = plugin_netns::run_in(file, || {
+        (
+            read_sysctls(&link_names),
+            firewall::legacy_table_names(),
+            firewall::has_nft_tables(),
+        )
     })
     .map_err(|e| what(e.to_string()))?;
     ns.sysctls = sysctls;
     let mut warnings = Vec::new();
-    match firewall::read_nft(file) {
-        Ok(tables) => ns.nftables = tables,
-        Err(e) => warnings.push(what(e)),
+    // Most pods have no table: no `nft` process for them.
+    if nft_tables {
+        match firewall::read_nft(file) {
+            Ok(tables) => ns.nftables = tables,
+            Err(e) => warnings.push(what(e)),
+        }
     }
     let (iptables, more) = firewall::read_iptables(file, &legacy_names, &ns.nftables);
     ns.iptables = iptables;
@@ -767,10 +774,9 @@ fn read_sysctls(links: &[String]) -> BTreeMap<String, String> {
         keys.extend(v4.iter().map(|k| format!("net/ipv4/conf/{conf}/{k}")));
         keys.extend(v6.iter().map(|k| format!("net/ipv6/conf/{conf}/{k}")));
     }
+    let mut tree = super::sysctl::Tree::new();
     keys.into_iter()
-        .filter_map(|k| {
-            let v = std::fs::read_to_string(format!("/proc/sys/{k}")).ok()?;
-            Some((k, v.split_whitespace().collect::<Vec<_>>().join(" ")))
-        })
+        .filter_map(|k| Some((tree.read(&k).ok()?, k)))
+        .map(|(v, k)| (k, v))
         .collect()
 }

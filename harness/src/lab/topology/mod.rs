@@ -172,6 +172,10 @@ pub struct Topology {
     /// A kube-proxy-like Service (see `lab/services.rs`).
     #[serde(default)]
     pub service: Option<shapes::ServiceSpec>,
+    /// The Services of captured kube-proxy chains (a replay sets them, see
+    /// `lab/kube_proxy.rs`); `service/cluster-ip` probes each one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kube_services: Vec<shapes::KubeService>,
 }
 
 fn default_name() -> String {
@@ -335,6 +339,7 @@ impl Topology {
             shape: Default::default(),
             vxlan: None,
             service: None,
+            kube_services: Vec::new(),
         };
         for i in 1..=nodes {
             let i8 = u8::try_from(i).map_err(|_| TopologyError::Invalid {

@@ -300,3 +300,32 @@ mod tests {
         assert!(err.to_string().contains("/23 or larger"), "{err}");
     }
 }
+
+/// A Service as kube-proxy's iptables chains hold it on a captured node
+/// (`KUBE-SERVICES` → `KUBE-SVC-…` → `KUBE-SEP-…` DNAT), read by
+/// `lab/kube_proxy.rs`; a replay (`lab up --capture`) keeps the union over
+/// its nodes here, and `service/cluster-ip` probes each one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubeService {
+    /// `namespace/name:port` from kube-proxy's comment, else the
+    /// `KUBE-SVC-…` chain's name (nft prints no comments).
+    pub name: String,
+    /// The `KUBE-SVC-…` chain.
+    pub chain: String,
+    pub cluster_ip: IpAddr,
+    /// `tcp`, `udp` or `sctp`.
+    pub proto: String,
+    pub port: u16,
+    /// In the order the `KUBE-SVC-…` chain jumps to them.
+    pub endpoints: Vec<KubeEndpoint>,
+}
+
+/// One `KUBE-SEP-…` chain of a [`KubeService`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubeEndpoint {
+    pub chain: String,
+    /// Its DNAT target; `None`: the chain has no DNAT rule.
+    pub dnat: Option<std::net::SocketAddr>,
+}

@@ -69,6 +69,7 @@ pub(super) fn sysctls(t: &Target, stage: Stage) -> Vec<NotMade> {
     };
     let written = plugin_netns::run_in(t.netns.file(), || {
         let mut out = Vec::new();
+        let mut tree = crate::lab::model::sysctl::Tree::new();
         for (key, value) in &keys {
             if !sysctl_allowed(key) {
                 out.push(not_made(
@@ -77,13 +78,10 @@ pub(super) fn sysctls(t: &Target, stage: Stage) -> Vec<NotMade> {
                 ));
                 continue;
             }
-            let path = format!("/proc/sys/{key}");
-            let now = std::fs::read_to_string(&path)
-                .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "));
-            match now {
+            match tree.read(key) {
                 Ok(v) if v == **value => {}
                 Ok(_) => {
-                    if let Err(e) = std::fs::write(&path, value.as_bytes()) {
+                    if let Err(e) = tree.write(key, value) {
                         out.push(not_made(key, format!("write {value:?}: {e}")));
                     }
                 }
