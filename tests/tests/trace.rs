@@ -9,7 +9,7 @@ mod trace_common;
 
 use cnilab_tests::{cnilab, host_untouched, output_text as all, StandingLab as Standing};
 use serde_json::Value;
-use trace_common::{address, assert_arrived, assert_died, Lab};
+use trace_common::{address, assert_arrived, assert_check_names, assert_died, Lab};
 
 /// A healthy lab: pod to pod across nodes, pod to node, node to pod (TCP)
 /// arrive on the l2 and the routed shape, through the expected namespaces;
@@ -252,7 +252,8 @@ fn lab_check_names_what_no_rule_explains_by_a_trace() {
 /// namespace, so each trace must keep only its own packet's events: were
 /// the TCP probe's drop taken for the ICMP probe's, ICMP would die at
 /// node1. Run side by side several times (their probes overlap in time
-/// nearly always; what is asserted holds whichever way they overlap).
+/// nearly always; what is asserted holds whichever way they overlap);
+/// then `lab check`, whose traces run side by side, names both causes.
 #[test]
 fn two_traces_at_once_each_get_their_own_verdict() {
     let _host = host_untouched();
@@ -289,6 +290,10 @@ fn two_traces_at_once_each_get_their_own_verdict() {
         assert!(!flat.contains("(verdict drop)"), "{:#}", icmp.1);
     }
     lab.assert_no_trace_tables();
+    // `lab check` traces its failure signatures side by side: each keeps
+    // its own cause.
+    assert_check_names(&lab, "blackhole", "node2", &host_route);
+    assert_check_names(&lab, "firewall-drop", "node1", "ip tcponly forward");
 }
 
 /// FROM or TO that is nothing of the lab: exit 2 and what exists.

@@ -2,7 +2,8 @@
 //! crosses, with the kernel's own answers at each hop.
 //!
 //! Where things happen: this file holds the types ([`Trace`], [`Hop`],
-//! [`Death`]) and [`run`], which puts the two halves together; `world.rs`
+//! [`Death`]) and [`run`], which puts the two halves together ([`run_many`]:
+//! several traces through one world, side by side); `world.rs`
 //! is the [`World`] the tracer reads (each namespace by path, read into the
 //! model's form only when the trace crosses it; nothing lab-specific: a
 //! real node's `/proc/<pid>/ns/net` paths do as well); `walk.rs` is the routing walk (RTM_GETROUTE per hop in
