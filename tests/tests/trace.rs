@@ -9,7 +9,7 @@ mod trace_common;
 
 use cnilab_tests::{cnilab, host_untouched, output_text as all, StandingLab as Standing};
 use serde_json::Value;
-use trace_common::{assert_arrived, assert_died, Lab};
+use trace_common::{address, assert_arrived, assert_check_names, assert_died, Lab};
 
 /// A healthy lab: pod to pod across nodes, pod to node, node to pod (TCP)
 /// arrive on the l2 and the routed shape, through the expected namespaces;
@@ -244,6 +244,56 @@ fn lab_check_names_what_no_rule_explains_by_a_trace() {
     );
     assert!(!flat.contains("undiagnosed"), "{v:#}");
     lab.assert_no_trace_tables();
+}
+
+/// Two traces at once between the same pods, with different fates: ICMP
+/// dies at node2 (a blackhole route to the pod), TCP at node1 (an nft drop
+/// rule for TCP only). Each monitor prints every traced packet of its
+/// namespace, so each trace must keep only its own packet's events: were
+/// the TCP probe's drop taken for the ICMP probe's, ICMP would die at
+/// node1. Run side by side several times (their probes overlap in time
+/// nearly always; what is asserted holds whichever way they overlap);
+/// then `lab check`, whose traces run side by side, names both causes.
+#[test]
+fn two_traces_at_once_each_get_their_own_verdict() {
+    let _host = host_untouched();
+    let lab = Standing::up("trmx", &[]);
+    let ip = address(&lab, "node2-pod0", "-4", "eth0");
+    let host_route = format!("{ip}/32");
+    lab.sh("node2", "ip", &["route", "add", "blackhole", &host_route]);
+    lab.sh("node1", "nft", &["add", "table", "ip", "tcponly"]);
+    lab.sh(
+        "node1",
+        "nft",
+        &["add chain ip tcponly forward { type filter hook forward priority 0; policy accept; }"],
+    );
+    lab.sh(
+        "node1",
+        "nft",
+        &["add rule ip tcponly forward meta l4proto tcp ip daddr 10.244.2.0/24 counter drop"],
+    );
+    for _ in 0..3 {
+        let (icmp, tcp) = std::thread::scope(|s| {
+            let icmp = s.spawn(|| lab.trace("node1-pod0", "node2-pod0", &[]));
+            let tcp = s.spawn(|| lab.trace("node1-pod0", "node2-pod0", &["--proto", "tcp"]));
+            (icmp.join(), tcp.join())
+        });
+        let (icmp, tcp) = (
+            icmp.expect("the ICMP trace ran"),
+            tcp.expect("the TCP trace ran"),
+        );
+        assert_died(&icmp, "node2", "blackhole", &host_route);
+        assert_died(&tcp, "node1", "firewall-drop", "ip tcponly forward handle");
+        // The ICMP probe passes the TCP-only chain (its policy accepts
+        // it) but shows no drop: that was the TCP probe's.
+        let flat = icmp.1["firewall"].to_string();
+        assert!(!flat.contains("(verdict drop)"), "{:#}", icmp.1);
+    }
+    lab.assert_no_trace_tables();
+    // `lab check` traces its failure signatures side by side: each keeps
+    // its own cause.
+    assert_check_names(&lab, "blackhole", "node2", &host_route);
+    assert_check_names(&lab, "firewall-drop", "node1", "ip tcponly forward");
 }
 
 /// FROM or TO that is nothing of the lab: exit 2 and what exists.

@@ -2,7 +2,8 @@
 //! lab resolved to namespaces and addresses from its state file, and the
 //! lab's namespaces handed by path to the tracer ([`crate::trace`]), which
 //! knows nothing of labs and reads only the namespaces the packet crosses;
-//! [`failed_probe`] does the same for a failed probe of `lab check`. Both
+//! [`failed_probes`] does the same for the failed probes of `lab check`
+//! (one world for all, traced side by side: [`trace::run_many`]). Both
 //! tell the tracer the addresses the lab gave (pods' and nodes'), and that
 //! pods are ends (see [`crate::trace::Addresses`]).
 
@@ -64,9 +65,37 @@ pub fn run(
     Ok(trace::run(&world, &req))
 }
 
-/// For `lab check`: traces a failed probe of a lab this process holds
-/// (standing or not). `None` when its ends are in no namespace of the lab.
-pub fn failed_probe(lab: &Lab, o: &ProbeOutcome) -> Result<trace::Trace, String> {
+/// For `lab check`: traces failed probes of a lab this process holds
+/// (standing or not), through one [`World`] read once for all, several at
+/// once ([`trace::run_many`]). Each is `Err` when its ends are in no
+/// namespace of the lab, or the lab's namespaces cannot be opened.
+pub fn failed_probes(lab: &Lab, probes: &[&ProbeOutcome]) -> Vec<Result<trace::Trace, String>> {
+    let world = match world_of(lab) {
+        Ok(w) => w,
+        Err(e) => return probes.iter().map(|_| Err(e.clone())).collect(),
+    };
+    let reqs: Vec<Result<Request, String>> =
+        probes.iter().map(|o| request(lab, &world, o)).collect();
+    let ok: Vec<Request> = reqs
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .cloned()
+        .collect();
+    let mut traced = trace::run_many(&world, &ok).into_iter();
+    reqs.into_iter()
+        .map(|r| {
+            r.and_then(|_| {
+                traced
+                    .next()
+                    .ok_or_else(|| "the trace did not run".to_string())
+            })
+        })
+        .collect()
+}
+
+/// Every namespace of the lab this process holds, by role, with the
+/// addresses the lab gave.
+fn world_of(lab: &Lab) -> Result<World, String> {
     let layout = super::model::layout::layout_of(lab);
     let mut paths = BTreeMap::new();
     let mut nodes = BTreeMap::new();
@@ -96,7 +125,11 @@ pub fn failed_probe(lab: &Lab, o: &ProbeOutcome) -> Result<trace::Trace, String>
         .flat_map(|n| &n.pods)
         .map(|p| (p.name.as_str(), p.ips.as_slice()));
     let addresses = addresses(lab.nodes.iter().map(|n| &n.spec), pods);
-    let world = World::new(paths, nodes, addresses)?;
+    World::new(paths, nodes, addresses)
+}
+
+/// What to trace for a failed probe `o`.
+fn request(lab: &Lab, world: &World, o: &ProbeOutcome) -> Result<Request, String> {
     let (from, to) = (&o.spec.from, &o.spec.to);
     let owner = |ip: IpAddr| {
         world
@@ -113,7 +146,7 @@ pub fn failed_probe(lab: &Lab, o: &ProbeOutcome) -> Result<trace::Trace, String>
     };
     let port = (proto != Proto::Icmp).then_some(super::probe::port_of(&o.spec));
     let name = lab.opts.persistent.as_deref().unwrap_or(&lab.topo.name);
-    let req = Request {
+    Ok(Request {
         from: from.name.clone(),
         from_ns: owner(from.ip)?,
         to: to.name.clone(),
@@ -133,8 +166,7 @@ pub fn failed_probe(lab: &Lab, o: &ProbeOutcome) -> Result<trace::Trace, String>
             &to.ip.to_string(),
             (proto, port, size),
         ),
-    };
-    Ok(trace::run(&world, &req))
+    })
 }
 
 /// `cnilab lab trace …` that repeats a trace.
@@ -301,17 +333,29 @@ enum Finding {
 /// is attached to `undiagnosed`.
 pub fn explain(lab: &Lab, failures: &mut [crate::connectivity::report::Failure]) {
     use crate::connectivity::Diagnosis;
-    let mut found: BTreeMap<(String, &'static str, &'static str), Finding> = BTreeMap::new();
-    for f in failures.iter_mut() {
-        let unexplained = f.diagnoses.iter().all(|d| d.id == Diagnosis::UNDIAGNOSED);
-        if !unexplained {
+    type Signature = (String, &'static str, &'static str);
+    let signature = |o: &ProbeOutcome| -> Signature {
+        let spec = &o.spec;
+        (spec.group.to_string(), spec.proto.as_str(), spec.family())
+    };
+    let unexplained = |f: &crate::connectivity::report::Failure| {
+        f.diagnoses.iter().all(|d| d.id == Diagnosis::UNDIAGNOSED)
+    };
+    // One failure per signature is traced; the traces run together.
+    let mut first: BTreeMap<Signature, &ProbeOutcome> = BTreeMap::new();
+    for f in failures.iter().filter(|f| unexplained(f)) {
+        first.entry(signature(&f.outcome)).or_insert(&f.outcome);
+    }
+    let probes: Vec<&ProbeOutcome> = first.values().copied().collect();
+    let found: BTreeMap<Signature, Finding> = first
+        .keys()
+        .cloned()
+        .zip(failed_probes(lab, &probes).into_iter().map(finding))
+        .collect();
+    for f in failures.iter_mut().filter(|f| unexplained(f)) {
+        let Some(finding) = found.get(&signature(&f.outcome)) else {
             continue;
-        }
-        let spec = &f.outcome.spec;
-        let key = (spec.group.to_string(), spec.proto.as_str(), spec.family());
-        let finding = found
-            .entry(key)
-            .or_insert_with(|| finding(failed_probe(lab, &f.outcome)));
+        };
         match finding {
             Finding::Cause(d) => f.diagnoses = vec![d.clone()],
             Finding::Note(note) => {

@@ -13,6 +13,14 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::Path;
 
+/// The causes a moved counter names: what another probe passing at the same
+/// time could have moved as well.
+pub const CAUSES: &[&str] = &[
+    "qdisc-drop",
+    "iptables-legacy-drop",
+    "iptables-legacy-policy",
+];
+
 /// One counted object: where, what, and its packet (or drop) count.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Key {

@@ -2,7 +2,8 @@
 //! crosses, with the kernel's own answers at each hop.
 //!
 //! Where things happen: this file holds the types ([`Trace`], [`Hop`],
-//! [`Death`]) and [`run`], which puts the two halves together; `world.rs`
+//! [`Death`]) and [`run`], which puts the two halves together ([`run_many`]:
+//! several traces through one world, side by side); `world.rs`
 //! is the [`World`] the tracer reads (each namespace by path, read into the
 //! model's form only when the trace crosses it; nothing lab-specific: a
 //! real node's `/proc/<pid>/ns/net` paths do as well); `walk.rs` is the routing walk (RTM_GETROUTE per hop in
@@ -359,6 +360,65 @@ fn sent_by(hops: &[Hop], ns: &str) -> String {
         .unwrap_or_default()
 }
 
+/// How many traces [`run_many`] runs at once.
+const AT_ONCE: usize = 4;
+
+/// Traces every request of `reqs` through one `world` (each namespace read
+/// once for all), several at once: requests whose probes one trace table
+/// would match for the other (same family and protocol: the destination
+/// may be rewritten on the way) run one after the other, the others side
+/// by side. A trace whose death rests on a counter that moved while other
+/// probes passed too is traced again alone, so that no verdict depends on
+/// what ran next to it. The traces come back in the order of `reqs`.
+pub fn run_many(world: &World, reqs: &[Request]) -> Vec<Trace> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let key = |r: &Request| (r.dst.is_ipv4(), r.proto);
+    for (i, r) in reqs.iter().enumerate() {
+        match groups.iter_mut().find(|g| key(&reqs[g[0]]) == key(r)) {
+            Some(g) => g.push(i),
+            None => groups.push(vec![i]),
+        }
+    }
+    let side_by_side = groups.len() > 1;
+    let queue = std::sync::Mutex::new(groups);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        for _ in 0..AT_ONCE.min(reqs.len()) {
+            let (queue, tx) = (&queue, tx.clone());
+            s.spawn(move || loop {
+                let group = match queue.lock() {
+                    Ok(mut q) => q.pop(),
+                    Err(_) => None,
+                };
+                let Some(group) = group else { break };
+                for i in group {
+                    let _ = tx.send((i, run(world, &reqs[i])));
+                }
+            });
+        }
+    });
+    drop(tx);
+    let mut done: Vec<Option<Trace>> = vec![None; reqs.len()];
+    for (i, t) in rx {
+        done[i] = Some(t);
+    }
+    done.into_iter()
+        .zip(reqs)
+        .map(|(t, req)| match t {
+            Some(t) if side_by_side && counted_death(&t) => run(world, req),
+            Some(t) => t,
+            // Not reached: every worker sends each trace of its groups.
+            None => run(world, req),
+        })
+        .collect()
+}
+
+fn counted_death(t: &Trace) -> bool {
+    t.death
+        .as_ref()
+        .is_some_and(|d| counters::CAUSES.contains(&d.cause.as_str()))
+}
+
 /// The namespaces a walk crossed, in order, what nftables' trace saw of
 /// one probe sent along them, and the drop counters that moved meanwhile.
 type Pass = (Vec<String>, Result<nftrace::Traced, String>, Vec<Death>);
@@ -393,13 +453,27 @@ fn probe_pass(
         .collect();
     let from = world.file(&req.from_ns);
     let (mut before, mut after) = (counters::Snapshot::default(), counters::Snapshot::default());
-    let traced = nftrace::trace(&files, &matchers, || {
-        before = counters::take(&files);
-        if let Some(f) = from {
-            probe::send(f, walked.sent_src, req);
-        }
-        after = counters::take(&files);
-    });
+    // Where the kernel's routes drop it, past the first namespace.
+    let dies_at = match &walked.end {
+        End::Died(d) => files
+            .iter()
+            .position(|(ns, _)| *ns == d.namespace)
+            .filter(|i| *i > 0),
+        _ => None,
+    };
+    let traced = nftrace::trace(
+        &files,
+        &matchers,
+        dies_at,
+        || {
+            before = counters::take(&files);
+            match from {
+                Some(f) => probe::send(f, walked.sent_src, req),
+                None => probe::Sent::none(),
+            }
+        },
+        || after = counters::take(&files),
+    );
     let counted = counters::moved(&before, &after, &path);
     (path, traced, counted)
 }

@@ -1,11 +1,17 @@
 //! The firewall's own account of one packet: nftables' trace. In each
 //! namespace the packet crosses, a table of the trace's own
-//! (`inet cnilab_trace_<pid>`, chains on prerouting and output at the
-//! earliest priority) sets `meta nftrace set 1` for packets that match the
-//! probe; `nft -a monitor` in the same namespace prints every rule the
+//! (`inet cnilab_trace_<pid>_<n>`, one per trace, a chain on every hook at
+//! the earliest priority) sets `meta nftrace set 1` for packets that match
+//! the probe; `nft -a monitor` in the same namespace prints every rule the
 //! packet meets with table, chain, handle and verdict (iptables-nft rules
 //! are nft rules and show the same way). The table is removed afterwards,
 //! also when the trace fails ([`TraceTables`] on drop).
+//!
+//! Traces may run at once (`lab check` runs its traces side by side): a
+//! monitor prints every traced packet of its namespace, so a trace keeps
+//! only the events of packets (by nftables' trace id) that a rule of its
+//! own table matched. Two traces whose probes both tables would match (same
+//! destination and protocol) must not run at once; the caller orders them.
 //!
 //! No sleeps decide anything: each monitor is known to listen once it
 //! printed the trace table's own `ready` chain being added (one that
@@ -13,17 +19,23 @@
 //! have printed every trace event of the probe once it printed the `done`
 //! chain (netlink delivers a socket's messages in order).
 
+use super::probe::Sent;
 use cnilab_net::{netns, nft};
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// The name of the trace's own table in every namespace it touches.
+/// The name of one trace's own table in every namespace it touches: one
+/// per trace (process id and a count), so that traces running at once never
+/// share a table.
 pub fn table_name() -> String {
-    format!("cnilab_trace_{}", std::process::id())
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{TABLE_PREFIX}{}_{n}", std::process::id())
 }
 
 /// Every trace table starts with this (a test checks none is left).
@@ -34,6 +46,9 @@ pub const TABLE_PREFIX: &str = "cnilab_trace_";
 pub struct Event {
     /// The namespace (by role) it was seen in.
     pub namespace: String,
+    /// nftables' id of the packet (the same for one packet within one
+    /// namespace; another namespace may give it another).
+    pub id: String,
     pub family: String,
     pub table: String,
     pub chain: String,
@@ -74,7 +89,7 @@ impl Event {
 pub fn parse(namespace: &str, line: &str) -> Option<Event> {
     let rest = line.trim().strip_prefix("trace id ")?;
     let mut words = rest.splitn(5, ' ');
-    let _id = words.next()?;
+    let id = words.next()?.to_string();
     let family = words.next()?.to_string();
     let table = words.next()?.to_string();
     let chain = words.next()?.to_string();
@@ -110,6 +125,7 @@ pub fn parse(namespace: &str, line: &str) -> Option<Event> {
     };
     Some(Event {
         namespace: namespace.to_string(),
+        id,
         family,
         table,
         chain,
@@ -157,11 +173,17 @@ const MARKER_WAIT: Duration = Duration::from_secs(30);
 
 /// Traces what `send` sends through `namespaces` (by role, in path order):
 /// `matchers` are the nft matches for the probe (`ip daddr 10.0.0.2 meta
-/// l4proto icmp`) and for the outer packets that carry it, one rule each.
+/// l4proto icmp`) and for the outer packets that carry it, one rule each;
+/// `after` runs once the probe's fate is known. `dies_at`: the index of the
+/// namespace where the kernel's routes say the packet dies, when it is not
+/// the first: once the probe has passed that namespace's prerouting
+/// untouched, the probe's answer is not waited for (see [`certain`]).
 pub fn trace(
     namespaces: &[(String, &File)],
     matchers: &[String],
-    send: impl FnOnce(),
+    dies_at: Option<usize>,
+    send: impl FnOnce() -> Sent,
+    after: impl FnOnce(),
 ) -> Result<Traced, String> {
     let table = table_name();
     let tables = TraceTables {
@@ -169,17 +191,7 @@ pub fn trace(
         namespaces: Vec::new(),
     };
     let mut tables = tables;
-    let rules: String = matchers
-        .iter()
-        .map(|m| format!("\t\t{m} meta nftrace set 1\n"))
-        .collect();
-    let ruleset = format!(
-        "table inet {table} {{\n\
-         \tchain pre {{ type filter hook prerouting priority -2147483647; policy accept;\n\
-         {rules}\t}}\n\
-         \tchain out {{ type filter hook output priority -2147483647; policy accept;\n\
-         {rules}\t}}\n}}\n"
-    );
+    let ruleset = ruleset(&table, matchers);
     for (role, ns) in namespaces {
         nft::load(Path::new("nft"), Some(ns), &ruleset)
             .map_err(|e| format!("{role}: cannot add the trace table: {e}"))?;
@@ -187,26 +199,117 @@ pub fn trace(
     }
     let mut monitors = start_monitors(namespaces)?;
     marker(&mut monitors, namespaces, &table, "ready", &mut Vec::new())?;
-    send();
     let mut events = Vec::new();
+    let sent = send();
+    wait(&monitors, sent, (&table, dies_at), &mut events);
+    after();
     marker(&mut monitors, namespaces, &table, "done", &mut events)?;
     drop(monitors);
     drop(tables);
     let mut traced = Traced::default();
     for (i, (role, _)) in namespaces.iter().enumerate() {
-        let parsed = events
+        let parsed: Vec<Event> = events
             .iter()
             .filter(|(n, _)| *n == i)
-            .filter_map(|(_, line)| parse(role, line));
-        for e in parsed {
-            if e.table != table {
-                traced.events.push(e);
-            } else if matches!(e.what, EventKind::Packet(_)) && !traced.seen.contains(role) {
-                traced.seen.push(role.clone());
-            }
+            .filter_map(|(_, line)| parse(role, line))
+            .collect();
+        // The probe's packets here: those one of this trace's own rules
+        // matched (a packet another trace marked crosses this table's
+        // chains too, and shows in them, but matches none of its rules).
+        let ours: Vec<&str> = parsed
+            .iter()
+            .filter(|e| e.table == table && matches!(e.what, EventKind::Rule { .. }))
+            .map(|e| e.id.as_str())
+            .collect();
+        if !ours.is_empty() {
+            traced.seen.push(role.clone());
         }
+        let theirs = parsed
+            .iter()
+            .filter(|e| ours.contains(&e.id.as_str()) && !e.table.starts_with(TABLE_PREFIX));
+        traced.events.extend(theirs.cloned());
     }
     Ok(traced)
+}
+
+/// The trace's own table: at the earliest priority of every hook, a chain
+/// whose one rule marks the probe for nftables' trace. Every hook has one,
+/// so that each packet of the probe is claimed by a rule of this table in
+/// every hook it passes (what [`trace`] keeps of the events).
+fn ruleset(table: &str, matchers: &[String]) -> String {
+    let mut ruleset = format!("table inet {table} {{\n");
+    for (name, hook) in [
+        ("pre", "prerouting"),
+        ("input", "input"),
+        ("forward", "forward"),
+        ("out", "output"),
+        ("post", "postrouting"),
+    ] {
+        ruleset.push_str(&chain(name, hook, "-2147483647", matchers));
+    }
+    // The end of prerouting: a probe seen here was not rewritten there.
+    ruleset.push_str(&chain("late", "prerouting", "2147483647", matchers));
+    ruleset.push_str("}\n");
+    ruleset
+}
+
+fn chain(name: &str, hook: &str, priority: &str, matchers: &[String]) -> String {
+    let rules: String = matchers
+        .iter()
+        .map(|m| format!("\t\t{m} meta nftrace set 1\n"))
+        .collect();
+    format!("\tchain {name} {{ type filter hook {hook} priority {priority}; policy accept;\n{rules}\t}}\n")
+}
+
+/// How often the probe is asked whether it ended while no monitor prints.
+const POLL: Duration = Duration::from_millis(10);
+
+/// Waits until the probe ends by itself or, with `dies_at`, until its
+/// death there is [`certain`]; the monitors' lines meanwhile go to `seen`.
+fn wait(
+    monitors: &Monitors,
+    mut sent: Sent,
+    (table, dies_at): (&str, Option<usize>),
+    seen: &mut Vec<(usize, String)>,
+) {
+    while !sent.finished() {
+        match monitors.lines.recv_timeout(POLL) {
+            Ok(line) => {
+                let at = line.0;
+                seen.push(line);
+                if dies_at == Some(at) && certain(seen, at, table) {
+                    return;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(POLL),
+        }
+    }
+}
+
+/// True when the monitor of namespace `at` showed a packet of the probe at
+/// the end of prerouting (this trace's `late` chain) with no rule of any
+/// other table matched before: it reached the namespace where the
+/// kernel's routes drop it, unchanged (no DNAT, no mark), and whatever
+/// happens to it there or after decides nothing (the routing death there
+/// stands; what only comes after it is not read). Every event of the
+/// namespaces before is already on its monitor's socket.
+fn certain(seen: &[(usize, String)], at: usize, table: &str) -> bool {
+    let events: Vec<Event> = seen
+        .iter()
+        .filter(|(i, _)| *i == at)
+        .filter_map(|(_, line)| parse("", line))
+        .collect();
+    events.iter().enumerate().any(|(i, e)| {
+        e.table == table
+            && e.chain == "late"
+            && matches!(e.what, EventKind::Rule { .. })
+            && !events[..i].iter().any(|o| {
+                o.id == e.id
+                    && !o.table.starts_with(TABLE_PREFIX)
+                    && matches!(o.what, EventKind::Rule { .. })
+            })
+    })
 }
 
 /// What the firewall trace saw.
@@ -341,5 +444,35 @@ mod tests {
         assert!(!parse("n", "trace id 1 inet t c policy accept")
             .expect("policy")
             .kills());
+    }
+
+    /// The probe's fate is certain where routing drops it only once it
+    /// passed the end of prerouting there, and no other table's rule
+    /// matched it on the way (a DNAT or a mark would change the route).
+    #[test]
+    fn a_death_is_certain_only_after_an_untouched_prerouting() {
+        let t = "cnilab_trace_1_1";
+        let line = |i: usize, l: String| (i, l);
+        let pre = format!(
+            "trace id aa inet {t} pre rule ip daddr 10.0.0.2 meta nftrace set 1 (verdict continue)"
+        );
+        let late = format!("trace id aa inet {t} late rule ip daddr 10.0.0.2 meta nftrace set 1 (verdict continue)");
+        let dnat = "trace id aa ip nat PREROUTING rule ip daddr 10.0.0.2 dnat to 10.0.0.9 (verdict accept)";
+        let other = "trace id bb ip nat PREROUTING rule ip daddr 10.0.0.7 dnat to 10.0.0.9 (verdict accept)";
+        let clean = [line(1, pre.clone()), line(1, late.clone())];
+        assert!(certain(&clean, 1, t));
+        // Seen in another namespace than the one routing drops it in.
+        assert!(!certain(&clean, 2, t));
+        // Not yet at the end of prerouting.
+        assert!(!certain(&clean[..1], 1, t));
+        let rewritten = [
+            line(1, pre.clone()),
+            line(1, dnat.into()),
+            line(1, late.clone()),
+        ];
+        assert!(!certain(&rewritten, 1, t));
+        // Another packet's rule says nothing of this one.
+        let unrelated = [line(1, pre), line(1, other.into()), line(1, late)];
+        assert!(certain(&unrelated, 1, t));
     }
 }

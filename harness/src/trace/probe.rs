@@ -6,7 +6,7 @@
 use super::{Proto, Request};
 use std::fs::File;
 use std::net::{IpAddr, SocketAddr};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// How long the probe waits for an answer (it needs none: the trace reads
@@ -68,16 +68,48 @@ pub fn default_size(dst: IpAddr, proto: Proto) -> u32 {
 
 const PAYLOAD: &[u8] = b"cnilab trace";
 
+/// A probe on its way: it ends by itself within [`WAIT`], or earlier when
+/// stopped (once the trace is certain of its fate, the answer, which never
+/// comes for a packet that died, is not waited for). Only ping is left
+/// running; a connect or a datagram is done when [`send`] returns.
+pub struct Sent(Option<Child>);
+
+impl Sent {
+    /// Nothing sent.
+    pub fn none() -> Sent {
+        Sent(None)
+    }
+
+    /// True when the probe ended by itself (answered or timed out).
+    pub fn finished(&mut self) -> bool {
+        match &mut self.0 {
+            Some(child) => !matches!(child.try_wait(), Ok(None)),
+            None => true,
+        }
+    }
+}
+
+/// Stops waiting for the probe's answer (ping sends one echo request only:
+/// nothing more is sent).
+impl Drop for Sent {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Sends the probe of `req` from inside `ns` (from `src`, the kernel's
-/// choice when `None`) and waits at most [`WAIT`] for it; `req.size` (ICMP
-/// only): the whole packet's size, sent with DF.
-pub fn send(ns: &File, src: Option<IpAddr>, req: &Request) {
+/// choice when `None`); it waits at most [`WAIT`] for an answer (see
+/// [`Sent`]); `req.size` (ICMP only): the whole packet's size, sent with DF.
+pub fn send(ns: &File, src: Option<IpAddr>, req: &Request) -> Sent {
     let (dst, proto, port, size) = (req.dst, req.proto, req.port, req.size);
     if req.invalid {
         if let Some(src) = src {
             let _ = cnilab_net::netns::run_in(ns, || send_invalid(src, dst, port.unwrap_or(0)));
         }
-        return;
+        return Sent(None);
     }
     match proto {
         Proto::Icmp => {
@@ -94,14 +126,15 @@ pub fn send(ns: &File, src: Option<IpAddr>, req: &Request) {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
-            if let Ok(mut child) = cnilab_net::netns::spawn_in(ns, &mut cmd) {
-                let _ = child.wait();
-            }
+            Sent(cnilab_net::netns::spawn_in(ns, &mut cmd).ok())
         }
         Proto::Tcp => {
+            // Waited for here: a connect given up early could send its SYN
+            // again while the next trace watches.
             let to = SocketAddr::new(dst, port.unwrap_or(0));
             let _ =
                 cnilab_net::netns::run_in(ns, || std::net::TcpStream::connect_timeout(&to, WAIT));
+            Sent(None)
         }
         Proto::Udp => {
             let to = SocketAddr::new(dst, port.unwrap_or(0));
@@ -113,6 +146,7 @@ pub fn send(ns: &File, src: Option<IpAddr>, req: &Request) {
                 };
                 std::net::UdpSocket::bind(any).and_then(|s| s.send_to(PAYLOAD, to))
             });
+            Sent(None)
         }
     }
 }
