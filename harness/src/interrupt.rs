@@ -83,7 +83,33 @@ pub fn cleanup_on_interrupt(teardown: Teardown) {
         if let Some(owned) = &teardown.extra {
             let _ = crate::netns::remove_matching(owned);
         }
-        let _ = std::fs::remove_dir_all(&teardown.run_dir);
+        remove_run_dir(&teardown.run_dir);
         std::process::exit(130);
     });
+}
+
+/// Removes the run directory. A plugin the runtime (containerd) started
+/// outlives its runtime and may still write its IPAM record here: a write
+/// during the removal makes it fail halfway, one just after makes the
+/// directory again. So it is removed until it has stayed away for 200 ms,
+/// for at most 10 s (a plugin's ADD ends long before).
+fn remove_run_dir(dir: &std::path::Path) {
+    use std::time::{Duration, Instant};
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut gone_since: Option<Instant> = None;
+    while Instant::now() < deadline {
+        if dir.exists() {
+            gone_since = None;
+            let _ = std::fs::remove_dir_all(dir);
+        } else {
+            let since = *gone_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= Duration::from_millis(200) {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if dir.exists() {
+        eprintln!("cnilab: could not remove {}", dir.display());
+    }
 }
