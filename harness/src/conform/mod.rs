@@ -407,23 +407,7 @@ pub fn run(
                 let t = Instant::now();
                 let result = world(opts, net, scratch, n + 1).map(|w| {
                     let gsuite = suite.for_world(&w.runtime, &w.host, &w.net, &w.data_dir);
-                    let found = match group {
-                        Some(g) => match (g.run)(&gsuite) {
-                            Ok(f) => f,
-                            Err(e) => g
-                                .ids
-                                .iter()
-                                .map(|id| {
-                                    Finding::fail(
-                                        id,
-                                        format!("harness could not run this check: {e}"),
-                                    )
-                                })
-                                .collect(),
-                        },
-                        None => corpus::run(&gsuite, opts.corpus.as_deref()),
-                    };
-                    (found, w.runtime.timings())
+                    (run_task(*group, &gsuite, opts), w.runtime.timings())
                 });
                 if tx.send((n, t.elapsed(), result)).is_err() {
                     break;
@@ -480,6 +464,22 @@ pub fn run(
         group_times,
         started.elapsed(),
     ))
+}
+
+/// One task of [`run`] in its world: a group's checks (a group that could
+/// not run fails each of its IDs), or the hostile-input corpus.
+fn run_task(group: Option<&Group>, gsuite: &suite::Suite, opts: &ConformOptions) -> Vec<Finding> {
+    match group {
+        Some(g) => match (g.run)(gsuite) {
+            Ok(f) => f,
+            Err(e) => g
+                .ids
+                .iter()
+                .map(|id| Finding::fail(id, format!("harness could not run this check: {e}")))
+                .collect(),
+        },
+        None => corpus::run(gsuite, opts.corpus.as_deref()),
+    }
 }
 
 /// The namespace this process runs in (the machine's own, or the one

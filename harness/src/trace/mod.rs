@@ -380,26 +380,19 @@ pub fn run_many(world: &World, reqs: &[Request]) -> Vec<Trace> {
         }
     }
     let side_by_side = groups.len() > 1;
-    let queue = std::sync::Mutex::new(groups);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::scope(|s| {
-        for _ in 0..AT_ONCE.min(reqs.len()) {
-            let (queue, tx) = (&queue, tx.clone());
-            s.spawn(move || loop {
-                let group = match queue.lock() {
-                    Ok(mut q) => q.pop(),
-                    Err(_) => None,
-                };
-                let Some(group) = group else { break };
-                for i in group {
-                    let _ = tx.send((i, run(world, &reqs[i])));
-                }
-            });
-        }
-    });
-    drop(tx);
+    let traced = crate::util::parallel_map_bounded(
+        groups,
+        AT_ONCE,
+        |group| {
+            group
+                .into_iter()
+                .map(|i| (i, run(world, &reqs[i])))
+                .collect::<Vec<_>>()
+        },
+        Vec::new,
+    );
     let mut done: Vec<Option<Trace>> = vec![None; reqs.len()];
-    for (i, t) in rx {
+    for (i, t) in traced.into_iter().flatten() {
         done[i] = Some(t);
     }
     done.into_iter()
@@ -407,7 +400,7 @@ pub fn run_many(world: &World, reqs: &[Request]) -> Vec<Trace> {
         .map(|(t, req)| match t {
             Some(t) if side_by_side && counted_death(&t) => run(world, req),
             Some(t) => t,
-            // Not reached: every worker sends each trace of its groups.
+            // A group whose worker panicked: traced again here.
             None => run(world, req),
         })
         .collect()
