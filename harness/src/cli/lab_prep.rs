@@ -10,7 +10,7 @@ use crate::lab::base::RuntimeKind;
 use crate::lab::cri;
 use crate::lab::neighbours::HostPlan;
 use crate::lab::plan::Plan;
-use crate::lab::topology::{Masquerade, PluginSpec, Routing, Topology};
+use crate::lab::topology::Topology;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Default)]
@@ -67,18 +67,22 @@ pub(super) struct Prepared {
 }
 
 /// What `lab run` and `lab up` do before the builder, in one call: the
-/// topology of the flags, the plugin and its template checked, the header
-/// printed, the host's neighbour tables planned (`tune_host`: they may be
-/// raised) and the runtime said. Nothing is built or changed.
+/// topology of the flags, the plugin and its template checked ([`Plan`]),
+/// the header printed, the host's neighbour tables planned (`tune_host`:
+/// they may be raised) and the runtime said. Nothing is built or changed.
+/// Each step goes down to the floor that knows it and nothing calls back
+/// into this file.
 pub(super) fn prepare(
     args: &TopologyFlags,
     tune_host: bool,
 ) -> Result<Prepared, Box<dyn std::error::Error>> {
     let topo = topology(args)?;
-    has_bridge(&args.plugin_dir, &topo)?;
     let plan = Plan::new(topo, args.plugin_dir.as_deref(), args.runtime)?;
-    header(&plan.topo, args.plugin_dir.as_deref());
-    let host = host_plan(&plan.topo, tune_host)?;
+    eprintln!("🔭 cnilab lab {}", plan.describe());
+    let host = crate::lab::neighbours::plan(&plan.topo, tune_host)?;
+    if host.pin || !host.tune.is_empty() || host.unchecked {
+        eprintln!("🧮 {}", host.summary);
+    }
     if let Some(support) = &plan.containerd {
         eprintln!("🐳 runtime: {}", support.describe());
     }
@@ -98,94 +102,19 @@ fn topology(args: &TopologyFlags) -> Result<Topology, Box<dyn std::error::Error>
         topo.validate(Path::new("--pods-per-node"))?;
     }
     if let Some(config) = &args.config {
-        use_template(&mut topo, config, args.topology.is_none());
+        topo.use_template(config, args.topology.is_none());
     }
     crate::lab::topology::shapes::apply_flags(&mut topo, args.shape, args.vxlan, args.service)?;
     Ok(topo)
 }
 
-/// How the lab will fit the host's neighbour tables; printed when it
-/// changes anything.
-fn host_plan(
-    topo: &Topology,
-    tune_host: bool,
-) -> Result<crate::lab::neighbours::HostPlan, Box<dyn std::error::Error>> {
-    let plan = crate::lab::neighbours::plan(topo, tune_host)?;
-    if plan.pin || !plan.tune.is_empty() || plan.unchecked {
-        eprintln!("🧮 {}", plan.summary);
-    }
-    Ok(plan)
-}
-
-fn header(topo: &Topology, plugin_dir: Option<&str>) {
-    let plugin_dir =
-        crate::lab::base::given_plugin_dir(plugin_dir, topo).unwrap_or("(bundled cnilab-bridge)");
-    let pods: usize = topo.nodes.len() * topo.pods_per_node;
-    eprintln!(
-        "🔭 cnilab lab {}: {} nodes, {pods} pods, plugin dir {plugin_dir}, {}, {}",
-        topo.name,
-        topo.nodes.len(),
-        match topo.routing {
-            Routing::Static => "static routes",
-            Routing::Agent => "routes by the agent",
-            Routing::Vxlan => "a VXLAN overlay",
-        },
-        match topo.masquerade {
-            Masquerade::Plugin => "the plugin masquerades",
-            Masquerade::Node => "the nodes masquerade",
-            Masquerade::None => "nobody masquerades",
-        }
-    );
-}
-
-/// Makes `config` the plugin's template. A template that cannot tell the
-/// plugin to masquerade (no `{{ip_masq}}`) in a lab whose masquerade was not
-/// chosen by a topology file for its plugin (`generated`: a `--nodes` lab,
-/// or a scenario's, which describes the cluster): the nodes masquerade, as an
-/// agent would.
-pub(super) fn use_template(topo: &mut Topology, config: &Path, generated: bool) {
-    let tells_plugin = crate::assets::read_to_string(config)
-        .map(|t| t.contains("{{ip_masq}}"))
-        .unwrap_or(true);
-    if generated && !tells_plugin && topo.masquerade == Masquerade::Plugin {
-        topo.masquerade = Masquerade::Node;
-    }
-    let dir = topo.plugin.as_ref().and_then(|p| p.dir.clone());
-    topo.plugin = Some(PluginSpec {
-        dir,
-        config: Some(config.to_path_buf()),
-    });
-}
-
-/// The plugin directory (the flag's, else the topology's) has the
-/// cnilab-bridge the default template needs, or the bundled one is there;
-/// then the topology's template is sound. Nothing is built otherwise.
+/// The plugin directory (the flag's, else the topology's) and the
+/// topology's template are sound ([`Plan::new`]). Nothing is built.
 pub(super) fn check_plugin(
     plugin_dir: &Option<String>,
     topo: &Topology,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    has_bridge(plugin_dir, topo)?;
     Plan::new(topo.clone(), plugin_dir.as_deref(), RuntimeKind::Direct)?;
-    Ok(())
-}
-
-/// A plugin directory given (flag or topology) without a template of the
-/// topology's has the cnilab-bridge the default template needs.
-fn has_bridge(
-    plugin_dir: &Option<String>,
-    topo: &Topology,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let dir = crate::lab::base::given_plugin_dir(plugin_dir.as_deref(), topo);
-    let template = topo.plugin.as_ref().and_then(|p| p.config.as_ref());
-    if let (Some(dir), None) = (dir, template) {
-        let has_bridge = std::env::split_paths(dir).any(|d| d.join("cnilab-bridge").is_file());
-        if !has_bridge {
-            return Err(format!(
-                "--plugin-dir {dir} has no cnilab-bridge, which the default config template uses: pass --config TEMPLATE for your plugin (see `cnilab lab run --help` for the placeholders)"
-            )
-            .into());
-        }
-    }
     Ok(())
 }
 

@@ -308,7 +308,7 @@ fn prepare(
         return Ok(());
     }
     if let Some(config) = &run.config {
-        lab_prep::use_template(&mut s.topology, config, true);
+        s.topology.use_template(config, true);
     }
     lab_prep::check_plugin(&run.plugin_dir, &s.topology)
 }

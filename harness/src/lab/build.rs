@@ -68,6 +68,7 @@ impl Lab {
             template,
             pod_mtu,
             containerd,
+            bundled: _,
         } = plan;
         let pods = topo.nodes.len() * topo.pods_per_node;
         ensure_fd_limit(fds_needed(pods + topo.nodes.len() + 8, topo.nodes.len()))?;

@@ -7,9 +7,9 @@
 //! MTU and, with `--runtime containerd`, what the installed containerd
 //! supports.
 
-use super::base::{plugin_dir, LabError, RuntimeKind};
+use super::base::{given_plugin_dir, plugin_dir, LabError, RuntimeKind};
 use super::template::checked_template;
-use super::topology::Topology;
+use super::topology::{Masquerade, Routing, Topology};
 
 /// A topology with everything its lab needs found and checked.
 pub struct Plan {
@@ -17,6 +17,8 @@ pub struct Plan {
     /// The plugin directory (the flag's, the topology's, else the bundled
     /// one), `:`-joined.
     pub plugin_dir: String,
+    /// No directory was given (flag or topology): the bundled cnilab-bridge.
+    pub bundled: bool,
     /// The plugin's config template, checked against the topology.
     pub template: String,
     /// The pods' MTU (`{{mtu}}`): the underlay's, less the overlay's cost.
@@ -37,15 +39,59 @@ impl Plan {
             RuntimeKind::Containerd => Some(super::cri::detect()?),
             RuntimeKind::Direct => None,
         };
+        has_bridge(plugin_dir_flag, &topo)?;
+        let bundled = given_plugin_dir(plugin_dir_flag, &topo).is_none();
         let plugin_dir = plugin_dir(plugin_dir_flag, &topo).map_err(LabError::Setup)?;
         let pod_mtu = topo.pod_mtu();
         let template = checked_template(&topo, pod_mtu)?;
         Ok(Plan {
             topo,
             plugin_dir,
+            bundled,
             template,
             pod_mtu,
             containerd,
         })
     }
+
+    /// One line for the header of `lab run` and `lab up`: the lab's name,
+    /// size, plugin directory, routing and masquerade.
+    pub fn describe(&self) -> String {
+        let topo = &self.topo;
+        let pods: usize = topo.nodes.len() * topo.pods_per_node;
+        let plugin_dir = match self.bundled {
+            true => "(bundled cnilab-bridge)",
+            false => self.plugin_dir.as_str(),
+        };
+        format!(
+            "{}: {} nodes, {pods} pods, plugin dir {plugin_dir}, {}, {}",
+            topo.name,
+            topo.nodes.len(),
+            match topo.routing {
+                Routing::Static => "static routes",
+                Routing::Agent => "routes by the agent",
+                Routing::Vxlan => "a VXLAN overlay",
+            },
+            match topo.masquerade {
+                Masquerade::Plugin => "the plugin masquerades",
+                Masquerade::Node => "the nodes masquerade",
+                Masquerade::None => "nobody masquerades",
+            }
+        )
+    }
+}
+
+/// A plugin directory given (flag or topology) without a template of the
+/// topology's has the cnilab-bridge the default template needs.
+fn has_bridge(plugin_dir_flag: Option<&str>, topo: &Topology) -> Result<(), LabError> {
+    let dir = given_plugin_dir(plugin_dir_flag, topo);
+    let template = topo.plugin.as_ref().and_then(|p| p.config.as_ref());
+    if let (Some(dir), None) = (dir, template) {
+        if !std::env::split_paths(dir).any(|d| d.join("cnilab-bridge").is_file()) {
+            return Err(LabError::Setup(format!(
+                "--plugin-dir {dir} has no cnilab-bridge, which the default config template uses: pass --config TEMPLATE for your plugin (see `cnilab lab run --help` for the placeholders)"
+            )));
+        }
+    }
+    Ok(())
 }

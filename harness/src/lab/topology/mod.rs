@@ -417,6 +417,24 @@ impl Topology {
             message: bad.message,
         })
     }
+    /// Makes `config` the plugin's template. A template that cannot tell the
+    /// plugin to masquerade (no `{{ip_masq}}`) in a lab whose masquerade was
+    /// not chosen by a topology file for its plugin (`generated`: a
+    /// `--nodes` lab, or a scenario's, which describes the cluster): the
+    /// nodes masquerade, as an agent would.
+    pub fn use_template(&mut self, config: &Path, generated: bool) {
+        let tells_plugin = crate::assets::read_to_string(config)
+            .map(|t| t.contains("{{ip_masq}}"))
+            .unwrap_or(true);
+        if generated && !tells_plugin && self.masquerade == Masquerade::Plugin {
+            self.masquerade = Masquerade::Node;
+        }
+        let dir = self.plugin.as_ref().and_then(|p| p.dir.clone());
+        self.plugin = Some(PluginSpec {
+            dir,
+            config: Some(config.to_path_buf()),
+        });
+    }
 
     /// The MTU of the pods' interfaces: the underlay's, less the overlay's
     /// encapsulation overhead (see `lab/vxlan.rs`).
