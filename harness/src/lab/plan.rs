@@ -35,11 +35,11 @@ impl Plan {
         plugin_dir_flag: Option<&str>,
         runtime: RuntimeKind,
     ) -> Result<Plan, LabError> {
+        has_bridge(plugin_dir_flag, &topo)?;
         let containerd = match runtime {
             RuntimeKind::Containerd => Some(super::cri::detect()?),
             RuntimeKind::Direct => None,
         };
-        has_bridge(plugin_dir_flag, &topo)?;
         let bundled = given_plugin_dir(plugin_dir_flag, &topo).is_none();
         let plugin_dir = plugin_dir(plugin_dir_flag, &topo).map_err(LabError::Setup)?;
         let pod_mtu = topo.pod_mtu();
