@@ -24,6 +24,24 @@ pub fn host_veth_name(container_id: &str, ifname: &str) -> String {
     format!("veth{:08x}", fnv1a(&key) as u32)
 }
 
+/// The kernel's longest interface name (IFNAMSIZ less the NUL).
+pub const IFNAME_MAX: usize = 15;
+
+/// `prefix` and `name` joined into an interface name that fits: as they are
+/// when short enough, else `prefix`, the start of `name`, `-` and six hex
+/// digits of `name`'s hash, so long names (`kind-control-plane`, cloud
+/// hostnames) stay apart and each keeps the same name in every run.
+pub fn fitted_ifname(prefix: &str, name: &str) -> String {
+    let joined = format!("{prefix}{name}");
+    if joined.len() <= IFNAME_MAX {
+        return joined;
+    }
+    let hash = format!("-{:06x}", fnv1a(name.as_bytes()) & 0xff_ffff);
+    let room = IFNAME_MAX.saturating_sub(prefix.len() + hash.len());
+    let head: String = name.chars().take_while(char::is_ascii).take(room).collect();
+    format!("{prefix}{head}{hash}")
+}
+
 /// A stable, locally administered MAC for a bridge, so the gateway's MAC
 /// does not change as ports come and go.
 pub fn bridge_mac(name: &str) -> Vec<u8> {
@@ -51,6 +69,20 @@ pub fn from_u128(v4: bool, n: u128) -> IpAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fitted_ifnames_keep_short_names_and_shorten_long_ones_apart() {
+        assert_eq!(fitted_ifname("p-", "node1"), "p-node1");
+        assert_eq!(fitted_ifname("p-", "node123456789"), "p-node123456789");
+        let a = fitted_ifname("p-", "kind-control-plane");
+        let b = fitted_ifname("p-", "kind-control-plane2");
+        assert!(a.len() <= IFNAME_MAX && b.len() <= IFNAME_MAX, "{a} {b}");
+        assert!(a.starts_with("p-kind-c"), "{a}");
+        assert_ne!(a, b);
+        assert_eq!(a, fitted_ifname("p-", "kind-control-plane"));
+        let c = fitted_ifname("p-", "ip-10-0-1-23.eu-west-1.compute.internal");
+        assert!(c.len() <= IFNAME_MAX, "{c}");
+    }
 
     #[test]
     fn host_veth_names_fit_and_differ() {

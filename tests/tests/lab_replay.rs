@@ -513,3 +513,44 @@ fn a_replay_reports_what_it_could_not_make() {
     ]);
     names_it(&check, "lab check of lab up --capture");
 }
+
+/// Real node names are often longer than the 13 characters a switch port
+/// `p-<node>` leaves them (`kind-control-plane`; a node captured without
+/// `--node-name` is named after its namespace): the replay still stands up,
+/// under those names, and passes `lab check`.
+#[test]
+fn nodes_with_long_names_replay_and_pass_check() {
+    let _host = host_untouched();
+    require_root();
+    let dir = tempfile::tempdir().expect("dir");
+    let src = format!("rlns{}", std::process::id() % 100_000);
+    let _lab = up(&src, &["--nodes", "2", "--pods-per-node", "1"]);
+    let long = |node: &str, name: &str| {
+        let file = dir.path().join(format!("{name}.json"));
+        let ns = format!("cnilab-lab-{src}-{node}");
+        let out = cnilab(&[
+            "capture",
+            "--netns",
+            &ns,
+            "--node-name",
+            name,
+            "-o",
+            &file.display().to_string(),
+        ]);
+        assert!(out.status.success(), "capture {ns}: {}", output_text(&out));
+        file.display().to_string()
+    };
+    let f1 = long("node1", "kind-control-plane");
+    let f2 = long("node2", "kind-worker-with-a-long-name");
+    let rep = format!("rlnr{}", std::process::id() % 100_000);
+    let _rep = up(&rep, &["--capture", &f1, &f2]);
+    for node in ["kind-control-plane", "kind-worker-with-a-long-name"] {
+        assert!(
+            namespaces_of(&rep).contains(&format!("cnilab-lab-{rep}-{node}")),
+            "no namespace for {node}: {:?}",
+            namespaces_of(&rep)
+        );
+    }
+    let out = cnilab(&["lab", "check", "--name", &rep]);
+    assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
+}

@@ -226,7 +226,7 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
         } else {
             format!("rack{k}")
         };
-        let port = format!("p-{}", node.net.name);
+        let port = cnilab_net::naming::fitted_ifname("p-", &node.net.name);
         drop_own_peer(&mut node.net, &up);
         let link = node
             .net

@@ -193,7 +193,8 @@ fn bridge(name: &str, up: bool) -> Link {
     b
 }
 
-/// `plug` in `build.rs`: port `p-<name>` on its bridge, `eth0` in `ns`.
+/// `plug` in `build.rs`: port `p-<name>` on its bridge (shortened to fit,
+/// [`cnilab_net::naming::fitted_ifname`]), `eth0` in `ns`.
 fn plug(
     topo: &Topology,
     switch: &mut Namespace,
@@ -201,7 +202,7 @@ fn plug(
     spec: &NodeSpec,
     mtu: u32,
 ) -> Result<(), LabError> {
-    let port_name = format!("p-{}", spec.name);
+    let port_name = cnilab_net::naming::fitted_ifname("p-", &spec.name);
     let bridge_name = match topo.shape {
         Shape::Routed => rack_bridge(topo, switch, spec.address),
         _ => UNDERLAY_BRIDGE.to_string(),
