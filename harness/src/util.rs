@@ -183,11 +183,15 @@ pub fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
     }
 }
 
-/// [`parallel_map`] on at most `workers` scoped threads, which take the
-/// items in their order (a thousand items need not be a thousand threads);
-/// an item whose `f` panicked gives `panicked()` in its place (the others
-/// still finish).
-pub fn parallel_map_bounded<T, R>(
+/// `parallel_map`'s `workers` for a scoped thread of its own for every item.
+pub const A_THREAD_EACH: usize = usize::MAX;
+
+/// Runs `f` on every item on at most `workers` scoped threads (at most one
+/// an item: [`A_THREAD_EACH`]), which take the items in their order (a
+/// thousand items need not be a thousand threads), and returns the results
+/// in the items' order; an item whose `f` panicked gives `panicked()` in
+/// its place (the others still finish).
+pub fn parallel_map<T, R>(
     items: impl IntoIterator<Item = T>,
     workers: usize,
     f: impl Fn(T) -> R + Sync,
@@ -225,22 +229,6 @@ where
         .collect()
 }
 
-/// Runs `f` on every item, each on a scoped thread of its own, and returns
-/// the results in the items' order; a thread that panicked gives
-/// `panicked()` in its place (the others still finish).
-pub fn parallel_map<T, R>(
-    items: impl IntoIterator<Item = T>,
-    f: impl Fn(T) -> R + Sync,
-    panicked: impl Fn() -> R,
-) -> Vec<R>
-where
-    T: Send,
-    R: Send,
-{
-    let items: Vec<T> = items.into_iter().collect();
-    let workers = items.len();
-    parallel_map_bounded(items, workers, f, panicked)
-}
 
 #[cfg(test)]
 mod tests {
@@ -250,6 +238,7 @@ mod tests {
     fn parallel_map_keeps_order_and_reports_a_panicked_item() {
         let out = parallel_map(
             0..5,
+            A_THREAD_EACH,
             |i| {
                 if i == 3 {
                     panic!("item 3");
@@ -265,7 +254,7 @@ mod tests {
     fn bounded_map_keeps_order_reports_panics_and_never_exceeds_its_workers() {
         use std::sync::atomic::{AtomicUsize, Ordering};
         let (running, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
-        let out = parallel_map_bounded(
+        let out = parallel_map(
             0..40,
             3,
             |i| {
@@ -286,7 +275,7 @@ mod tests {
         assert_eq!(out, want);
         let most = most.load(Ordering::SeqCst);
         assert!((1..=3).contains(&most), "{most} items ran at once");
-        assert!(parallel_map_bounded(Vec::<u8>::new(), 4, |i| i, || 0).is_empty());
+        assert!(parallel_map(Vec::<u8>::new(), 4, |i| i, || 0).is_empty());
     }
 
     #[test]

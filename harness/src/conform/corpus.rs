@@ -66,6 +66,7 @@ pub(crate) fn run(s: &Suite<'_>, dir: Option<&Path>) -> Vec<Finding> {
     let even: Vec<&corpus::Case> = others.iter().step_by(2).copied().collect();
     let results: Vec<Result<Vec<Outcome<'_>>, String>> = crate::util::parallel_map(
         [&endless, &odd, &even],
+        crate::util::A_THREAD_EACH,
         |part| run_world(s, part, &plugin, &cni_path),
         || Err("a corpus thread panicked".to_string()),
     );

@@ -371,7 +371,7 @@ impl Lab {
             .collect();
         let total = jobs.len();
         let done = std::sync::atomic::AtomicUsize::new(0);
-        let made = crate::util::parallel_map_bounded(
+        let made = crate::util::parallel_map(
             jobs.iter().copied(),
             ATTACH_WORKERS,
             |(i, k)| {

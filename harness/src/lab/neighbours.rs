@@ -584,6 +584,7 @@ fn install_pins(lab: &Lab, pins: Vec<Pin>) -> Result<(), LabError> {
     let groups: Vec<_> = by_ns.into_iter().collect();
     let results: Vec<Result<(), String>> = crate::util::parallel_map(
         groups.chunks(groups.len().div_ceil(8).max(1)),
+        crate::util::A_THREAD_EACH,
         |chunk| -> Result<(), String> {
             for ((n, p), list) in chunk {
                 let node = &lab.nodes[*n];

@@ -380,7 +380,7 @@ pub fn run_many(world: &World, reqs: &[Request]) -> Vec<Trace> {
         }
     }
     let side_by_side = groups.len() > 1;
-    let traced = crate::util::parallel_map_bounded(
+    let traced = crate::util::parallel_map(
         groups,
         AT_ONCE,
         |group| {

@@ -207,6 +207,7 @@ impl World {
             .collect();
         crate::util::parallel_map(
             candidates.iter(),
+            crate::util::A_THREAD_EACH,
             |r| {
                 self.loaded(r);
             },

@@ -148,6 +148,7 @@ pub(super) fn linked(node: &File, warnings: &mut Vec<String>) -> Linked {
     let node_fd = node.as_raw_fd();
     let asked: Vec<Result<Option<(Relation, File)>, String>> = crate::util::parallel_map(
         all.iter(),
+        crate::util::A_THREAD_EACH,
         |(_, (source, path))| {
             // Gone meanwhile, or not a namespace: no pod.
             let Ok(file) = plugin_netns::open_network_namespace(path) else {

@@ -61,6 +61,7 @@ impl Lab {
         let lab = &*self;
         let started: Vec<Result<Option<Containerd>, LabError>> = crate::util::parallel_map(
             0..lab.nodes.len(),
+            crate::util::A_THREAD_EACH,
             |i| lab.start_one(i),
             || Err(setup("containerd thread panicked")),
         );

@@ -90,6 +90,7 @@ pub fn read_with_warnings(layout: &Layout) -> Result<(LabModel, Vec<String>), St
         .collect();
     let read: Vec<Result<RawNamespace, String>> = crate::util::parallel_map(
         all.iter(),
+        crate::util::A_THREAD_EACH,
         |(role, file)| read_namespace(role, file, &others),
         || Err("reader thread panicked".to_string()),
     );

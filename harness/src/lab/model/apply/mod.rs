@@ -552,6 +552,7 @@ fn in_parallel<T: Sync, R: Send>(
     let chunks: Vec<&[T]> = targets.chunks(per).collect();
     let done = crate::util::parallel_map(
         chunks,
+        crate::util::A_THREAD_EACH,
         |chunk| chunk.iter().map(&f).collect::<Result<Vec<R>, ApplyError>>(),
         || Err(object_error("apply", "thread", "panicked")),
     );
