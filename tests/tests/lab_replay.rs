@@ -313,7 +313,7 @@ const NOT_CAPTURABLE: &[(&str, &str)] = &[
     ),
     (
         "vagrant-nat-internal-ip",
-        "the diagnosis nat-internal-ip reads the node list the agents publish (each node advertising its NAT address), which is no network state; the capture carries the fault's effect, and the replay diagnoses that (missing-route)",
+        "the fault's only trace in the nodes' network is missing routes: the agents refuse to route via 10.0.2.15, which every node claims in the node list they read, and remove their routes; 10.0.2.15 on every node's eth1 is there when healthy too, so network state alone cannot tell this fault from any other missing route. Live and replayed both fail pod-to-pod/cross-node with missing-route; only the live lab, reading that node list, adds nat-internal-ip",
     ),
 ];
 
