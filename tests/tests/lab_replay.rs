@@ -558,29 +558,31 @@ fn nodes_with_long_names_replay_and_pass_check() {
 /// pods' traffic masqueraded to the node's address, the only one the
 /// external host can answer).
 #[rstest]
-#[case::gateway_on_the_shared_subnet("l2-gateway", "10.250.0.254")]
-#[case::behind_the_router("routed", "198.51.100.2")]
+#[case::gateway_on_the_shared_subnet("two-node", true, "10.250.0.254")]
+#[case::ipv6_gateway_on_the_shared_subnet("ipv6-only", true, "fd00:10:250::fe")]
+#[case::behind_the_router("routed", false, "198.51.100.2")]
 fn a_replay_reaches_the_outside_where_the_nodes_gateway_is(
     #[case] topology: &str,
+    #[case] gateway: bool,
     #[case] external: &str,
 ) {
     let _host = host_untouched();
     require_root();
     let dir = tempfile::tempdir().expect("dir");
-    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/topologies");
-    let path = match topology {
-        "l2-gateway" => {
-            let text = std::fs::read_to_string(shipped.join("two-node.toml")).expect("read");
-            let text = text.replace(
-                "address = \"10.250.0.254\"\n",
-                "address = \"10.250.0.254\"\ngateway = true\n",
-            );
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../lab/topologies")
+        .join(format!("{topology}.toml"));
+    let path = match gateway {
+        // The shipped topology with its external host as the nodes' gateway.
+        true => {
+            let text = std::fs::read_to_string(&shipped).expect("read");
+            let text = text.replace("[external]\n", "[external]\ngateway = true\n");
             assert!(text.contains("gateway = true"), "{text}");
-            let p = dir.path().join("l2-gateway.toml");
+            let p = dir.path().join(format!("{topology}-gateway.toml"));
             std::fs::write(&p, text).expect("write");
             p
         }
-        other => shipped.join(format!("{other}.toml")),
+        false => shipped,
     };
     let (src, rep) = (name_for(&path, "os"), name_for(&path, "or"));
     let _src = up(&src, &["--topology", &path.display().to_string()]);
@@ -618,5 +620,5 @@ fn a_replay_reaches_the_outside_where_the_nodes_gateway_is(
         .output()
         .expect("ip");
     let shown = String::from_utf8_lossy(&addrs.stdout);
-    assert!(shown.contains(&format!("inet {external}/")), "{shown}");
+    assert!(shown.contains(&format!(" {external}/")), "{shown}");
 }

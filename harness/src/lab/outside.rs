@@ -52,13 +52,15 @@ pub fn place(
             .flat_map(|ns| &ns.links)
             .any(|l| l.addresses.iter().any(|x| x.addr() == a))
     };
-    if held(gateway) || gateway.is_ipv6() {
+    // The networks behind a router are IPv4 ones.
+    if held(gateway) || (gateway.is_ipv6() && router.is_some()) {
         return None;
     }
     let mut ns = Namespace::new(EXTERNAL);
     ns.links.push(Link::new("lo", LinkKind::Loopback, true));
-    ns.sysctls
-        .insert(PING_GROUP_RANGE.0.into(), PING_GROUP_RANGE.1.into());
+    for (key, value) in [PING_GROUP_RANGE, ("net/ipv6/conf/default/accept_dad", "0")] {
+        ns.sysctls.insert(key.into(), value.into());
+    }
     let address = match router {
         None => {
             let port = "p-external";
@@ -201,6 +203,10 @@ mod tests {
         assert!(place(&nodes, &held, &mut switch, None).is_none());
         let none = [subnet("10.9.0.0/24", None)];
         assert!(place(&nodes, &none, &mut switch, None).is_none());
+        let v6 = [node("fd00:9::1/64"), node("fd00:9::2/64")];
+        let gw6 = [subnet("fd00:9::/64", Some("fd00:9::fe"))];
+        let (spec, _) = place(&v6, &gw6, &mut switch, None).expect("IPv6 placed");
+        assert_eq!(spec.address.to_string(), "fd00:9::fe");
     }
 
     #[test]
