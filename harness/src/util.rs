@@ -229,7 +229,6 @@ where
         .collect()
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

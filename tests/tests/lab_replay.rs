@@ -313,11 +313,7 @@ const NOT_CAPTURABLE: &[(&str, &str)] = &[
     ),
     (
         "vagrant-nat-internal-ip",
-        "the diagnosis nat-internal-ip reads the node list the agents publish (each node advertising its NAT address), which is no network state; the capture carries the fault's effect, and the replay diagnoses that (missing-route)",
-    ),
-    (
-        "masquerade-missing",
-        "the pod-to-external group probes the lab's external host, which is no node and which nothing on the nodes names (no route via it: it sits on the nodes' own subnet), so the replay cannot know its address",
+        "the fault's only trace in the nodes' network is missing routes: the agents refuse to route via 10.0.2.15, which every node claims in the node list they read, and remove their routes; 10.0.2.15 on every node's eth1 is there when healthy too, so network state alone cannot tell this fault from any other missing route. Live and replayed both fail pod-to-pod/cross-node with missing-route; only the live lab, reading that node list, adds nat-internal-ip",
     ),
 ];
 
@@ -553,4 +549,76 @@ fn nodes_with_long_names_replay_and_pass_check() {
     }
     let out = cnilab(&["lab", "check", "--name", &rep]);
     assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
+}
+
+/// A real node reaches the outside world through its default route's
+/// gateway: a replay stands its external host there (on the nodes' shared
+/// subnet at the gateway; behind the derived router when the nodes are on
+/// several subnets), and a healthy replay passes `pod-to-external` (the
+/// pods' traffic masqueraded to the node's address, the only one the
+/// external host can answer).
+#[rstest]
+#[case::gateway_on_the_shared_subnet("two-node", true, "10.250.0.254")]
+#[case::ipv6_gateway_on_the_shared_subnet("ipv6-only", true, "fd00:10:250::fe")]
+#[case::behind_the_router("routed", false, "198.51.100.2")]
+fn a_replay_reaches_the_outside_where_the_nodes_gateway_is(
+    #[case] topology: &str,
+    #[case] gateway: bool,
+    #[case] external: &str,
+) {
+    let _host = host_untouched();
+    require_root();
+    let dir = tempfile::tempdir().expect("dir");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../lab/topologies")
+        .join(format!("{topology}.toml"));
+    let path = match gateway {
+        // The shipped topology with its external host as the nodes' gateway.
+        true => {
+            let text = std::fs::read_to_string(&shipped).expect("read");
+            let text = text.replace("[external]\n", "[external]\ngateway = true\n");
+            assert!(text.contains("gateway = true"), "{text}");
+            let p = dir.path().join(format!("{topology}-gateway.toml"));
+            std::fs::write(&p, text).expect("write");
+            p
+        }
+        false => shipped,
+    };
+    let (src, rep) = (name_for(&path, "os"), name_for(&path, "or"));
+    let _src = up(&src, &["--topology", &path.display().to_string()]);
+    let (_rep, wrong) = round_trip(&src, &rep);
+    assert!(wrong.is_empty(), "{topology}: {}", wrong.join("\n"));
+    let out = cnilab(&[
+        "lab",
+        "check",
+        "--name",
+        &rep,
+        "--only",
+        "pod-to-external",
+        "-o",
+        "json",
+    ]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", output_text(&out)));
+    assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
+    let group = r["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|g| g["name"] == "pod-to-external")
+        .unwrap_or_else(|| panic!("pod-to-external did not run: {r}"));
+    assert!(group["probes"].as_u64() > Some(0), "{group}");
+    assert_eq!(group["passed"], group["probes"], "{group}");
+    let ext = format!("cnilab-lab-{rep}-external");
+    assert!(
+        namespaces_of(&rep).contains(&ext),
+        "no external host: {:?}",
+        namespaces_of(&rep)
+    );
+    let addrs = std::process::Command::new("ip")
+        .args(["-n", &ext, "-o", "addr", "show", "dev", "eth0"])
+        .output()
+        .expect("ip");
+    let shown = String::from_utf8_lossy(&addrs.stdout);
+    assert!(shown.contains(&format!(" {external}/")), "{shown}");
 }

@@ -204,9 +204,7 @@ pub fn skipped(lab: &Lab, groups: &[String], ran: &[&str]) -> Vec<(String, Strin
         .filter(|g| selected(groups, g, None) && !ran.contains(g))
         .map(|g| {
             let why = match g {
-                crate::connectivity::groups::POD_TO_EXTERNAL => {
-                    "a replay has no external host (a capture holds none)"
-                }
+                crate::connectivity::groups::POD_TO_EXTERNAL => super::outside::NO_GATEWAY,
                 crate::connectivity::groups::POD_TO_POD_SAME_NODE => "no captured node has two pods",
                 g if g.starts_with("service/") && kube_proxy() => {
                     "the captures' kube-proxy Services are probed by service/cluster-ip (every pod to each ClusterIP); the per-backend Services this group needs exist only in a topology's [service]"

@@ -32,7 +32,8 @@
 //! a lab's infrastructure, live namespaces read back into it, the two
 //! compared), a
 //! real node's network captured into it in [`capture`] (`cnilab capture`),
-//! captured nodes stood up as a lab in [`replay`] (`lab up --capture`),
+//! captured nodes stood up as a lab in [`replay`] (`lab up --capture`;
+//! its external host where the nodes' default routes lead in [`outside`]),
 //! and [`trace`] (`lab trace`: FROM/TO and the lab's namespaces resolved for
 //! the tracer in `crate::trace`). Pods are attached by
 //! executing the plugin (`direct`) or, with `--runtime containerd`, through
@@ -51,6 +52,7 @@ pub mod facts;
 pub mod kube_proxy;
 pub mod model;
 pub mod neighbours;
+pub mod outside;
 pub mod parts;
 pub mod pidfile;
 pub mod plan;

@@ -11,7 +11,10 @@
 //! a veth to the switch, and derives the underlay: one switch bridge for a
 //! shared subnet, a bridge per subnet and a `router` with a leg on each
 //! (the nodes' gateway address) and routes to the nodes' pod CIDRs
-//! otherwise, and marks a captured VXLAN overlay's routing and a captured
+//! otherwise), stands the outside world (the external host `pod-to-external`
+//! probes) where the nodes' default routes lead (`lab/outside.rs`: at
+//! their gateway on a shared subnet, behind the router otherwise, with no
+//! route to any pod), and marks a captured VXLAN overlay's routing and a captured
 //! kube-proxy table's Service and real kube-proxy chains' Services
 //! (`kube_proxy::merge`); [`build`] applies the model (`model::apply`, namespaces
 //! `cnilab-lab-<lab>-<role>` for a standing lab, recorded in its ledger)
@@ -29,7 +32,7 @@
 use super::base::{LabError, UpOptions};
 use super::capture::{self, Capture};
 use super::model::apply::{self, Applied, NotMade};
-use super::model::compile::PING_GROUP_RANGE;
+use super::model::compile::{EXTERNAL, PING_GROUP_RANGE};
 use super::model::{
     BridgePort, LabModel, Link, LinkKind, Namespace, Node as ModelNode, Route, VethPeer,
 };
@@ -315,10 +318,17 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
         b.bridge = Some(Default::default());
         switch.links.push(b);
     }
-    if subnets.len() > 1 {
+    let mut derived = (subnets.len() > 1).then(|| router(&mut switch, &subnets));
+    if derived.is_some() {
         topo.shape = Shape::Routed;
-        model.underlay.push(router(&mut switch, &subnets));
     }
+    let gateways: Vec<_> = subnets.iter().map(|(s, g, _)| (*s, *g)).collect();
+    let outside = super::outside::place(&model.nodes, &gateways, &mut switch, derived.as_mut());
+    if let Some((spec, external)) = outside {
+        topo.external = Some(spec);
+        model.underlay.push(external);
+    }
+    model.underlay.extend(derived);
     if let Some((subnet, _, _)) = subnets.first() {
         if subnet.addr().is_ipv4() {
             topo.underlay = *subnet;
@@ -655,13 +665,13 @@ fn into_lab(
     opts: UpOptions,
     plugin_dir: &str,
 ) -> Result<Lab, LabError> {
-    let mut switch = None;
+    let (mut switch, mut external) = (None, None);
     let mut extra = Vec::new();
     for (role, ns) in applied.underlay {
-        if role == "switch" {
-            switch = Some(ns);
-        } else {
-            extra.push(ns);
+        match role.as_str() {
+            "switch" => switch = Some(ns),
+            EXTERNAL => external = Some(ns),
+            _ => extra.push(ns),
         }
     }
     let switch = switch.ok_or_else(|| setup("replay: no switch"))?;
@@ -716,7 +726,7 @@ fn into_lab(
         opts,
         plugin_dir: plugin_dir.to_string(),
         switch,
-        external: None,
+        external,
         nodes,
         phases: Vec::new(),
         extra,

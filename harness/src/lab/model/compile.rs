@@ -166,6 +166,16 @@ pub fn compile(topo: &Topology) -> Result<LabModel, LabError> {
         if topo.shape == Shape::Nat {
             model.underlay.push(nat_box(&mut node.net));
         }
+        if let Some(ext) = topo.external.as_ref().filter(|e| e.gateway) {
+            // The outside world is the nodes' gateway, as a real node's.
+            for v6 in [false, true] {
+                if let (Some(gw), Some(_)) = (ext.address_of(v6), spec.address_of(v6)) {
+                    node.net
+                        .routes
+                        .push(route(default_dst(v6), Some(gw), "eth0", "static"));
+                }
+            }
+        }
         model.nodes.push(node);
     }
     routing(topo, &mut model, router.as_mut());
@@ -616,6 +626,39 @@ pub(crate) mod tests {
             })
             .collect();
         assert_eq!(shown, expected);
+    }
+
+    /// `[external] gateway = true`: every node's default route goes via
+    /// the external host, in each family both have an address of.
+    #[test]
+    fn an_external_gateway_is_the_nodes_default_route() {
+        let text = "underlay6 = \"fd00:250::/64\"\n[[node]]\nname = \"node1\"\naddress = \"10.250.0.1\"\naddress6 = \"fd00:250::1\"\npod_cidr = [\"10.244.1.0/24\"]\n[external]\naddress = \"10.250.0.254\"\naddress6 = \"fd00:250::fe\"\ngateway = true\n";
+        let topo = Topology::parse(text, Path::new("t.toml")).expect("topology");
+        let model = compile(&topo).expect("compiles");
+        let node = model
+            .namespaces()
+            .find(|n| n.name == "node1")
+            .expect("node");
+        let defaults: Vec<String> = node
+            .routes
+            .iter()
+            .filter(|r| r.dst.prefix_len() == 0)
+            .map(|r| format!("{} via {:?} dev {:?}", r.dst, r.gateway, r.dev))
+            .collect();
+        assert_eq!(
+            defaults,
+            [
+                "0.0.0.0/0 via Some(10.250.0.254) dev Some(\"eth0\")",
+                "::/0 via Some(fd00:250::fe) dev Some(\"eth0\")"
+            ]
+        );
+        let without = Topology::parse(&text.replace("gateway = true\n", ""), Path::new("t.toml"))
+            .expect("topology");
+        let model = compile(&without).expect("compiles");
+        assert!(model
+            .namespaces()
+            .flat_map(|n| &n.routes)
+            .all(|r| r.dst.prefix_len() > 0));
     }
 
     #[test]

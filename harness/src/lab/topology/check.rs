@@ -313,6 +313,15 @@ fn cidrs_and_settings(
 fn external(t: &Topology, seen_addrs: &[IpAddr]) -> Result<(), Invalid> {
     let reserved = reserved(t);
     if let Some(ext) = &t.external {
+        if ext.gateway && t.shape != shapes::Shape::L2 {
+            return Err(Invalid {
+                field: vec![Seg::Key("external"), Seg::Key("gateway")],
+                message: format!(
+                    "external gateway = true needs shape = \"l2\" (shape \"{}\" gives the nodes their default route: via the router, or the NAT box); remove gateway",
+                    format!("{:?}", t.shape).to_lowercase()
+                ),
+            });
+        }
         let bad6 = match (ext.address6, &t.underlay6) {
             (Some(a6), Some(u6)) => !u6.contains(&a6) || seen_addrs.contains(&a6),
             (Some(_), None) => true,

@@ -92,6 +92,13 @@ pub struct ExternalSpec {
     /// Its address in `underlay6` (a dual-stack underlay).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address6: Option<IpAddr>,
+    /// The nodes' default route goes via it, as a real node's goes via its
+    /// gateway to the outside world (an `l2` underlay only: a routed one's
+    /// nodes route via the router, a `nat` one's via the NAT box). A
+    /// capture of such a node names the external host, so its replay
+    /// stands one up there (`lab/outside.rs`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gateway: bool,
 }
 
 impl ExternalSpec {
@@ -200,6 +207,7 @@ fn default_external() -> Option<ExternalSpec> {
     Some(ExternalSpec {
         address: IpAddr::from([10, 250, 0, 254]),
         address6: None,
+        gateway: false,
     })
 }
 
@@ -600,6 +608,7 @@ pod_cidr = ["10.244.2.0/24"]
         "address6",
         5
     )]
+    #[case::external_gateway_outside_l2(&format!("shape = \"nat\"\n{TWO_NODES}[external]\naddress = \"10.250.0.254\"\ngateway = true\n"), "gateway", 12)]
     #[case::external_broadcast(&format!("{TWO_NODES}[external]\naddress = \"10.250.0.255\"\n"), "address", 10)]
     #[case::cluster_cidr_overlaps_underlay(&format!("cluster_cidr = [\"10.0.0.0/8\"]\n{TWO_NODES}"), "cluster_cidr", 1)]
     #[case::duplicate_name_in_second_node(
