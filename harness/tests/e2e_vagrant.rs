@@ -91,6 +91,13 @@ fn env_sh(args: &[&str]) -> std::process::Output {
         .expect("bash runs")
 }
 
+/// `virsh -c qemu:///system ARGS` against the run's libvirtd.
+fn virsh(ns: &str, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["exec", ns, "virsh", "-c", "qemu:///system"];
+    all.extend_from_slice(args);
+    env_sh(&all)
+}
+
 fn ok(out: &std::process::Output, what: &str) -> String {
     let text = format!(
         "{}{}",
@@ -142,18 +149,7 @@ fn libvirt_runs_in_the_runs_namespace_and_down_removes_everything() {
     let ns = format!("cnilab-{}-vg", std::process::id());
     let (_down, libvirtd) = up(&ns);
     // A NAT network: libvirt makes a bridge, dnsmasq and firewall rules.
-    ok(
-        &env_sh(&[
-            "exec",
-            &ns,
-            "virsh",
-            "-c",
-            "qemu:///system",
-            "net-start",
-            "default",
-        ]),
-        "net-start",
-    );
+    ok(&virsh(&ns, &["net-start", "default"]), "net-start");
     let links = ok(&env_sh(&["exec", &ns, "ip", "-o", "link"]), "ip link");
     assert!(
         links.contains("virbr0"),
@@ -231,16 +227,7 @@ fn the_runs_libvirt_probes_qemu_once_and_keeps_what_it_found() {
     ]);
     let lookup = || {
         ok(
-            &env_sh(&[
-                "exec",
-                &ns,
-                "virsh",
-                "-c",
-                "qemu:///system",
-                "domcapabilities",
-                "--virttype",
-                "qemu",
-            ]),
+            &virsh(&ns, &["domcapabilities", "--virttype", "qemu"]),
             "virsh domcapabilities",
         )
     };
