@@ -207,6 +207,14 @@ fn probes_logged(log: &Path) -> usize {
 #[ignore = "root and libvirt (bash lab/install-deps.sh --vagrant); run by .ci/run's vagrant tier"]
 fn the_runs_libvirt_probes_qemu_once_and_keeps_what_it_found() {
     let _host = cnilab_net::testing::host_untouched();
+    // The host's /dev/kvm (owner, group, mode), as the run must leave it.
+    let kvm = || {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/dev/kvm")
+            .ok()
+            .map(|m| (m.uid(), m.gid(), m.mode()))
+    };
+    let host_kvm = kvm();
     let ns = format!("cnilab-vg-c{}", std::process::id() % 10_000_000);
     let (_down, _) = up(&ns);
     let log = run_dir(&ns).join("log/caps-test.log");
@@ -249,6 +257,7 @@ fn the_runs_libvirt_probes_qemu_once_and_keeps_what_it_found() {
         "later lookups probed QEMU again: {}",
         std::fs::read_to_string(&log).unwrap_or_default()
     );
+    assert_eq!(kvm(), host_kvm, "the host's /dev/kvm is as it was");
 }
 
 /// `cnilab e2e vagrant STEP --name fault` from the checkout.
