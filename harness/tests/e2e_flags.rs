@@ -309,7 +309,7 @@ fn the_checker_refuses_what_the_tools_refuse() {
         "KUBECONFIG=k minikube --profile p ssh --node n -- sudo sed -n -e /x/p f",
         "docker exec n crictl inspecti -q img",
         "kubectl --kubeconfig k get pods -o wide > d/pods.txt",
-        "X=1 bash ./lab/vagrant/env.sh exec cnilab-1-vg vagrant up --provider libvirt --no-parallel",
+        "X=1 bash ./lab/vagrant/env.sh exec cnilab-1-vg vagrant up --provider libvirt --parallel",
         "bash lab/vagrant/build-box.sh --link b.box",
     ];
     for line in good {

@@ -91,6 +91,13 @@ fn env_sh(args: &[&str]) -> std::process::Output {
         .expect("bash runs")
 }
 
+/// `virsh -c qemu:///system ARGS` against the run's libvirtd.
+fn virsh(ns: &str, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["exec", ns, "virsh", "-c", "qemu:///system"];
+    all.extend_from_slice(args);
+    env_sh(&all)
+}
+
 fn ok(out: &std::process::Output, what: &str) -> String {
     let text = format!(
         "{}{}",
@@ -142,18 +149,7 @@ fn libvirt_runs_in_the_runs_namespace_and_down_removes_everything() {
     let ns = format!("cnilab-{}-vg", std::process::id());
     let (_down, libvirtd) = up(&ns);
     // A NAT network: libvirt makes a bridge, dnsmasq and firewall rules.
-    ok(
-        &env_sh(&[
-            "exec",
-            &ns,
-            "virsh",
-            "-c",
-            "qemu:///system",
-            "net-start",
-            "default",
-        ]),
-        "net-start",
-    );
+    ok(&virsh(&ns, &["net-start", "default"]), "net-start");
     let links = ok(&env_sh(&["exec", &ns, "ip", "-o", "link"]), "ip link");
     assert!(
         links.contains("virbr0"),
@@ -196,6 +192,72 @@ fn sweep_finds_what_a_killed_run_left() {
     // emptied namespace can go.
     let removed = cnilab_harness::netns::remove_matching(|n| n == ns).expect("remove");
     assert_eq!(removed, vec![ns]);
+}
+
+/// How often the run's libvirtd has started QEMU to probe its
+/// capabilities, by its log (debug level for that module only).
+fn probes_logged(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .matches("Try to probe capabilities of")
+        .count()
+}
+
+#[test]
+#[ignore = "root and libvirt (bash lab/install-deps.sh --vagrant); run by .ci/run's vagrant tier"]
+fn the_runs_libvirt_probes_qemu_once_and_keeps_what_it_found() {
+    let _host = cnilab_net::testing::host_untouched();
+    // The host's /dev/kvm (owner, group, mode), as the run must leave it.
+    let kvm = || {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/dev/kvm")
+            .ok()
+            .map(|m| (m.uid(), m.gid(), m.mode()))
+    };
+    let host_kvm = kvm();
+    let ns = format!("cnilab-vg-c{}", std::process::id() % 10_000_000);
+    let (_down, _) = up(&ns);
+    let log = run_dir(&ns).join("log/caps-test.log");
+    let admin = |args: &[&str]| {
+        let mut all = vec!["exec", &ns, "virt-admin", "-c", "libvirtd:///system"];
+        all.extend_from_slice(args);
+        ok(&env_sh(&all), "virt-admin");
+    };
+    admin(&[
+        "daemon-log-filters",
+        "1:qemu.qemu_capabilities 1:qemu.qemu_process 3:*",
+    ]);
+    // libvirtd writes the file inside the run's mount namespace, where the
+    // run's log directory is /var/log/libvirt.
+    admin(&[
+        "daemon-log-outputs",
+        "1:file:/var/log/libvirt/caps-test.log",
+    ]);
+    let lookup = || {
+        ok(
+            &virsh(&ns, &["domcapabilities", "--virttype", "qemu"]),
+            "virsh domcapabilities",
+        )
+    };
+    lookup();
+    let first = probes_logged(&log);
+    assert!(
+        first >= 1,
+        "the first lookup probes QEMU (or the log changed its words): {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    lookup();
+    lookup();
+    // Each probe costs seconds of CPU; probing again on every lookup (the
+    // cache judged stale because root may open /dev/kvm and libvirt's qemu
+    // user may not) made defining and starting one VM take minutes.
+    assert_eq!(
+        probes_logged(&log),
+        first,
+        "later lookups probed QEMU again: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert_eq!(kvm(), host_kvm, "the host's /dev/kvm is as it was");
 }
 
 /// `cnilab e2e vagrant STEP --name fault` from the checkout.

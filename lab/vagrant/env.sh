@@ -30,13 +30,33 @@ shift 2
 run=${CNILAB_VAGRANT_RUN_ROOT:-/var/tmp/cnilab-vagrant}/$ns
 readonly dirs=(etc:/etc/libvirt run:/run/libvirt lib:/var/lib/libvirt log:/var/log/libvirt cache:/var/cache/libvirt)
 
-# CMD in NS with the run's libvirt directories mounted over the host's.
+# CMD in NS with the run's libvirt directories mounted over the host's, and
+# the run's /dev/kvm node (see kvm_node) over the host's when there is one.
 inside() {
   # shellcheck disable=SC2016 # expanded by the inner shell
   ip netns exec "$ns" unshare --mount --propagation private -- \
     bash -c 'run=$1 dirs=$2; shift 2; for d in $dirs; do
                mkdir -p "${d#*:}" && mount --bind "$run/${d%%:*}" "${d#*:}" || exit 2
-             done; exec "$@"' env.sh "$run" "${dirs[*]}" "$@"
+             done
+             if [ -c "$run/kvm" ]; then mount --bind "$run/kvm" /dev/kvm || exit 2; fi
+             exec "$@"' env.sh "$run" "${dirs[*]}" "$@"
+}
+
+# libvirt probes QEMU's capabilities as root, where /dev/kvm opens, but
+# judges KVM usable by whether its qemu user may open it: with a /dev/kvm
+# only root may open (no udev rule made it root:kvm 0660, as here), the two
+# disagree, every capabilities lookup throws the cache away and probes QEMU
+# again (a few seconds each, dozens per domain: 2 minutes to define and
+# start one VM on 2 loaded cores). The run gets a node of its own for the
+# same device, root:kvm 0660 as Debian's udev rule makes it, mounted over
+# /dev/kvm only in its mount namespaces; the host's node is left as it is.
+kvm_node() {
+  [ -c /dev/kvm ] && getent group kvm >/dev/null || return 0
+  case $(stat -c '%g %a' /dev/kvm) in
+  *" 666" | "$(getent group kvm | cut -d: -f3) 660") return 0 ;;
+  esac
+  mknod -m 660 "$run/kvm" c "$((0x$(stat -c %t /dev/kvm)))" "$((0x$(stat -c %T /dev/kvm)))"
+  chgrp kvm "$run/kvm"
 }
 
 vagrant_env() {
@@ -59,6 +79,7 @@ up() {
   cp -a /etc/libvirt/. "$run/etc/"
   rm -f "$run"/etc/qemu/networks/autostart/*.xml
   printf 'cgroup_controllers = [ ]\nsecurity_driver = "none"\n' >>"$run/etc/qemu.conf"
+  kvm_node
   ip netns add "$ns"
   ip -n "$ns" link set lo up
   inside virtlogd -d -p "$run/virtlogd.pid"

@@ -64,11 +64,13 @@ pub fn up_plan(opts: &VagrantOptions) -> Plan {
         SHORT,
     ));
     // vagrant's own log (what failed inside a VM) is kept: it is the only
-    // trace once `down` has removed the run directory.
+    // trace once `down` has removed the run directory. Both VMs at once:
+    // under TCG each VM's boot is one vCPU of work, and one after the other
+    // leaves a core idle while a VM waits for its lease and ssh.
     plan.push(Action::Capture {
         cmd: opts
             .vagrant()
-            .args(["up", "--provider", "libvirt", "--no-parallel"]),
+            .args(["up", "--provider", "libvirt", "--parallel"]),
         file: opts.work_dir().join("vagrant-up.log"),
         timeout: LONG,
     });

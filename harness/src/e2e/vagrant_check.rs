@@ -48,12 +48,15 @@ fn ssh(opts: &VagrantOptions, node: &str, script: &str) -> Cmd {
         .stdin(script)
 }
 
+/// The VM's nodes file (one JSON line, `[...]`), then its pods' facts (one
+/// JSON line, `{...}`): one `vagrant ssh`, since vagrant locks a machine
+/// while an ssh to it runs.
 fn facts_cmd(opts: &VagrantOptions, node: &str) -> Cmd {
     ssh(
         opts,
         node,
         &format!(
-            "cnilab e2e vagrant-node facts {}",
+            "cat /etc/cnilab/nodes.json\ncnilab e2e vagrant-node facts {}",
             pod_names(node).join(" ")
         ),
     )
@@ -83,15 +86,17 @@ fn probe_line(i: usize, p: &Probe) -> String {
     )
 }
 
-/// The probes' script for the VM `from` (one `vagrant ssh`).
+/// The probes' script for the VM `from` (one `vagrant ssh`): every probe
+/// in the background at once, then `wait` (each prints its one short line
+/// with one write, so lines never mix).
 fn probe_cmd(opts: &VagrantOptions, probes: &[Probe], from: usize) -> Option<Cmd> {
     let lines: Vec<String> = probes
         .iter()
         .enumerate()
         .filter(|(_, p)| p.spec.from.node == Some(from))
-        .map(|(i, p)| probe_line(i, p))
+        .map(|(i, p)| format!("( {} ) &", probe_line(i, p)))
         .collect();
-    (!lines.is_empty()).then(|| ssh(opts, NODES[from], &lines.join("\n")))
+    (!lines.is_empty()).then(|| ssh(opts, NODES[from], &format!("{}\nwait", lines.join("\n"))))
 }
 
 /// One planned command, and the script it reads on stdin as a comment.
@@ -272,14 +277,29 @@ fn node_facts(vm: &Vm) -> NodeFacts {
     }
 }
 
-/// Sends the probes (one `vagrant ssh` per source VM) and reads `P i ok|fail`.
+/// Runs the commands at once (each a `vagrant ssh`, `None` for a VM with
+/// nothing to run); their answers in order, the first failure as the error.
+fn on_each_vm(cmds: Vec<Option<Cmd>>) -> Result<Vec<Option<String>>, E2eError> {
+    crate::util::parallel_map(
+        cmds,
+        |cmd| {
+            cmd.map(|cmd| super::runner::run(&cmd, None, SSH, None))
+                .transpose()
+        },
+        || Err(E2eError::Invalid("a `vagrant ssh` thread panicked".into())),
+    )
+    .into_iter()
+    .collect()
+}
+
+/// Sends the probes (one `vagrant ssh` per source VM, both VMs at once) and
+/// reads `P i ok|fail`.
 fn send(opts: &VagrantOptions, probes: &[Probe]) -> Result<Vec<ProbeOutcome>, E2eError> {
     let mut results: Vec<Option<bool>> = vec![None; probes.len()];
-    for from in 0..NODES.len() {
-        let Some(cmd) = probe_cmd(opts, probes, from) else {
-            continue;
-        };
-        let out = super::runner::run(&cmd, None, SSH, None)?;
+    let cmds = (0..NODES.len())
+        .map(|from| probe_cmd(opts, probes, from))
+        .collect();
+    for out in on_each_vm(cmds)?.into_iter().flatten() {
         for line in out.lines() {
             let mut w = line.split_whitespace();
             if let (Some("P"), Some(i), Some(verdict)) = (w.next(), w.next(), w.next()) {
@@ -312,17 +332,25 @@ fn send(opts: &VagrantOptions, probes: &[Probe]) -> Result<Vec<ProbeOutcome>, E2
 /// Pods, probes and the report; `Ok(false)` when a probe failed.
 pub fn run(opts: &VagrantOptions) -> Result<bool, E2eError> {
     let started = std::time::Instant::now();
-    let mut reports = Vec::new();
-    for node in NODES {
-        let out = super::runner::run(&facts_cmd(opts, node), None, SSH, None)?;
-        reports.push(parse_report(node, &out)?);
-    }
-    let nodes_file = super::runner::run(
-        &ssh(opts, NODES[0], "cat /etc/cnilab/nodes.json"),
-        None,
-        SSH,
-        None,
-    )?;
+    // The pods of both VMs at once.
+    let outs: Vec<String> = on_each_vm(
+        NODES
+            .iter()
+            .map(|node| Some(facts_cmd(opts, node)))
+            .collect(),
+    )?
+    .into_iter()
+    .flatten()
+    .collect();
+    let reports = NODES
+        .iter()
+        .zip(&outs)
+        .map(|(node, out)| parse_report(node, out))
+        .collect::<Result<Vec<_>, _>>()?;
+    let nodes_file = outs
+        .first()
+        .and_then(|out| out.lines().rev().find(|l| l.trim_start().starts_with('[')))
+        .unwrap_or_default();
     let nodes_file: serde_json::Value = serde_json::from_str(nodes_file.trim())
         .map_err(|e| invalid(NODES[0], &format!("/etc/cnilab/nodes.json: {e}")))?;
     let vms = NODES
@@ -490,6 +518,33 @@ mod tests {
             .position(|p| p.spec.group.starts_with("mtu/"))
             .expect("mtu");
         assert!(probe_line(mtu, &probes[mtu]).contains("-M do -s 1472 "));
+    }
+
+    #[test]
+    fn a_vms_probes_run_at_once_and_its_shell_waits_for_all() {
+        let opts = VagrantOptions {
+            repo: "/repo".into(),
+            name: Some("t".into()),
+            bin: "/bin".into(),
+            retain: false,
+            dry_run: true,
+            format: crate::report::Format::Table,
+            junit: None,
+            json: None,
+        };
+        let probes = probes(&vms()).expect("probes");
+        let cmd = probe_cmd(&opts, &probes, 1).expect("node2 sends probes");
+        assert!(cmd.args.iter().any(|a| a == "node2"), "{cmd}");
+        let script = cmd.stdin.expect("the script on stdin");
+        let lines: Vec<&str> = script.lines().collect();
+        let from_node2: Vec<usize> = (0..probes.len())
+            .filter(|&i| probes[i].spec.from.node == Some(1))
+            .collect();
+        assert_eq!(lines.len(), from_node2.len() + 1, "{script}");
+        for (line, &i) in lines.iter().zip(&from_node2) {
+            assert_eq!(*line, format!("( {} ) &", probe_line(i, &probes[i])));
+        }
+        assert_eq!(lines.last(), Some(&"wait"), "{script}");
     }
 
     #[test]
