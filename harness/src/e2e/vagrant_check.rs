@@ -282,6 +282,7 @@ fn node_facts(vm: &Vm) -> NodeFacts {
 fn on_each_vm(cmds: Vec<Option<Cmd>>) -> Result<Vec<Option<String>>, E2eError> {
     crate::util::parallel_map(
         cmds,
+        crate::util::A_THREAD_EACH,
         |cmd| {
             cmd.map(|cmd| super::runner::run(&cmd, None, SSH, None))
                 .transpose()
