@@ -203,3 +203,21 @@ pub fn assert_check_names_on(lab: &Standing, cause: &str, at: &str, object: &str
     }
     lab.assert_no_trace_tables();
 }
+
+/// Stands up lab `label` from a topology file of the repository.
+pub fn up_topology(label: &str, file: &str) -> Standing {
+    let name = format!("{label}{}", std::process::id());
+    let lab = Standing(name.clone());
+    let out = cnilab(&[
+        "lab",
+        "up",
+        "--name",
+        &name,
+        "--topology",
+        file,
+        "--runtime",
+        "direct",
+    ]);
+    assert!(out.status.success(), "{file}: {}", all(&out));
+    lab
+}
