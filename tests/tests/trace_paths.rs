@@ -10,7 +10,7 @@ mod trace_common;
 use cnilab_tests::{cnilab, host_untouched, output_text as all, StandingLab as Standing};
 use serde_json::Value;
 use trace_common::{
-    address, assert_arrived, assert_check_names, assert_check_says, assert_died, Lab,
+    address, assert_arrived, assert_check_names, assert_check_says, assert_died, up_topology, Lab,
 };
 
 /// The hops' decisions, one string.
@@ -22,24 +22,6 @@ fn decisions(t: &(Option<i32>, Value)) -> String {
         .map(|h| format!("{}: {}", h["namespace"], h["decision"]))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// Stands up lab `label` from a topology file of the repository.
-fn up_topology(label: &str, file: &str) -> Standing {
-    let name = format!("{label}{}", std::process::id());
-    let lab = Standing(name.clone());
-    let out = cnilab(&[
-        "lab",
-        "up",
-        "--name",
-        &name,
-        "--topology",
-        file,
-        "--runtime",
-        "direct",
-    ]);
-    assert!(out.status.success(), "{file}: {}", all(&out));
-    lab
 }
 
 /// A Service VIP (the pinned one whose only backend is node2-pod0): the

@@ -321,23 +321,28 @@ fn endpoint(
 enum Finding {
     /// The trace named a death: the cause that replaces `undiagnosed`.
     Cause(crate::connectivity::Diagnosis),
-    /// It saw the packet arrive, or could not tell: said next to
-    /// `undiagnosed`.
-    Note(String),
+    /// It saw the packet arrive (`true`), or could not tell: said next
+    /// to `undiagnosed`.
+    Note(String, bool),
 }
 
 /// `lab check`: failures that no rule explains get one trace per distinct
 /// signature (check group, protocol, family); a death the trace names
 /// becomes their cause (id from [`trace::CAUSES`], node, object,
 /// evidence, the commands that reproduce it); otherwise what the trace saw
-/// is attached to `undiagnosed`.
+/// is attached to `undiagnosed`. Where a signature's trace saw its packet
+/// arrive (a fault that breaks only the way back, say), one failure of
+/// each other pair of nodes in it is traced too, and that pair's failures
+/// take what their own trace found.
 pub fn explain(lab: &Lab, failures: &mut [crate::connectivity::report::Failure]) {
     use crate::connectivity::Diagnosis;
     type Signature = (String, &'static str, &'static str);
+    type Pair = (Option<usize>, Option<usize>);
     let signature = |o: &ProbeOutcome| -> Signature {
         let spec = &o.spec;
         (spec.group.to_string(), spec.proto.as_str(), spec.family())
     };
+    let pair = |o: &ProbeOutcome| -> Pair { (o.spec.from.node, o.spec.to.node) };
     let unexplained = |f: &crate::connectivity::report::Failure| {
         f.diagnoses.iter().all(|d| d.id == Diagnosis::UNDIAGNOSED)
     };
@@ -346,19 +351,27 @@ pub fn explain(lab: &Lab, failures: &mut [crate::connectivity::report::Failure])
     for f in failures.iter().filter(|f| unexplained(f)) {
         first.entry(signature(&f.outcome)).or_insert(&f.outcome);
     }
-    let probes: Vec<&ProbeOutcome> = first.values().copied().collect();
-    let found: BTreeMap<Signature, Finding> = first
-        .keys()
-        .cloned()
-        .zip(failed_probes(lab, &probes).into_iter().map(finding))
-        .collect();
+    let found = trace_each(lab, &first);
+    // Then one per other node pair of the signatures whose trace arrived.
+    let mut again: BTreeMap<(Signature, Pair), &ProbeOutcome> = BTreeMap::new();
+    for f in failures.iter().filter(|f| unexplained(f)) {
+        let sig = signature(&f.outcome);
+        let arrived = matches!(found.get(&sig), Some(Finding::Note(_, true)));
+        let traced = first.get(&sig).map(|o| pair(o));
+        if arrived && traced != Some(pair(&f.outcome)) {
+            again.entry((sig, pair(&f.outcome))).or_insert(&f.outcome);
+        }
+    }
+    let found_again = trace_each(lab, &again);
     for f in failures.iter_mut().filter(|f| unexplained(f)) {
-        let Some(finding) = found.get(&signature(&f.outcome)) else {
+        let sig = signature(&f.outcome);
+        let own = found_again.get(&(sig.clone(), pair(&f.outcome)));
+        let Some(finding) = own.or_else(|| found.get(&sig)) else {
             continue;
         };
         match finding {
             Finding::Cause(d) => f.diagnoses = vec![d.clone()],
-            Finding::Note(note) => {
+            Finding::Note(note, _) => {
                 for d in &mut f.diagnoses {
                     d.message.push_str(&format!("; {note}"));
                 }
@@ -367,10 +380,26 @@ pub fn explain(lab: &Lab, failures: &mut [crate::connectivity::report::Failure])
     }
 }
 
+/// Traces the probe of each key, all together: each key's finding.
+fn trace_each<K: Ord + Clone>(
+    lab: &Lab,
+    probes: &BTreeMap<K, &ProbeOutcome>,
+) -> BTreeMap<K, Finding> {
+    if probes.is_empty() {
+        return BTreeMap::new();
+    }
+    let list: Vec<&ProbeOutcome> = probes.values().copied().collect();
+    probes
+        .keys()
+        .cloned()
+        .zip(failed_probes(lab, &list).into_iter().map(finding))
+        .collect()
+}
+
 fn finding(traced: Result<trace::Trace, String>) -> Finding {
     let t = match traced {
         Ok(t) => t,
-        Err(e) => return Finding::Note(format!("the trace could not run: {e}")),
+        Err(e) => return Finding::Note(format!("the trace could not run: {e}"), false),
     };
     match (&t.death, &t.reason) {
         (Some(d), _) => {
@@ -409,11 +438,14 @@ fn finding(traced: Result<trace::Trace, String>) -> Finding {
                 ),
             })
         }
-        (None, Some(reason)) => Finding::Note(format!("trace INCONCLUSIVE: {reason}")),
-        (None, None) => Finding::Note(format!(
-            "the trace saw the packet arrive ({}): {}",
-            t.to,
-            t.reproduce.join("; ")
-        )),
+        (None, Some(reason)) => Finding::Note(format!("trace INCONCLUSIVE: {reason}"), false),
+        (None, None) => Finding::Note(
+            format!(
+                "the trace saw the packet arrive ({}): {}",
+                t.to,
+                t.reproduce.join("; ")
+            ),
+            true,
+        ),
     }
 }

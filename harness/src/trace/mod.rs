@@ -136,6 +136,7 @@ pub const CAUSES: &[&str] = &[
     "iptables-legacy-policy",
     "conntrack-invalid",
     "wrong-next-hop",
+    "wrong-device",
     "neighbour-wrong-mac",
     "neighbour-missing",
     "neighbour-failed",

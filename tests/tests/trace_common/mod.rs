@@ -178,3 +178,46 @@ pub fn address(lab: &Standing, role: &str, family: &str, dev: &str) -> String {
         .map(str::to_string)
         .unwrap_or_else(|| panic!("no {family} address on {role}/{dev}: {out}"))
 }
+
+/// One `lab check` on the lab FAILs (exit 1) and, on each path of `paths`
+/// (a check group's name starts with it: `pod-to-pod`, `node-to-pod`,
+/// `pod-to-node`, `service`), a failing probe's diagnosis names the cause,
+/// where it died and the object.
+pub fn assert_check_names_on(lab: &Standing, cause: &str, at: &str, object: &str, paths: &[&str]) {
+    let v = failing_check(lab);
+    for path in paths {
+        let named = v["failures"].as_array().into_iter().flatten().any(|f| {
+            let group = f["outcome"]["spec"]["group"].as_str().unwrap_or_default();
+            group.starts_with(path)
+                && f["diagnoses"].as_array().into_iter().flatten().any(|d| {
+                    let msg = d["message"].as_str().unwrap_or_default();
+                    d["id"] == cause
+                        && msg.contains(&format!("died at {at}"))
+                        && msg.contains(object)
+                })
+        });
+        assert!(
+            named,
+            "no {path} failure names {cause} at {at} ({object}): {v:#}"
+        );
+    }
+    lab.assert_no_trace_tables();
+}
+
+/// Stands up lab `label` from a topology file of the repository.
+pub fn up_topology(label: &str, file: &str) -> Standing {
+    let name = format!("{label}{}", std::process::id());
+    let lab = Standing(name.clone());
+    let out = cnilab(&[
+        "lab",
+        "up",
+        "--name",
+        &name,
+        "--topology",
+        file,
+        "--runtime",
+        "direct",
+    ]);
+    assert!(out.status.success(), "{file}: {}", all(&out));
+    lab
+}
