@@ -110,6 +110,39 @@ pub async fn link_by_name(handle: &Handle, name: &str) -> Result<Option<Link>, E
     }
 }
 
+/// Creates a link (`RTM_NEWLINK`, create-exclusive) and returns the link as
+/// the kernel made it, from its echo (`NLM_F_ECHO`): the MAC of a new veth
+/// without a lookup. `None` when the kernel sends no echo (before 6.2).
+pub async fn add_link_echo(handle: &Handle, msg: LinkMessage) -> Result<Option<Link>, Error> {
+    use futures_util::StreamExt;
+    use rtnetlink::packet_core::{
+        NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_ECHO, NLM_F_EXCL,
+        NLM_F_REQUEST,
+    };
+    use rtnetlink::packet_route::RouteNetlinkMessage;
+    let name = msg.attributes.iter().find_map(|a| match a {
+        LinkAttribute::IfName(n) => Some(n.clone()),
+        _ => None,
+    });
+    let mut req = NetlinkMessage::from(RouteNetlinkMessage::NewLink(msg));
+    req.header.flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL | NLM_F_ECHO;
+    let mut response = handle.clone().request(req)?;
+    let mut made = None;
+    while let Some(reply) = response.next().await {
+        match reply.payload {
+            NetlinkPayload::Error(err) => return Err(Error::NetlinkError(err)),
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => {
+                let link = Link::from_message(&link);
+                if name.as_ref().is_none_or(|n| *n == link.name) {
+                    made = Some(link);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(made)
+}
+
 /// Every link in the namespace.
 pub async fn links(handle: &Handle) -> Result<Vec<Link>, Error> {
     let msgs: Vec<LinkMessage> = handle.link().get().execute().try_collect().await?;
@@ -128,7 +161,25 @@ pub struct Address {
 
 /// Addresses of one link (or of all links when `index` is `None`).
 pub async fn addresses(handle: &Handle, index: Option<u32>) -> Result<Vec<Address>, Error> {
+    addresses_of_family(handle, index, None).await
+}
+
+/// [`addresses`] of one family only (`Some(true)`: IPv6, `Some(false)`:
+/// IPv4), asked of the kernel: a link's IPv4 addresses without every veth's
+/// IPv6 link-local address in the dump.
+pub async fn addresses_of_family(
+    handle: &Handle,
+    index: Option<u32>,
+    v6: Option<bool>,
+) -> Result<Vec<Address>, Error> {
     let mut req = handle.address().get();
+    if let Some(v6) = v6 {
+        req.message_mut().header.family = if v6 {
+            AddressFamily::Inet6
+        } else {
+            AddressFamily::Inet
+        };
+    }
     if let Some(i) = index {
         req = req.set_link_index_filter(i);
     }

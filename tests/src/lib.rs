@@ -41,7 +41,31 @@ pub struct Call<'a> {
 /// The command that runs `plugin` inside `host` with the `CNI_*`
 /// environment of `call` (more variables can be set on it).
 pub fn plugin_command(host: &Netns, plugin: &Path, call: &Call<'_>) -> Command {
-    let mut cmd = host.command(plugin);
+    cni_env(host.command(plugin), plugin, call)
+}
+
+/// [`plugin_command`] run under `strace -f`, which writes the netlink
+/// traffic (`sendto`, `recvfrom`) of the call to `trace`. Panics with what
+/// to install when strace is missing.
+pub fn traced_plugin_command(
+    host: &Netns,
+    plugin: &Path,
+    call: &Call<'_>,
+    trace: &Path,
+) -> Command {
+    let strace = ["/usr/bin/strace", "/bin/strace"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("this test needs strace (bash lab/install-deps.sh installs it)");
+    let mut cmd = host.command(strace);
+    cmd.arg("-f")
+        .args(["-s", "256", "-e", "trace=sendto,recvfrom", "-o"])
+        .arg(trace)
+        .arg(plugin);
+    cni_env(cmd, plugin, call)
+}
+
+fn cni_env(mut cmd: Command, plugin: &Path, call: &Call<'_>) -> Command {
     cmd.env_clear()
         .env("CNI_COMMAND", call.command)
         .env("CNI_CONTAINERID", call.container_id)

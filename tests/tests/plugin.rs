@@ -7,7 +7,7 @@ use cnilab_net::naming::host_veth_name;
 use cnilab_net::spec::{code, CniResult};
 use cnilab_tests::{
     error_of, host_untouched, invoke, plugin_command, require_root, result_of, store_records,
-    with_prev, workspace_bin, Call,
+    traced_plugin_command, with_prev, workspace_bin, Call,
 };
 use rstest::rstest;
 use serde_json::{json, Value};
@@ -248,6 +248,83 @@ fn two_pods_ping_through_the_bridge(#[case] family: &str) {
         !ping(&a, ip_b),
         "after DEL of b, a no longer reaches {ip_b}"
     );
+}
+
+/// Issue 23: an ADD asks the kernel only what it needs. The bridge's
+/// gateway is added when it is missing (also after it was removed by hand)
+/// and never sent again when it is there; the host veth's MAC comes from
+/// its creation, not from a lookup.
+#[test]
+fn add_puts_back_a_removed_gateway_and_makes_no_needless_request() {
+    let _host = host_untouched();
+    let lab = Lab::new();
+    let conf = config("v4", lab.data.path());
+    let gateway_on_bridge = || {
+        let state = lab.host.snapshot().expect("host state");
+        let bridge = state.link("cnitest0").expect("bridge");
+        state
+            .addresses_of(bridge.index)
+            .iter()
+            .any(|a| a.to_string() == "10.88.0.1/24")
+    };
+    let a = Netns::with_label("gw-a").expect("pod");
+    lab.add("gw-a", &a, &conf);
+    assert!(gateway_on_bridge(), "the first ADD puts the gateway on");
+    let out = lab
+        .host
+        .command("ip")
+        .args(["addr", "del", "10.88.0.1/24", "dev", "cnitest0"])
+        .output()
+        .expect("ip runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!gateway_on_bridge(), "removed by hand");
+    let b = Netns::with_label("gw-b").expect("pod");
+    lab.add("gw-b", &b, &conf);
+    assert!(gateway_on_bridge(), "the next ADD puts it back");
+    assert!(ping(&b, "10.88.0.1".parse().expect("ip")), "and it answers");
+
+    // A third ADD on the ready bridge, traced.
+    let c = Netns::with_label("gw-c").expect("pod");
+    let trace = lab.data.path().join("add.strace");
+    let call = Call {
+        command: "ADD",
+        container_id: "gw-c",
+        netns: Some(c.path()),
+        ifname: "eth0",
+    };
+    let out =
+        assert_cmd::Command::from_std(traced_plugin_command(&lab.host, &lab.plugin, &call, &trace))
+            .write_stdin(conf.to_string())
+            .output()
+            .expect("strace runs");
+    let res = result_of(&out);
+    let text = std::fs::read_to_string(&trace).expect("trace");
+    let refused: Vec<&str> = text.lines().filter(|l| l.contains("error=-E")).collect();
+    assert!(
+        refused.is_empty(),
+        "no request the kernel refuses (the gateway is there): {refused:#?}"
+    );
+    let veth = &res.interfaces[1];
+    let lookups: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("RTM_GETLINK") && l.contains(&format!("\"{}\"", veth.name)))
+        .collect();
+    assert!(
+        lookups.is_empty(),
+        "the host veth is not looked up: {lookups:#?}"
+    );
+    let state = lab.host.snapshot().expect("host state");
+    let link = state.link(&veth.name).expect("host veth");
+    assert_eq!(
+        Some(&veth.mac),
+        link.mac.as_ref(),
+        "the result's MAC is the link's"
+    );
+    assert!(gateway_on_bridge());
 }
 
 #[test]

@@ -118,13 +118,31 @@ pub fn connect_on(
     runtime: &tokio::runtime::Handle,
     ns: Option<&File>,
 ) -> io::Result<rtnetlink::Handle> {
-    let make = || {
+    match ns {
+        None => connect_here(runtime),
+        Some(ns) => run_in(ns, || connect_here(runtime))?,
+    }
+}
+
+/// [`connect_on`] on a scoped thread of its own that enters `ns` and ends
+/// once the connection is made: one thread, where [`connect_on`] called
+/// from a thread of the caller's starts a second one for the `setns`.
+pub fn spawn_connect<'scope, 'env>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    runtime: &'env tokio::runtime::Handle,
+    ns: &'env File,
+) -> std::thread::ScopedJoinHandle<'scope, io::Result<rtnetlink::Handle>> {
+    scope.spawn(move || {
+        setns(ns.as_fd(), CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
+        connect_here(runtime)
+    })
+}
+
+/// A connection in the calling thread's namespace, its task on `runtime`.
+fn connect_here(runtime: &tokio::runtime::Handle) -> io::Result<rtnetlink::Handle> {
+    let (connection, handle, _messages) = {
         let _entered = runtime.enter();
-        rtnetlink::new_connection()
-    };
-    let (connection, handle, _messages) = match ns {
-        None => make()?,
-        Some(ns) => run_in(ns, make)??,
+        rtnetlink::new_connection()?
     };
     runtime.spawn(connection);
     Ok(handle)

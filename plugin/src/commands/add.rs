@@ -77,7 +77,7 @@ fn attach(
     let (links, alloc, cont) = std::thread::scope(|s| {
         let early = builtin.then(|| s.spawn(|| addresses::allocate(env, plan)));
         // The pod-side connection is opened meanwhile too.
-        let cont = s.spawn(|| netns::connect_on(&rt_handle, Some(&ns)));
+        let cont = netns::spawn_connect(s, &rt_handle, &ns);
         let links = rt.block_on(create_links(env, plan, &ns, &host, &host_veth));
         let alloc = match early {
             Some(job) => job
@@ -96,7 +96,7 @@ fn attach(
         Ok(c) => (links, Some(c)),
         Err(e) => (links.and(Err(e)), None),
     };
-    let (bridge, links_made) = match (links, alloc) {
+    let (host_links, links_made) = match (links, alloc) {
         (Ok(links), Ok(alloc)) => (links, alloc),
         (Err(e), alloc) => {
             if let Ok(alloc) = alloc {
@@ -130,7 +130,14 @@ fn attach(
     };
     let configured = cached.and_then(|()| {
         rt.block_on(configure(
-            env, plan, &ns, &host, &cont, &host_veth, &bridge, &alloc,
+            env,
+            plan,
+            &ns,
+            &host,
+            &cont,
+            &host_veth,
+            &host_links,
+            &alloc,
         ))
     });
     match configured {
@@ -167,17 +174,39 @@ fn merge(mut prev: CniResult, ours: CniResult) -> CniResult {
     prev
 }
 
+/// What ADD made or found in the host namespace.
+struct HostLinks {
+    bridge: Link,
+    /// The host veth as the kernel echoed its creation (`None`: no echo).
+    veth: Option<Link>,
+    /// The bridge's addresses of the plan's families: a gateway among them
+    /// is not added again.
+    on_bridge: Vec<IpNet>,
+}
+
 /// The bridge (created if needed) and the veth pair, the pod end placed
-/// straight into the pod's namespace, up, with its final name.
+/// straight into the pod's namespace, up, with its final name; the bridge's
+/// addresses are read meanwhile.
 async fn create_links(
     env: &CniEnv,
     plan: &Plan,
     ns: &File,
     host: &Handle,
     host_veth: &str,
-) -> Result<Link> {
+) -> Result<HostLinks> {
     let bridge = ensure_bridge(host, plan).await?;
-    create_veth(env, plan, ns, host, host_veth, bridge.index).await?;
+    let on_bridge = async {
+        if !plan.is_gateway {
+            return Ok(Vec::new());
+        }
+        nl::addresses_of_family(host, Some(bridge.index), gateway_family(plan))
+            .await
+            .map(|found| found.into_iter().map(|a| a.addr).collect())
+            .map_err(|e| CniError::kernel(format!("addresses of {}", plan.bridge), e))
+    };
+    let veth = create_veth(env, plan, ns, host, host_veth, bridge.index);
+    let (veth, on_bridge) = futures_util::future::join(veth, on_bridge).await;
+    let veth = veth?;
     if plan.hairpin {
         host.link()
             .set_port(
@@ -190,7 +219,26 @@ async fn create_links(
             .await
             .map_err(|e| CniError::kernel(format!("hairpin mode on {host_veth}"), e))?;
     }
-    Ok(bridge)
+    Ok(HostLinks {
+        bridge,
+        veth,
+        on_bridge: on_bridge?,
+    })
+}
+
+/// The one family of the built-in IPAM's ranges (`Some(true)`: IPv6), or
+/// `None` (both, or a delegate's: unknown before it answers).
+fn gateway_family(plan: &Plan) -> Option<bool> {
+    let IpamPlan::Builtin(b) = &plan.ipam else {
+        return None;
+    };
+    let mut families = b
+        .range_sets
+        .iter()
+        .flatten()
+        .map(|r| r.subnet.addr().is_ipv6());
+    let first = families.next()?;
+    families.all(|v6| v6 == first).then_some(first)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -201,9 +249,10 @@ async fn configure(
     host: &Handle,
     cont: &Handle,
     host_veth: &str,
-    bridge: &Link,
+    host_links: &HostLinks,
     alloc: &Allocation,
 ) -> Result<CniResult> {
+    let bridge = &host_links.bridge;
     // The gateway addresses and the host veth's ownership mark (host
     // socket) and the pod's interface (pod socket) are configured at the
     // same time.
@@ -219,51 +268,31 @@ async fn configure(
                 if let Some(gw) = ip.gateway {
                     let net = IpNet::new(gw, ip.address.prefix_len())
                         .map_err(|e| CniError::config(format!("gateway {gw}: {e}")))?;
-                    add_address(host, bridge.index, net, &plan.bridge).await?;
+                    if !host_links.on_bridge.contains(&net) {
+                        add_address(host, bridge.index, net, &plan.bridge).await?;
+                    }
                 }
             }
         }
         Ok::<(), CniError>(())
     };
-    let (marked, gateways, pod_link) =
-        futures_util::future::join3(marked, gateways, configure_pod(env, ns, cont, alloc, &mark))
-            .await;
+    let routes = pod_routes(plan, alloc);
+    let pod = configure_pod(env, ns, cont, alloc, &routes, &mark);
+    let (marked, gateways, pod_link) = futures_util::future::join3(marked, gateways, pod).await;
     marked?;
     gateways?;
     let pod_link = pod_link?;
-    let routes = pod_routes(plan, alloc);
-    let mut pending = Vec::new();
-    for route in &routes {
-        let msg = nl::route_message(route.dst, route.gw, Some(pod_link.index), None)
-            .map_err(CniError::config)?;
-        pending.push(async move { (route, nl::add_route(cont, msg, false).await) });
-    }
-    // Sent back to back on one socket: the kernel handles them in order.
-    for (route, outcome) in futures_util::future::join_all(pending).await {
-        match outcome {
-            Ok(()) => {}
-            Err(e) if is_exists(&e) => {}
-            Err(e) => {
-                return Err(CniError::kernel(
-                    format!(
-                        "route {}{} in {}",
-                        route.dst,
-                        route.gw.map(|g| format!(" via {g}")).unwrap_or_default(),
-                        env.netns
-                    ),
-                    e,
-                ))
-            }
-        }
-    }
     if plan.is_gateway {
         enable_forwarding(alloc)?;
     }
-    let host_mac = nl::link_by_name(host, host_veth)
-        .await
-        .map_err(|e| CniError::kernel(format!("look up {host_veth}"), e))?
-        .and_then(|l| l.mac)
-        .unwrap_or_default();
+    let host_mac = match &host_links.veth {
+        Some(veth) => veth.mac.clone(),
+        None => nl::link_by_name(host, host_veth)
+            .await
+            .map_err(|e| CniError::kernel(format!("look up {host_veth}"), e))?
+            .and_then(|l| l.mac),
+    }
+    .unwrap_or_default();
     // Last, so that nothing after it can fail: a failed ADD has no
     // masquerade entry to undo (one atomic nft batch).
     if plan.ip_masq && !alloc.ips.is_empty() {
@@ -368,12 +397,12 @@ async fn create_veth(
     host: &Handle,
     host_veth: &str,
     bridge_index: u32,
-) -> Result<()> {
+) -> Result<Option<Link>> {
     let ifname = env.ifname.as_str();
-    let build = || nl::veth_message(host_veth, ifname, ns, plan.mtu, Some(bridge_index));
-    let made = host.link().add(build()).execute().await;
-    let Err(e) = made else {
-        return Ok(());
+    let msg = nl::veth_message(host_veth, ifname, ns, plan.mtu, Some(bridge_index));
+    let e = match nl::add_link_echo(host, msg).await {
+        Ok(made) => return Ok(made),
+        Err(e) => e,
     };
     let failed = |e| {
         CniError::kernel(
@@ -419,6 +448,7 @@ async fn configure_pod(
     ns: &File,
     cont: &Handle,
     alloc: &Allocation,
+    routes: &[Route],
     mark: &str,
 ) -> Result<Link> {
     let link = nl::link_by_name(cont, &env.ifname)
@@ -446,11 +476,42 @@ async fn configure_pod(
             .await
             .map_err(|e| CniError::kernel(format!("set {on} up"), e))
     };
-    let (added, up) = futures_util::future::join(futures_util::future::join_all(adds), up).await;
+    let mut pending = Vec::new();
+    for route in routes {
+        let msg = nl::route_message(route.dst, route.gw, Some(link.index), None)
+            .map_err(CniError::config)?;
+        pending.push(async move { (route, nl::add_route(cont, msg, false).await) });
+    }
+    // Sent back to back on one socket, without waiting for the answers: the
+    // kernel handles each request as it is sent, in this order (the link is
+    // up and has its addresses before a route via their gateway comes).
+    let (up, added, routed) = futures_util::future::join3(
+        up,
+        futures_util::future::join_all(adds),
+        futures_util::future::join_all(pending),
+    )
+    .await;
+    up?;
     for outcome in added {
         outcome?;
     }
-    up?;
+    for (route, outcome) in routed {
+        match outcome {
+            Ok(()) => {}
+            Err(e) if is_exists(&e) => {}
+            Err(e) => {
+                return Err(CniError::kernel(
+                    format!(
+                        "route {}{} in {}",
+                        route.dst,
+                        route.gw.map(|g| format!(" via {g}")).unwrap_or_default(),
+                        env.netns
+                    ),
+                    e,
+                ))
+            }
+        }
+    }
     Ok(link)
 }
 
