@@ -276,6 +276,28 @@ pub(super) fn ensure_fd_limit(need: u64) -> Result<(), LabError> {
     Ok(())
 }
 
+/// Waits until each `(namespace, link)` is operationally up (5 s at
+/// most): the kernel's link watcher activates a link's queue when it notes
+/// its carrier, on a busy machine noticeably later than the link was set
+/// up, and until then the link drops what it sends (a lab checked at once
+/// would lose its first probes).
+pub(crate) fn wait_oper_up(links: &[(&Netns, &str)], what: &str) -> Result<(), LabError> {
+    let limit = std::time::Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + limit;
+    for (ns, link) in links {
+        while !ns.oper_up(link)? {
+            if std::time::Instant::now() >= deadline {
+                return Err(setup(format!(
+                    "{what}: {link} in {} did not come up within {limit:?}",
+                    ns.name()
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,7 +28,7 @@
 
 use super::base::setup;
 use super::base::{ensure_fd_limit, fds_needed};
-use super::base::{make_ns_from, make_ns_setup};
+use super::base::{make_ns_from, make_ns_setup, wait_oper_up};
 use super::base::{resolve_program, LabError, UpOptions, AGENT_PIDFILE, OWNER_PIDFILE};
 use super::model::{apply, compile, LabModel, LinkKind, Namespace};
 use super::parts::{Lab, Node, Pod};
@@ -778,26 +778,4 @@ fn veths_of<'a, 'n>(
                 .filter_map(move |l| Some((ns?, l.name.as_str())))
         })
         .collect()
-}
-
-/// Waits until each `(namespace, link)` is operationally up (5 s at
-/// most): the kernel's link watcher activates a link's queue when it notes
-/// its carrier, on a busy machine noticeably later than the link was set
-/// up, and until then the link drops what it sends (a lab checked at once
-/// would lose its first probes).
-fn wait_oper_up(links: &[(&Netns, &str)], what: &str) -> Result<(), LabError> {
-    let limit = Duration::from_secs(5);
-    let deadline = Instant::now() + limit;
-    for (ns, link) in links {
-        while !ns.oper_up(link)? {
-            if Instant::now() >= deadline {
-                return Err(setup(format!(
-                    "{what}: {link} in {} did not come up within {limit:?}",
-                    ns.name()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-    Ok(())
 }
