@@ -39,14 +39,20 @@ fn up(name: &str, args: &[&str]) -> Up {
 
 /// `cnilab capture` of node `node` of lab `lab` into `dir/<node>.json`.
 fn capture(lab: &str, node: &str, dir: &Path) -> PathBuf {
-    let file = dir.join(format!("{node}.json"));
+    capture_as(lab, node, node, dir)
+}
+
+/// `cnilab capture` of node `node` of lab `lab`, named `name`, into
+/// `dir/<name>.json`.
+fn capture_as(lab: &str, node: &str, name: &str, dir: &Path) -> PathBuf {
+    let file = dir.join(format!("{name}.json"));
     let ns = format!("cnilab-lab-{lab}-{node}");
     let out = cnilab(&[
         "capture",
         "--netns",
         &ns,
         "--node-name",
-        node,
+        name,
         "-o",
         &file.display().to_string(),
     ]);
@@ -522,19 +528,9 @@ fn nodes_with_long_names_replay_and_pass_check() {
     let src = format!("rlns{}", std::process::id() % 100_000);
     let _lab = up(&src, &["--nodes", "2", "--pods-per-node", "1"]);
     let long = |node: &str, name: &str| {
-        let file = dir.path().join(format!("{name}.json"));
-        let ns = format!("cnilab-lab-{src}-{node}");
-        let out = cnilab(&[
-            "capture",
-            "--netns",
-            &ns,
-            "--node-name",
-            name,
-            "-o",
-            &file.display().to_string(),
-        ]);
-        assert!(out.status.success(), "capture {ns}: {}", output_text(&out));
-        file.display().to_string()
+        capture_as(&src, node, name, dir.path())
+            .display()
+            .to_string()
     };
     let f1 = long("node1", "kind-control-plane");
     let f2 = long("node2", "kind-worker-with-a-long-name");
