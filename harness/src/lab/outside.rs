@@ -15,7 +15,7 @@
 //! Without a default route through a node's uplink there is no external
 //! host, and `lab check` says so (`checks::skipped`).
 
-use super::model::compile::{EXTERNAL, PING_GROUP_RANGE};
+use super::model::compile::{EXTERNAL, PING_GROUP_RANGE, UNDERLAY_BRIDGE};
 use super::model::{Link, LinkKind, Namespace, Node, Route, RouteType, VethPeer};
 use super::topology::ExternalSpec;
 use ipnet::IpNet;
@@ -24,9 +24,6 @@ use std::net::IpAddr;
 /// Where the outside world of a multi-subnet replay may go: the first of
 /// these networks that no captured address nor route touches.
 const BEHIND_ROUTER: [&str; 3] = ["198.51.100.0/24", "203.0.113.0/24", "192.0.2.0/24"];
-
-/// The bridge of the first subnet in the replay's switch.
-const UNDERLAY_BRIDGE: &str = "underlay";
 
 /// Why a replay has no external host (`checks::skipped` says it).
 pub const NO_GATEWAY: &str =

@@ -225,7 +225,7 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
             }
         };
         let bridge = if k == 0 {
-            "underlay".to_string()
+            super::model::compile::UNDERLAY_BRIDGE.to_string()
         } else {
             format!("rack{k}")
         };
@@ -310,7 +310,7 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
     }
     for k in 0..subnets.len() {
         let name = if k == 0 {
-            "underlay".to_string()
+            super::model::compile::UNDERLAY_BRIDGE.to_string()
         } else {
             format!("rack{k}")
         };
@@ -434,7 +434,7 @@ fn router(switch: &mut Namespace, subnets: &[Subnet]) -> Namespace {
     for (k, (subnet, gateway, nodes)) in subnets.iter().enumerate() {
         let Some(gw) = gateway else { continue };
         let bridge = if k == 0 {
-            "underlay".to_string()
+            super::model::compile::UNDERLAY_BRIDGE.to_string()
         } else {
             format!("rack{k}")
         };

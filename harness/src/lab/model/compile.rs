@@ -32,7 +32,7 @@ pub(crate) const SWITCH: &str = "switch";
 /// The external host's role.
 pub(crate) const EXTERNAL: &str = "external";
 /// The L2 underlay bridge in the switch.
-const UNDERLAY_BRIDGE: &str = "underlay";
+pub(crate) const UNDERLAY_BRIDGE: &str = "underlay";
 /// What `ping_group_range` reads after `probe::allow_ping_sockets`.
 pub(crate) const PING_GROUP_RANGE: (&str, &str) = ("net/ipv4/ping_group_range", "0 2147483647");
 /// The agent's route protocol (`agent/src/plan.rs`).
