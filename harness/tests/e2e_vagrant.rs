@@ -47,6 +47,35 @@ fn the_whole_run_is_up_check_down_in_that_order() {
     assert!(!ns.is_empty() && ns.iter().all(|n| *n == ns[0]), "{ns:?}");
 }
 
+/// `--capture DIR`: after the probes, each VM captured into DIR/<vm>.json
+/// by `cnilab capture` inside it, then replayed here, before the teardown.
+#[test]
+fn capture_takes_each_vm_after_the_check_and_replays_it_before_down() {
+    let out = dry_run(&["vagrant", "--capture", "/tmp/caps"]);
+    let lines: Vec<&str> = out.lines().collect();
+    let at = |needle: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no `{needle}` in the plan:\n{out}"))
+    };
+    let order = [
+        at("# probes ("),
+        at("vagrant ssh node1 -c 'sudo sh -s' > /tmp/caps/node1.json"),
+        at("vagrant ssh node2 -c 'sudo sh -s' > /tmp/caps/node2.json"),
+        at("# replayed here (`cnilab lab run --capture /tmp/caps/node1.json /tmp/caps/node2.json"),
+        at("lab/vagrant/env.sh down cnilab-"),
+    ];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{out}");
+    let captures = lines
+        .iter()
+        .filter(|l| **l == "#   stdin: cnilab capture -o json")
+        .count();
+    assert_eq!(captures, 2, "{out}");
+    // Without --capture nothing is captured.
+    assert!(!dry_run(&["vagrant"]).contains("cnilab capture"));
+}
+
 #[test]
 fn retain_keeps_the_vms_and_steps_name_the_run() {
     let kept = dry_run(&["vagrant", "--retain", "--name", "keep"]);
@@ -260,18 +289,29 @@ fn the_runs_libvirt_probes_qemu_once_and_keeps_what_it_found() {
     assert_eq!(kvm(), host_kvm, "the host's /dev/kvm is as it was");
 }
 
-/// `cnilab e2e vagrant STEP --name fault` from the checkout.
+/// The run the fault test uses: `CNILAB_VAGRANT_RUN` names a standing run
+/// of the same checkout (the vagrant tier's: up and healthy-checked, torn
+/// down by the tier), else the test's own `fault`, brought up and torn
+/// down here.
+fn run_name() -> Option<String> {
+    std::env::var("CNILAB_VAGRANT_RUN")
+        .ok()
+        .filter(|n| !n.is_empty())
+}
+
+/// `cnilab e2e vagrant STEP --name RUN` from the checkout.
 fn e2e_vagrant(args: &[&str]) -> std::process::Output {
     let cnilab = assert_cmd::cargo::cargo_bin("cnilab");
     let bin = std::env::var_os("CNILAB_VAGRANT_BIN")
         .map(std::path::PathBuf::from)
         .or_else(|| cnilab.parent().map(Path::to_path_buf))
         .expect("the binaries' directory");
+    let name = run_name().unwrap_or_else(|| "fault".into());
     std::process::Command::new(&cnilab)
         .current_dir(repo_root())
         .args(["e2e", "vagrant"])
         .args(args)
-        .args(["--name", "fault"])
+        .args(["--name", &name])
         .arg("--bin")
         .arg(bin)
         .output()
@@ -281,41 +321,66 @@ fn e2e_vagrant(args: &[&str]) -> std::process::Output {
 /// `vagrant ssh NODE -c SCRIPT` in the fault run's namespace, with the
 /// checkout's offline Vagrantfile (what `e2e vagrant` itself sets).
 fn vagrant_ssh(node: &str, script: &str) -> std::process::Output {
+    let ns = format!("cnilab-vg-{}", run_name().unwrap_or_else(|| "fault".into()));
     std::process::Command::new("bash")
         .arg(repo_root().join("lab/vagrant/env.sh"))
-        .args([
-            "exec",
-            "cnilab-vg-fault",
-            "vagrant",
-            "ssh",
-            node,
-            "-c",
-            script,
-        ])
+        .args(["exec", &ns, "vagrant", "ssh", node, "-c", script])
         .env("VAGRANT_CWD", repo_root())
         .env("CNILAB_VAGRANT_MODE", "offline")
         .output()
         .expect("bash runs")
 }
 
-/// Tears the fault test's VMs down whatever happens.
-struct VagrantDown;
+/// Tears the fault test's own VMs down whatever happens (a run named by
+/// `CNILAB_VAGRANT_RUN` is its owner's to remove).
+struct VagrantDown(bool);
 
 impl Drop for VagrantDown {
     fn drop(&mut self) {
-        let _ = e2e_vagrant(&["down"]);
+        if self.0 {
+            let _ = e2e_vagrant(&["down"]);
+        }
+    }
+}
+
+/// What `check --capture` says of the replay of the VMs' captures: the
+/// replay on this host got the same verdict as the VMs, `verdict`.
+fn assert_replay_agrees(out: &std::process::Output, dir: &Path, verdict: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "the same verdict as the VMs, {verdict} (5 groups)"
+        )),
+        "the replay of the VMs' captures: {stderr}"
+    );
+    for node in ["node1", "node2"] {
+        let text = std::fs::read_to_string(dir.join(format!("{node}.json")))
+            .unwrap_or_else(|e| panic!("{node}'s capture: {e}"));
+        let c: serde_json::Value = serde_json::from_str(&text).expect("the capture is JSON");
+        assert_eq!(c["node"]["name"], node, "{node}'s capture names it");
     }
 }
 
 #[test]
-#[ignore = "boots two VMs (minutes; root, libvirt, the offline box, cnilab-agent and cnilab-bridge built next to cnilab or in CNILAB_VAGRANT_BIN): run it by hand"]
+#[ignore = "boots two VMs (minutes; root, libvirt, the offline box, cnilab-agent and cnilab-bridge built next to cnilab or in CNILAB_VAGRANT_BIN): run it by hand, or by the vagrant tier with CNILAB_VAGRANT_RUN"]
 fn a_fault_in_one_vm_fails_the_check_and_names_the_vm() {
     let _host = cnilab_net::testing::host_untouched();
-    let _down = VagrantDown;
-    ok(&e2e_vagrant(&["up"]), "e2e vagrant up");
-    // Healthy first: what fails below fails because of the fault.
-    let healthy = ok(&e2e_vagrant(&["check"]), "e2e vagrant check (healthy)");
-    eprintln!("healthy check:\n{healthy}");
+    let own = run_name().is_none();
+    let _down = VagrantDown(own);
+    let dir = tempfile::tempdir().expect("dir");
+    let healthy_dir = dir.path().join("healthy");
+    let healthy_arg = healthy_dir.display().to_string();
+    // Healthy first: what fails below fails because of the fault. The
+    // VMs' captures replayed here pass as the VMs do. (A run named by
+    // CNILAB_VAGRANT_RUN was just checked so by its owner, the vagrant
+    // tier, whose check with --capture exits 1 unless both hold.)
+    if own {
+        ok(&e2e_vagrant(&["up"]), "e2e vagrant up");
+        let out = e2e_vagrant(&["check", "--capture", &healthy_arg]);
+        let healthy = ok(&out, "e2e vagrant check --capture (healthy)");
+        eprintln!("healthy check:\n{healthy}");
+        assert_replay_agrees(&out, &healthy_dir, "PASS");
+    }
     // The agent stopped (it would put the route back), then node2's route to
     // node1's pods deleted. (Forwarding off is no fault that lasts here: the
     // check makes its pods again, and the plugin's ADD turns forwarding on.)
@@ -328,13 +393,17 @@ fn a_fault_in_one_vm_fails_the_check_and_names_the_vm() {
         ),
         "the fault",
     );
-    let out = e2e_vagrant(&["check", "-o", "json"]);
+    let faulty_dir = dir.path().join("faulty");
+    let faulty_arg = faulty_dir.display().to_string();
+    let out = e2e_vagrant(&["check", "-o", "json", "--capture", &faulty_arg]);
     assert_eq!(
         out.status.code(),
         Some(1),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The captures of the faulty VMs fail the same groups in the replay.
+    assert_replay_agrees(&out, &faulty_dir, "FAIL");
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
     let diagnoses: Vec<String> = report["failures"]
         .as_array()

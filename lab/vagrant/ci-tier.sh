@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The vagrant tier of .ci/run and .github/workflows/e2e-vagrant.yml: the
-# offline box (built or reused), two VMs, pods routed across them
-# (`cnilab e2e vagrant`), everything torn down; then the root tests of the
-# run's namespace (harness/tests/e2e_vagrant.rs, --ignored).
+# root tests of the run's namespace (harness/tests/e2e_vagrant.rs,
+# --ignored), then the offline box (built or reused), two VMs booted once,
+# pods routed across them and both VMs captured and replayed here with the
+# same verdict (`cnilab e2e vagrant check --capture`), the fault test on
+# the same VMs, everything torn down.
 #
 #   bash lab/vagrant/ci-tier.sh BIN_DIR     (root; BIN_DIR: cnilab,
 #                                            cnilab-agent, cnilab-bridge)
@@ -51,16 +53,41 @@ echo "==> vagrant tier: root tests of the run's namespace"
 cargo test -p cnilab-harness --test e2e_vagrant --locked -- --ignored --skip a_fault_in_one_vm \
   || fail "harness/tests/e2e_vagrant.rs (--ignored)"
 
+# One pair of VMs for everything: up, the healthy check with both VMs
+# captured and replayed here (the same verdict as the VMs), the fault test
+# on the same VMs (a route deleted in node2: FAIL naming node2, and its
+# replay fails the same groups), then down (also on a failure or Ctrl-C).
 echo "==> vagrant tier: cnilab e2e vagrant (budget ${budget}s)"
 reports=target/cnilab-reports/e2e-vagrant
 mkdir -p "$reports"
+run=t$$
 started=$SECONDS
-timeout --foreground -s INT "$budget" "$bin/cnilab" e2e vagrant --bin "$bin" \
+down() { "$bin/cnilab" e2e vagrant down --name "$run" --bin "$bin" >/dev/null 2>&1; }
+trap down EXIT
+trap 'down; exit 130' INT TERM
+# A step within what is left of the budget; 124 or 130: over it.
+step() {
+  local left=$((budget - (SECONDS - started)))
+  [ "$left" -gt 0 ] || return 124
+  timeout --foreground -s INT "$left" "$@"
+}
+verdict() {
+  local rc=$1 what=$2
+  case $rc in
+  0) return 0 ;;
+  124 | 130) fail "over the budget of ${budget}s in $what (after $((SECONDS - started)) s; torn down)" ;;
+  *) fail "$what exited $rc after $((SECONDS - started)) s (report: $reports)" ;;
+  esac
+}
+step "$bin/cnilab" e2e vagrant up --name "$run" --bin "$bin"
+verdict $? "cnilab e2e vagrant up"
+step "$bin/cnilab" e2e vagrant check --name "$run" --bin "$bin" --capture "$reports/captures" \
   --junit "$reports/junit.xml" --json "$reports/report.json"
-rc=$?
-took=$((SECONDS - started))
-case $rc in
-0) echo "vagrant tier: PASS (${took} s: box, vagrant up, check, teardown)" ;;
-124 | 130) fail "over the budget of ${budget}s (after ${took} s; torn down on SIGINT)" ;;
-*) fail "cnilab e2e vagrant exited $rc after ${took} s (report: $reports)" ;;
-esac
+verdict $? "cnilab e2e vagrant check --capture"
+step env CNILAB_VAGRANT_RUN="$run" CNILAB_VAGRANT_BIN="$bin" cargo test -p cnilab-harness \
+  --test e2e_vagrant --locked a_fault_in_one_vm_fails_the_check_and_names_the_vm -- --ignored --exact
+verdict $? "the fault test (a_fault_in_one_vm_fails_the_check_and_names_the_vm)"
+step "$bin/cnilab" e2e vagrant down --name "$run" --bin "$bin"
+verdict $? "cnilab e2e vagrant down"
+trap - EXIT INT TERM
+echo "vagrant tier: PASS ($((SECONDS - started)) s: box, vagrant up, check, captures replayed with the VMs' verdict, a fault in node2 named, teardown)"

@@ -19,6 +19,7 @@ use capture_common::styles::{
     calico_cluster, flannel, kube_proxy, mac_of, Cluster, KUBE_SEP_DNS_DNAT,
 };
 use capture_common::{all, cnilab, run, sysctl};
+use cnilab_net::netns::Netns;
 use cnilab_tests::host_untouched;
 use serde_json::Value;
 use std::path::Path;
@@ -267,4 +268,154 @@ fn a_kube_sep_dnat_rule_deleted_before_capture_is_named_in_the_replay() {
         },
         &["kubeproxy1", "KUBE-SEP-NODE2DNS", "default/dns:dns"],
     );
+}
+
+/// Two VMs as Vagrant makes them, each node network on `eth1`
+/// (192.168.56.1x, the route to the other VM's pods through it) beside
+/// `eth0`: with `nat`, VirtualBox's NAT (10.0.2.15 on every VM, the default
+/// route via 10.0.2.2); without, libvirt's management network (an address
+/// of its own on each VM, no default route), as `e2e vagrant`'s VMs capture.
+/// Both NICs are veths here whose other end stays in the node, made
+/// `device` without that end in the captures: a VM's virtio NIC has no link
+/// kind, and no namespace can hold such a device.
+fn vagrant_pair(nat: bool, dir: &Path) -> Vec<String> {
+    // Every namespace lives until both captures are taken.
+    let mut keep = Vec::new();
+    let mut files = Vec::new();
+    for i in 1..=2u8 {
+        let other = 3 - i;
+        cnilab_tests::require_root();
+        let n = Netns::with_label(&format!("cap-vg{i}")).expect("netns");
+        let eth0 = match nat {
+            true => "10.0.2.15/24".to_string(),
+            false => format!("192.168.121.{}/24", 60 + i),
+        };
+        run(
+            &n,
+            "ip",
+            &[
+                "link set lo up",
+                "link add eth0 type veth peer name eth0p",
+                "link set eth0 up",
+                &format!("addr add {eth0} dev eth0"),
+                "link add eth1 type veth peer name eth1p",
+                "link set eth1 up",
+                &format!("addr add 192.168.56.1{i}/24 dev eth1"),
+                "link add cnilab0 type bridge",
+                "link set cnilab0 up",
+                &format!("addr add 10.244.{i}.1/24 dev cnilab0"),
+                &format!("route add 10.244.{other}.0/24 via 192.168.56.1{other} dev eth1"),
+            ],
+        );
+        if nat {
+            run(&n, "ip", &["route add default via 10.0.2.2 dev eth0"]);
+        }
+        for j in 0..2u8 {
+            let veth = format!("veth{i}{j}");
+            let addr = format!("10.244.{i}.{}/24", j + 2);
+            let gw = format!("route add default via 10.244.{i}.1");
+            keep.push(capture_common::pod(&n, &veth, &addr, &[&gw]));
+            run(&n, "ip", &[&format!("link set {veth} master cnilab0")]);
+        }
+        sysctl(&n, "net/ipv4/ip_forward", "1");
+        let file = dir.join(format!("vg{i}.json"));
+        let out = cnilab(&[
+            "capture",
+            "--netns",
+            &n.path().display().to_string(),
+            "--node-name",
+            &format!("vg{i}"),
+            "-o",
+            &file.display().to_string(),
+        ]);
+        assert!(out.status.success(), "capture vg{i}: {}", all(&out));
+        let mut c: Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("JSON");
+        // A NIC, as a VM captures it: no kind, no other end.
+        let node = &mut c["node"];
+        let links = node["links"].as_array_mut().expect("links");
+        links.retain(|l| l["name"] != "eth0p" && l["name"] != "eth1p");
+        for link in links
+            .iter_mut()
+            .filter(|l| l["name"] == "eth0" || l["name"] == "eth1")
+        {
+            link["kind"] = "device".into();
+            link.as_object_mut().map(|l| l.remove("veth"));
+        }
+        let sysctls = node["sysctls"].as_object_mut().expect("sysctls");
+        sysctls.retain(|k, _| !k.contains("/eth0p/") && !k.contains("/eth1p/"));
+        std::fs::write(&file, c.to_string()).expect("write");
+        files.push(file.display().to_string());
+        keep.push(n);
+    }
+    files
+}
+
+/// `ip -n NS ARGS`' standard output.
+fn ip_in(ns: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new("ip")
+        .args(["-n", ns])
+        .args(args)
+        .output()
+        .expect("ip runs");
+    assert!(out.status.success(), "ip -n {ns} {args:?}: {}", all(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Captured VMs replay to a passing lab: the node network is the uplink
+/// (the link of the routes to the other VM), and the NAT or management
+/// NIC, whose address every VM may hold, is a segment of each node's own
+/// (`<node>-nat`), never one shared segment with duplicate addresses;
+/// the NAT address and its default route are replayed on it.
+#[rstest::rstest]
+#[case::virtualbox_nat_on_every_vm(true)]
+#[case::libvirt_management_network(false)]
+fn captured_vagrant_vms_replay_and_pass_lab_check(#[case] nat: bool) {
+    let _host = host_untouched();
+    let dir = tempfile::tempdir().expect("dir");
+    let files = vagrant_pair(nat, dir.path());
+    let name = lab_name("rpvg");
+    let mut args = vec!["lab", "up", "--name", &name, "--capture"];
+    args.extend(files.iter().map(String::as_str));
+    let out = cnilab(&args);
+    let _lab = Up(name.clone());
+    assert!(out.status.success(), "lab up --capture: {}", all(&out));
+    let (code, r, text) = check(&name);
+    assert_eq!(code, Some(0), "lab check of the replayed VMs: {text}");
+    let groups = r["groups"].as_array().expect("groups");
+    for want in TWO_PODS_A_NODE {
+        let g = groups
+            .iter()
+            .find(|g| g["name"] == *want)
+            .unwrap_or_else(|| panic!("{want} did not run: {}", r["groups"]));
+        assert!(g["probes"].as_u64() > Some(0), "{g}");
+        assert_eq!(g["passed"], g["probes"], "{g}");
+    }
+    let ports = ip_in(
+        &format!("cnilab-lab-{name}-switch"),
+        &["-o", "link", "show", "master", "underlay"],
+    );
+    assert_eq!(
+        ports.lines().count(),
+        2,
+        "one switch port per node: {ports}"
+    );
+    for node in ["vg1", "vg2"] {
+        let ns = format!("cnilab-lab-{name}-{node}");
+        let stub = ip_in(&format!("{ns}-nat"), &["-o", "link", "show"]);
+        assert_eq!(
+            stub.lines().filter(|l| !l.contains(": lo:")).count(),
+            1,
+            "{node}'s eth0 has a segment of its own: {stub}"
+        );
+        if nat {
+            let eth0 = ip_in(&ns, &["-4", "-o", "addr", "show", "dev", "eth0"]);
+            assert!(eth0.contains(" 10.0.2.15/24 "), "{node}: {eth0}");
+            let default = ip_in(&ns, &["-4", "route", "show", "default"]);
+            assert!(
+                default.contains("via 10.0.2.2 dev eth0"),
+                "{node}: {default}"
+            );
+        }
+    }
 }

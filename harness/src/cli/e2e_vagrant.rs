@@ -33,6 +33,11 @@ pub struct VagrantArgs {
     /// JSON report file of the check.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// After the check, capture each VM into DIR/<vm>.json, replay the
+    /// captures here as a lab and compare its verdict with the VMs'
+    /// (exit 1 when a group differs).
+    #[arg(long, value_name = "DIR")]
+    pub capture: Option<PathBuf>,
     #[command(flatten)]
     pub output: CheckOutputArgs,
 }
@@ -57,6 +62,7 @@ impl VagrantArgs {
             format: self.output.output,
             junit: self.junit.clone(),
             json: self.json.clone(),
+            capture: self.capture.clone(),
         })
     }
 }

@@ -11,9 +11,11 @@
 //! - `manifests`: cnilab's or any CNI's manifests, rendered, and their workloads;
 //! - `steps` → `plan` → `runner`: each step as data, printed or executed;
 //! - `check/`: the in-cluster check (`access`: the kubeconfig as kubectl finds it);
-//! - `vagrant_options` → `vagrant` → `vagrant_check`, `vagrant_node`: `cnilab e2e vagrant`, the
-//!   offline two-VM lab (lab/vagrant/offline.rb): its up/down plans, the
-//!   check between the VMs, and the side that runs inside a VM;
+//! - `vagrant_options` → `vagrant` → `vagrant_check`, `vagrant_node`,
+//!   `vagrant_replay`: `cnilab e2e vagrant`, the offline two-VM lab
+//!   (lab/vagrant/offline.rb): its up/down plans, the check between the
+//!   VMs, the side that runs inside a VM, and (`--capture DIR`) the VMs
+//!   captured, replayed here and the verdicts compared;
 //! - `capture`: `cnilab capture` on every node (kind, minikube, or a pod per
 //!   node), the files collected into one directory to replay.
 //!
@@ -33,6 +35,7 @@ pub mod vagrant;
 pub mod vagrant_check;
 pub mod vagrant_node;
 pub mod vagrant_options;
+pub mod vagrant_replay;
 
 use options::{E2eOptions, Provider, Step};
 use plan::Plan;

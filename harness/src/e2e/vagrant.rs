@@ -5,7 +5,9 @@
 //! Where things happen: this file holds the options and the plans of `up`
 //! (box, namespace, `vagrant up`) and `down`, run by the e2e [`Runner`];
 //! [`super::vagrant_check`] makes the pods inside the VMs and probes
-//! between them; [`super::vagrant_node`] is the side that runs inside a VM.
+//! between them; [`super::vagrant_node`] is the side that runs inside a VM;
+//! with `--capture DIR`, [`super::vagrant_replay`] captures both VMs after
+//! the check, replays them here and compares the verdicts.
 //! Everything of a run (libvirtd and its networks, the VMs, vagrant's files)
 //! lives in the network namespace `cnilab-<pid>-vg` (or `cnilab-vg-<name>`)
 //! and its run directory, made and removed by lab/vagrant/env.sh; SIGINT and
@@ -96,6 +98,9 @@ pub fn dry_run(opts: &VagrantOptions, step: VagrantStep) -> String {
     }
     if matches!(step, VagrantStep::All | VagrantStep::Check) {
         out.push_str(&super::vagrant_check::dry_run(opts));
+        if let Some(dir) = &opts.capture {
+            out.push_str(&super::vagrant_replay::dry_run(opts, dir));
+        }
     }
     if step == VagrantStep::Down || (step == VagrantStep::All && !opts.retain) {
         out.push_str(&down_plan(opts).dry_run());
@@ -152,8 +157,22 @@ pub fn command(opts: &VagrantOptions, step: VagrantStep) -> Result<ExitCode, E2e
     if failure.is_none() && matches!(step, VagrantStep::All | VagrantStep::Check) {
         eprintln!("== cnilab e2e vagrant check ({})", opts.namespace());
         match super::vagrant_check::run(opts) {
-            Ok(true) => {}
-            Ok(false) => code = ExitCode::FAILURE,
+            Ok(report) => {
+                if !report.passed() {
+                    code = ExitCode::FAILURE;
+                }
+                if let Some(dir) = &opts.capture {
+                    eprintln!(
+                        "== cnilab e2e vagrant capture and replay ({})",
+                        dir.display()
+                    );
+                    match super::vagrant_replay::run(opts, dir, &report) {
+                        Ok(true) => {}
+                        Ok(false) => code = ExitCode::FAILURE,
+                        Err(e) => failure = Some(e),
+                    }
+                }
+            }
             Err(e) => failure = Some(e),
         }
     }

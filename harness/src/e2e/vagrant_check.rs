@@ -42,7 +42,7 @@ fn pod_names(node: &str) -> Vec<String> {
 
 /// `vagrant ssh NODE -c 'sudo sh -s'` in the run's namespace, the script
 /// on stdin (never a `-c` argument built from strings).
-fn ssh(opts: &VagrantOptions, node: &str, script: &str) -> Cmd {
+pub(super) fn ssh(opts: &VagrantOptions, node: &str, script: &str) -> Cmd {
     opts.vagrant()
         .args(["ssh", node, "-c", "sudo sh -s"])
         .stdin(script)
@@ -279,7 +279,7 @@ fn node_facts(vm: &Vm) -> NodeFacts {
 
 /// Runs the commands at once (each a `vagrant ssh`, `None` for a VM with
 /// nothing to run); their answers in order, the first failure as the error.
-fn on_each_vm(cmds: Vec<Option<Cmd>>) -> Result<Vec<Option<String>>, E2eError> {
+pub(super) fn on_each_vm(cmds: Vec<Option<Cmd>>) -> Result<Vec<Option<String>>, E2eError> {
     crate::util::parallel_map(
         cmds,
         crate::util::A_THREAD_EACH,
@@ -330,8 +330,8 @@ fn send(opts: &VagrantOptions, probes: &[Probe]) -> Result<Vec<ProbeOutcome>, E2
         .collect())
 }
 
-/// Pods, probes and the report; `Ok(false)` when a probe failed.
-pub fn run(opts: &VagrantOptions) -> Result<bool, E2eError> {
+/// Pods, probes and the report (emitted, and returned).
+pub fn run(opts: &VagrantOptions) -> Result<Report, E2eError> {
     let started = std::time::Instant::now();
     // The pods of both VMs at once.
     let outs: Vec<String> = on_each_vm(
@@ -429,7 +429,7 @@ pub fn run(opts: &VagrantOptions) -> Result<bool, E2eError> {
     check.junit = opts.junit.clone();
     check.json = opts.json.clone();
     super::check::emit(&report, &check)?;
-    Ok(report.passed())
+    Ok(report)
 }
 
 #[cfg(test)]
@@ -532,6 +532,7 @@ mod tests {
             format: crate::report::Format::Table,
             junit: None,
             json: None,
+            capture: None,
         };
         let probes = probes(&vms()).expect("probes");
         let cmd = probe_cmd(&opts, &probes, 1).expect("node2 sends probes");

@@ -47,6 +47,9 @@ pub struct VagrantOptions {
     pub format: Format,
     pub junit: Option<PathBuf>,
     pub json: Option<PathBuf>,
+    /// `--capture DIR`: after the check, each VM captured into
+    /// `DIR/<vm>.json` and replayed here (`vagrant_replay`).
+    pub capture: Option<PathBuf>,
 }
 
 impl VagrantOptions {

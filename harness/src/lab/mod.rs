@@ -33,7 +33,8 @@
 //! compared), a
 //! real node's network captured into it in [`capture`] (`cnilab capture`),
 //! captured nodes stood up as a lab in [`replay`] (`lab up --capture`;
-//! its external host where the nodes' default routes lead in [`outside`]),
+//! its external host where the nodes' default routes lead in [`outside`],
+//! each node's uplink and its other NICs in [`uplinks`]),
 //! and [`trace`] (`lab trace`: FROM/TO and the lab's namespaces resolved for
 //! the tracer in `crate::trace`). Pods are attached by
 //! executing the plugin (`direct`) or, with `--runtime containerd`, through
@@ -66,6 +67,7 @@ pub mod template;
 pub mod topology;
 pub mod trace;
 pub mod underlay;
+pub mod uplinks;
 pub mod vxlan;
 
 use parts::Lab;

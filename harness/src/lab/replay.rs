@@ -6,9 +6,14 @@
 //! Where things happen: [`load`] reads and validates the files (schema,
 //! JSON position, two nodes of one name or uplink address, an object whose
 //! device is missing: the error names the file and the object); [`plan`]
-//! renames the pods `<node>-pod<k>`, turns each node's uplink (the device of
-//! its default route, else its first addressed link that is no pod's) into
-//! a veth to the switch, and derives the underlay: one switch bridge for a
+//! renames the pods `<node>-pod<k>`, turns each node's uplink (the link of
+//! its routes via another node's address, else the device of its default
+//! route, else its first addressed link that is no pod's; never an address
+//! another node holds) into a veth to the switch, every other NIC of the
+//! node (a VM's NAT or management interface: VirtualBox gives every VM
+//! 10.0.2.15) into a veth to a stub of the node's own (`<node>-nat`, a
+//! segment per node, never one shared segment of duplicate addresses), and
+//! derives the underlay: one switch bridge for a
 //! shared subnet, a bridge per subnet and a `router` with a leg on each
 //! (the nodes' gateway address) and routes to the nodes' pod CIDRs
 //! otherwise), stands the outside world (the external host `pod-to-external`
@@ -50,7 +55,7 @@ pub const NO_PLUGIN: &str = "cnilab-replay-none";
 /// The network name of a replayed node's config.
 pub const NET_NAME: &str = "cnilab-replay";
 
-fn setup(msg: impl Into<String>) -> LabError {
+pub(super) fn setup(msg: impl Into<String>) -> LabError {
     LabError::Setup(msg.into())
 }
 
@@ -101,99 +106,7 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<Loaded>, LabError> {
         };
         out.push(loaded);
     }
-    uplinks(&out)?;
-    Ok(out)
-}
-
-/// A node's uplink: its link, its first address (IPv4 first) and the
-/// default route's gateway when the default route leaves through it.
-type Uplink = (String, IpNet, Option<IpAddr>);
-
-/// Every node's uplink: the first of its candidates ([`candidates`]) whose
-/// address no other node has (a Vagrant-style NAT interface has the same
-/// address on every node); two nodes left with one address are an error.
-fn uplinks(loaded: &[Loaded]) -> Result<Vec<Uplink>, LabError> {
-    let all: Vec<Vec<Uplink>> = loaded.iter().map(candidates).collect::<Result<_, _>>()?;
-    let shared = |me: usize, a: &IpNet| {
-        all.iter()
-            .enumerate()
-            .any(|(k, c)| k != me && c.iter().any(|(_, b, _)| b.addr() == a.addr()))
-    };
-    let mut out: Vec<Uplink> = Vec::new();
-    for (me, c) in all.iter().enumerate() {
-        let pick = c
-            .iter()
-            .find(|(_, a, _)| !shared(me, a))
-            .unwrap_or(&c[0])
-            .clone();
-        if let Some(k) = out.iter().position(|(_, a, _)| a.addr() == pick.1.addr()) {
-            return Err(setup(format!(
-                "{}: node {}'s uplink address {} is also node {}'s ({})",
-                loaded[me].path.display(),
-                loaded[me].capture.node.net.name,
-                pick.1.addr(),
-                loaded[k].capture.node.net.name,
-                loaded[k].path.display()
-            )));
-        }
-        out.push(pick);
-    }
-    Ok(out)
-}
-
-/// The links that may be a node's uplink, best first: the default route's
-/// device, then every addressed link that is no pod's (nor their bridge).
-fn candidates(l: &Loaded) -> Result<Vec<Uplink>, LabError> {
-    let node = &l.capture.node;
-    let pods: Vec<&str> = node.pods.iter().map(|p| p.name.as_str()).collect();
-    let default = |v6: bool| {
-        node.net.routes.iter().find(|r| {
-            r.table == cnilab_net::nl::MAIN_TABLE
-                && r.dst.prefix_len() == 0
-                && r.dst.addr().is_ipv6() == v6
-                && r.dev.is_some()
-        })
-    };
-    let via_default = default(false).or_else(|| default(true));
-    let is_pods = |link: &Link| {
-        link.veth
-            .as_ref()
-            .and_then(|p| p.namespace.as_deref())
-            .is_some_and(|ns| pods.contains(&ns))
-    };
-    let bridges_of_pods: Vec<&str> = node
-        .net
-        .links
-        .iter()
-        .filter(|l| is_pods(l))
-        .filter_map(|l| l.controller.as_deref())
-        .collect();
-    let first = via_default.and_then(|r| r.dev.as_deref());
-    let mut links: Vec<&Link> = first.and_then(|d| node.net.link(d)).into_iter().collect();
-    links.extend(node.net.links.iter().filter(|link| {
-        Some(link.name.as_str()) != first
-            && link.kind != LinkKind::Loopback
-            && !is_pods(link)
-            && !bridges_of_pods.contains(&link.name.as_str())
-    }));
-    let out: Vec<Uplink> = links
-        .into_iter()
-        .filter_map(|link| {
-            let mut addrs = link.addresses.clone();
-            addrs.sort_by_key(|a| a.addr().is_ipv6());
-            let gw = via_default
-                .filter(|r| r.dev.as_deref() == Some(link.name.as_str()))
-                .and_then(|r| r.gateway);
-            addrs.first().map(|a| (link.name.clone(), *a, gw))
-        })
-        .collect();
-    if out.is_empty() {
-        return Err(setup(format!(
-            "{}: node {}: no uplink (no addressed link besides the pods')",
-            l.path.display(),
-            node.net.name
-        )));
-    }
+    super::uplinks::uplinks(&out)?;
     Ok(out)
 }
 
@@ -214,7 +127,7 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
         .links
         .push(Link::new("lo", LinkKind::Loopback, false));
     let mut subnets: Vec<Subnet> = Vec::new();
-    for (l, (up, addr, gateway)) in loaded.iter().zip(uplinks(loaded)?) {
+    for (l, (up, addr, gateway)) in loaded.iter().zip(super::uplinks::uplinks(loaded)?) {
         let mut node = renamed(&l.capture.node);
         let subnet = addr.trunc();
         let k = match subnets.iter().position(|(s, _, _)| *s == subnet) {
@@ -259,6 +172,7 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
             name: up.clone(),
         });
         switch.links.push(p);
+        super::uplinks::own_segments(&mut node.net, &up);
         if let Some(stub) = stub_peers(&mut node, &up) {
             model.underlay.push(stub);
         }
