@@ -452,6 +452,10 @@ fn differences(label: &str, before: &NetState, after: &NetState) -> Vec<String> 
     out
 }
 
+/// How [`run_case`] starts a problem that is a change in the host
+/// namespace's links, addresses or routes.
+pub const HOST_NETNS: &str = "host netns";
+
 /// Runs one case and lists every problem: a zero exit, no JSON error on
 /// stdout, another code than expected, a panic, a signal or a timeout, and
 /// any change in the host namespace (links, addresses, routes, firewall
@@ -517,7 +521,7 @@ pub fn run_case(case: &Case, venue: &Venue<'_>, expect: Expect) -> Result<CaseRu
             }
         }
     }
-    problems.extend(differences("host netns", &host_before, &host_after));
+    problems.extend(differences(HOST_NETNS, &host_before, &host_after));
     problems.extend(differences("pod netns", &pod_before, &pod_after));
     if let (Some(before), Some(after)) = (&rules_before, &rules_after) {
         for rule in crate::host_state::new_lines(before, after) {

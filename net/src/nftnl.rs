@@ -1,6 +1,7 @@
 //! nftables over netlink, for the one thing done once per pod: adding and
 //! removing elements of an existing set, and asking whether a set (or any
-//! table: a capture skips `nft` where there is none) exists.
+//! table: a capture and a firewall snapshot skip `nft` where there is
+//! none) exists.
 //! One `NETLINK_NETFILTER` socket in the caller's namespace, one atomic
 //! batch (`NFNL_MSG_BATCH_BEGIN` … `END`) per change, no process. Creating
 //! tables, chains and rules stays with `nft -f -` ([`crate::nft`]): that
@@ -284,6 +285,13 @@ impl Socket {
         let n = recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty())?;
         Ok(split(&buf[..n]))
     }
+}
+
+/// Whether the calling thread's namespace has any nftables table (one
+/// netlink dump, no process); `true` when it cannot tell, so that `nft`
+/// runs and says why.
+pub fn any_table_here() -> bool {
+    Socket::open().and_then(|s| s.has_tables()).unwrap_or(true)
 }
 
 /// Netlink messages of one datagram: (type, body).

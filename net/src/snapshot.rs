@@ -310,7 +310,16 @@ impl HostNetwork {
 /// ruleset`, else `iptables-save` + `ip6tables-save`). `None` when no tool
 /// could be run. Tables and chains themselves are left out: an empty chain
 /// a plugin keeps between pods is not a leak, a rule is.
+///
+/// A namespace without any nftables table (one netlink dump says so) has
+/// nothing for `nft` to print, so where `nft` runs at all no process is
+/// started for it (`conform` snapshots before and after every plugin
+/// call).
 pub fn firewall_rules(ns: &Netns) -> Option<Vec<String>> {
+    if nft_runs() && !crate::netns::run_in(ns.file(), crate::nftnl::any_table_here).unwrap_or(true)
+    {
+        return Some(Vec::new());
+    }
     if let Ok(out) = ns.command("nft").args(["-s", "list", "ruleset"]).output() {
         if out.status.success() {
             return Some(nft_rules(&String::from_utf8_lossy(&out.stdout)));
@@ -337,6 +346,22 @@ pub fn firewall_rules(ns: &Netns) -> Option<Vec<String>> {
     any.then(|| {
         rules.sort();
         rules
+    })
+}
+
+/// Whether `nft` can be run at all (asked once a process): where it cannot,
+/// [`firewall_rules`] reads `iptables-save`, which a table count says
+/// nothing about.
+fn nft_runs() -> bool {
+    static RUNS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *RUNS.get_or_init(|| {
+        std::process::Command::new("nft")
+            .arg("--version")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
     })
 }
 
@@ -442,6 +467,64 @@ pub fn new_lines(before: &[String], after: &[String]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `nft` runs where the namespace has a table, and only there: a
+    /// wrapper first on PATH logs each run with the namespace it ran in
+    /// (other tests' runs log their own namespaces).
+    #[test]
+    fn firewall_rules_list_with_nft_only_where_a_table_exists() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        if let Err(e) = crate::netns::require_root() {
+            panic!("this test creates network namespaces and must run as root: {e}");
+        }
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let real = std::env::split_paths(&path)
+            .map(|d| d.join("nft"))
+            .find(|p| p.is_file())
+            .expect("nft on PATH");
+        let dir = std::env::temp_dir().join(format!("cnilab-nftwrap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("wrapper dir");
+        let log = dir.join("log");
+        let wrapper = dir.join("nft");
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\necho \"$(readlink /proc/self/ns/net) $*\" >> {}\nexec {} \"$@\"\n",
+                log.display(),
+                real.display()
+            ),
+        )
+        .expect("wrapper");
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let mut paths = vec![dir.clone()];
+        paths.extend(std::env::split_paths(&path));
+        std::env::set_var("PATH", std::env::join_paths(paths).expect("PATH"));
+
+        let ns = Netns::with_label("nftwrap").expect("netns");
+        let ino = std::fs::metadata(ns.path()).expect("netns inode").ino();
+        let listed_here = || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.starts_with(&format!("net:[{ino}] ")) && l.contains("list ruleset"))
+                .count()
+        };
+        assert_eq!(firewall_rules(&ns), Some(Vec::new()));
+        assert_eq!(listed_here(), 0, "nft listed a namespace without tables");
+
+        let mut load = ns.command("nft");
+        load.args([
+            "add table inet t ; add chain inet t c { type filter hook forward priority 0 ; } ; add rule inet t c ip saddr 10.9.0.1 drop",
+        ]);
+        assert!(load.status().expect("nft add").success());
+        let rules = firewall_rules(&ns).expect("rules");
+        assert!(
+            rules.iter().any(|r| r.contains("ip saddr 10.9.0.1 drop")),
+            "{rules:?}"
+        );
+        assert_eq!(listed_here(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn firewall_lines_lose_counters_and_expiry_only() {

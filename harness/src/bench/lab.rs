@@ -1,7 +1,9 @@
 //! The lab figures `cnilab bench --lab NODESxPODS` prints beside the plugin
 //! figures: one throwaway `cnilab lab run` of that size, its verdict, its
-//! phases, attach time per pod and the peak memory. Pure data: the CLI
-//! runs the lab (a subcommand never imports another) and fills this in.
+//! phases, attach time per pod and the peak memory; and, with `--vs-*`,
+//! `cnilab conform`'s wall time on that plugin (the reference). Pure data:
+//! the CLI runs the lab and conform (a subcommand never imports another)
+//! and fills this in.
 
 use std::fmt;
 use std::time::Duration;
@@ -108,6 +110,30 @@ impl fmt::Display for LabFigures {
     }
 }
 
+/// One `cnilab conform` run: on which plugin, its wall time and verdicts.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ConformFigures {
+    pub plugin_dir: String,
+    pub config: String,
+    pub checks: usize,
+    pub failed: usize,
+    pub wall_ms: f64,
+}
+
+impl fmt::Display for ConformFigures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "conform --plugin-dir {} --config {}: {} checks, {} failed, in {:.2} s",
+            self.plugin_dir,
+            self.config,
+            self.checks,
+            self.failed,
+            self.wall_ms / 1000.0
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,5 +160,20 @@ mod tests {
         );
         assert!(text.contains("attach 2.00 ms per pod"), "{text}");
         assert!(!LabFigures::new((1, 1), "fail", 0, &[], Duration::ZERO).passed);
+    }
+
+    #[test]
+    fn conform_figures_name_the_plugin_and_the_wall_time() {
+        let fig = ConformFigures {
+            plugin_dir: "/usr/lib/cni".into(),
+            config: "ref.conflist".into(),
+            checks: 50,
+            failed: 0,
+            wall_ms: 1234.0,
+        };
+        assert_eq!(
+            fig.to_string(),
+            "conform --plugin-dir /usr/lib/cni --config ref.conflist: 50 checks, 0 failed, in 1.23 s\n"
+        );
     }
 }

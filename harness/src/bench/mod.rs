@@ -3,7 +3,8 @@
 //! inside a throwaway host namespace, with a bare-veth baseline; and
 //! (`variants`) both against a floor, `cnilab-floor`, on ADD, ADD with
 //! `ipMasq`, ADD dual-stack and DEL, as ratios from one run; with
-//! `--lab`, a lab run's figures (`lab`, filled in by the CLI).
+//! `--lab`, a lab run's figures and conform's run on the reference (`lab`,
+//! filled in by the CLI).
 
 pub mod lab;
 pub mod variants;
@@ -96,6 +97,9 @@ pub struct BenchReport {
     pub floor_missing: Option<String>,
     /// `--lab NODESxPODS`: the lab run's figures.
     pub lab: Option<lab::LabFigures>,
+    /// With `--lab` and `--vs-*`: `conform`'s run on the plugin compared
+    /// with (the reference).
+    pub conform: Option<lab::ConformFigures>,
 }
 
 /// Runs the benchmark. Everything happens inside throwaway namespaces.
@@ -122,6 +126,7 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
         floor,
         floor_missing,
         lab: None,
+        conform: None,
     })
 }
 
@@ -457,6 +462,10 @@ impl fmt::Display for BenchReport {
         }?;
         match &self.lab {
             Some(lab) => write!(f, "\n{lab}"),
+            None => Ok(()),
+        }?;
+        match &self.conform {
+            Some(conform) => write!(f, "{conform}"),
             None => Ok(()),
         }
     }

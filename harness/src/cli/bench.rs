@@ -30,7 +30,8 @@ pub struct Bench {
     pub vs_config: Option<PathBuf>,
     /// Also run a throwaway lab of NODESxPODS (`10x100`) with the bundled
     /// cnilab-bridge and print its verdict, phases, attach time per pod and
-    /// peak memory.
+    /// peak memory; with --vs-plugin-dir, also conform's wall time on that
+    /// plugin.
     #[arg(long, value_name = "NODESxPODS", value_parser = crate::bench::lab::parse_size)]
     pub lab: Option<(usize, usize)>,
     /// With --lab: raise the host's neighbour-table thresholds for the run
@@ -67,6 +68,9 @@ impl Bench {
             let figures = run_lab(size, self.tune_host)?;
             passed = figures.passed;
             result.lab = Some(figures);
+            if let Some((dir, config)) = &opts.versus {
+                result.conform = Some(run_conform(dir, config)?);
+            }
         }
         if self.json || self.output.output == Format::Json {
             println!("{}", report::json("BenchReport", &result));
@@ -75,6 +79,25 @@ impl Bench {
         }
         Ok(report::verdict(passed))
     }
+}
+
+/// `cnilab conform` on `dir` and `config` as the CLI runs it (the built-in
+/// corpus included), its wall time.
+fn run_conform(
+    dir: &str,
+    config: &std::path::Path,
+) -> Result<crate::bench::lab::ConformFigures, Box<dyn std::error::Error>> {
+    let mut opts = crate::conform::ConformOptions::new(dir, config);
+    opts.corpus = Some(PathBuf::from(crate::assets::CORPUS));
+    let started = std::time::Instant::now();
+    let report = crate::conform::run(&opts, &mut |_| {})?;
+    Ok(crate::bench::lab::ConformFigures {
+        plugin_dir: dir.to_string(),
+        config: config.display().to_string(),
+        checks: report.summary.checks,
+        failed: report.summary.failed,
+        wall_ms: started.elapsed().as_secs_f64() * 1000.0,
+    })
 }
 
 /// One throwaway `cnilab lab run` of `size`, its figures.

@@ -11,15 +11,6 @@ use super::{IptablesSave, LabModel, NftTable};
 use cnilab_net::{netns as plugin_netns, snapshot};
 use std::fs::File;
 
-/// Whether the calling thread's namespace has any nftables table (one
-/// netlink dump, no process); `true` when it cannot tell, so that `nft`
-/// runs and says why.
-pub(crate) fn has_nft_tables() -> bool {
-    cnilab_net::nftnl::Socket::open()
-        .and_then(|s| s.has_tables())
-        .unwrap_or(true)
-}
-
 /// `nft -s list ruleset` inside the namespace, one entry per table.
 pub(crate) fn read_nft(file: &File) -> Result<Vec<NftTable>, String> {
     let mut cmd = std::process::Command::new("nft");

@@ -216,7 +216,7 @@ fn read_namespace(
         (
             read_sysctls(&link_names),
             firewall::legacy_table_names(),
-            firewall::has_nft_tables(),
+            cnilab_net::nftnl::any_table_here(),
         )
     })
     .map_err(|e| what(e.to_string()))?;
