@@ -112,6 +112,15 @@ pub fn connect(ns: Option<&File>) -> io::Result<rtnetlink::Handle> {
     connect_on(&tokio::runtime::Handle::current(), ns)
 }
 
+/// [`connect`] in the calling thread's namespace, its socket set to
+/// `NETLINK_GET_STRICT_CHK`: the kernel checks get requests strictly and
+/// filters dumps by the link index and family of the request, so a dump of
+/// one bridge's addresses carries those, not every veth's link-local
+/// address on the node (which grows with the pods).
+pub fn connect_strict() -> io::Result<rtnetlink::Handle> {
+    connect_here(&tokio::runtime::Handle::current(), true)
+}
+
 /// [`connect`] for a given runtime, so it can be called from a thread that
 /// is not in a runtime context (to open connections in parallel).
 pub fn connect_on(
@@ -119,8 +128,8 @@ pub fn connect_on(
     ns: Option<&File>,
 ) -> io::Result<rtnetlink::Handle> {
     match ns {
-        None => connect_here(runtime),
-        Some(ns) => run_in(ns, || connect_here(runtime))?,
+        None => connect_here(runtime, false),
+        Some(ns) => run_in(ns, || connect_here(runtime, false))?,
     }
 }
 
@@ -134,16 +143,24 @@ pub fn spawn_connect<'scope, 'env>(
 ) -> std::thread::ScopedJoinHandle<'scope, io::Result<rtnetlink::Handle>> {
     scope.spawn(move || {
         setns(ns.as_fd(), CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
-        connect_here(runtime)
+        connect_here(runtime, false)
     })
 }
 
-/// A connection in the calling thread's namespace, its task on `runtime`.
-fn connect_here(runtime: &tokio::runtime::Handle) -> io::Result<rtnetlink::Handle> {
-    let (connection, handle, _messages) = {
+/// A connection in the calling thread's namespace, its task on `runtime`;
+/// `strict`: see [`connect_strict`].
+fn connect_here(runtime: &tokio::runtime::Handle, strict: bool) -> io::Result<rtnetlink::Handle> {
+    use rtnetlink::sys::AsyncSocket;
+    let (mut connection, handle, _messages) = {
         let _entered = runtime.enter();
         rtnetlink::new_connection()?
     };
+    if strict {
+        connection
+            .socket_mut()
+            .socket_mut()
+            .set_netlink_get_strict_chk(true)?;
+    }
     runtime.spawn(connection);
     Ok(handle)
 }

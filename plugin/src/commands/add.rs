@@ -34,64 +34,103 @@ pub fn run(env: &CniEnv, plan: &Plan) -> Result<CniResult> {
         .transpose()?;
     // The cache exists before any link does: a DEL after this ADD is
     // killed finds the proof that the unmarked links by its names are ours.
+    // The built-in store allocates first, so the cache is written once,
+    // already holding the address (one file and one rename fewer than an
+    // empty cache rewritten later, and no IPAM thread); a delegated IPAM
+    // plugin runs only once the links exist, behind an empty cache.
     let before = match &attachments {
-        Some(a) => {
-            let before = a.read(&env.container_id, &env.ifname)?;
-            if before.is_none() {
-                a.write(&env.container_id, &env.ifname, &[])?;
-            }
-            before
-        }
+        Some(a) => a.read(&env.container_id, &env.ifname)?,
         None => None,
     };
-    let result = attach(env, plan, prev, ns, attachments.as_ref(), before.as_ref());
-    if let (Err(_), Some(a)) = (&result, &attachments) {
-        // Back to what it was: none, or an earlier attachment's.
-        let _ = match &before {
-            Some(cached) => a.write(&env.container_id, &env.ifname, &cached.ips),
-            None => a.remove(&env.container_id, &env.ifname),
+    let early = match &plan.ipam {
+        IpamPlan::Builtin(_) => Some(addresses::allocate(env, plan)?),
+        _ => None,
+    };
+    if let Some(a) = &attachments {
+        let written = match &early {
+            Some(alloc) => a.write(
+                &env.container_id,
+                &env.ifname,
+                &given(before.as_ref(), alloc),
+            ),
+            None if before.is_none() => a.write(&env.container_id, &env.ifname, &[]),
+            None => Ok(()),
         };
+        if let Err(e) = written {
+            if let Some(alloc) = &early {
+                addresses::release_allocation(env, plan, alloc);
+            }
+            restore_cache(env, a, before.as_ref());
+            return Err(e);
+        }
+    }
+    let result = attach(
+        env,
+        plan,
+        (prev, ns),
+        attachments.as_ref(),
+        before.as_ref(),
+        early,
+    );
+    if let (Err(_), Some(a)) = (&result, &attachments) {
+        restore_cache(env, a, before.as_ref());
     }
     result
 }
 
-/// ADD once the attachment is locked and its cache exists.
+/// Puts the attachment's cache back to what it was after a failed ADD:
+/// none, or an earlier attachment's.
+fn restore_cache(env: &CniEnv, a: &Attachments, before: Option<&Cached>) {
+    let _ = match before {
+        Some(cached) => a.write(&env.container_id, &env.ifname, &cached.ips),
+        None => a.remove(&env.container_id, &env.ifname),
+    };
+}
+
+/// What the attachment holds once `alloc` is given: an earlier ADD of it
+/// that was killed may have been given addresses too.
+fn given(before: Option<&Cached>, alloc: &Allocation) -> Vec<IpAddr> {
+    let mut given: Vec<IpAddr> = before.map(|c| c.ips.clone()).unwrap_or_default();
+    given.extend(alloc.ips.iter().map(|i| i.address.addr()));
+    given.sort();
+    given.dedup();
+    given
+}
+
+/// ADD once the attachment is locked and its cache exists; `early` is the
+/// built-in store's allocation, already cached.
 fn attach(
     env: &CniEnv,
     plan: &Plan,
-    prev: Option<CniResult>,
-    ns: File,
+    (prev, ns): (Option<CniResult>, File),
     attachments: Option<&Attachments>,
     before: Option<&Cached>,
+    early: Option<Allocation>,
 ) -> Result<CniResult> {
     let rt = runtime()?;
     let _entered = rt.enter();
+    // Strict: the bridge's address dump carries the bridge's addresses only.
     let host =
-        netns::connect(None).map_err(|e| CniError::kernel("netlink in host namespace", e))?;
+        netns::connect_strict().map_err(|e| CniError::kernel("netlink in host namespace", e))?;
     let host_veth = host_veth_name(&env.container_id, &env.ifname);
-    // The built-in store is plain file I/O under an flock: it runs on its own
-    // thread while netlink builds the bridge and the veth pair. A delegated
-    // IPAM plugin runs only once the links exist.
-    let builtin = matches!(plan.ipam, IpamPlan::Builtin(_));
     let rt_handle = rt.handle().clone();
-    let (links, alloc, cont) = std::thread::scope(|s| {
-        let early = builtin.then(|| s.spawn(|| addresses::allocate(env, plan)));
-        // The pod-side connection is opened meanwhile too.
+    let (links, cont) = std::thread::scope(|s| {
+        // The pod-side connection is opened while the links are made.
         let cont = netns::spawn_connect(s, &rt_handle, &ns);
         let links = rt.block_on(create_links(env, plan, &ns, &host, &host_veth));
-        let alloc = match early {
-            Some(job) => job
-                .join()
-                .unwrap_or_else(|_| Err(CniError::io("IPAM thread panicked"))),
-            None if links.is_ok() => addresses::allocate(env, plan),
-            None => Ok(Allocation::default()),
-        };
         let cont = cont
             .join()
             .unwrap_or_else(|_| Err(std::io::Error::other("netlink thread panicked")))
             .map_err(|e| CniError::kernel(format!("netlink in {}", env.netns), e));
-        (links, alloc, cont)
+        (links, cont)
     });
+    let cached_early = early.is_some();
+    let alloc = match early {
+        Some(alloc) => Ok(alloc),
+        // A delegated IPAM plugin runs only once the links exist.
+        None if links.is_ok() && cont.is_ok() => addresses::allocate(env, plan),
+        None => Ok(Allocation::default()),
+    };
     let (links, cont) = match cont {
         Ok(c) => (links, Some(c)),
         Err(e) => (links.and(Err(e)), None),
@@ -118,15 +157,10 @@ fn attach(
         ));
     };
     // What this attachment was given is cached before it is masqueraded:
-    // DEL unmasquerades exactly that, GC reads it for liveness. (An earlier
-    // ADD of it that was killed may have been given addresses too.)
-    let mut given: Vec<IpAddr> = before.map(|c| c.ips.clone()).unwrap_or_default();
-    given.extend(alloc.ips.iter().map(|i| i.address.addr()));
-    given.sort();
-    given.dedup();
+    // DEL unmasquerades exactly that, GC reads it for liveness.
     let cached = match attachments {
-        Some(a) => a.write(&env.container_id, &env.ifname, &given),
-        None => Ok(()),
+        Some(a) if !cached_early => a.write(&env.container_id, &env.ifname, &given(before, &alloc)),
+        _ => Ok(()),
     };
     let configured = cached.and_then(|()| {
         rt.block_on(configure(
