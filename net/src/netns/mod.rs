@@ -133,17 +133,21 @@ pub fn connect_on(
     }
 }
 
-/// [`connect_on`] on a scoped thread of its own that enters `ns` and ends
-/// once the connection is made: one thread, where [`connect_on`] called
-/// from a thread of the caller's starts a second one for the `setns`.
-pub fn spawn_connect<'scope, 'env>(
+/// [`connect_on`] on a scoped thread of its own that enters `ns`; once
+/// connected, `then` runs on the same thread, still inside `ns` (work that
+/// must be done from the namespace, such as a sysctl of an interface made
+/// meanwhile), and the thread ends: one thread for both, where
+/// [`connect_on`] and [`write_sysctl`] start one each.
+pub fn spawn_connect_then<'scope, 'env, R: Send + 'scope>(
     scope: &'scope std::thread::Scope<'scope, 'env>,
     runtime: &'env tokio::runtime::Handle,
     ns: &'env File,
-) -> std::thread::ScopedJoinHandle<'scope, io::Result<rtnetlink::Handle>> {
+    then: impl FnOnce() -> R + Send + 'scope,
+) -> std::thread::ScopedJoinHandle<'scope, io::Result<(rtnetlink::Handle, R)>> {
     scope.spawn(move || {
         setns(ns.as_fd(), CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
-        connect_here(runtime, false)
+        let handle = connect_here(runtime, false)?;
+        Ok((handle, then()))
     })
 }
 

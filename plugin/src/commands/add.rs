@@ -114,14 +114,32 @@ fn attach(
         netns::connect_strict().map_err(|e| CniError::kernel("netlink in host namespace", e))?;
     let host_veth = host_veth_name(&env.container_id, &env.ifname);
     let rt_handle = rt.handle().clone();
+    // With IPv6 addresses known, the pod interface's `accept_dad` is
+    // written by the thread that opens the pod-side connection, once the
+    // veth exists: no thread of its own.
+    let dad = early.as_ref().is_some_and(has_ipv6).then(|| dad_key(env));
+    let dad_key_now = dad.clone();
     let (links, cont) = std::thread::scope(|s| {
+        let (made, veth_made) = std::sync::mpsc::channel::<bool>();
         // The pod-side connection is opened while the links are made.
-        let cont = netns::spawn_connect(s, &rt_handle, &ns);
+        let cont = netns::spawn_connect_then(s, &rt_handle, &ns, move || match dad_key_now {
+            Some(key) if veth_made.recv() == Ok(true) => netns::write_sysctl(None, &key, "0"),
+            _ => Ok(()),
+        });
         let links = rt.block_on(create_links(env, plan, &ns, &host, &host_veth));
-        let cont = cont
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("netlink thread panicked")))
-            .map_err(|e| CniError::kernel(format!("netlink in {}", env.netns), e));
+        let _ = made.send(links.is_ok());
+        let cont = match cont.join() {
+            Ok(Ok((handle, Ok(())))) => Ok(handle),
+            Ok(Ok((_, Err(e)))) => Err(CniError::kernel(
+                format!("{} in {}", dad_key(env), env.netns),
+                e,
+            )),
+            Ok(Err(e)) => Err(CniError::kernel(format!("netlink in {}", env.netns), e)),
+            Err(_) => Err(CniError::kernel(
+                format!("netlink in {}", env.netns),
+                "netlink thread panicked",
+            )),
+        };
         (links, cont)
     });
     let cached_early = early.is_some();
@@ -166,7 +184,7 @@ fn attach(
         rt.block_on(configure(
             env,
             plan,
-            &ns,
+            (&ns, dad.is_some()),
             &host,
             &cont,
             &host_veth,
@@ -279,7 +297,7 @@ fn gateway_family(plan: &Plan) -> Option<bool> {
 async fn configure(
     env: &CniEnv,
     plan: &Plan,
-    ns: &File,
+    (ns, dad_written): (&File, bool),
     host: &Handle,
     cont: &Handle,
     host_veth: &str,
@@ -311,7 +329,7 @@ async fn configure(
         Ok::<(), CniError>(())
     };
     let routes = pod_routes(plan, alloc);
-    let pod = configure_pod(env, ns, cont, alloc, &routes, &mark);
+    let pod = configure_pod(env, (ns, dad_written), cont, alloc, &routes, &mark);
     let (marked, gateways, pod_link) = futures_util::future::join3(marked, gateways, pod).await;
     marked?;
     gateways?;
@@ -479,7 +497,7 @@ async fn create_veth(
 
 async fn configure_pod(
     env: &CniEnv,
-    ns: &File,
+    (ns, dad_written): (&File, bool),
     cont: &Handle,
     alloc: &Allocation,
     routes: &[Route],
@@ -494,8 +512,8 @@ async fn configure_pod(
                 "veth peer did not arrive in the namespace",
             )
         })?;
-    if alloc.ips.iter().any(|i| i.address.addr().is_ipv6()) {
-        let key = format!("net/ipv6/conf/{}/accept_dad", env.ifname);
+    if has_ipv6(alloc) && !dad_written {
+        let key = dad_key(env);
         netns::write_sysctl(Some(ns), &key, "0")
             .map_err(|e| CniError::kernel(format!("{key} in {}", env.netns), e))?;
     }
@@ -547,6 +565,15 @@ async fn configure_pod(
         }
     }
     Ok(link)
+}
+
+fn has_ipv6(alloc: &Allocation) -> bool {
+    alloc.ips.iter().any(|i| i.address.addr().is_ipv6())
+}
+
+/// The pod interface's DAD switch, off: its addresses are usable at once.
+fn dad_key(env: &CniEnv) -> String {
+    format!("net/ipv6/conf/{}/accept_dad", env.ifname)
 }
 
 /// The default route via each family's gateway (isDefaultGateway) plus the
