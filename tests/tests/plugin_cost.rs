@@ -47,8 +47,9 @@ fn lines(trace: &str, pred: impl Fn(&str) -> bool) -> Vec<&str> {
 
 /// The second ADD on a node (bridge, gateway and masquerade rules in place
 /// from the first) writes its attachment cache exactly once, holding its
-/// addresses, before the veth is created; reads only the bridge's
-/// addresses from the kernel; starts no process (the masquerade is one
+/// addresses, before the veth is created; creates the host veth down and
+/// brings it up once marked; reads only the bridge's addresses from the
+/// kernel; starts no process (the masquerade is one
 /// netlink batch); and starts one thread, which opens the pod namespace's
 /// netlink connection and (IPv6) writes the pod interface's `accept_dad`.
 #[rstest]
@@ -123,6 +124,28 @@ fn a_ready_node_add_caches_once_before_any_link_and_starts_no_process(#[case] du
             "only the bridge's addresses come back: {reply}"
         );
     }
+
+    // The host veth is made down, marked, then brought up.
+    let create = created[0];
+    assert!(
+        !create.contains("ifi_flags=IFF_UP"),
+        "the host veth is created down: {create}"
+    );
+    let veth = &res.interfaces[1].name;
+    let link = host
+        .links()
+        .expect("host links")
+        .into_iter()
+        .find(|l| &l.name == veth)
+        .expect("host veth");
+    assert!(link.up, "the host veth is up after ADD");
+    assert!(
+        link.alias
+            .as_deref()
+            .is_some_and(|a| a.starts_with("cnilab/")),
+        "and marked: {:?}",
+        link.alias
+    );
 
     let spawned = lines(&trace, |l| {
         (l.contains("clone(") || l.contains("clone3(")) && l.contains("CLONE_THREAD")

@@ -14,7 +14,7 @@ use cnilab_net::netns;
 use cnilab_net::nl::{self, is_exists, Link};
 use cnilab_net::spec::{code, CniResult, Interface, IpConfig, Route};
 use ipnet::IpNet;
-use rtnetlink::packet_route::link::LinkAttribute;
+use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags};
 use rtnetlink::{Handle, LinkBridge, LinkBridgePort, LinkUnspec};
 use std::fs::File;
 use std::net::IpAddr;
@@ -309,10 +309,17 @@ async fn configure(
     // socket) and the pod's interface (pod socket) are configured at the
     // same time.
     let mark = ownership_mark(&plan.name, &env.container_id, &env.ifname);
+    // Marked while it is still down, then up (see `create_veth`).
     let marked = async {
         nl::set_alias_by_name(host, host_veth, &mark)
             .await
-            .map_err(|e| CniError::kernel(format!("mark {host_veth} as {mark}"), e))
+            .map_err(|e| CniError::kernel(format!("mark {host_veth} as {mark}"), e))?;
+        let up = LinkUnspec::new_with_name(host_veth).up().build();
+        host.link()
+            .set(up)
+            .execute()
+            .await
+            .map_err(|e| CniError::kernel(format!("set {host_veth} up"), e))
     };
     let gateways = async {
         if plan.is_gateway {
@@ -451,7 +458,13 @@ async fn create_veth(
     bridge_index: u32,
 ) -> Result<Option<Link>> {
     let ifname = env.ifname.as_str();
-    let msg = nl::veth_message(host_veth, ifname, ns, plan.mtu, Some(bridge_index));
+    let mut msg = nl::veth_message(host_veth, ifname, ns, plan.mtu, Some(bridge_index));
+    // The host end is made down and goes up once it carries its ownership
+    // mark: the kernel announces an alias change of an up link as a state
+    // change (NETDEV_CHANGE), for which IPv6 walks the host namespace's
+    // whole routing table while the link has no carrier yet, a cost that
+    // grows with the pods on the node. Down, the mark is set silently.
+    msg.header.flags.remove(LinkFlags::Up);
     let e = match nl::add_link_echo(host, msg).await {
         Ok(made) => return Ok(made),
         Err(e) => e,
