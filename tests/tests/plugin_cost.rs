@@ -49,7 +49,8 @@ fn lines(trace: &str, pred: impl Fn(&str) -> bool) -> Vec<&str> {
 /// from the first) writes its attachment cache exactly once, holding its
 /// addresses, before the veth is created; creates the host veth down and
 /// brings it up once marked; reads only the bridge's addresses from the
-/// kernel; starts no process (the masquerade is one
+/// kernel; finds forwarding on (the first ADD turned it on) without
+/// reading /proc/sys; starts no process (the masquerade is one
 /// netlink batch); and starts one thread, which opens the pod namespace's
 /// netlink connection and (IPv6) writes the pod interface's `accept_dad`.
 #[rstest]
@@ -63,7 +64,24 @@ fn a_ready_node_add_caches_once_before_any_link_and_starts_no_process(#[case] du
     let conf = config(dual, data.path());
     let plugin = workspace_bin("cnilab-bridge");
     let first = Netns::with_label("cost-a").expect("pod");
+    let sysctl = |ns: &Netns, key: &str| {
+        let out = ns
+            .command("sysctl")
+            .args(["-n", key])
+            .output()
+            .expect("sysctl runs");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(sysctl(&host, "net.ipv4.ip_forward"), "0", "a new namespace");
     result_of(&invoke(&host, &plugin, &add_call("cost-a", &first), &conf));
+    assert_eq!(
+        sysctl(&host, "net.ipv4.ip_forward"),
+        "1",
+        "the gateway forwards"
+    );
+    if dual {
+        assert_eq!(sysctl(&host, "net.ipv6.conf.all.forwarding"), "1");
+    }
 
     let pod = Netns::with_label("cost-b").expect("pod");
     let trace_path = data.path().join("add.strace");
@@ -72,7 +90,7 @@ fn a_ready_node_add_caches_once_before_any_link_and_starts_no_process(#[case] du
         &plugin,
         &add_call("cost-b", &pod),
         &trace_path,
-        "clone,clone3,vfork,execve,rename,renameat,renameat2,sendto,recvfrom",
+        "clone,clone3,vfork,execve,rename,renameat,renameat2,sendto,recvfrom,openat",
     ))
     .write_stdin(conf.to_string())
     .output()
@@ -125,6 +143,14 @@ fn a_ready_node_add_caches_once_before_any_link_and_starts_no_process(#[case] du
         );
     }
 
+    // Forwarding, on already, is asked over netlink, not read in /proc/sys
+    // (a lookup whose cost grows with the namespaces on the machine).
+    let proc_reads = lines(&trace, |l| l.contains("openat(") && l.contains("forward"));
+    assert!(
+        proc_reads.is_empty(),
+        "no /proc/sys read of forwarding: {proc_reads:#?}"
+    );
+
     // The host veth is made down, marked, then brought up.
     let create = created[0];
     assert!(
@@ -152,16 +178,8 @@ fn a_ready_node_add_caches_once_before_any_link_and_starts_no_process(#[case] du
     });
     assert_eq!(spawned.len(), 1, "threads started: {trace}");
     if dual {
-        let dad = pod
-            .command("sysctl")
-            .args(["-n", "net.ipv6.conf.eth0.accept_dad"])
-            .output()
-            .expect("sysctl runs");
-        assert_eq!(
-            String::from_utf8_lossy(&dad.stdout).trim(),
-            "0",
-            "DAD is off on eth0"
-        );
+        let dad = sysctl(&pod, "net.ipv6.conf.eth0.accept_dad");
+        assert_eq!(dad, "0", "DAD is off on eth0");
     }
     let processes = lines(&trace, |l| l.contains("execve(") || l.contains("vfork("));
     assert_eq!(

@@ -266,6 +266,80 @@ pub fn read_sysctl(ns: Option<&File>, key: &str) -> io::Result<String> {
     }
 }
 
+/// Whether IP forwarding is on in the caller's namespace
+/// (`net.ipv4.ip_forward`; with `v6`, `net.ipv6.conf.all.forwarding`), asked
+/// over netlink (`RTM_GETNETCONF`). A `/proc/sys` path lookup walks one
+/// dentry of that name per network namespace on the machine that ever
+/// looked it up (thousands in a big lab); netlink reads the value directly.
+pub fn forwarding(v6: bool) -> io::Result<bool> {
+    use crate::nftnl::{align4, errno_of, put_attr, split};
+    use nix::libc;
+    use nix::sys::socket::{
+        recv, send, socket, AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType,
+    };
+    use std::os::fd::AsRawFd;
+    const RTM_NEWNETCONF: u16 = 80;
+    const RTM_GETNETCONF: u16 = 82;
+    const NETCONFA_IFINDEX: u16 = 1;
+    const NETCONFA_FORWARDING: u16 = 2;
+    const NETCONFA_IFINDEX_ALL: i32 = -1;
+    let fd = socket(
+        AddressFamily::Netlink,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::NetlinkRoute,
+    )?;
+    // struct netconfmsg (the family, padded), then the "all" index.
+    let family = if v6 { libc::AF_INET6 } else { libc::AF_INET } as u8;
+    let mut body = vec![family, 0, 0, 0];
+    put_attr(
+        &mut body,
+        NETCONFA_IFINDEX,
+        &NETCONFA_IFINDEX_ALL.to_ne_bytes(),
+    );
+    let mut msg = Vec::with_capacity(16 + body.len());
+    msg.extend_from_slice(&((16 + body.len()) as u32).to_ne_bytes());
+    msg.extend_from_slice(&RTM_GETNETCONF.to_ne_bytes());
+    msg.extend_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
+    msg.extend_from_slice(&1u32.to_ne_bytes());
+    msg.extend_from_slice(&0u32.to_ne_bytes());
+    msg.extend_from_slice(&body);
+    send(fd.as_raw_fd(), &msg, MsgFlags::empty())?;
+    let mut buf = vec![0u8; 4096];
+    let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty())?;
+    for (kind, body) in split(&buf[..n]) {
+        if kind == libc::NLMSG_ERROR as u16 {
+            let e = errno_of(&body).unwrap_or(libc::EPROTO);
+            return Err(io::Error::from_raw_os_error(if e == 0 {
+                libc::EPROTO
+            } else {
+                e
+            }));
+        }
+        if kind != RTM_NEWNETCONF {
+            continue;
+        }
+        // Attributes after the padded netconfmsg.
+        let mut attrs = body.get(4..).unwrap_or_default();
+        while attrs.len() >= 4 {
+            let len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
+            let kind = u16::from_ne_bytes([attrs[2], attrs[3]]);
+            if len < 4 || len > attrs.len() {
+                break;
+            }
+            if kind == NETCONFA_FORWARDING && len >= 8 {
+                let value = i32::from_ne_bytes([attrs[4], attrs[5], attrs[6], attrs[7]]);
+                return Ok(value != 0);
+            }
+            attrs = &attrs[align4(len).min(attrs.len())..];
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        "RTM_GETNETCONF answered without NETCONFA_FORWARDING",
+    ))
+}
+
 /// Writes a sysctl as seen from namespace `ns` (or the caller's).
 pub fn write_sysctl(ns: Option<&File>, key: &str, value: &str) -> io::Result<()> {
     let path = sysctl_path(key)?;

@@ -631,14 +631,18 @@ fn pod_routes(plan: &Plan, alloc: &Allocation) -> Vec<Route> {
 fn enable_forwarding(alloc: &Allocation) -> Result<()> {
     let mut keys = Vec::new();
     if alloc.ips.iter().any(|i| i.address.addr().is_ipv4()) {
-        keys.push("net/ipv4/ip_forward");
+        keys.push((false, "net/ipv4/ip_forward"));
     }
-    if alloc.ips.iter().any(|i| i.address.addr().is_ipv6()) {
-        keys.push("net/ipv6/conf/all/forwarding");
+    if has_ipv6(alloc) {
+        keys.push((true, "net/ipv6/conf/all/forwarding"));
     }
-    for key in keys {
-        let current = netns::read_sysctl(None, key).unwrap_or_default();
-        if current != "1" {
+    for (v6, key) in keys {
+        // Asked over netlink: no /proc/sys lookup when it is on already.
+        let on = match netns::forwarding(v6) {
+            Ok(on) => on,
+            Err(_) => netns::read_sysctl(None, key).unwrap_or_default() == "1",
+        };
+        if !on {
             netns::write_sysctl(None, key, "1").map_err(|e| CniError::kernel(key, e))?;
         }
     }
