@@ -8,7 +8,9 @@
 //! happens once per node and config, not per pod.
 //!
 //! The wire format (linux/netfilter/nfnetlink.h, nf_tables.h) is written
-//! by hand: a few fixed headers and attributes.
+//! by hand: a few fixed headers and attributes. The framing helpers
+//! (`put_attr`, `split`, `errno_of`) also serve `netns::forwarding`'s one
+//! `RTM_GETNETCONF`, which the rtnetlink crate does not speak.
 
 use nix::sys::socket::{
     bind, recv, send, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag,
@@ -65,11 +67,11 @@ pub struct SetChange<'a> {
     pub elements: &'a [IpAddr],
 }
 
-fn align4(n: usize) -> usize {
+pub(crate) fn align4(n: usize) -> usize {
     (n + 3) & !3
 }
 
-fn put_attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
+pub(crate) fn put_attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
     buf.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
     buf.extend_from_slice(&kind.to_ne_bytes());
     buf.extend_from_slice(payload);
@@ -295,7 +297,7 @@ pub fn any_table_here() -> bool {
 }
 
 /// Netlink messages of one datagram: (type, body).
-fn split(mut data: &[u8]) -> Vec<(u16, Vec<u8>)> {
+pub(crate) fn split(mut data: &[u8]) -> Vec<(u16, Vec<u8>)> {
     let mut out = Vec::new();
     while data.len() >= 16 {
         let len = u32::from_ne_bytes([data[0], data[1], data[2], data[3]]) as usize;
@@ -310,7 +312,7 @@ fn split(mut data: &[u8]) -> Vec<(u16, Vec<u8>)> {
 }
 
 /// The positive errno of an `NLMSG_ERROR` body (0: an acknowledgement).
-fn errno_of(body: &[u8]) -> Option<i32> {
+pub(crate) fn errno_of(body: &[u8]) -> Option<i32> {
     let raw: [u8; 4] = body.get(..4)?.try_into().ok()?;
     Some(-i32::from_ne_bytes(raw))
 }

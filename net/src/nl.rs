@@ -181,6 +181,9 @@ pub async fn addresses_of_family(
         };
     }
     if let Some(i) = index {
+        // In the header too: a socket with strict checking (see
+        // `netns::connect_strict`) has the kernel filter by it.
+        req.message_mut().header.index = i;
         req = req.set_link_index_filter(i);
     }
     let msgs: Vec<AddressMessage> = req.execute().try_collect().await?;

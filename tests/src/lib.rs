@@ -53,13 +53,27 @@ pub fn traced_plugin_command(
     call: &Call<'_>,
     trace: &Path,
 ) -> Command {
+    traced_plugin_command_of(host, plugin, call, trace, "sendto,recvfrom")
+}
+
+/// [`traced_plugin_command`] tracing the system calls `syscalls` (strace's
+/// `trace=` list, e.g. `clone3,rename,sendto`).
+pub fn traced_plugin_command_of(
+    host: &Netns,
+    plugin: &Path,
+    call: &Call<'_>,
+    trace: &Path,
+    syscalls: &str,
+) -> Command {
     let strace = ["/usr/bin/strace", "/bin/strace"]
         .into_iter()
         .find(|p| Path::new(p).exists())
         .expect("this test needs strace (bash lab/install-deps.sh installs it)");
     let mut cmd = host.command(strace);
     cmd.arg("-f")
-        .args(["-s", "256", "-e", "trace=sendto,recvfrom", "-o"])
+        .args(["-s", "256", "-e"])
+        .arg(format!("trace={syscalls}"))
+        .arg("-o")
         .arg(trace)
         .arg(plugin);
     cni_env(cmd, plugin, call)

@@ -112,6 +112,15 @@ pub fn connect(ns: Option<&File>) -> io::Result<rtnetlink::Handle> {
     connect_on(&tokio::runtime::Handle::current(), ns)
 }
 
+/// [`connect`] in the calling thread's namespace, its socket set to
+/// `NETLINK_GET_STRICT_CHK`: the kernel checks get requests strictly and
+/// filters dumps by the link index and family of the request, so a dump of
+/// one bridge's addresses carries those, not every veth's link-local
+/// address on the node (which grows with the pods).
+pub fn connect_strict() -> io::Result<rtnetlink::Handle> {
+    connect_here(&tokio::runtime::Handle::current(), true)
+}
+
 /// [`connect`] for a given runtime, so it can be called from a thread that
 /// is not in a runtime context (to open connections in parallel).
 pub fn connect_on(
@@ -119,31 +128,43 @@ pub fn connect_on(
     ns: Option<&File>,
 ) -> io::Result<rtnetlink::Handle> {
     match ns {
-        None => connect_here(runtime),
-        Some(ns) => run_in(ns, || connect_here(runtime))?,
+        None => connect_here(runtime, false),
+        Some(ns) => run_in(ns, || connect_here(runtime, false))?,
     }
 }
 
-/// [`connect_on`] on a scoped thread of its own that enters `ns` and ends
-/// once the connection is made: one thread, where [`connect_on`] called
-/// from a thread of the caller's starts a second one for the `setns`.
-pub fn spawn_connect<'scope, 'env>(
+/// [`connect_on`] on a scoped thread of its own that enters `ns`; once
+/// connected, `then` runs on the same thread, still inside `ns` (work that
+/// must be done from the namespace, such as a sysctl of an interface made
+/// meanwhile), and the thread ends: one thread for both, where
+/// [`connect_on`] and [`write_sysctl`] start one each.
+pub fn spawn_connect_then<'scope, 'env, R: Send + 'scope>(
     scope: &'scope std::thread::Scope<'scope, 'env>,
     runtime: &'env tokio::runtime::Handle,
     ns: &'env File,
-) -> std::thread::ScopedJoinHandle<'scope, io::Result<rtnetlink::Handle>> {
+    then: impl FnOnce() -> R + Send + 'scope,
+) -> std::thread::ScopedJoinHandle<'scope, io::Result<(rtnetlink::Handle, R)>> {
     scope.spawn(move || {
         setns(ns.as_fd(), CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
-        connect_here(runtime)
+        let handle = connect_here(runtime, false)?;
+        Ok((handle, then()))
     })
 }
 
-/// A connection in the calling thread's namespace, its task on `runtime`.
-fn connect_here(runtime: &tokio::runtime::Handle) -> io::Result<rtnetlink::Handle> {
-    let (connection, handle, _messages) = {
+/// A connection in the calling thread's namespace, its task on `runtime`;
+/// `strict`: see [`connect_strict`].
+fn connect_here(runtime: &tokio::runtime::Handle, strict: bool) -> io::Result<rtnetlink::Handle> {
+    use rtnetlink::sys::AsyncSocket;
+    let (mut connection, handle, _messages) = {
         let _entered = runtime.enter();
         rtnetlink::new_connection()?
     };
+    if strict {
+        connection
+            .socket_mut()
+            .socket_mut()
+            .set_netlink_get_strict_chk(true)?;
+    }
     runtime.spawn(connection);
     Ok(handle)
 }
@@ -243,6 +264,80 @@ pub fn read_sysctl(ns: Option<&File>, key: &str) -> io::Result<String> {
         None => read(),
         Some(ns) => run_in(ns, read)?,
     }
+}
+
+/// Whether IP forwarding is on in the caller's namespace
+/// (`net.ipv4.ip_forward`; with `v6`, `net.ipv6.conf.all.forwarding`), asked
+/// over netlink (`RTM_GETNETCONF`). A `/proc/sys` path lookup walks one
+/// dentry of that name per network namespace on the machine that ever
+/// looked it up (thousands in a big lab); netlink reads the value directly.
+pub fn forwarding(v6: bool) -> io::Result<bool> {
+    use crate::nftnl::{align4, errno_of, put_attr, split};
+    use nix::libc;
+    use nix::sys::socket::{
+        recv, send, socket, AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType,
+    };
+    use std::os::fd::AsRawFd;
+    const RTM_NEWNETCONF: u16 = 80;
+    const RTM_GETNETCONF: u16 = 82;
+    const NETCONFA_IFINDEX: u16 = 1;
+    const NETCONFA_FORWARDING: u16 = 2;
+    const NETCONFA_IFINDEX_ALL: i32 = -1;
+    let fd = socket(
+        AddressFamily::Netlink,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::NetlinkRoute,
+    )?;
+    // struct netconfmsg (the family, padded), then the "all" index.
+    let family = if v6 { libc::AF_INET6 } else { libc::AF_INET } as u8;
+    let mut body = vec![family, 0, 0, 0];
+    put_attr(
+        &mut body,
+        NETCONFA_IFINDEX,
+        &NETCONFA_IFINDEX_ALL.to_ne_bytes(),
+    );
+    let mut msg = Vec::with_capacity(16 + body.len());
+    msg.extend_from_slice(&((16 + body.len()) as u32).to_ne_bytes());
+    msg.extend_from_slice(&RTM_GETNETCONF.to_ne_bytes());
+    msg.extend_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
+    msg.extend_from_slice(&1u32.to_ne_bytes());
+    msg.extend_from_slice(&0u32.to_ne_bytes());
+    msg.extend_from_slice(&body);
+    send(fd.as_raw_fd(), &msg, MsgFlags::empty())?;
+    let mut buf = vec![0u8; 4096];
+    let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty())?;
+    for (kind, body) in split(&buf[..n]) {
+        if kind == libc::NLMSG_ERROR as u16 {
+            let e = errno_of(&body).unwrap_or(libc::EPROTO);
+            return Err(io::Error::from_raw_os_error(if e == 0 {
+                libc::EPROTO
+            } else {
+                e
+            }));
+        }
+        if kind != RTM_NEWNETCONF {
+            continue;
+        }
+        // Attributes after the padded netconfmsg.
+        let mut attrs = body.get(4..).unwrap_or_default();
+        while attrs.len() >= 4 {
+            let len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
+            let kind = u16::from_ne_bytes([attrs[2], attrs[3]]);
+            if len < 4 || len > attrs.len() {
+                break;
+            }
+            if kind == NETCONFA_FORWARDING && len >= 8 {
+                let value = i32::from_ne_bytes([attrs[4], attrs[5], attrs[6], attrs[7]]);
+                return Ok(value != 0);
+            }
+            attrs = &attrs[align4(len).min(attrs.len())..];
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        "RTM_GETNETCONF answered without NETCONFA_FORWARDING",
+    ))
 }
 
 /// Writes a sysctl as seen from namespace `ns` (or the caller's).

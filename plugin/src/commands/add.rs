@@ -14,7 +14,7 @@ use cnilab_net::netns;
 use cnilab_net::nl::{self, is_exists, Link};
 use cnilab_net::spec::{code, CniResult, Interface, IpConfig, Route};
 use ipnet::IpNet;
-use rtnetlink::packet_route::link::LinkAttribute;
+use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags};
 use rtnetlink::{Handle, LinkBridge, LinkBridgePort, LinkUnspec};
 use std::fs::File;
 use std::net::IpAddr;
@@ -34,64 +34,121 @@ pub fn run(env: &CniEnv, plan: &Plan) -> Result<CniResult> {
         .transpose()?;
     // The cache exists before any link does: a DEL after this ADD is
     // killed finds the proof that the unmarked links by its names are ours.
+    // The built-in store allocates first, so the cache is written once,
+    // already holding the address (one file and one rename fewer than an
+    // empty cache rewritten later, and no IPAM thread); a delegated IPAM
+    // plugin runs only once the links exist, behind an empty cache.
     let before = match &attachments {
-        Some(a) => {
-            let before = a.read(&env.container_id, &env.ifname)?;
-            if before.is_none() {
-                a.write(&env.container_id, &env.ifname, &[])?;
-            }
-            before
-        }
+        Some(a) => a.read(&env.container_id, &env.ifname)?,
         None => None,
     };
-    let result = attach(env, plan, prev, ns, attachments.as_ref(), before.as_ref());
-    if let (Err(_), Some(a)) = (&result, &attachments) {
-        // Back to what it was: none, or an earlier attachment's.
-        let _ = match &before {
-            Some(cached) => a.write(&env.container_id, &env.ifname, &cached.ips),
-            None => a.remove(&env.container_id, &env.ifname),
+    let early = match &plan.ipam {
+        IpamPlan::Builtin(_) => Some(addresses::allocate(env, plan)?),
+        _ => None,
+    };
+    if let Some(a) = &attachments {
+        let written = match &early {
+            Some(alloc) => a.write(
+                &env.container_id,
+                &env.ifname,
+                &given(before.as_ref(), alloc),
+            ),
+            None if before.is_none() => a.write(&env.container_id, &env.ifname, &[]),
+            None => Ok(()),
         };
+        if let Err(e) = written {
+            if let Some(alloc) = &early {
+                addresses::release_allocation(env, plan, alloc);
+            }
+            restore_cache(env, a, before.as_ref());
+            return Err(e);
+        }
+    }
+    let result = attach(
+        env,
+        plan,
+        (prev, ns),
+        attachments.as_ref(),
+        before.as_ref(),
+        early,
+    );
+    if let (Err(_), Some(a)) = (&result, &attachments) {
+        restore_cache(env, a, before.as_ref());
     }
     result
 }
 
-/// ADD once the attachment is locked and its cache exists.
+/// Puts the attachment's cache back to what it was after a failed ADD:
+/// none, or an earlier attachment's.
+fn restore_cache(env: &CniEnv, a: &Attachments, before: Option<&Cached>) {
+    let _ = match before {
+        Some(cached) => a.write(&env.container_id, &env.ifname, &cached.ips),
+        None => a.remove(&env.container_id, &env.ifname),
+    };
+}
+
+/// What the attachment holds once `alloc` is given: an earlier ADD of it
+/// that was killed may have been given addresses too.
+fn given(before: Option<&Cached>, alloc: &Allocation) -> Vec<IpAddr> {
+    let mut given: Vec<IpAddr> = before.map(|c| c.ips.clone()).unwrap_or_default();
+    given.extend(alloc.ips.iter().map(|i| i.address.addr()));
+    given.sort();
+    given.dedup();
+    given
+}
+
+/// ADD once the attachment is locked and its cache exists; `early` is the
+/// built-in store's allocation, already cached.
 fn attach(
     env: &CniEnv,
     plan: &Plan,
-    prev: Option<CniResult>,
-    ns: File,
+    (prev, ns): (Option<CniResult>, File),
     attachments: Option<&Attachments>,
     before: Option<&Cached>,
+    early: Option<Allocation>,
 ) -> Result<CniResult> {
     let rt = runtime()?;
     let _entered = rt.enter();
+    // Strict: the bridge's address dump carries the bridge's addresses only.
     let host =
-        netns::connect(None).map_err(|e| CniError::kernel("netlink in host namespace", e))?;
+        netns::connect_strict().map_err(|e| CniError::kernel("netlink in host namespace", e))?;
     let host_veth = host_veth_name(&env.container_id, &env.ifname);
-    // The built-in store is plain file I/O under an flock: it runs on its own
-    // thread while netlink builds the bridge and the veth pair. A delegated
-    // IPAM plugin runs only once the links exist.
-    let builtin = matches!(plan.ipam, IpamPlan::Builtin(_));
     let rt_handle = rt.handle().clone();
-    let (links, alloc, cont) = std::thread::scope(|s| {
-        let early = builtin.then(|| s.spawn(|| addresses::allocate(env, plan)));
-        // The pod-side connection is opened meanwhile too.
-        let cont = netns::spawn_connect(s, &rt_handle, &ns);
+    // With IPv6 addresses known, the pod interface's `accept_dad` is
+    // written by the thread that opens the pod-side connection, once the
+    // veth exists: no thread of its own.
+    let dad = early.as_ref().is_some_and(has_ipv6).then(|| dad_key(env));
+    let dad_key_now = dad.clone();
+    let (links, cont) = std::thread::scope(|s| {
+        let (made, veth_made) = std::sync::mpsc::channel::<bool>();
+        // The pod-side connection is opened while the links are made.
+        let cont = netns::spawn_connect_then(s, &rt_handle, &ns, move || match dad_key_now {
+            Some(key) if veth_made.recv() == Ok(true) => netns::write_sysctl(None, &key, "0"),
+            _ => Ok(()),
+        });
         let links = rt.block_on(create_links(env, plan, &ns, &host, &host_veth));
-        let alloc = match early {
-            Some(job) => job
-                .join()
-                .unwrap_or_else(|_| Err(CniError::io("IPAM thread panicked"))),
-            None if links.is_ok() => addresses::allocate(env, plan),
-            None => Ok(Allocation::default()),
+        let _ = made.send(links.is_ok());
+        let cont = match cont.join() {
+            Ok(Ok((handle, Ok(())))) => Ok(handle),
+            Ok(Ok((_, Err(e)))) => Err(CniError::kernel(
+                format!("{} in {}", dad_key(env), env.netns),
+                e,
+            )),
+            Ok(Err(e)) => Err(CniError::kernel(format!("netlink in {}", env.netns), e)),
+            Err(_) => Err(CniError::kernel(
+                format!("netlink in {}", env.netns),
+                "netlink thread panicked",
+            )),
         };
-        let cont = cont
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("netlink thread panicked")))
-            .map_err(|e| CniError::kernel(format!("netlink in {}", env.netns), e));
-        (links, alloc, cont)
+        (links, cont)
     });
+    let cached_early = early.is_some();
+    let alloc = match early {
+        Some(alloc) => Ok(alloc),
+        // A delegated IPAM plugin runs only once the links exist.
+        None if links.is_ok() && cont.is_ok() => addresses::allocate(env, plan),
+        None => Ok(Allocation::default()),
+    };
     let (links, cont) = match cont {
         Ok(c) => (links, Some(c)),
         Err(e) => (links.and(Err(e)), None),
@@ -118,21 +175,16 @@ fn attach(
         ));
     };
     // What this attachment was given is cached before it is masqueraded:
-    // DEL unmasquerades exactly that, GC reads it for liveness. (An earlier
-    // ADD of it that was killed may have been given addresses too.)
-    let mut given: Vec<IpAddr> = before.map(|c| c.ips.clone()).unwrap_or_default();
-    given.extend(alloc.ips.iter().map(|i| i.address.addr()));
-    given.sort();
-    given.dedup();
+    // DEL unmasquerades exactly that, GC reads it for liveness.
     let cached = match attachments {
-        Some(a) => a.write(&env.container_id, &env.ifname, &given),
-        None => Ok(()),
+        Some(a) if !cached_early => a.write(&env.container_id, &env.ifname, &given(before, &alloc)),
+        _ => Ok(()),
     };
     let configured = cached.and_then(|()| {
         rt.block_on(configure(
             env,
             plan,
-            &ns,
+            (&ns, dad.is_some()),
             &host,
             &cont,
             &host_veth,
@@ -245,7 +297,7 @@ fn gateway_family(plan: &Plan) -> Option<bool> {
 async fn configure(
     env: &CniEnv,
     plan: &Plan,
-    ns: &File,
+    (ns, dad_written): (&File, bool),
     host: &Handle,
     cont: &Handle,
     host_veth: &str,
@@ -257,10 +309,17 @@ async fn configure(
     // socket) and the pod's interface (pod socket) are configured at the
     // same time.
     let mark = ownership_mark(&plan.name, &env.container_id, &env.ifname);
+    // Marked while it is still down, then up (see `create_veth`).
     let marked = async {
         nl::set_alias_by_name(host, host_veth, &mark)
             .await
-            .map_err(|e| CniError::kernel(format!("mark {host_veth} as {mark}"), e))
+            .map_err(|e| CniError::kernel(format!("mark {host_veth} as {mark}"), e))?;
+        let up = LinkUnspec::new_with_name(host_veth).up().build();
+        host.link()
+            .set(up)
+            .execute()
+            .await
+            .map_err(|e| CniError::kernel(format!("set {host_veth} up"), e))
     };
     let gateways = async {
         if plan.is_gateway {
@@ -277,7 +336,7 @@ async fn configure(
         Ok::<(), CniError>(())
     };
     let routes = pod_routes(plan, alloc);
-    let pod = configure_pod(env, ns, cont, alloc, &routes, &mark);
+    let pod = configure_pod(env, (ns, dad_written), cont, alloc, &routes, &mark);
     let (marked, gateways, pod_link) = futures_util::future::join3(marked, gateways, pod).await;
     marked?;
     gateways?;
@@ -399,7 +458,13 @@ async fn create_veth(
     bridge_index: u32,
 ) -> Result<Option<Link>> {
     let ifname = env.ifname.as_str();
-    let msg = nl::veth_message(host_veth, ifname, ns, plan.mtu, Some(bridge_index));
+    let mut msg = nl::veth_message(host_veth, ifname, ns, plan.mtu, Some(bridge_index));
+    // The host end is made down and goes up once it carries its ownership
+    // mark: the kernel announces an alias change of an up link as a state
+    // change (NETDEV_CHANGE), for which IPv6 walks the host namespace's
+    // whole routing table while the link has no carrier yet, a cost that
+    // grows with the pods on the node. Down, the mark is set silently.
+    msg.header.flags.remove(LinkFlags::Up);
     let e = match nl::add_link_echo(host, msg).await {
         Ok(made) => return Ok(made),
         Err(e) => e,
@@ -445,7 +510,7 @@ async fn create_veth(
 
 async fn configure_pod(
     env: &CniEnv,
-    ns: &File,
+    (ns, dad_written): (&File, bool),
     cont: &Handle,
     alloc: &Allocation,
     routes: &[Route],
@@ -460,8 +525,8 @@ async fn configure_pod(
                 "veth peer did not arrive in the namespace",
             )
         })?;
-    if alloc.ips.iter().any(|i| i.address.addr().is_ipv6()) {
-        let key = format!("net/ipv6/conf/{}/accept_dad", env.ifname);
+    if has_ipv6(alloc) && !dad_written {
+        let key = dad_key(env);
         netns::write_sysctl(Some(ns), &key, "0")
             .map_err(|e| CniError::kernel(format!("{key} in {}", env.netns), e))?;
     }
@@ -515,6 +580,15 @@ async fn configure_pod(
     Ok(link)
 }
 
+fn has_ipv6(alloc: &Allocation) -> bool {
+    alloc.ips.iter().any(|i| i.address.addr().is_ipv6())
+}
+
+/// The pod interface's DAD switch, off: its addresses are usable at once.
+fn dad_key(env: &CniEnv) -> String {
+    format!("net/ipv6/conf/{}/accept_dad", env.ifname)
+}
+
 /// The default route via each family's gateway (isDefaultGateway) plus the
 /// IPAM routes, whose missing `gw` is the family's gateway.
 fn pod_routes(plan: &Plan, alloc: &Allocation) -> Vec<Route> {
@@ -557,14 +631,18 @@ fn pod_routes(plan: &Plan, alloc: &Allocation) -> Vec<Route> {
 fn enable_forwarding(alloc: &Allocation) -> Result<()> {
     let mut keys = Vec::new();
     if alloc.ips.iter().any(|i| i.address.addr().is_ipv4()) {
-        keys.push("net/ipv4/ip_forward");
+        keys.push((false, "net/ipv4/ip_forward"));
     }
-    if alloc.ips.iter().any(|i| i.address.addr().is_ipv6()) {
-        keys.push("net/ipv6/conf/all/forwarding");
+    if has_ipv6(alloc) {
+        keys.push((true, "net/ipv6/conf/all/forwarding"));
     }
-    for key in keys {
-        let current = netns::read_sysctl(None, key).unwrap_or_default();
-        if current != "1" {
+    for (v6, key) in keys {
+        // Asked over netlink: no /proc/sys lookup when it is on already.
+        let on = match netns::forwarding(v6) {
+            Ok(on) => on,
+            Err(_) => netns::read_sysctl(None, key).unwrap_or_default() == "1",
+        };
+        if !on {
             netns::write_sysctl(None, key, "1").map_err(|e| CniError::kernel(key, e))?;
         }
     }
