@@ -65,7 +65,8 @@ pub enum LabCmd {
         topology: TopologyFlags,
         /// If the lab needs more neighbour entries than the host's tables
         /// hold, raise net.ipv4/ipv6.neigh.default.gc_thresh1/2/3 for the
-        /// run; they are restored afterwards, also on Ctrl-C.
+        /// run (IPv6 also for every interface's link-local entries); they
+        /// are restored afterwards, also on Ctrl-C.
         #[arg(long)]
         tune_host: bool,
         #[command(flatten)]
