@@ -227,24 +227,30 @@ pub fn output_text(o: &Output) -> String {
     )
 }
 
-/// A standing lab of 2 nodes with a pod each (`cnilab lab up`, plus
+/// A standing lab, by default of 2 nodes with a pod each (`cnilab lab up`, plus
 /// `extra` flags), named `<label><pid>`, taken down when dropped (also
 /// after a failed assert).
 pub struct StandingLab(pub String);
 
 impl StandingLab {
     pub fn up(label: &str, extra: &[&str]) -> StandingLab {
+        StandingLab::sized(label, 2, 1, extra)
+    }
+
+    /// [`StandingLab::up`] with `nodes` nodes of `pods` pods each.
+    pub fn sized(label: &str, nodes: usize, pods: usize, extra: &[&str]) -> StandingLab {
         let name = format!("{label}{}", std::process::id());
         let lab = StandingLab(name.clone());
+        let (nodes, pods) = (nodes.to_string(), pods.to_string());
         let mut args = vec![
             "lab",
             "up",
             "--name",
             &name,
             "--nodes",
-            "2",
+            &nodes,
             "--pods-per-node",
-            "1",
+            &pods,
         ];
         args.extend_from_slice(extra);
         let up = cnilab(&args);

@@ -58,14 +58,19 @@ pub enum LabCmd {
         Large labs: the host's neighbour tables (one per family for every namespace) hold\n\
         gc_thresh3 entries; a lab that needs more gets permanent entries for its bulk probe\n\
         paths (the first pod of each node still resolves through ARP/NDP), or is refused\n\
-        up front with the numbers. A run that hits the limit anyway is INCONCLUSIVE (3).\n\n",
+        up front with the numbers. A run that hits the limit anyway is INCONCLUSIVE (3).\n\n\
+        Labs over the probe budget (pods × nodes × 7 > 100,000 a family: above 10 × 100)\n\
+        sample pod-to-pod/cross-node, pod-to-node and node-to-pod, and say so up front:\n\
+        every pod is probed as a source and as a destination, and every ordered node pair\n\
+        is covered by at least 2 pods (rotating positions).\n\n",
         crate::exit_codes_help!()))]
     Run {
         #[command(flatten)]
         topology: TopologyFlags,
         /// If the lab needs more neighbour entries than the host's tables
         /// hold, raise net.ipv4/ipv6.neigh.default.gc_thresh1/2/3 for the
-        /// run; they are restored afterwards, also on Ctrl-C.
+        /// run (IPv6 also for every interface's link-local entries); they
+        /// are restored afterwards, also on Ctrl-C.
         #[arg(long)]
         tune_host: bool,
         #[command(flatten)]

@@ -79,6 +79,10 @@ pub(super) fn prepare(
     let topo = topology(args)?;
     let plan = Plan::new(topo, args.plugin_dir.as_deref(), args.runtime)?;
     eprintln!("🔭 cnilab lab {}", plan.describe());
+    let counts = vec![plan.topo.pods_per_node; plan.topo.nodes.len()];
+    if crate::lab::checks::sampled(&counts) {
+        eprintln!("🎯 {}", crate::lab::checks::SAMPLED);
+    }
     let host = crate::lab::neighbours::plan(&plan.topo, tune_host)?;
     if host.pin || !host.tune.is_empty() || host.unchecked {
         eprintln!("🧮 {}", host.summary);

@@ -76,6 +76,10 @@ pub struct Report {
     /// "reason": …}]`, left out when empty.
     #[serde(serialize_with = "skipped", skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<(String, String)>,
+    /// What a sampled plan covers (a lab over the probe budget), left out
+    /// of the JSON when the plan was full.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampled: Option<String>,
     pub probes: usize,
     /// JSON: `[{"phase": …, "ms": …}]`.
     #[serde(serialize_with = "phases")]
@@ -110,6 +114,7 @@ impl Report {
             inconclusive: None,
             not_made: Vec::new(),
             skipped: Vec::new(),
+            sampled: None,
             probes: outcomes.len(),
             phases_ms: Vec::new(),
             outcomes,
@@ -152,6 +157,9 @@ impl Report {
 
     pub fn table(&self) -> String {
         let mut s = String::new();
+        if let Some(sampled) = &self.sampled {
+            let _ = writeln!(s, "🎯 {sampled}");
+        }
         for g in &self.groups {
             let mark = if g.passed == g.probes { "✅" } else { "❌" };
             let families: Vec<String> = g

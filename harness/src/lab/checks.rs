@@ -4,6 +4,7 @@
 
 use super::parts::Lab;
 use super::probe::{self, Reply};
+use crate::connectivity::groups::POD_TO_POD_CROSS_NODE;
 use crate::connectivity::matrix::{self, Slot};
 use crate::connectivity::report::{Failure, NodeView, Report};
 use crate::connectivity::{Endpoint, ExpectSource, ProbeOutcome, ProbeSpec, Proto};
@@ -86,7 +87,8 @@ fn node_endpoint(lab: &Lab, n: usize, v6: bool) -> Option<Endpoint> {
 /// IPv6): every pod to a pod on its own node and to one pod on every other
 /// node (ICMP, TCP, UDP); every node to every pod; every pod to its node and
 /// the others; every pod to the external host; a DF probe at the MTU from
-/// every pod to a pod on the next node.
+/// every pod to a pod on the next node. Over the probe budget ([`sampled`])
+/// the three O(pods × nodes) groups are sampled instead ([`SAMPLED`]).
 pub fn plan(lab: &Lab, groups: &[String]) -> Vec<ProbeSpec> {
     let mut out = Vec::new();
     for v6 in [false, true] {
@@ -97,6 +99,30 @@ pub fn plan(lab: &Lab, groups: &[String]) -> Vec<ProbeSpec> {
     super::services::plan(lab, &wanted, &mut out);
     super::kube_proxy::plan(lab, &wanted, &mut out);
     out
+}
+
+/// Probes per family of the O(pods × nodes) groups above which they are
+/// sampled: a 10 × 100 lab (70,000) keeps its full plan.
+const PROBE_BUDGET: usize = 100_000;
+
+/// What a sampled plan covers, said up front and in the report.
+pub const SAMPLED: &str = "pod-to-pod/cross-node, pod-to-node and node-to-pod are sampled (the lab is over the probe budget): every pod is probed as a source and as a destination, and every ordered node pair is covered by at least 2 pods (rotating positions)";
+
+/// The probe budget: [`PROBE_BUDGET`], or `CNILAB_PROBE_BUDGET` (a hidden
+/// setting that tests lower to sample a small lab).
+fn probe_budget() -> usize {
+    std::env::var("CNILAB_PROBE_BUDGET")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(PROBE_BUDGET)
+}
+
+/// Whether a lab whose nodes have `pods_per_node` pods gets the sampled
+/// plan: its full pod-to-pod (3 protocols), pod-to-node and node-to-pod
+/// (2 each) groups would send more than the probe budget per family.
+pub fn sampled(pods_per_node: &[usize]) -> bool {
+    let pods: usize = pods_per_node.iter().sum();
+    pods.saturating_mul(pods_per_node.len()).saturating_mul(7) > probe_budget()
 }
 
 fn plan_family(lab: &Lab, groups: &[String], v6: bool) -> Vec<ProbeSpec> {
@@ -123,6 +149,15 @@ fn plan_family(lab: &Lab, groups: &[String], v6: bool) -> Vec<ProbeSpec> {
     let all = [Proto::Icmp, Proto::Tcp, Proto::Udp];
     let nodes = lab.nodes.len();
     let counts: Vec<usize> = lab.nodes.iter().map(|n| n.pods.len()).collect();
+    let sampled = sampled(&counts);
+    // Sampled: every node, or the pod's own and its sampled partners.
+    let nodes_of = |at: Slot| -> Vec<usize> {
+        if sampled {
+            matrix::sampled_nodes(&counts, at)
+        } else {
+            (0..nodes).collect()
+        }
+    };
     for n in 0..nodes {
         let count = lab.nodes[n].pods.len();
         for p in 0..count {
@@ -133,18 +168,22 @@ fn plan_family(lab: &Lab, groups: &[String], v6: bool) -> Vec<ProbeSpec> {
                 let Some(dst) = lab.pod_endpoint(peer.to.node, peer.to.pos, v6) else {
                     continue;
                 };
-                push(
-                    peer.group,
-                    &src,
-                    &dst,
-                    &all,
-                    Some(ExpectSource::Unchanged(src.ip)),
-                );
+                // Sampled, the cross-node pairs come from the sampled ones
+                // below; the DF probe to the next node stays.
+                if !sampled || peer.group != POD_TO_POD_CROSS_NODE {
+                    push(
+                        peer.group,
+                        &src,
+                        &dst,
+                        &all,
+                        Some(ExpectSource::Unchanged(src.ip)),
+                    );
+                }
                 if peer.df {
                     push("mtu/df-cross-node", &src, &dst, &[Proto::Df], None);
                 }
             }
-            for m in 0..nodes {
+            for m in nodes_of(Slot { node: n, pos: p }) {
                 if let Some(dst) = node_endpoint(lab, m, v6) {
                     push("pod-to-node", &src, &dst, &[Proto::Icmp, Proto::Tcp], None);
                 }
@@ -168,16 +207,26 @@ fn plan_family(lab: &Lab, groups: &[String], v6: bool) -> Vec<ProbeSpec> {
             }
         }
     }
-    for m in 0..nodes {
-        let Some(src) = node_endpoint(lab, m, v6) else {
-            continue;
-        };
-        for n in 0..nodes {
-            for p in 0..lab.nodes[n].pods.len() {
-                if let Some(dst) = lab.pod_endpoint(n, p, v6) {
-                    push("node-to-pod", &src, &dst, &[Proto::Icmp, Proto::Tcp], None);
-                }
+    if sampled {
+        for (from, to) in matrix::sampled_cross_pairs(&counts) {
+            let src = lab.pod_endpoint(from.node, from.pos, v6);
+            let dst = lab.pod_endpoint(to.node, to.pos, v6);
+            if let (Some(src), Some(dst)) = (src, dst) {
+                let expect = Some(ExpectSource::Unchanged(src.ip));
+                push(POD_TO_POD_CROSS_NODE, &src, &dst, &all, expect);
             }
+        }
+    }
+    // Node-to-pod, by source node (a stable sort keeps the pods' order).
+    let mut node_to_pod: Vec<(usize, Slot)> = (0..nodes)
+        .flat_map(|n| (0..counts[n]).map(move |p| Slot { node: n, pos: p }))
+        .flat_map(|at| nodes_of(at).into_iter().map(move |m| (m, at)))
+        .collect();
+    node_to_pod.sort_by_key(|(m, _)| *m);
+    for (m, at) in node_to_pod {
+        let src = node_endpoint(lab, m, v6);
+        if let (Some(src), Some(dst)) = (src, lab.pod_endpoint(at.node, at.pos, v6)) {
+            push("node-to-pod", &src, &dst, &[Proto::Icmp, Proto::Tcp], None);
         }
     }
     out
@@ -258,6 +307,8 @@ pub fn report(lab: &Lab, outcomes: Vec<ProbeOutcome>, failures: Vec<Failure>) ->
     for (phase, took) in &lab.phases {
         report.add_phase(phase, *took);
     }
+    let counts: Vec<usize> = lab.nodes.iter().map(|n| n.pods.len()).collect();
+    report.sampled = sampled(&counts).then(|| SAMPLED.to_string());
     report
 }
 

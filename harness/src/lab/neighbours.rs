@@ -20,7 +20,9 @@
 //!    ARP/NDP, so the plugin's neighbour handling is still proven;
 //! 4. if even that does not fit, the run is refused up front with the numbers
 //!    and the remedy — or, with `--tune-host`, `gc_thresh1/2/3` are raised
-//!    for the run and restored afterwards (also on Ctrl-C).
+//!    for the run and restored afterwards (also on Ctrl-C), with room for
+//!    the link-local and multicast entries every interface puts in the IPv6
+//!    table too ([`link_local`]), whatever the pods' families.
 //!
 //! During the run the kernel's own counters (`table_fulls` in
 //! `/proc/net/stat/arp_cache` and `ndisc_cache`) and ENOBUFS from probes are
@@ -118,9 +120,38 @@ pub struct Need {
     pub dynamic_when_pinned: u64,
     /// Permanent entries pinning makes.
     pub pinned: u64,
+    /// Entries the kernel makes on its own for every interface with IPv6
+    /// (see [`link_local`]); 0 for IPv4.
+    pub link_local: u64,
 }
 
-/// The entries a topology needs, per family its pods have. Per pod: its
+/// The entries the kernel puts in the IPv6 table on its own, whatever the
+/// pods' families, counted with `ip -6 neigh show nud all` in every
+/// namespace of a generated 2×10 lab once it had settled (124 entries):
+/// - each pod: `ff02::16` (MLD), `ff02::2` (router solicitation) and its
+///   solicited-node address on `eth0` (NOARP multicast), and on its node
+///   `ff02::16` on the host-side veth and the pod's `fe80::` address on the
+///   bridge (the node forwards, so it learns every router solicitation's
+///   sender): 5;
+/// - each node: `ff02::16` on `eth0` and on the bridge, and the `fe80::` of
+///   every other host on the underlay (the other nodes, the external host,
+///   the switch's own port);
+/// - the switch: 3 on each port (nodes, external host, its own);
+/// - the external host (not a router): 2.
+///
+/// The garbage collector may reclaim them when idle, so they never make a
+/// lab refused; `--tune-host` makes room for them.
+pub fn link_local(topo: &Topology) -> u64 {
+    let nodes = topo.nodes.len() as u64;
+    let external = topo.external.is_some() as u64;
+    let pods = nodes * topo.pods_per_node as u64;
+    let underlay_hosts = nodes + external + 1;
+    pods * 5 + nodes * (2 + underlay_hosts - 1) + 3 * underlay_hosts + 2 * external
+}
+
+/// The entries a topology needs, per family: IPv4 when its pods have it,
+/// IPv6 always (its table takes every interface's link-local entries,
+/// [`link_local`]). Per pod of the family: its
 /// gateway, its same-node peers (on-link with a bridge: the next pod, which
 /// it probes, and the previous one, which probes it and gets the replies),
 /// the node's entry for it; the underlay: every node knows every other node and the external
@@ -128,12 +159,22 @@ pub struct Need {
 pub fn need(topo: &Topology) -> Vec<Need> {
     let mut out = Vec::new();
     for v6 in [false, true] {
+        let link_local = if v6 { link_local(topo) } else { 0 };
         let nodes = topo
             .nodes
             .iter()
             .filter(|n| n.pod_cidr_of(v6).is_some())
             .count() as u64;
         if nodes == 0 {
+            if link_local > 0 {
+                out.push(Need {
+                    v6,
+                    all_dynamic: 0,
+                    dynamic_when_pinned: 0,
+                    pinned: 0,
+                    link_local,
+                });
+            }
             continue;
         }
         let with_address = topo
@@ -161,6 +202,7 @@ pub fn need(topo: &Topology) -> Vec<Need> {
             all_dynamic: all,
             dynamic_when_pinned: dynamic,
             pinned: all - dynamic,
+            link_local,
         });
     }
     out
@@ -202,6 +244,8 @@ pub fn plan(topo: &Topology, tune_host: bool) -> Result<HostPlan, String> {
     for n in &needs {
         match room(n.v6) {
             Ok(r) => rooms.push((n, r)),
+            // A host without IPv6 has no table for the link-local entries.
+            Err(_) if n.all_dynamic == 0 => {}
             // No /proc/net/stat here: nothing to plan with; the run goes
             // ahead as before and says so.
             Err(e) => {
@@ -226,7 +270,7 @@ fn decide(rooms: &[(&Need, (u64, u64, u64))], tune_host: bool) -> Result<HostPla
     if tune_host {
         let mut tune = Vec::new();
         for (n, (_, t3, used)) in rooms {
-            let want3 = (used + n.all_dynamic + 2 * MARGIN).max(*t3);
+            let want3 = (used + n.all_dynamic + n.link_local + 2 * MARGIN).max(*t3);
             if want3 > *t3 {
                 let dir = PathBuf::from(sysctl_dir(n.v6));
                 tune.push((dir.join("gc_thresh1"), want3 / 8));
@@ -264,6 +308,7 @@ fn decide(rooms: &[(&Need, (u64, u64, u64))], tune_host: bool) -> Result<HostPla
     }
     let lines: Vec<String> = rooms
         .iter()
+        .filter(|(n, _)| n.all_dynamic > 0)
         .map(|(n, (room, t3, used))| {
             format!(
                 "{}: needs {} entries ({} even with the bulk paths pinned), the table holds gc_thresh3 = {t3} with {used} in use, room for {room}",
@@ -644,7 +689,8 @@ mod tests {
     fn a_thousand_pods_need_pinning_and_a_small_lab_does_not() {
         let big = Topology::generated(10, 100).expect("topology");
         let n = need(&big);
-        assert_eq!(n.len(), 1, "IPv4 only");
+        assert_eq!(n.len(), 2, "IPv4 pods, and IPv6 link-local entries");
+        assert!(!n[0].v6 && n[1].v6 && n[1].all_dynamic == 0, "{n:?}");
         // 1,000 pods × 4 + 10 nodes × 9 peers + 2 × 10 for the external host.
         assert_eq!(n[0].all_dynamic, 4000 + 90 + 20);
         assert_eq!(n[0].dynamic_when_pinned, 40 + 110);
@@ -703,5 +749,44 @@ mod tests {
             .map(|(_, v)| *v)
             .expect("gc_thresh3 raised");
         assert!(t3 >= 100 + n[0].all_dynamic, "{tuned:?}");
+    }
+    /// The 50×100 lab (IPv4 pods) overflowed the IPv6 table with
+    /// `--tune-host`: only the IPv4 thresholds were raised, while every
+    /// interface's multicast and link-local entries land in the IPv6 table.
+    #[test]
+    fn tune_host_raises_the_ipv6_table_for_the_link_local_entries_of_an_ipv4_lab() {
+        let topo = Topology::generated(50, 100).expect("topology");
+        let needs = need(&topo);
+        let v6 = needs.iter().find(|n| n.v6).expect("an IPv6 need");
+        // Measured on a 2×10 lab: 5 a pod, 2 + 51 on each node's links,
+        // 3 on each of the switch's 52 ports, 2 at the external host.
+        assert_eq!(v6.link_local, 5000 * 5 + 50 * 53 + 3 * 52 + 2);
+        assert_eq!(v6.all_dynamic, 0, "no IPv6 pods");
+        let v4 = needs.iter().find(|n| !n.v6).expect("an IPv4 need");
+        // The defaults of the host the 50×100 run overflowed on.
+        let rooms: Vec<_> = needs
+            .iter()
+            .map(|n| (n, (1024 - 16 - MARGIN, 1024, 16)))
+            .collect();
+        let plan = decide(&rooms, true).expect("tuned");
+        let raised = |dir: &str| {
+            plan.tune
+                .iter()
+                .find(|(p, _)| p.starts_with(dir) && p.ends_with("gc_thresh3"))
+                .map(|(_, v)| *v)
+        };
+        let t3_v6 = raised("/proc/sys/net/ipv6").expect("IPv6 gc_thresh3 raised");
+        assert!(t3_v6 >= 16 + v6.link_local, "{plan:?}");
+        let t3_v4 = raised("/proc/sys/net/ipv4").expect("IPv4 gc_thresh3 raised");
+        assert!(t3_v4 >= 16 + v4.all_dynamic + v4.link_local, "{plan:?}");
+        // The link-local entries are the kernel's own and reclaimable: they
+        // never make a lab refused or pinned without --tune-host.
+        let small = need(&Topology::generated(10, 100).expect("topology"));
+        let rooms: Vec<_> = small
+            .iter()
+            .map(|n| (n, (1024 - 27 - MARGIN, 1024, 27)))
+            .collect();
+        let plan = decide(&rooms, false).expect("fits when pinned");
+        assert!(plan.tune.is_empty(), "{plan:?}");
     }
 }
