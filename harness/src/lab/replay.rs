@@ -35,7 +35,8 @@
 //! reports the groups it has nothing for as skipped (`checks::skipped`).
 
 use super::base::{LabError, UpOptions};
-use super::capture::{self, Capture};
+use super::capture;
+pub use super::capture::Loaded;
 use super::model::apply::{self, Applied, NotMade};
 use super::model::compile::{EXTERNAL, PING_GROUP_RANGE};
 use super::model::{
@@ -55,19 +56,13 @@ pub const NO_PLUGIN: &str = "cnilab-replay-none";
 /// The network name of a replayed node's config.
 pub const NET_NAME: &str = "cnilab-replay";
 
-pub(super) fn setup(msg: impl Into<String>) -> LabError {
+fn setup(msg: impl Into<String>) -> LabError {
     LabError::Setup(msg.into())
 }
 
 /// An uplink subnet: its gateway (a node's default route's) and its nodes
 /// (name, uplink address, pod CIDRs).
 type Subnet = (IpNet, Option<IpAddr>, Vec<(String, IpAddr, Vec<IpNet>)>);
-
-/// A loaded capture and where it came from.
-pub struct Loaded {
-    pub path: PathBuf,
-    pub capture: Capture,
-}
 
 /// Reads every file; refuses a newer schema, JSON that does not parse
 /// (with its line and column), two nodes of one name or one uplink

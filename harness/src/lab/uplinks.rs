@@ -10,8 +10,8 @@
 //! a veth to the node's own stub, a segment per node.
 
 use super::base::LabError;
+use super::capture::Loaded;
 use super::model::{Link, LinkKind, Namespace, VethPeer};
-use super::replay::{setup, Loaded};
 use ipnet::IpNet;
 use std::net::IpAddr;
 
@@ -42,7 +42,7 @@ pub(super) fn uplinks(loaded: &[Loaded]) -> Result<Vec<Uplink>, LabError> {
             .unwrap_or(&c[0])
             .clone();
         if let Some(k) = out.iter().position(|(_, a, _)| a.addr() == pick.1.addr()) {
-            return Err(setup(format!(
+            return Err(LabError::Setup(format!(
                 "{}: node {}'s uplink address {} is also node {}'s ({})",
                 loaded[me].path.display(),
                 loaded[me].capture.node.net.name,
@@ -153,7 +153,7 @@ fn candidates(l: &Loaded) -> Result<Vec<Uplink>, LabError> {
         })
         .collect();
     if out.is_empty() {
-        return Err(setup(format!(
+        return Err(LabError::Setup(format!(
             "{}: node {}: no uplink (no addressed link besides the pods')",
             l.path.display(),
             node.net.name

@@ -60,6 +60,12 @@ use std::path::{Path, PathBuf};
 /// The version of the capture file; bumped when a field changes meaning.
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// A loaded capture and where it came from (`super::replay::load`).
+pub struct Loaded {
+    pub path: PathBuf,
+    pub capture: Capture,
+}
+
 /// One node's capture.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
