@@ -9,8 +9,9 @@
 //!
 //! The wire format (linux/netfilter/nfnetlink.h, nf_tables.h) is written
 //! by hand: a few fixed headers and attributes. The framing helpers
-//! (`put_attr`, `split`, `errno_of`) also serve `netns::forwarding`'s one
-//! `RTM_GETNETCONF`, which the rtnetlink crate does not speak.
+//! (`frame`, `put_attr`, `split`, `errno_of`) also serve
+//! `netns::forwarding`'s one `RTM_GETNETCONF`, which the rtnetlink crate
+//! does not speak.
 
 use nix::sys::socket::{
     bind, recv, send, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag,
@@ -94,19 +95,26 @@ fn put_nested(buf: &mut Vec<u8>, kind: u16, fill: impl FnOnce(&mut Vec<u8>)) {
     buf[start + 2..start + 4].copy_from_slice(&(kind | NLA_F_NESTED).to_ne_bytes());
 }
 
-/// One netlink message: header, `nfgenmsg`, attributes.
-fn message(kind: u16, flags: u16, seq: u32, family: u8, res_id: u16, attrs: &[u8]) -> Vec<u8> {
-    let mut m = Vec::with_capacity(20 + attrs.len());
-    m.extend_from_slice(&((20 + attrs.len()) as u32).to_ne_bytes());
+/// One netlink message: the `nlmsghdr` (port 0: the kernel), then `body`.
+pub(crate) fn frame(kind: u16, flags: u16, seq: u32, body: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(16 + body.len());
+    m.extend_from_slice(&((16 + body.len()) as u32).to_ne_bytes());
     m.extend_from_slice(&kind.to_ne_bytes());
     m.extend_from_slice(&flags.to_ne_bytes());
     m.extend_from_slice(&seq.to_ne_bytes());
     m.extend_from_slice(&0u32.to_ne_bytes());
-    m.push(family);
-    m.push(0); // NFNETLINK_V0
-    m.extend_from_slice(&res_id.to_be_bytes());
-    m.extend_from_slice(attrs);
+    m.extend_from_slice(body);
     m
+}
+
+/// One nfnetlink message: header, `nfgenmsg`, attributes.
+fn message(kind: u16, flags: u16, seq: u32, family: u8, res_id: u16, attrs: &[u8]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(4 + attrs.len());
+    body.push(family);
+    body.push(0); // NFNETLINK_V0
+    body.extend_from_slice(&res_id.to_be_bytes());
+    body.extend_from_slice(attrs);
+    frame(kind, flags, seq, &body)
 }
 
 fn nft_type(msg: u16) -> u16 {

@@ -272,7 +272,7 @@ pub fn read_sysctl(ns: Option<&File>, key: &str) -> io::Result<String> {
 /// dentry of that name per network namespace on the machine that ever
 /// looked it up (thousands in a big lab); netlink reads the value directly.
 pub fn forwarding(v6: bool) -> io::Result<bool> {
-    use crate::nftnl::{align4, errno_of, put_attr, split};
+    use crate::nftnl::{align4, errno_of, frame, put_attr, split};
     use nix::libc;
     use nix::sys::socket::{
         recv, send, socket, AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType,
@@ -297,13 +297,7 @@ pub fn forwarding(v6: bool) -> io::Result<bool> {
         NETCONFA_IFINDEX,
         &NETCONFA_IFINDEX_ALL.to_ne_bytes(),
     );
-    let mut msg = Vec::with_capacity(16 + body.len());
-    msg.extend_from_slice(&((16 + body.len()) as u32).to_ne_bytes());
-    msg.extend_from_slice(&RTM_GETNETCONF.to_ne_bytes());
-    msg.extend_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
-    msg.extend_from_slice(&1u32.to_ne_bytes());
-    msg.extend_from_slice(&0u32.to_ne_bytes());
-    msg.extend_from_slice(&body);
+    let msg = frame(RTM_GETNETCONF, libc::NLM_F_REQUEST as u16, 1, &body);
     send(fd.as_raw_fd(), &msg, MsgFlags::empty())?;
     let mut buf = vec![0u8; 4096];
     let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty())?;
