@@ -565,29 +565,10 @@ fn replay_run(files: &[PathBuf], out: &ReportFlags) -> CliResult {
     crate::netns::require_root()?;
     crate::lab::checks::check_groups(groups)?;
     crate::lab::cleanup_on_interrupt(None);
-    let opts = crate::lab::UpOptions {
-        plugin_dir: None,
-        persistent: None,
-        run_dir: crate::lab::scratch_run_dir(),
-        runtime: RuntimeKind::Direct,
-    };
-    let run_dir = opts.run_dir.clone();
-    let built = crate::lab::replay::replay("replay", files, opts);
-    let (lab, not_made) = match built {
-        Ok(b) => b,
-        Err(e) => {
-            crate::lab::replay::forget_run_dir(&run_dir);
-            return Err(e.into());
-        }
-    };
-    for n in &not_made {
+    let report = crate::lab::check_replayed("replay", files, groups, true)?;
+    for n in &report.not_made {
         eprintln!("⚠ not made here: {n}");
     }
-    let report = crate::lab::check(&lab, groups, true);
-    lab.down();
-    crate::lab::replay::forget_run_dir(&run_dir);
-    let mut report = report?;
-    report.not_made = not_made;
     emit(&report, out)?;
     Ok(std::process::ExitCode::from(report.exit_code()))
 }

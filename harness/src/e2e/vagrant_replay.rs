@@ -102,22 +102,8 @@ pub fn run(opts: &VagrantOptions, dir: &Path, vms: &Report) -> Result<bool, E2eE
             .map_err(|e| E2eError::Invalid(format!("{}: {e}", file.display())))?;
         files.push(file);
     }
-    let up = crate::lab::UpOptions {
-        plugin_dir: None,
-        persistent: None,
-        run_dir: crate::lab::scratch_run_dir(),
-        runtime: crate::lab::base::RuntimeKind::Direct,
-    };
-    let run_dir = up.run_dir.clone();
-    let replayed = crate::lab::replay::replay("vagrant", &files, up).map(|(lab, _)| {
-        let groups: Vec<String> = GROUPS.iter().map(|g| g.to_string()).collect();
-        let report = crate::lab::check(&lab, &groups, false);
-        lab.down();
-        report
-    });
-    crate::lab::replay::forget_run_dir(&run_dir);
-    let report = replayed
-        .and_then(|r| r)
+    let groups: Vec<String> = GROUPS.iter().map(|g| g.to_string()).collect();
+    let report = crate::lab::check_replayed("vagrant", &files, &groups, false)
         .map_err(|e| E2eError::Invalid(format!("replay of {}: {e}", dir.display())))?;
     let differ = differences(vms, &report);
     let verdict = word(Some(vms.passed()));

@@ -92,6 +92,34 @@ pub fn cleanup_on_interrupt(extra: Option<crate::interrupt::NamespaceFilter>) {
     });
 }
 
+/// Replays `files` as a throwaway lab (a scratch run directory), checks
+/// `groups` on it and tears it down, the run directory too: `lab run
+/// --capture` and `e2e vagrant --capture`. The report lists what the
+/// replay could not make here (`not_made`).
+pub fn check_replayed(
+    name: &str,
+    files: &[std::path::PathBuf],
+    groups: &[String],
+    progress: bool,
+) -> Result<Report, LabError> {
+    let opts = UpOptions {
+        plugin_dir: None,
+        persistent: None,
+        run_dir: scratch_run_dir(),
+        runtime: base::RuntimeKind::Direct,
+    };
+    let run_dir = opts.run_dir.clone();
+    let checked = replay::replay(name, files, opts).and_then(|(lab, not_made)| {
+        let report = check(&lab, groups, progress);
+        lab.down();
+        let mut report = report?;
+        report.not_made = not_made;
+        Ok(report)
+    });
+    replay::forget_run_dir(&run_dir);
+    checked
+}
+
 /// Runs the connectivity matrix on a standing lab and diagnoses failures.
 pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, LabError> {
     let started = Instant::now();
