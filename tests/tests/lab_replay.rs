@@ -547,6 +547,56 @@ fn nodes_with_long_names_replay_and_pass_check() {
     assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
 }
 
+/// `lab up --capture` returns with every switch port forwarding. The
+/// external host's port `p-external` and its peer `eth0` both have index 2
+/// in their namespaces, which makes the kernel's link watcher note the
+/// port's carrier up to a second late; a replay that returned at once had
+/// that port disabled, and the first probes to the outside were lost
+/// (masquerade-missing's replay went undiagnosed on the healthy node). The
+/// port's state is read the moment `lab up` returns, so without the wait
+/// this fails whenever the link watcher is late (most runs after a pause).
+#[test]
+fn a_replay_is_forwarding_on_every_switch_port_when_up_returns() {
+    let _host = host_untouched();
+    require_root();
+    let dir = tempfile::tempdir().expect("dir");
+    let pid = std::process::id() % 100_000;
+    let (src, rep) = (format!("rfws{pid}"), format!("rfwr{pid}"));
+    let topology =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/scenarios/masquerade-missing.toml");
+    let kept = cnilab(&[
+        "scenario",
+        "run",
+        &topology.display().to_string(),
+        "--keep",
+        &src,
+    ]);
+    let _src = Up(src.clone());
+    assert!(kept.status.success(), "{}", output_text(&kept));
+    let files: Vec<String> = ["node1", "node2"]
+        .iter()
+        .map(|n| capture(&src, n, dir.path()).display().to_string())
+        .collect();
+    let mut args = vec!["--capture"];
+    args.extend(files.iter().map(String::as_str));
+    let _rep = up(&rep, &args);
+    let out = std::process::Command::new("bridge")
+        .args(["-n", &format!("cnilab-lab-{rep}-switch"), "link"])
+        .output()
+        .expect("bridge runs");
+    let ports = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        ports.contains("p-external"),
+        "the external host's port: {ports}"
+    );
+    for line in ports.lines() {
+        assert!(
+            line.contains("state forwarding"),
+            "{line}\n(all ports: {ports})"
+        );
+    }
+}
+
 /// A real node reaches the outside world through its default route's
 /// gateway: a replay stands its external host there (on the nodes' shared
 /// subnet at the gateway; behind the derived router when the nodes are on

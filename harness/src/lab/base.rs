@@ -2,6 +2,7 @@
 //! bundled programs are, and the namespace, netlink and nft helpers every
 //! builder step uses. Imports nothing else from `lab/`.
 
+use super::model::{Link, LinkKind, Namespace};
 use super::topology::Topology;
 use crate::netns::{Netns, NetnsError};
 use crate::runtime::RuntimeError;
@@ -296,6 +297,37 @@ pub(crate) fn wait_oper_up(links: &[(&Netns, &str)], what: &str) -> Result<(), L
         }
     }
     Ok(())
+}
+
+/// Every veth of `namespaces` that is up and whose peer is not held down,
+/// in its namespace (pods' veths are the plugin's), for [`wait_oper_up`].
+pub(crate) fn veths_of<'a, 'n>(
+    namespaces: impl Iterator<Item = &'a Namespace>,
+    netns: impl Fn(&str) -> Option<&'n Netns>,
+) -> Vec<(&'n Netns, &'a str)> {
+    let namespaces: Vec<&Namespace> = namespaces.collect();
+    // A veth whose peer the model holds down (a replayed fault) never
+    // gets its carrier: not waited for. A peer outside `namespaces` (a
+    // standing one) is up.
+    let peer_down = |ns: &Namespace, l: &Link| {
+        let Some(peer) = &l.veth else { return false };
+        let role = peer.namespace.as_deref().unwrap_or(&ns.name);
+        namespaces
+            .iter()
+            .find(|m| m.name == role)
+            .and_then(|m| m.links.iter().find(|p| p.name == peer.name))
+            .is_some_and(|p| !p.up)
+    };
+    namespaces
+        .iter()
+        .flat_map(|m| {
+            let ns = netns(&m.name);
+            m.links
+                .iter()
+                .filter(|l| l.kind == LinkKind::Veth && l.up && !peer_down(m, l))
+                .filter_map(move |l| Some((ns?, l.name.as_str())))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -28,9 +28,9 @@
 
 use super::base::setup;
 use super::base::{ensure_fd_limit, fds_needed};
-use super::base::{make_ns_from, make_ns_setup, wait_oper_up};
+use super::base::{make_ns_from, make_ns_setup, veths_of, wait_oper_up};
 use super::base::{resolve_program, LabError, UpOptions, AGENT_PIDFILE, OWNER_PIDFILE};
-use super::model::{apply, compile, LabModel, LinkKind, Namespace};
+use super::model::{apply, compile, LabModel, Namespace};
 use super::parts::{Lab, Node, Pod};
 use super::plan::Plan;
 use super::profile::Profile;
@@ -761,21 +761,4 @@ fn refuse_not_made(lab: &str, not_made: &[apply::NotMade]) -> Result<(), LabErro
         "lab {lab}: this machine cannot make {}",
         not_made.join("; ")
     )))
-}
-
-/// Every veth of `namespaces` that is up, in its namespace (pods' veths
-/// are the plugin's), to wait for.
-fn veths_of<'a, 'n>(
-    namespaces: impl Iterator<Item = &'a Namespace>,
-    netns: impl Fn(&str) -> Option<&'n Netns>,
-) -> Vec<(&'n Netns, &'a str)> {
-    namespaces
-        .flat_map(|m| {
-            let ns = netns(&m.name);
-            m.links
-                .iter()
-                .filter(|l| l.kind == LinkKind::Veth && l.up)
-                .filter_map(move |l| Some((ns?, l.name.as_str())))
-        })
-        .collect()
 }

@@ -555,6 +555,14 @@ pub fn build(
             None => setup(format!("replay: {e}")),
         }
     })?;
+    // Probes right after `lab up` need every port forwarding: a bridge
+    // port whose veth peer has its own ifindex in the other namespace
+    // (the external host's `p-external`, both index 2) gets its carrier
+    // from the kernel's link watcher up to a second late, and until then
+    // the switch floods nothing to it (lab_replay's masquerade-missing
+    // replay lost node2's first ARP for the gateway that way).
+    let veths = super::base::veths_of(model.namespaces(), |role| applied.namespace(role));
+    super::base::wait_oper_up(&veths, "replay")?;
     let elapsed = started.elapsed();
     let plugin_dir = opts.plugin_dir.clone().unwrap_or_else(|| {
         super::base::own_dir()
