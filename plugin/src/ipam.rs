@@ -281,7 +281,7 @@ impl Store {
     pub fn set_cursor(&self, set_index: usize, ip: Option<IpAddr>) -> Result<()> {
         let path = self.cursor_path(set_index);
         match ip {
-            Some(ip) => write_atomic(&path, ip.to_string().as_bytes()),
+            Some(ip) => write_cursor(&path, ip.to_string().as_bytes()),
             None => remove(&path),
         }
     }
@@ -322,7 +322,7 @@ impl Store {
                 Ok(false) => continue,
                 Err(e) => return Err(e),
             }
-            write_atomic(&last_path, ip.to_string().as_bytes())?;
+            write_cursor(&last_path, ip.to_string().as_bytes())?;
             return Ok((ip, range.clone()));
         }
         let described: Vec<String> = set
@@ -429,6 +429,47 @@ pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
         })
 }
 
+/// Rewrites the round-robin cursor `path` in place, as host-local writes
+/// it (the address's text alone, so either plugin reads the other's).
+/// Overwriting an existing file's first bytes makes no inode and no
+/// rename: a temporary file renamed over the cursor made ext4 flush the new
+/// file at once (`auto_da_alloc`) and evict the old one's inode, the
+/// largest file cost of an ADD. Only a longer old text is cut (a shrinking
+/// truncate journals the inode). The cursor is a hint read under the
+/// store's lock: a writer killed between the two steps leaves it pointing
+/// elsewhere in the range, never an allocation wrong. A cursor that is not
+/// a regular file of its own (a planted symlink, FIFO or hard link) is
+/// replaced through [`write_atomic`], what it points to untouched.
+fn write_cursor(path: &Path, data: &[u8]) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let in_place = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .custom_flags(STORE_FLAGS)
+        .mode(0o600)
+        .open(path)
+        .and_then(|f| {
+            use std::os::unix::fs::MetadataExt;
+            let meta = f.metadata()?;
+            if !meta.file_type().is_file() || meta.nlink() != 1 {
+                return Err(std::io::Error::new(
+                    ErrorKind::InvalidData,
+                    "not a regular file of its own",
+                ));
+            }
+            f.write_all_at(data, 0)?;
+            if meta.len() > data.len() as u64 {
+                f.set_len(data.len() as u64)?;
+            }
+            Ok(())
+        });
+    match in_place {
+        Ok(()) => Ok(()),
+        Err(_) => write_atomic(path, data),
+    }
+}
+
 /// Upper bound on candidates tried in one ADD (matters only for huge IPv6
 /// ranges, which are never full in practice).
 const MAX_CANDIDATES: u128 = 1 << 20;
@@ -522,6 +563,59 @@ mod tests {
         );
         let (ip, _) = s.reserve(0, &set, "c10", "eth0").expect("reuse");
         assert_eq!(ip.to_string(), "10.9.0.3");
+    }
+
+    #[test]
+    fn the_cursor_is_rewritten_in_place_and_a_planted_one_replaced() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().expect("tmp");
+        let s = store(tmp.path());
+        let path = tmp.path().join("last_reserved_ip.0");
+        s.set_cursor(0, Some("10.9.0.10".parse().expect("ip")))
+            .expect("set");
+        let inode = fs::metadata(&path).expect("cursor").ino();
+        // Shorter text: the old tail is cut, host-local's reader parses
+        // the whole file.
+        s.set_cursor(0, Some("10.9.0.9".parse().expect("ip")))
+            .expect("set");
+        assert_eq!(fs::read_to_string(&path).expect("read"), "10.9.0.9");
+        s.set_cursor(0, Some("fd00::1:2".parse().expect("ip")))
+            .expect("set");
+        assert_eq!(fs::read_to_string(&path).expect("read"), "fd00::1:2");
+        assert_eq!(
+            fs::metadata(&path).expect("cursor").ino(),
+            inode,
+            "the same file, no rename"
+        );
+        // A symlink or a second hard link at the cursor is replaced; what
+        // it points to keeps its content.
+        let target = tmp.path().join("elsewhere");
+        fs::write(&target, "keep").expect("target");
+        for plant in ["symlink", "hard link"] {
+            fs::remove_file(&path).expect("remove");
+            if plant == "symlink" {
+                std::os::unix::fs::symlink(&target, &path).expect("symlink");
+            } else {
+                fs::hard_link(&target, &path).expect("hard link");
+            }
+            s.set_cursor(0, Some("10.9.0.3".parse().expect("ip")))
+                .expect("set");
+            assert_eq!(
+                fs::read_to_string(&target).expect("read"),
+                "keep",
+                "{plant}"
+            );
+            assert_eq!(
+                fs::read_to_string(&path).expect("read"),
+                "10.9.0.3",
+                "{plant}"
+            );
+            assert!(
+                fs::symlink_metadata(&path).expect("meta").is_file(),
+                "{plant}"
+            );
+        }
+        assert_eq!(s.cursor(0), Some("10.9.0.3".parse().expect("ip")));
     }
 
     #[test]

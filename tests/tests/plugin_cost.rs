@@ -47,7 +47,8 @@ fn lines(trace: &str, pred: impl Fn(&str) -> bool) -> Vec<&str> {
 
 /// The second ADD on a node (bridge, gateway and masquerade rules in place
 /// from the first) writes its attachment cache exactly once, holding its
-/// addresses, before the veth is created; creates the host veth down and
+/// addresses, before the veth is created; rewrites the round-robin cursor
+/// in place (no rename); creates the host veth down and
 /// brings it up once marked; reads only the bridge's addresses from the
 /// kernel; finds forwarding on (the first ADD turned it on) without
 /// reading /proc/sys; starts no process (the masquerade is one
@@ -102,6 +103,15 @@ fn a_ready_node_add_caches_once_before_any_link_and_starts_no_process(#[case] du
         l.contains("rename") && l.contains("cost-b:eth0.json\"")
     });
     assert_eq!(cached.len(), 1, "the cache is written once: {trace}");
+    // The round-robin cursor is rewritten in place: a rename over it made
+    // ext4 flush and evict a file on every ADD.
+    let cursor_renames = lines(&trace, |l| {
+        l.contains("rename") && l.contains("last_reserved_ip")
+    });
+    assert!(
+        cursor_renames.is_empty(),
+        "the cursor is not renamed into place: {cursor_renames:#?}"
+    );
     let cache_at = trace.find(cached[0]).expect("in the trace");
     let created = lines(&trace, |l| {
         l.contains("sendto(") && l.contains("RTM_NEWLINK") && l.contains("NLM_F_CREATE")
