@@ -198,3 +198,58 @@ fn a_ready_node_add_caches_once_before_any_link_and_starts_no_process(#[case] du
         "the plugin's own execve only, no process per ADD: {trace}"
     );
 }
+
+/// The floor with `"bridge"`: the cheapest ADD of a bridge plugin, whose
+/// host veth is a port of that bridge from its creation (the bridge made,
+/// up, by the first ADD), so `ADD − bridged floor` is a bridge plugin's
+/// own cost and `bridged floor − floor` the kernel's cost of a bridge
+/// port. A bridge that is no interface name is refused (code 7) before
+/// anything is made.
+#[test]
+fn the_floor_with_a_bridge_makes_its_host_veth_a_port_of_it() {
+    let _host = host_untouched();
+    require_root();
+    let host = Netns::with_label("floorbr").expect("host netns");
+    let floor = workspace_bin("cnilab-floor");
+    let conf = json!({"cniVersion": "1.1.0", "name": "floornet", "type": "cnilab-floor", "bridge": "flr0"});
+    let pods: Vec<Netns> = (0..2)
+        .map(|_| Netns::with_label("floorbr-pod").expect("pod"))
+        .collect();
+    for (i, pod) in pods.iter().enumerate() {
+        let id = format!("floor-{i}");
+        result_of(&invoke(&host, &floor, &add_call(&id, pod), &conf));
+    }
+    let links = host.links().expect("host links");
+    let bridge = links
+        .iter()
+        .find(|l| l.name == "flr0")
+        .expect("the first ADD made the bridge");
+    assert!(bridge.up, "the bridge is up");
+    let ports: Vec<&str> = links
+        .iter()
+        .filter(|l| l.kind.as_deref() == Some("veth"))
+        .inspect(|l| assert_eq!(l.controller, Some(bridge.index), "{} on flr0", l.name))
+        .map(|l| l.name.as_str())
+        .collect();
+    assert_eq!(ports.len(), 2, "one port per ADD: {ports:?}");
+    for pod in &pods {
+        let eth0 = pod
+            .links()
+            .expect("pod links")
+            .into_iter()
+            .find(|l| l.name == "eth0")
+            .expect("eth0 in the pod");
+        assert!(eth0.up, "eth0 is up");
+    }
+
+    let bad =
+        json!({"cniVersion": "1.1.0", "name": "floornet", "type": "cnilab-floor", "bridge": "a/b"});
+    let pod = Netns::with_label("floorbr-bad").expect("pod");
+    let err = cnilab_tests::error_of(&invoke(&host, &floor, &add_call("floor-bad", &pod), &bad));
+    assert_eq!(err.code, 7, "{}", err.msg);
+    assert_eq!(
+        host.links().expect("host links").len(),
+        links.len(),
+        "nothing made for a refused bridge"
+    );
+}

@@ -6,6 +6,10 @@
 //! `CNI_NETNS` under `CNI_IFNAME`, gives the pod end the config's
 //! `addresses` (default one: `10.99.0.2/24`; IPv6 without DAD) and brings
 //! both ends up, the addresses and the pod end's up sent together; DEL deletes the host end by name (its peer goes with it).
+//! With `"bridge": NAME` the host end is made a port of that bridge in its
+//! creation (the bridge is made, up, when missing): the cheapest ADD of a
+//! bridge plugin, so the kernel's own cost of a bridge port can be told
+//! apart from a plugin's.
 //! Every other command answers VERSION's list. Errors are CNI error JSON.
 
 use cnilab_net::naming::host_veth_name;
@@ -90,9 +94,25 @@ fn add(conf: &Value, version: &str) -> Result<String, Failure> {
     let host = netns::connect(None).map_err(|e| (100, format!("netlink: {e}")))?;
     let pod = netns::connect(Some(&ns)).map_err(|e| (100, format!("netlink in {path}: {e}")))?;
     let host_veth = host_veth_name(&id, &ifname);
+    let bridge = match conf.get("bridge") {
+        None => None,
+        Some(Value::String(b)) if !b.is_empty() && b.len() < 16 && !b.contains('/') => {
+            Some(b.clone())
+        }
+        Some(other) => {
+            return Err((
+                7,
+                format!("bridge: expected an interface name, got {other}"),
+            ))
+        }
+    };
     rt.block_on(async {
+        let controller = match &bridge {
+            Some(name) => Some(bridge_index(&host, name).await?),
+            None => None,
+        };
         host.link()
-            .add(nl::veth_message(&host_veth, &ifname, &ns, None, None))
+            .add(nl::veth_message(&host_veth, &ifname, &ns, None, controller))
             .execute()
             .await
             .map_err(kernel("create veth"))?;
@@ -125,6 +145,32 @@ fn add(conf: &Value, version: &str) -> Result<String, Failure> {
         })
         .to_string())
     })
+}
+
+/// The index of bridge `name`, made (up) when it is missing.
+async fn bridge_index(host: &rtnetlink::Handle, name: &str) -> Result<u32, Failure> {
+    if let Some(link) = nl::link_by_name(host, name)
+        .await
+        .map_err(kernel("look up the bridge"))?
+    {
+        return Ok(link.index);
+    }
+    match host
+        .link()
+        .add(rtnetlink::LinkBridge::new(name).up().build())
+        .execute()
+        .await
+    {
+        Ok(()) => {}
+        // Made meanwhile by another ADD.
+        Err(e) if nl::is_exists(&e) => {}
+        Err(e) => return Err(kernel("create the bridge")(e)),
+    }
+    nl::link_by_name(host, name)
+        .await
+        .map_err(kernel("look up the bridge"))?
+        .map(|l| l.index)
+        .ok_or((100, format!("bridge {name} did not appear")))
 }
 
 fn del() -> Result<(), Failure> {
