@@ -555,6 +555,7 @@ pub fn run_case(case: &Case, venue: &Venue<'_>, expect: Expect) -> Result<CaseRu
             duration: raw.duration,
             cut: raw.cut,
             leftover: raw.leftover,
+            cpu: None,
         },
         error,
         problems,

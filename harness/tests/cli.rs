@@ -158,6 +158,19 @@ fn figures(line: &str) -> (Vec<f64>, Vec<f64>) {
     (ms, ratios)
 }
 
+/// The first line of `table` that is row `row` (its label, then figures),
+/// and its figures.
+fn row_figures(table: &str, row: &str) -> (String, (Vec<f64>, Vec<f64>)) {
+    let rest = table
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(row)
+                .filter(|r| r.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+        })
+        .unwrap_or_else(|| panic!("missing {row:?} in:\n{table}"));
+    (format!("{row}{rest}"), figures(rest))
+}
+
 /// `shown` is `b / a` rounded to 2 decimals, where `a` and `b` were shown
 /// rounded to 0.1 ms.
 fn ratio_agrees(shown: f64, a: f64, b: f64) -> bool {
@@ -319,15 +332,7 @@ fn bench_measures_ours_and_the_reference_against_the_floor() {
         .unwrap_or_else(|| panic!("no floor table in:\n{text}"));
     // F median, F p95, A median, A p95, A/F, A-F, B median, B p95, B/F, B/A.
     for row in ["ADD", "ADD ipMasq", "ADD dual-stack", "DEL"] {
-        let rest = table
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix(row)
-                    .filter(|r| r.trim_start().starts_with(|c: char| c.is_ascii_digit()))
-            })
-            .unwrap_or_else(|| panic!("missing {row:?} in:\n{table}"));
-        let line = format!("{row}{rest}");
-        let (ms, ratios) = figures(rest);
+        let (line, (ms, ratios)) = row_figures(table, row);
         let (&[f_med, f_p95, a_med, a_p95, a_minus_f, b_med, b_p95], &[a_f, b_f, b_a]) =
             (&ms[..], &ratios[..])
         else {
@@ -342,6 +347,22 @@ fn bench_measures_ours_and_the_reference_against_the_floor() {
         assert!((a_minus_f - (a_med - f_med)).abs() <= 0.011, "A-F: {line}");
     }
     assert!(table.contains("cnilab-floor"), "{table}");
+    // CPU per call (from each call's cgroup): F, A, A/F, A-F, B, B/F, B/A.
+    let cpu = table
+        .split("CPU median")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no CPU table in:\n{table}"));
+    for row in ["ADD", "ADD ipMasq", "ADD dual-stack", "DEL"] {
+        let (line, (ms, ratios)) = row_figures(cpu, row);
+        let (&[f, a, a_minus_f, b], &[a_f, b_f, b_a]) = (&ms[..], &ratios[..]) else {
+            panic!("{row}: expected 4 ms figures and 3 ratios in {line:?}");
+        };
+        assert!(f > 0.0 && a > 0.0 && b > 0.0, "a call uses CPU: {line}");
+        assert!(ratio_agrees(a_f, f, a), "A/F: {line}");
+        assert!(ratio_agrees(b_f, f, b), "B/F: {line}");
+        assert!(ratio_agrees(b_a, a, b), "B/A: {line}");
+        assert!((a_minus_f - (a - f)).abs() <= 0.011, "A-F: {line}");
+    }
 
     let out = cnilab()
         .args([
@@ -368,6 +389,17 @@ fn bench_measures_ours_and_the_reference_against_the_floor() {
             assert_eq!(
                 report["floor"][side][variant]["count"], 2,
                 "{side}.{variant}"
+            );
+        }
+        let cpu = report["floor"][side]["cpu"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{side}.cpu: {}", report["floor"][side]));
+        assert_eq!(cpu.len(), 4, "{side}.cpu: one per variant");
+        for v in cpu {
+            assert_eq!(v["count"], 2, "{side}.cpu: {v}");
+            assert!(
+                v["median"].as_f64().is_some_and(|m| m > 0.0),
+                "{side}.cpu: {v}"
             );
         }
     }

@@ -51,6 +51,10 @@ pub struct SideFigures {
     pub add_masq: Percentiles,
     pub add_dual_stack: Percentiles,
     pub del: Percentiles,
+    /// The CPU time of each call (user + system of every process it
+    /// started, from the call's cgroup), in [`Variant`] order; `None`
+    /// where calls run without a cgroup of their own.
+    pub cpu: Option<[Percentiles; 4]>,
 }
 
 impl SideFigures {
@@ -169,6 +173,9 @@ pub fn measure(
         })
     };
     let mut samples: Vec<[Vec<Duration>; 4]> = all.iter().map(|_| Default::default()).collect();
+    // CPU per call; a side loses its figures at its first call without one.
+    let mut cpu: Vec<Option<[Vec<Duration>; 4]>> =
+        all.iter().map(|_| Some(Default::default())).collect();
     // Every variant of every side has its own session (host namespace,
     // store), opened and warmed up before the first measured call.
     let mut runs: Vec<Vec<Run>> = Vec::new();
@@ -195,23 +202,34 @@ pub fn measure(
         );
         let (side, run) = (all[turn.side], &runs[turn.variant][turn.side]);
         let t = Instant::now();
-        call(side, run, &rt, "ADD")?;
+        let add_cpu = call(side, run, &rt, "ADD")?;
         samples[turn.side][variant as usize].push(t.elapsed());
         let t = Instant::now();
-        call(side, run, &rt, "DEL")?;
+        let del_cpu = call(side, run, &rt, "DEL")?;
+        let mut measured = vec![(variant, add_cpu)];
         if variant == Variant::Add {
             samples[turn.side][Variant::Del as usize].push(t.elapsed());
+            measured.push((Variant::Del, del_cpu));
+        }
+        for (v, used) in measured {
+            let slot = &mut cpu[turn.side];
+            match (slot.as_mut(), used) {
+                (Some(per_variant), Some(used)) => per_variant[v as usize].push(used),
+                _ => *slot = None,
+            }
         }
     }
     Ok(all
         .iter()
         .zip(samples)
-        .map(|(side, [add, masq, dual, del])| SideFigures {
+        .zip(cpu)
+        .map(|((side, [add, masq, dual, del]), cpu)| SideFigures {
             label: side.label.clone(),
             add: Percentiles::of(&add),
             add_masq: Percentiles::of(&masq),
             add_dual_stack: Percentiles::of(&dual),
             del: Percentiles::of(&del),
+            cpu: cpu.map(|per_variant| per_variant.map(|s| Percentiles::of(&s))),
         })
         .collect())
 }
@@ -291,11 +309,21 @@ fn open(
     Ok(run)
 }
 
-fn call(side: &Side<'_>, run: &Run, rt: &RuntimeConf, op: &'static str) -> Result<(), BenchError> {
+/// One call of the side's chain; the CPU all its plugins used, where
+/// every one of them ran in a cgroup of its own.
+fn call(
+    side: &Side<'_>,
+    run: &Run,
+    rt: &RuntimeConf,
+    op: &'static str,
+) -> Result<Option<Duration>, BenchError> {
     let (runtime, net) = (&run.session.runtime, &run.session.net);
+    let cpu = |execs: &[crate::runtime::Execution]| -> Option<Duration> {
+        execs.iter().map(|e| e.cpu).sum()
+    };
     let outcome = match op {
-        "ADD" => runtime.add(net, rt).map(drop),
-        _ => runtime.del(net, rt).map(drop),
+        "ADD" => runtime.add(net, rt).map(|r| cpu(&r.executions)),
+        _ => runtime.del(net, rt).map(|execs| cpu(&execs)),
     };
     outcome.map_err(|source| BenchError::Op {
         plugin: side.label.clone(),
@@ -367,6 +395,63 @@ impl std::fmt::Display for FloorComparison {
         writeln!(
             f,
             "(the floor has no masquerade: its ipMasq row is a plain ADD; its dual-stack row adds an IPv6 address)"
+        )?;
+        self.fmt_cpu(f)
+    }
+}
+
+impl FloorComparison {
+    /// The CPU table: each call's user + system time (every process it
+    /// started), median, beside the floor's; holds still when the machine
+    /// is busy, unlike the latencies above.
+    fn fmt_cpu(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (Some(fl), Some(a)) = (&self.floor.cpu, &self.ours.cpu) else {
+            return writeln!(
+                f,
+                "no CPU figures: plugin calls run without a cgroup of their own here (cgroup v2 needed)"
+            );
+        };
+        let b = self.versus.as_ref().and_then(|v| v.cpu.as_ref());
+        let mut header = format!(
+            "{:<15} {:>9} {:>9} {:>8} {:>9}",
+            "CPU median", "F", "A", "A/F", "A-F"
+        );
+        if b.is_some() {
+            header.push_str(&format!(" {:>9} {:>8} {:>7}", "B", "B/F", "B/A"));
+        }
+        writeln!(f, "{header}")?;
+        for (i, v) in [
+            Variant::Add,
+            Variant::AddMasq,
+            Variant::AddDualStack,
+            Variant::Del,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (fm, am) = (fl[i].median, a[i].median);
+            let mut line = format!(
+                "{:<15} {:>9} {:>9} {:>8} {:>9}",
+                v.label(),
+                ms2(fm),
+                ms2(am),
+                over(am, fm),
+                format!("{:+.2} ms", (am.as_secs_f64() - fm.as_secs_f64()) * 1000.0),
+            );
+            if let Some(b) = b {
+                let bm = b[i].median;
+                line.push_str(&format!(
+                    " {:>9} {:>8} {:>7}",
+                    ms2(bm),
+                    over(bm, fm),
+                    over(bm, am)
+                ));
+            }
+            writeln!(f, "{line}")?;
+        }
+        writeln!(
+            f,
+            "(CPU: user + system of every process of a call, from its cgroup: the plugin, its IPAM plugin, an nft it starts)"
         )
     }
 }

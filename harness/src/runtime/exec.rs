@@ -84,6 +84,7 @@ impl Runtime {
             duration: out.duration,
             cut,
             leftover: out.leftover,
+            cpu: scope.cpu(),
         };
         self.record(&exec);
         Ok(exec)

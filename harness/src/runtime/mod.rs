@@ -91,6 +91,10 @@ pub struct Execution {
     /// Processes the plugin left holding its output past the deadline.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leftover: Option<String>,
+    /// CPU time of the call's processes (its cgroup's; `None` without
+    /// one): what `cnilab bench` compares, not part of reports.
+    #[serde(skip)]
+    pub cpu: Option<Duration>,
 }
 
 fn env_objects<S: serde::Serializer>(v: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {

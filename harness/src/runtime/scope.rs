@@ -85,6 +85,20 @@ impl CallScope {
         }
     }
 
+    /// The CPU time (user + system) every process of the call has used,
+    /// from its cgroup's `cpu.stat` (`usage_usec`, kept by the scheduler
+    /// whether or not the cpu controller is enabled); `None` without a
+    /// cgroup. Read once the call ended: it counts what a plugin started
+    /// (its IPAM plugin, an `nft`) and nothing else on the machine, so it
+    /// holds still on a busy machine where wall-clock latency swings.
+    pub fn cpu(&self) -> Option<Duration> {
+        let stat = std::fs::read_to_string(self.cgroup.as_ref()?.dir.join("cpu.stat")).ok()?;
+        stat.lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))
+            .and_then(|v| v.trim().parse().ok())
+            .map(Duration::from_micros)
+    }
+
     /// Makes the child of `cmd` join the call's cgroup before it execs.
     /// Must be called before any other `pre_exec` hook that execs itself.
     pub fn attach(&self, cmd: &mut Command) {
