@@ -292,8 +292,9 @@ fn open(
     timeout: Duration,
 ) -> Result<Run, BenchError> {
     let store = ScratchDir::new("bench-floor-ipam").map_err(BenchError::Scratch)?;
-    let session =
+    let mut session =
         Session::open::<BenchError>(side.plugin_dir, net, store.path(), "bench-fhost", timeout)?;
+    session.runtime = session.runtime.with_cpu_accounting();
     session
         .runtime
         .find_plugins(&session.net)

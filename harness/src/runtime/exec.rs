@@ -84,7 +84,7 @@ impl Runtime {
             duration: out.duration,
             cut,
             leftover: out.leftover,
-            cpu: scope.cpu(),
+            cpu: self.cpu_accounting.then(|| scope.cpu()).flatten(),
         };
         self.record(&exec);
         Ok(exec)

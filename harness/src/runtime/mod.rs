@@ -91,8 +91,9 @@ pub struct Execution {
     /// Processes the plugin left holding its output past the deadline.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leftover: Option<String>,
-    /// CPU time of the call's processes (its cgroup's; `None` without
-    /// one): what `cnilab bench` compares, not part of reports.
+    /// CPU time of the call's processes (its cgroup's; `None` without one
+    /// or without [`Runtime::with_cpu_accounting`]): what `cnilab bench`
+    /// compares, not part of reports.
     #[serde(skip)]
     pub cpu: Option<Duration>,
 }
@@ -188,6 +189,8 @@ pub struct Runtime {
     busy: Mutex<HashSet<String>>,
     idle: Condvar,
     timings: Mutex<Vec<Timing>>,
+    /// Read each call's CPU time from its cgroup ([`Execution::cpu`]).
+    cpu_accounting: bool,
 }
 
 impl Runtime {
@@ -206,6 +209,7 @@ impl Runtime {
             busy: Mutex::new(HashSet::new()),
             idle: Condvar::new(),
             timings: Mutex::new(Vec::new()),
+            cpu_accounting: false,
         }
     }
 
@@ -221,6 +225,13 @@ impl Runtime {
 
     pub fn with_timeout(mut self, timeout: Duration) -> Runtime {
         self.timeout = timeout;
+        self
+    }
+
+    /// Also reads each call's CPU time from its cgroup into
+    /// [`Execution::cpu`] (one file read per call: `cnilab bench` only).
+    pub fn with_cpu_accounting(mut self) -> Runtime {
+        self.cpu_accounting = true;
         self
     }
 
