@@ -37,6 +37,21 @@ fn up(name: &str, args: &[&str]) -> Up {
     lab
 }
 
+/// `cnilab scenario run FILE --keep NAME`: the scenario's lab, faults in
+/// place, standing as `name` (taken down when dropped).
+fn keep_scenario(file: &Path, name: &str) -> Up {
+    let kept = cnilab(&[
+        "scenario",
+        "run",
+        &file.display().to_string(),
+        "--keep",
+        name,
+    ]);
+    let lab = Up(name.to_string());
+    assert!(kept.status.success(), "{}", output_text(&kept));
+    lab
+}
+
 /// `cnilab capture` of node `node` of lab `lab` into `dir/<node>.json`.
 fn capture(lab: &str, node: &str, dir: &Path) -> PathBuf {
     capture_as(lab, node, node, dir)
@@ -395,15 +410,7 @@ fn a_replayed_fault_gets_the_same_verdict(#[files("../lab/scenarios/*.toml")] pa
     let (groups, id): (Vec<String>, Option<String>) =
         failing.or(passing).expect("a scenario has a check");
     let (src, rep) = (name_for(&path, "fs"), name_for(&path, "fr"));
-    let kept = cnilab(&[
-        "scenario",
-        "run",
-        &path.display().to_string(),
-        "--keep",
-        &src,
-    ]);
-    let _src = Up(src.clone());
-    assert!(kept.status.success(), "{}", output_text(&kept));
+    let _src = keep_scenario(&path, &src);
     let live = verdict(&src, &groups);
     if let Some(id) = &id {
         assert!(live.1.contains(id), "the live faulted lab: {live:?}");
@@ -564,15 +571,7 @@ fn a_replay_is_forwarding_on_every_switch_port_when_up_returns() {
     let (src, rep) = (format!("rfws{pid}"), format!("rfwr{pid}"));
     let topology =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab/scenarios/masquerade-missing.toml");
-    let kept = cnilab(&[
-        "scenario",
-        "run",
-        &topology.display().to_string(),
-        "--keep",
-        &src,
-    ]);
-    let _src = Up(src.clone());
-    assert!(kept.status.success(), "{}", output_text(&kept));
+    let _src = keep_scenario(&topology, &src);
     let files: Vec<String> = ["node1", "node2"]
         .iter()
         .map(|n| capture(&src, n, dir.path()).display().to_string())
