@@ -53,7 +53,10 @@ fn lines(trace: &str, pred: impl Fn(&str) -> bool) -> Vec<&str> {
 /// kernel; finds forwarding on (the first ADD turned it on) without
 /// reading /proc/sys; starts no process (the masquerade is one
 /// netlink batch); and starts one thread, which opens the pod namespace's
-/// netlink connection and (IPv6) writes the pod interface's `accept_dad`.
+/// netlink connection, turns off router advertisements on the pod
+/// interface (`accept_ra = 0`, so the pod sends no router solicitation for
+/// the bridge to flood and takes no route from another pod's forged
+/// advertisement) and (IPv6) writes its `accept_dad`.
 #[rstest]
 #[case::ipv4(false)]
 #[case::dual_stack(true)]
@@ -187,6 +190,11 @@ fn a_ready_node_add_caches_once_before_any_link_and_starts_no_process(#[case] du
         (l.contains("clone(") || l.contains("clone3(")) && l.contains("CLONE_THREAD")
     });
     assert_eq!(spawned.len(), 1, "threads started: {trace}");
+    assert_eq!(
+        sysctl(&pod, "net.ipv6.conf.eth0.accept_ra"),
+        "0",
+        "router advertisements are off on eth0"
+    );
     if dual {
         let dad = sysctl(&pod, "net.ipv6.conf.eth0.accept_dad");
         assert_eq!(dad, "0", "DAD is off on eth0");

@@ -114,24 +114,31 @@ fn attach(
         netns::connect_strict().map_err(|e| CniError::kernel("netlink in host namespace", e))?;
     let host_veth = host_veth_name(&env.container_id, &env.ifname);
     let rt_handle = rt.handle().clone();
-    // With IPv6 addresses known, the pod interface's `accept_dad` is
-    // written by the thread that opens the pod-side connection, once the
-    // veth exists: no thread of its own.
+    // The thread that opens the pod-side connection, once the veth exists,
+    // turns off router advertisements on the pod interface (always) and,
+    // with IPv6 addresses known, its `accept_dad`: no thread of its own.
     let dad = early.as_ref().is_some_and(has_ipv6).then(|| dad_key(env));
     let dad_key_now = dad.clone();
+    let ra_key = ra_key(env);
     let (links, cont) = std::thread::scope(|s| {
         let (made, veth_made) = std::sync::mpsc::channel::<bool>();
         // The pod-side connection is opened while the links are made.
-        let cont = netns::spawn_connect_then(s, &rt_handle, &ns, move || match dad_key_now {
-            Some(key) if veth_made.recv() == Ok(true) => netns::write_sysctl(None, &key, "0"),
-            _ => Ok(()),
+        let cont = netns::spawn_connect_then(s, &rt_handle, &ns, move || {
+            if veth_made.recv() != Ok(true) {
+                return Ok(());
+            }
+            refuse_router_advertisements(&ra_key)?;
+            match dad_key_now {
+                Some(key) => netns::write_sysctl(None, &key, "0"),
+                None => Ok(()),
+            }
         });
         let links = rt.block_on(create_links(env, plan, &ns, &host, &host_veth));
         let _ = made.send(links.is_ok());
         let cont = match cont.join() {
             Ok(Ok((handle, Ok(())))) => Ok(handle),
             Ok(Ok((_, Err(e)))) => Err(CniError::kernel(
-                format!("{} in {}", dad_key(env), env.netns),
+                format!("{}'s IPv6 settings in {}", env.ifname, env.netns),
                 e,
             )),
             Ok(Err(e)) => Err(CniError::kernel(format!("netlink in {}", env.netns), e)),
@@ -587,6 +594,25 @@ fn has_ipv6(alloc: &Allocation) -> bool {
 /// The pod interface's DAD switch, off: its addresses are usable at once.
 fn dad_key(env: &CniEnv) -> String {
     format!("net/ipv6/conf/{}/accept_dad", env.ifname)
+}
+
+/// The pod interface's router-advertisement switch.
+fn ra_key(env: &CniEnv) -> String {
+    format!("net/ipv6/conf/{}/accept_ra", env.ifname)
+}
+
+/// `accept_ra = 0` on the pod interface, in the calling thread's namespace:
+/// the plugin alone sets the pod's addresses and routes, so another pod on
+/// the bridge cannot install an IPv6 default route or address in it with a
+/// forged router advertisement (the class of CVE-2020-10749), and the pod
+/// sends no router solicitations, which the bridge floods to every port (a
+/// node's 100 pods coming up made 30,000 such deliveries). A kernel without
+/// IPv6 has no such key: nothing to refuse.
+fn refuse_router_advertisements(key: &str) -> std::io::Result<()> {
+    match netns::write_sysctl(None, key, "0") {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
 }
 
 /// The default route via each family's gateway (isDefaultGateway) plus the
