@@ -25,8 +25,9 @@
 //!    table too ([`link_local`]), whatever the pods' families.
 //!
 //! During the run the kernel's own counters (`table_fulls` in
-//! `/proc/net/stat/arp_cache` and `ndisc_cache`) and ENOBUFS from probes are
-//! watched: if the simulator hit the limit anyway, failures make the verdict
+//! `/proc/net/stat/arp_cache` and `ndisc_cache`, the input backlog's drops
+//! in `/proc/net/softnet_stat`) and ENOBUFS from probes are watched: if the
+//! simulator hit a host limit anyway, failures make the verdict
 //! INCONCLUSIVE, never FAIL.
 
 use super::topology::Topology;
@@ -368,21 +369,60 @@ impl Drop for HostTuning {
     }
 }
 
+/// Packets the kernel dropped because a CPU's input backlog was full: the
+/// second column of `/proc/net/softnet_stat` (one row of hexadecimal
+/// counters per CPU), summed. A veth hands every packet it sends to that
+/// backlog (`net.core.netdev_max_backlog`, 1,000 by default, for every
+/// namespace of the machine), so a broadcast a bridge floods to a hundred
+/// ports while thousands of probes run can overflow it.
+pub fn parse_backlog_drops(text: &str) -> Option<u64> {
+    let mut sum = 0;
+    let mut rows = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let dropped = line.split_whitespace().nth(1)?;
+        sum += u64::from_str_radix(dropped, 16).ok()?;
+        rows += 1;
+    }
+    (rows > 0).then_some(sum)
+}
+
+const SOFTNET_STAT: &str = "/proc/net/softnet_stat";
+const MAX_BACKLOG: &str = "/proc/sys/net/core/netdev_max_backlog";
+
+fn read_backlog_drops() -> Option<u64> {
+    parse_backlog_drops(&std::fs::read_to_string(SOFTNET_STAT).ok()?)
+}
+
+/// The reason failures are not the plugin's when the input backlog
+/// dropped packets between `before` and `after`.
+fn backlog_reason(before: u64, after: u64, max_backlog: &str) -> Option<String> {
+    (after > before).then(|| {
+        format!(
+            "the kernel's input backlog dropped {} packet(s) during the run ({SOFTNET_STAT}; net.core.netdev_max_backlog = {}, shared by every namespace): re-run on a quieter host, or raise net.core.netdev_max_backlog",
+            after - before,
+            max_backlog.trim()
+        )
+    })
+}
+
 /// The kernel's counters before the probes, to compare after.
 pub struct Watch {
     before: [Option<Stat>; 2],
+    backlog_drops: Option<u64>,
 }
 
 impl Watch {
     pub fn start() -> Watch {
         Watch {
             before: [read_stat(false).ok(), read_stat(true).ok()],
+            backlog_drops: read_backlog_drops(),
         }
     }
 
     /// Why failures cannot be blamed on the plugin: the host's neighbour
-    /// table overflowed during the run, or a probe got ENOBUFS. `None` when
-    /// nothing failed or the simulator stayed within its limits.
+    /// table overflowed during the run, the kernel's input backlog dropped
+    /// packets, or a probe got ENOBUFS. `None` when nothing failed or the
+    /// simulator stayed within its limits.
     pub fn verdict(&self, outcomes: &[ProbeOutcome]) -> Option<String> {
         if outcomes.iter().all(|o| o.passed()) {
             return None;
@@ -396,13 +436,17 @@ impl Watch {
             if after.table_fulls > before.table_fulls {
                 let t3 = thresholds(v6).map(|t| t[2].to_string()).unwrap_or_default();
                 why.push(format!(
-                    "the host's {} neighbour table overflowed {} time(s) during the run ({} table_fulls; gc_thresh3 = {t3}, {} entries now)",
+                    "the host's {} neighbour table overflowed {} time(s) during the run ({} table_fulls; gc_thresh3 = {t3}, {} entries now; other labs on this host share the table): re-run, or pass --tune-host",
                     family_name(v6),
                     after.table_fulls - before.table_fulls,
                     if v6 { "/proc/net/stat/ndisc_cache" } else { "/proc/net/stat/arp_cache" },
                     after.entries
                 ));
             }
+        }
+        if let (Some(before), Some(after)) = (self.backlog_drops, read_backlog_drops()) {
+            let max = std::fs::read_to_string(MAX_BACKLOG).unwrap_or_else(|_| "?".into());
+            why.extend(backlog_reason(before, after, &max));
         }
         let nobufs = outcomes
             .iter()
@@ -419,7 +463,7 @@ impl Watch {
         }
         (!why.is_empty()).then(|| {
             format!(
-                "{}: the failures may be the simulator's limit, not the plugin's (other labs on this host share the table; re-run, or pass --tune-host)",
+                "the failures may be the simulator's limit, not the plugin's: {}",
                 why.join("; ")
             )
         })
@@ -683,6 +727,19 @@ mod tests {
             })
         );
         assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn backlog_drops_are_summed_over_cpus_and_name_the_limit() {
+        let text = "00333b22 0000c4b8 0000001e 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000\n\
+002e5bca 0000dbc6 0000001c 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000001 00000000 00000000\n";
+        assert_eq!(parse_backlog_drops(text), Some(0xc4b8 + 0xdbc6));
+        assert_eq!(parse_backlog_drops(""), None);
+        assert_eq!(parse_backlog_drops("00000001 zz\n"), None);
+        assert_eq!(backlog_reason(5, 5, "1000\n"), None);
+        let why = backlog_reason(5, 47088, "1000\n").expect("drops are a reason");
+        assert!(why.contains("dropped 47083 packet(s)"), "{why}");
+        assert!(why.contains("netdev_max_backlog = 1000,"), "{why}");
     }
 
     #[test]
