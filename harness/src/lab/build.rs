@@ -141,9 +141,12 @@ impl Lab {
         std::fs::write(&conf_path, &conf_text)
             .map_err(|e| setup(format!("{}: {e}", conf_path.display())))?;
         let net = NetworkConfig::parse(&conf_text, &conf_path)?;
-        let runtime = Runtime::new(&self.plugin_dir)
+        let mut runtime = Runtime::new(&self.plugin_dir)
             .in_netns(&ns)?
             .with_cache_dir(&node_dir.join("results"));
+        if super::profile::enabled() {
+            runtime = runtime.with_cpu_accounting();
+        }
         Ok(Node {
             spec,
             ns,
@@ -438,6 +441,7 @@ impl Lab {
         };
         let plugin: Duration = res.executions.iter().map(|e| e.duration).sum();
         profile.add("plugin process", plugin);
+        profile.add_plugin_cpu(res.executions.iter().filter_map(|e| e.cpu).sum());
         profile.add("runtime (spawn, cache)", add_took.saturating_sub(plugin));
         let ips = res.result.ips.iter().map(|ip| ip.address).collect();
         Ok(Pod {
