@@ -130,6 +130,21 @@ impl Report {
         self.failures.is_empty() && self.probes > 0 && self.inconclusive.is_none()
     }
 
+    /// Makes the report INCONCLUSIVE for `why` (a host limit that may have
+    /// caused the failures) when there are failures and none has a named
+    /// cause: a diagnosis made from the kernel's state stands whatever
+    /// else happened on the host. An earlier reason is kept.
+    pub fn inconclusive_unless_explained(&mut self, why: Option<String>) {
+        let unexplained = !self.failures.is_empty()
+            && self
+                .failures
+                .iter()
+                .all(|f| f.diagnoses.iter().all(|d| d.id == Diagnosis::UNDIAGNOSED));
+        if unexplained && self.inconclusive.is_none() {
+            self.inconclusive = why;
+        }
+    }
+
     /// The exit code: 0 pass, 1 fail, 3 inconclusive (the failures may be
     /// the simulator's, not the plugin's).
     pub fn exit_code(&self) -> u8 {
@@ -648,6 +663,27 @@ mod tests {
             vec![outcome],
             vec![failure],
         )
+    }
+
+    /// A host limit that may have caused the failures (the backlog's
+    /// drops) makes them INCONCLUSIVE only when no failure has a named
+    /// cause; a failure with a diagnosis stays a FAIL.
+    #[test]
+    fn a_possible_host_limit_spares_explained_failures() {
+        let mut unexplained = failed_report();
+        unexplained.inconclusive_unless_explained(Some("backlog dropped 3".into()));
+        assert_eq!(unexplained.exit_code(), crate::report::exit::INCONCLUSIVE);
+        let mut none = failed_report();
+        none.inconclusive_unless_explained(None);
+        assert_eq!(none.exit_code(), crate::report::exit::FAIL);
+        let mut explained = failed_report();
+        explained.failures[0].diagnoses = vec![Diagnosis {
+            id: "firewall-drop",
+            message: "a rule drops it".into(),
+        }];
+        explained.inconclusive_unless_explained(Some("backlog dropped 3".into()));
+        assert_eq!(explained.exit_code(), crate::report::exit::FAIL);
+        assert!(explained.inconclusive.is_none());
     }
 
     /// Failures while the simulator hit a host limit are INCONCLUSIVE

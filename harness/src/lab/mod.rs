@@ -158,6 +158,7 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
     let watch = neighbours::Watch::start();
     let outcomes = checks::run(lab, &specs, &rt, 256, &show);
     let inconclusive = watch.verdict(&outcomes);
+    let backlog = watch.backlog();
     let failed: Vec<(usize, &crate::connectivity::ProbeOutcome)> = outcomes
         .iter()
         .enumerate()
@@ -207,6 +208,7 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
     rt.shutdown_timeout(Duration::from_secs(5));
     let mut report = checks::report(lab, outcomes, failures);
     report.inconclusive = inconclusive;
+    report.inconclusive_unless_explained(backlog);
     report.warnings = diagnose_path::detours(lab);
     let ran: Vec<&str> = report.groups.iter().map(|g| g.name.as_str()).collect();
     report.skipped = checks::skipped(lab, groups, &ran);

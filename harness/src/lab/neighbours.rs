@@ -419,10 +419,22 @@ impl Watch {
         }
     }
 
+    /// Whether the kernel's input backlog dropped packets since
+    /// [`Watch::start`], as the reason failures may not be the plugin's.
+    /// Read when the probes end; it weighs only failures no diagnosis
+    /// explains (a named cause stands, drops or not): see
+    /// `Report::inconclusive_unless_explained`.
+    pub fn backlog(&self) -> Option<String> {
+        let (before, after) = (self.backlog_drops?, read_backlog_drops()?);
+        let max = std::fs::read_to_string(MAX_BACKLOG).unwrap_or_else(|_| "?".into());
+        backlog_reason(before, after, &max).map(|why| {
+            format!("the failures may be the simulator's limit, not the plugin's: {why}")
+        })
+    }
+
     /// Why failures cannot be blamed on the plugin: the host's neighbour
-    /// table overflowed during the run, the kernel's input backlog dropped
-    /// packets, or a probe got ENOBUFS. `None` when nothing failed or the
-    /// simulator stayed within its limits.
+    /// table overflowed during the run, or a probe got ENOBUFS. `None` when
+    /// nothing failed or the simulator stayed within its limits.
     pub fn verdict(&self, outcomes: &[ProbeOutcome]) -> Option<String> {
         if outcomes.iter().all(|o| o.passed()) {
             return None;
@@ -443,10 +455,6 @@ impl Watch {
                     after.entries
                 ));
             }
-        }
-        if let (Some(before), Some(after)) = (self.backlog_drops, read_backlog_drops()) {
-            let max = std::fs::read_to_string(MAX_BACKLOG).unwrap_or_else(|_| "?".into());
-            why.extend(backlog_reason(before, after, &max));
         }
         let nobufs = outcomes
             .iter()
