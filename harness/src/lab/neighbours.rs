@@ -375,7 +375,7 @@ impl Drop for HostTuning {
 /// backlog (`net.core.netdev_max_backlog`, 1,000 by default, for every
 /// namespace of the machine), so a broadcast a bridge floods to a hundred
 /// ports while thousands of probes run can overflow it.
-pub fn parse_backlog_drops(text: &str) -> Option<u64> {
+fn parse_backlog_drops(text: &str) -> Option<u64> {
     let mut sum = 0;
     let mut rows = 0;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -405,6 +405,11 @@ fn backlog_reason(before: u64, after: u64, max_backlog: &str) -> Option<String> 
     })
 }
 
+/// The INCONCLUSIVE reason for host limits `why` the run hit.
+fn simulator_limit(why: &str) -> String {
+    format!("the failures may be the simulator's limit, not the plugin's: {why}")
+}
+
 /// The kernel's counters before the probes, to compare after.
 pub struct Watch {
     before: [Option<Stat>; 2],
@@ -427,9 +432,7 @@ impl Watch {
     pub fn backlog(&self) -> Option<String> {
         let (before, after) = (self.backlog_drops?, read_backlog_drops()?);
         let max = std::fs::read_to_string(MAX_BACKLOG).unwrap_or_else(|_| "?".into());
-        backlog_reason(before, after, &max).map(|why| {
-            format!("the failures may be the simulator's limit, not the plugin's: {why}")
-        })
+        backlog_reason(before, after, &max).map(|why| simulator_limit(&why))
     }
 
     /// Why failures cannot be blamed on the plugin: the host's neighbour
@@ -469,12 +472,7 @@ impl Watch {
                 "{nobufs} probe(s) got ENOBUFS (No buffer space available) from the kernel"
             ));
         }
-        (!why.is_empty()).then(|| {
-            format!(
-                "the failures may be the simulator's limit, not the plugin's: {}",
-                why.join("; ")
-            )
-        })
+        (!why.is_empty()).then(|| simulator_limit(&why.join("; ")))
     }
 }
 
