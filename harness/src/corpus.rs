@@ -42,17 +42,15 @@
 //!   marker cannot go stale.
 
 use crate::netns::{NetState, Netns};
+use crate::runtime::spawn::{Input, Launch};
 use cnilab_net::spec::ErrorBody;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::CString;
 use std::io::Write;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
@@ -575,7 +573,8 @@ struct Raw {
 
 /// Runs the plugin inside the host namespace with exactly `env` as its
 /// environment block (duplicates included, which `Command::env` cannot
-/// express) and `input` on fd 0. No shell is involved.
+/// express) and `input` on fd 0, started as the runtime starts a plugin
+/// ([`Launch`]). No shell is involved.
 fn spawn(
     venue: &Venue<'_>,
     env: &[(String, String)],
@@ -586,56 +585,24 @@ fn spawn(
         plugin: venue.plugin.to_path_buf(),
         reason,
     };
-    let cstr = |bytes: Vec<u8>| CString::new(bytes).map_err(|e| fail(format!("NUL byte: {e}")));
-    let program = cstr(venue.plugin.as_os_str().as_bytes().to_vec())?;
-    let mut envp: Vec<CString> = Vec::new();
-    for (k, v) in env {
-        envp.push(cstr(format!("{k}={v}").into_bytes())?);
-    }
-    envp.push(cstr(b"PATH=/usr/sbin:/usr/bin:/sbin:/bin".to_vec())?);
-    // Everything execve needs is built before the fork: the pre_exec hook
-    // may only make async-signal-safe calls.
-    let argv: Vec<*const nix::libc::c_char> = vec![program.as_ptr(), std::ptr::null()];
-    let mut envv: Vec<*const nix::libc::c_char> = envp.iter().map(|c| c.as_ptr()).collect();
-    envv.push(std::ptr::null());
-    let argv_addr = argv.as_ptr() as usize;
-    let envv_addr = envv.as_ptr() as usize;
-    let program_addr = program.as_ptr() as usize;
-    let close_stdin = matches!(input, Feed::Closed);
-
-    let mut cmd = Command::new(venue.plugin);
-    cmd.stdin(match input {
-        Feed::Bytes(_) | Feed::Endless => Stdio::piped(),
-        Feed::Closed | Feed::Empty => Stdio::null(),
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    // A relative path from the input then lands in the watched tree.
-    .current_dir(venue.watched)
-    .process_group(0);
-    cnilab_net::netns::command_in(venue.host.file(), &mut cmd);
-    // Before the hook below, which execs.
+    let mut block: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    block.push("PATH=/usr/sbin:/usr/bin:/sbin:/bin".into());
     let scope = crate::runtime::scope::CallScope::new();
-    scope.attach(&mut cmd);
-    // SAFETY: close(2) and execve(2) are async-signal-safe; the pointers
-    // refer to `program`, `argv`, `envp` and `envv`, which outlive the
-    // spawn below. execve only returns on failure, reported through errno.
-    unsafe {
-        cmd.pre_exec(move || {
-            if close_stdin {
-                nix::libc::close(0);
-            }
-            nix::libc::execve(
-                program_addr as *const nix::libc::c_char,
-                argv_addr as *const *const nix::libc::c_char,
-                envv_addr as *const *const nix::libc::c_char,
-            );
-            Err(std::io::Error::last_os_error())
-        });
-    }
+    let launch = Launch::new(venue.plugin)
+        .and_then(|l| l.env_block(block))
+        // A relative path from the input then lands in the watched tree.
+        .and_then(|l| l.current_dir(venue.watched))
+        .map_err(|e| fail(e.to_string()))?
+        .input(match input {
+            Feed::Bytes(_) | Feed::Endless => Input::Piped,
+            Feed::Empty => Input::Null,
+            Feed::Closed => Input::Closed,
+        })
+        .into_cgroup(scope.procs_fd());
     let started = Instant::now();
-    let child = cmd.spawn().map_err(|e| fail(e.to_string()))?;
-    drop((argv, envv, envp, program));
+    let child = cnilab_net::netns::run_in(venue.host.file(), || launch.spawn())
+        .and_then(|r| r)
+        .map_err(|e| fail(e.to_string()))?;
     let out = crate::runtime::collect_child(child, started, timeout, &scope, move |mut pipe| {
         match input {
             Feed::Bytes(bytes) => {

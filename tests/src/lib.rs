@@ -130,7 +130,7 @@ pub fn run_limited(mut cmd: Command, config: &Value, limit: Duration) -> Collect
     let started = Instant::now();
     let child = cmd.spawn().expect("plugin starts");
     let body = config.to_string();
-    cnilab_harness::runtime::collect_child(child, started, limit, &scope, move |mut pipe| {
+    cnilab_harness::runtime::collect_child(child.into(), started, limit, &scope, move |mut pipe| {
         let _ = pipe.write_all(body.as_bytes());
     })
     .expect("collect the plugin's output")

@@ -4,9 +4,8 @@
 use super::{CniCommand, Execution, NetworkConfig, Runtime, RuntimeConf, RuntimeError, Timing};
 use serde_json::{Map, Value};
 use std::io::{Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 impl Runtime {
@@ -37,24 +36,15 @@ impl Runtime {
             path: plugin.to_path_buf(),
             reason,
         };
-        let mut cmd = Command::new(plugin);
-        cmd.env_clear()
-            .env(
-                "PATH",
-                std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into()),
-            )
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Own process group, so that a timeout kills helpers (IPAM) too.
-            .process_group(0);
         let scope = super::scope::CallScope::new();
-        scope.attach(&mut cmd);
+        let launch = super::spawn::Launch::new(plugin)
+            .and_then(|l| l.env_block(env_block(env)))
+            .map_err(|e| spawn_err(e.to_string()))?
+            .into_cgroup(scope.procs_fd());
         let started = Instant::now();
         let spawned = match &self.host {
-            Some(host) => cnilab_net::netns::spawn_in(host, &mut cmd),
-            None => cmd.spawn(),
+            Some(host) => cnilab_net::netns::run_in(host, || launch.spawn()).and_then(|r| r),
+            None => launch.spawn(),
         };
         let child = spawned.map_err(|e| spawn_err(e.to_string()))?;
         let stdin_text = String::from_utf8_lossy(stdin).into_owned();
@@ -155,6 +145,24 @@ impl Runtime {
             None => Err(RuntimeError::Crashed(Box::new(exec))),
         }
     }
+}
+
+/// The environment a plugin call gets: this process's `PATH` (or a
+/// default), then `env`; a later entry replaces an earlier one of the same
+/// name, in its place.
+fn env_block(env: &[(String, String)]) -> Vec<String> {
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into());
+    let mut entries: Vec<(&str, &str)> = vec![("PATH", &path)];
+    for (key, value) in env {
+        match entries.iter_mut().find(|(k, _)| k == key) {
+            Some(entry) => entry.1 = value,
+            None => entries.push((key, value)),
+        }
+    }
+    entries
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect()
 }
 
 /// How much of each output stream is kept. CNI results and errors are a few
@@ -284,7 +292,7 @@ fn drain_until(out: &mut Drain, err: &mut Drain, until: Instant) -> bool {
 /// (from 20 µs, doubling up to 2 ms), so that moment is not measured as a
 /// whole 2 ms sleep in every call's latency.
 fn wait_until(
-    child: &mut std::process::Child,
+    child: &mut super::spawn::Spawned,
     until: Instant,
 ) -> Option<std::io::Result<std::process::ExitStatus>> {
     let mut pause = Duration::from_micros(20);
@@ -309,11 +317,11 @@ fn wait_until(
 /// that then still holds an output pipe is given up on after a short grace
 /// and named in `leftover`.
 pub fn collect_child(
-    mut child: std::process::Child,
+    mut child: super::spawn::Spawned,
     started: Instant,
     limit: Duration,
     scope: &super::scope::CallScope,
-    feed: impl FnOnce(std::process::ChildStdin) + Send + 'static,
+    feed: impl FnOnce(std::fs::File) + Send + 'static,
 ) -> std::io::Result<Collected> {
     use std::os::fd::AsRawFd;
     let pid = child.id();

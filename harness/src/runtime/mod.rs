@@ -3,7 +3,9 @@
 //! Where things happen: `config` loads and edits network configs, `exec`
 //! runs plugin binaries (bounded output, one deadline for the whole call),
 //! [`scope`] contains and kills what a call leaves (a cgroup per call, else
-//! the process group and the holders of its pipes), `cache` keeps ADD results, `error` says what
+//! the process group and the holders of its pipes), [`spawn`] starts a
+//! plugin into that cgroup without copying the harness (a vfork-style
+//! clone), `cache` keeps ADD results, `error` says what
 //! went wrong, [`session`] is the setup conform, soak and bench share; this
 //! file holds [`Runtime`] and its operations (ADD, CHECK, DEL, STATUS, GC).
 //!
@@ -21,6 +23,7 @@ mod error;
 mod exec;
 pub mod scope;
 pub mod session;
+pub mod spawn;
 
 use cache::CacheKey;
 use cnilab_net::spec::{self, CniResult, ErrorBody, Version, VersionInfo};

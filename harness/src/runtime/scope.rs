@@ -99,7 +99,20 @@ impl CallScope {
             .map(Duration::from_micros)
     }
 
-    /// Makes the child of `cmd` join the call's cgroup before it execs.
+    /// The call cgroup's `cgroup.procs`, open until the scope drops: for
+    /// [`super::spawn::Launch::into_cgroup`].
+    pub fn procs_fd(&self) -> Option<RawFd> {
+        self.cgroup.as_ref().map(|c| c.procs.as_raw_fd())
+    }
+
+    /// The call cgroup's directory name, as `/proc/<pid>/cgroup` ends.
+    pub fn cgroup_name(&self) -> Option<String> {
+        let dir = &self.cgroup.as_ref()?.dir;
+        Some(dir.file_name()?.to_string_lossy().into_owned())
+    }
+
+    /// Makes the child of `cmd` join the call's cgroup before it execs
+    /// (a `pre_exec` hook: the standard library then forks).
     /// Must be called before any other `pre_exec` hook that execs itself.
     pub fn attach(&self, cmd: &mut Command) {
         let Some(cgroup) = &self.cgroup else {
