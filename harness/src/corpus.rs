@@ -586,7 +586,7 @@ fn spawn(
         reason,
     };
     let mut block: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    block.push("PATH=/usr/sbin:/usr/bin:/sbin:/bin".into());
+    block.push(format!("PATH={}", crate::runtime::DEFAULT_PATH));
     let scope = crate::runtime::scope::CallScope::new();
     let launch = Launch::new(venue.plugin)
         .and_then(|l| l.env_block(block))
@@ -600,8 +600,8 @@ fn spawn(
         })
         .into_cgroup(scope.procs_fd());
     let started = Instant::now();
-    let child = cnilab_net::netns::run_in(venue.host.file(), || launch.spawn())
-        .and_then(|r| r)
+    let child = launch
+        .spawn_in(Some(venue.host.file()))
         .map_err(|e| fail(e.to_string()))?;
     let out = crate::runtime::collect_child(child, started, timeout, &scope, move |mut pipe| {
         match input {

@@ -42,11 +42,9 @@ impl Runtime {
             .map_err(|e| spawn_err(e.to_string()))?
             .into_cgroup(scope.procs_fd());
         let started = Instant::now();
-        let spawned = match &self.host {
-            Some(host) => cnilab_net::netns::run_in(host, || launch.spawn()).and_then(|r| r),
-            None => launch.spawn(),
-        };
-        let child = spawned.map_err(|e| spawn_err(e.to_string()))?;
+        let child = launch
+            .spawn_in(self.host.as_deref())
+            .map_err(|e| spawn_err(e.to_string()))?;
         let stdin_text = String::from_utf8_lossy(stdin).into_owned();
         let deliberate = kill_after.filter(|k| *k < self.timeout);
         let body = stdin.to_vec();
@@ -151,7 +149,7 @@ impl Runtime {
 /// default), then `env`; a later entry replaces an earlier one of the same
 /// name, in its place.
 fn env_block(env: &[(String, String)]) -> Vec<String> {
-    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into());
+    let path = std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.into());
     let mut entries: Vec<(&str, &str)> = vec![("PATH", &path)];
     for (key, value) in env {
         match entries.iter_mut().find(|(k, _)| k == key) {
@@ -164,6 +162,9 @@ fn env_block(env: &[(String, String)]) -> Vec<String> {
         .map(|(k, v)| format!("{k}={v}"))
         .collect()
 }
+
+/// The `PATH` a plugin gets when the harness has none to pass on.
+pub const DEFAULT_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// How much of each output stream is kept. CNI results and errors are a few
 /// KiB; what is beyond this is read and dropped, and the execution says so.

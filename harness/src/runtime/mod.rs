@@ -29,7 +29,7 @@ use cache::CacheKey;
 use cnilab_net::spec::{self, CniResult, ErrorBody, Version, VersionInfo};
 pub use config::{NetworkConfig, RuntimeConf};
 pub use error::RuntimeError;
-pub use exec::{collect_child, Collected, KEEP_BYTES};
+pub use exec::{collect_child, Collected, DEFAULT_PATH, KEEP_BYTES};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::fmt;

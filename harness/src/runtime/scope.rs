@@ -106,7 +106,8 @@ impl CallScope {
     }
 
     /// The call cgroup's directory name, as `/proc/<pid>/cgroup` ends.
-    pub fn cgroup_name(&self) -> Option<String> {
+    #[cfg(test)]
+    pub(crate) fn cgroup_name(&self) -> Option<String> {
         let dir = &self.cgroup.as_ref()?.dir;
         Some(dir.file_name()?.to_string_lossy().into_owned())
     }

@@ -133,6 +133,15 @@ impl Launch {
         self
     }
 
+    /// [`Launch::spawn`] inside the network namespace `ns` (or the calling
+    /// thread's, with `None`), from a short-lived thread that entered it.
+    pub fn spawn_in(&self, ns: Option<&File>) -> io::Result<Spawned> {
+        match ns {
+            Some(ns) => cnilab_net::netns::run_in(ns, || self.spawn())?,
+            None => self.spawn(),
+        }
+    }
+
     /// Starts the child in the calling thread's network namespace and
     /// returns once it exec'd; an error names the step that failed.
     pub fn spawn(&self) -> io::Result<Spawned> {
@@ -156,7 +165,7 @@ impl Launch {
         let step = AtomicI32::new(0);
         let errno = AtomicI32::new(0);
         // SAFETY: sigset_t is plain data; sigfillset/sigemptyset fill it.
-        let (mut all, none, mut before) = unsafe {
+        let (all, none, mut before) = unsafe {
             let mut sets: [libc::sigset_t; 3] = std::mem::zeroed();
             libc::sigfillset(&mut sets[0]);
             libc::sigemptyset(&mut sets[1]);
@@ -195,7 +204,7 @@ impl Launch {
                 &plan as *const Plan as *mut c_void,
             );
             let clone_error = io::Error::last_os_error();
-            libc::pthread_sigmask(libc::SIG_SETMASK, &before, &mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
             if pid < 0 {
                 return Err(io::Error::new(
                     clone_error.kind(),
@@ -409,7 +418,9 @@ impl Spawned {
 impl From<std::process::Child> for Spawned {
     fn from(mut child: std::process::Child) -> Spawned {
         Spawned {
-            pid: libc::pid_t::try_from(child.id()).unwrap_or(-1),
+            // The kernel's pid_t, which std hands out as u32: never -1,
+            // which waitpid would take for "any child".
+            pid: child.id().cast_signed(),
             stdin: child.stdin.take().map(|p| File::from(OwnedFd::from(p))),
             stdout: child.stdout.take().map(|p| File::from(OwnedFd::from(p))),
             stderr: child.stderr.take().map(|p| File::from(OwnedFd::from(p))),
