@@ -94,7 +94,7 @@ fn a_ready_node_add_caches_once_before_any_link_and_starts_no_process(#[case] du
         &plugin,
         &add_call("cost-b", &pod),
         &trace_path,
-        "clone,clone3,vfork,execve,rename,renameat,renameat2,sendto,recvfrom,openat",
+        "clone,clone3,vfork,execve,rename,renameat,renameat2,sendto,recvfrom,openat,fsopen",
     ))
     .write_stdin(conf.to_string())
     .output()
@@ -195,6 +195,19 @@ fn a_ready_node_add_caches_once_before_any_link_and_starts_no_process(#[case] du
         "0",
         "router advertisements are off on eth0"
     );
+    // Looked up in a procfs instance of the plugin's own: the machine's
+    // /proc/sys/net has one entry per namespace to walk.
+    let instances = lines(&trace, |l| l.contains("fsopen(\"proc\""));
+    assert_eq!(instances.len(), 1, "one private procfs: {trace}");
+    let shared = lines(&trace, |l| l.contains("\"/proc/sys/net"));
+    assert!(
+        shared.is_empty(),
+        "no lookup under /proc/sys/net: {shared:#?}"
+    );
+    let private = lines(&trace, |l| {
+        l.contains("\"sys/net/ipv6/conf/eth0/accept_ra\"") && !l.contains("= -1")
+    });
+    assert_eq!(private.len(), 1, "accept_ra opened in it: {trace}");
     if dual {
         let dad = sysctl(&pod, "net.ipv6.conf.eth0.accept_dad");
         assert_eq!(dad, "0", "DAD is off on eth0");

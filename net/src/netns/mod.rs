@@ -5,11 +5,14 @@
 //! entered the namespace. No tokio worker thread ever changes namespace.
 //!
 //! This file: opening namespace files, [`run_in`], netlink connections and
-//! processes inside a namespace, sysctls. `throwaway.rs`: [`Netns`], the
+//! processes inside a namespace. `sysctl.rs`: sysctls, through a private
+//! procfs instance. `throwaway.rs`: [`Netns`], the
 //! named namespaces tests and labs create and remove (also after a panic),
 //! and [`sweep`] for what a killed run left behind.
 
+mod sysctl;
 mod throwaway;
+pub use sysctl::{read_sysctl, sysctl_dir, write_sysctl, LOOKUPS_PER_INSTANCE};
 pub use throwaway::*;
 
 use nix::sched::{setns, CloneFlags};
@@ -255,17 +258,6 @@ pub fn lo_up_here() -> io::Result<()> {
     Ok(())
 }
 
-/// Reads a sysctl under `/proc/sys` as seen from namespace `ns` (or from the
-/// caller's namespace when `None`). `key` uses slashes: `net/ipv4/ip_forward`.
-pub fn read_sysctl(ns: Option<&File>, key: &str) -> io::Result<String> {
-    let path = sysctl_path(key)?;
-    let read = || std::fs::read_to_string(&path).map(|s| s.trim().to_string());
-    match ns {
-        None => read(),
-        Some(ns) => run_in(ns, read)?,
-    }
-}
-
 /// Whether IP forwarding is on in the caller's namespace
 /// (`net.ipv4.ip_forward`; with `v6`, `net.ipv6.conf.all.forwarding`), asked
 /// over netlink (`RTM_GETNETCONF`). A `/proc/sys` path lookup walks one
@@ -332,50 +324,4 @@ pub fn forwarding(v6: bool) -> io::Result<bool> {
         io::ErrorKind::InvalidData,
         "RTM_GETNETCONF answered without NETCONFA_FORWARDING",
     ))
-}
-
-/// Writes a sysctl as seen from namespace `ns` (or the caller's).
-pub fn write_sysctl(ns: Option<&File>, key: &str, value: &str) -> io::Result<()> {
-    let path = sysctl_path(key)?;
-    let write = || {
-        std::fs::write(&path, value)
-            .map_err(|e| io::Error::new(e.kind(), format!("write {value} to {path}: {e}")))
-    };
-    match ns {
-        None => write(),
-        Some(ns) => run_in(ns, write)?,
-    }
-}
-
-fn sysctl_path(key: &str) -> io::Result<String> {
-    let ok = !key.is_empty()
-        && key.split('/').all(|part| {
-            !part.is_empty()
-                && part != "."
-                && part != ".."
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
-        });
-    if !ok {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("bad sysctl key {key:?}"),
-        ));
-    }
-    Ok(format!("/proc/sys/{key}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sysctl_keys_cannot_escape_proc_sys() {
-        assert!(sysctl_path("net/ipv4/ip_forward").is_ok());
-        assert!(sysctl_path("net/ipv4/conf/veth-a.1/rp_filter").is_ok());
-        assert!(sysctl_path("../../etc/passwd").is_err());
-        assert!(sysctl_path("net//x").is_err());
-        assert!(sysctl_path("").is_err());
-    }
 }

@@ -5,7 +5,9 @@
 //! of that name (the sysctl dentries of all namespaces share one parent),
 //! so on a machine with hundreds of namespaces the five lookups of
 //! `net/ipv4/conf/eth0/forwarding` per key were most of a capture's and
-//! a replay's kernel time. Used by `read.rs` (capture) and `apply`.
+//! a replay's kernel time. The `/proc/sys` handle comes from the
+//! process's private procfs instance (`netns::sysctl_dir`), whose entries
+//! are only this process's. Used by `read.rs` (capture) and `apply`.
 
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
@@ -32,7 +34,7 @@ impl Tree {
     fn dir(&mut self, dir: &str) -> io::Result<&OwnedFd> {
         if !self.dirs.contains_key(dir) {
             let fd = match dir.rsplit_once('/') {
-                _ if dir.is_empty() => OwnedFd::from(File::open("/proc/sys")?),
+                _ if dir.is_empty() => cnilab_net::netns::sysctl_dir()?,
                 Some((parent, name)) => self.open_in(parent, name, OFlag::O_DIRECTORY)?,
                 None => self.open_in("", dir, OFlag::O_DIRECTORY)?,
             };
