@@ -19,11 +19,12 @@
 //! cannot be instantiated (no new mount API, seccomp, no `CAP_SYS_ADMIN`)
 //! the process uses `/proc/sys` as before: only slower, never different.
 
+use nix::fcntl::{openat, OFlag, AT_FDCWD};
 use nix::libc;
-use std::ffi::CStr;
+use nix::sys::stat::Mode;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
 use super::run_in;
@@ -38,7 +39,7 @@ pub const LOOKUPS_PER_INSTANCE: u32 = 64;
 pub fn read_sysctl(ns: Option<&File>, key: &str) -> io::Result<String> {
     let read = || {
         let mut text = String::new();
-        open_key(key, libc::O_RDONLY)?.read_to_string(&mut text)?;
+        open_key(key, OFlag::O_RDONLY)?.read_to_string(&mut text)?;
         Ok(text.trim().to_string())
     };
     match ns {
@@ -50,7 +51,7 @@ pub fn read_sysctl(ns: Option<&File>, key: &str) -> io::Result<String> {
 /// Writes a sysctl as seen from namespace `ns` (or the caller's).
 pub fn write_sysctl(ns: Option<&File>, key: &str, value: &str) -> io::Result<()> {
     let write = || {
-        open_key(key, libc::O_WRONLY)?
+        open_key(key, OFlag::O_WRONLY)?
             .write_all(value.as_bytes())
             .map_err(|e| io::Error::new(e.kind(), format!("write {value} to /proc/sys/{key}: {e}")))
     };
@@ -63,38 +64,24 @@ pub fn write_sysctl(ns: Option<&File>, key: &str, value: &str) -> io::Result<()>
 /// A handle on the `/proc/sys` directory, for a caller that looks up many
 /// keys relative to it (`openat`), in the calling thread's namespace.
 pub fn sysctl_dir() -> io::Result<OwnedFd> {
-    let file = match instance() {
-        Some(root) => openat(&root, c"sys", libc::O_RDONLY | libc::O_DIRECTORY),
-        None => File::open("/proc/sys"),
-    };
-    file.map(OwnedFd::from)
-        .map_err(|e| io::Error::new(e.kind(), format!("open /proc/sys: {e}")))
+    open_in_proc("/proc/sys", OFlag::O_RDONLY | OFlag::O_DIRECTORY)
 }
 
-fn open_key(key: &str, mode: libc::c_int) -> io::Result<File> {
-    let path = sysctl_path(key)?;
-    let opened = match instance() {
-        Some(root) => {
-            let relative = std::ffi::CString::new(format!("sys/{key}"))
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in sysctl key"))?;
-            openat(&root, &relative, mode)
-        }
-        None => std::fs::OpenOptions::new()
-            .read(mode == libc::O_RDONLY)
-            .write(mode == libc::O_WRONLY)
-            .open(&path),
-    };
-    opened.map_err(|e| io::Error::new(e.kind(), format!("open {path}: {e}")))
+fn open_key(key: &str, flags: OFlag) -> io::Result<File> {
+    open_in_proc(&sysctl_path(key)?, flags).map(File::from)
 }
 
-fn openat(dir: &OwnedFd, path: &CStr, mode: libc::c_int) -> io::Result<File> {
-    // SAFETY: `path` is NUL-terminated and `dir` an open descriptor.
-    let fd = unsafe { libc::openat(dir.as_raw_fd(), path.as_ptr(), mode | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just returned by openat and is owned by nobody else.
-    Ok(unsafe { File::from_raw_fd(fd) })
+/// Opens `path` (under `/proc/`) in the private instance, else in `/proc`.
+fn open_in_proc(path: &str, flags: OFlag) -> io::Result<OwnedFd> {
+    let flags = flags | OFlag::O_CLOEXEC;
+    let opened = match (instance(), path.strip_prefix("/proc/")) {
+        (Some(root), Some(inside)) => openat(root.as_fd(), inside, flags, Mode::empty()),
+        _ => openat(AT_FDCWD, path, flags, Mode::empty()),
+    };
+    opened.map_err(|errno| {
+        let e = io::Error::from(errno);
+        io::Error::new(e.kind(), format!("open {path}: {e}"))
+    })
 }
 
 /// What this process looks sysctls up through.
@@ -206,7 +193,7 @@ fn private_proc() -> io::Result<OwnedFd> {
     })
 }
 
-pub(super) fn sysctl_path(key: &str) -> io::Result<String> {
+fn sysctl_path(key: &str) -> io::Result<String> {
     let ok = !key.is_empty()
         && key.split('/').all(|part| {
             !part.is_empty()
@@ -285,10 +272,12 @@ mod tests {
         release_instance();
         drop(renewed);
         let mut text = String::new();
-        openat(&dir, c"kernel/ostype", libc::O_RDONLY)
-            .expect("the released instance's directory still opens files")
-            .read_to_string(&mut text)
-            .expect("read");
+        File::from(
+            openat(&dir, "kernel/ostype", OFlag::O_RDONLY, Mode::empty())
+                .expect("the released instance's directory still opens files"),
+        )
+        .read_to_string(&mut text)
+        .expect("read");
         assert_eq!(text, via_proc);
     }
 }
