@@ -330,14 +330,22 @@ fn bench_measures_ours_and_the_reference_against_the_floor() {
         .split("against the floor")
         .nth(1)
         .unwrap_or_else(|| panic!("no floor table in:\n{text}"));
-    // F median, F p95, A median, A p95, A/F, A-F, B median, B p95, B/F, B/A.
+    // F median, F p95, A median, A p95, A/F, A-F, Fb median, A-Fb,
+    // B median, B p95, B/F, B/A.
     for row in ["ADD", "ADD ipMasq", "ADD dual-stack", "DEL"] {
         let (line, (ms, ratios)) = row_figures(table, row);
-        let (&[f_med, f_p95, a_med, a_p95, a_minus_f, b_med, b_p95], &[a_f, b_f, b_a]) =
-            (&ms[..], &ratios[..])
+        let (
+            &[f_med, f_p95, a_med, a_p95, a_minus_f, fb_med, a_minus_fb, b_med, b_p95],
+            &[a_f, b_f, b_a],
+        ) = (&ms[..], &ratios[..])
         else {
-            panic!("{row}: expected 7 ms figures and 3 ratios in {line:?}");
+            panic!("{row}: expected 9 ms figures and 3 ratios in {line:?}");
         };
+        assert!(fb_med > 0.0, "{line}");
+        assert!(
+            (a_minus_fb - (a_med - fb_med)).abs() <= 0.011,
+            "A-Fb: {line}"
+        );
         for (med, p95) in [(f_med, f_p95), (a_med, a_p95), (b_med, b_p95)] {
             assert!(med > 0.0 && med <= p95, "{line}");
         }
@@ -347,17 +355,24 @@ fn bench_measures_ours_and_the_reference_against_the_floor() {
         assert!((a_minus_f - (a_med - f_med)).abs() <= 0.011, "A-F: {line}");
     }
     assert!(table.contains("cnilab-floor"), "{table}");
-    // CPU per call (from each call's cgroup): F, A, A/F, A-F, B, B/F, B/A.
+    assert!(table.contains("with bridge cnilab-floor0"), "{table}");
+    // CPU per call (from each call's cgroup): F, A, A/F, A-F, Fb, A-Fb, B,
+    // B/F, B/A.
     let cpu = table
         .split("CPU median")
         .nth(1)
         .unwrap_or_else(|| panic!("no CPU table in:\n{table}"));
     for row in ["ADD", "ADD ipMasq", "ADD dual-stack", "DEL"] {
         let (line, (ms, ratios)) = row_figures(cpu, row);
-        let (&[f, a, a_minus_f, b], &[a_f, b_f, b_a]) = (&ms[..], &ratios[..]) else {
-            panic!("{row}: expected 4 ms figures and 3 ratios in {line:?}");
+        let (&[f, a, a_minus_f, fb, a_minus_fb, b], &[a_f, b_f, b_a]) = (&ms[..], &ratios[..])
+        else {
+            panic!("{row}: expected 6 ms figures and 3 ratios in {line:?}");
         };
-        assert!(f > 0.0 && a > 0.0 && b > 0.0, "a call uses CPU: {line}");
+        assert!(
+            f > 0.0 && a > 0.0 && fb > 0.0 && b > 0.0,
+            "a call uses CPU: {line}"
+        );
+        assert!((a_minus_fb - (a - fb)).abs() <= 0.011, "A-Fb: {line}");
         assert!(ratio_agrees(a_f, f, a), "A/F: {line}");
         assert!(ratio_agrees(b_f, f, b), "B/F: {line}");
         assert!(ratio_agrees(b_a, a, b), "B/A: {line}");
@@ -384,7 +399,7 @@ fn bench_measures_ours_and_the_reference_against_the_floor() {
         .expect("runs");
     assert!(out.status.success());
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    for side in ["floor", "ours"] {
+    for side in ["floor", "bridged_floor", "ours"] {
         for variant in ["add", "add_masq", "add_dual_stack", "del"] {
             assert_eq!(
                 report["floor"][side][variant]["count"], 2,

@@ -177,11 +177,14 @@ fn against_floor(
         .collect::<Result<_, _>>()?;
     let mut figures =
         variants::measure(floor_dir, &sides, &pods, &opts.ifname, opts.timeout)?.into_iter();
-    let (Some(floor), Some(ours)) = (figures.next(), figures.next()) else {
+    let (Some(floor), Some(bridged_floor), Some(ours)) =
+        (figures.next(), figures.next(), figures.next())
+    else {
         return Err(BenchError::BadCounts);
     };
     Ok(variants::FloorComparison {
         floor,
+        bridged_floor,
         ours,
         versus: figures.next(),
     })

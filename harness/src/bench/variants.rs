@@ -1,10 +1,12 @@
 //! The floor comparison of `cnilab bench`: ADD (one IPv4 address, no
 //! masquerade), ADD with `ipMasq: true`, ADD dual-stack and DEL, for the
 //! floor (`cnilab-floor`: one veth pair into the pod namespace with one
-//! address, executed like a plugin), the measured plugin and the one it is
-//! compared with, interleaved pod by pod in one run (in each pod every
-//! variant of every side, in turns: [`schedule`]) so that a busy machine
-//! slows all of them alike. Every figure is also a ratio to the floor.
+//! address, executed like a plugin), the bridged floor (the same, its host
+//! end made a port of a bridge in its creation: the cheapest ADD of a
+//! bridge plugin), the measured plugin and the one it is compared with,
+//! interleaved pod by pod in one run (in each pod every variant of every
+//! side, in turns: [`schedule`]) so that a busy machine slows all of them
+//! alike. Every figure is also a ratio to the floor.
 
 use super::BenchError;
 use crate::netns::Netns;
@@ -68,10 +70,14 @@ impl SideFigures {
     }
 }
 
-/// Floor, ours and (optionally) the compared plugin, measured together.
+/// Floor, bridged floor, ours and (optionally) the compared plugin,
+/// measured together.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct FloorComparison {
     pub floor: SideFigures,
+    /// The floor with its host end a port of a bridge: what a bridge
+    /// plugin's ADD cannot go below (the kernel's cost of a bridge port).
+    pub bridged_floor: SideFigures,
     pub ours: SideFigures,
     pub versus: Option<SideFigures>,
 }
@@ -83,13 +89,20 @@ pub struct Side<'a> {
     pub net: NetworkConfig,
 }
 
-/// The floor's own config: `addresses` are what it gives the pod.
-pub fn floor_config(dual_stack: bool) -> NetworkConfig {
+/// The bridge of the bridged floor (in a host namespace of its own).
+pub const FLOOR_BRIDGE: &str = "cnilab-floor0";
+
+/// The floor's own config: `addresses` are what it gives the pod; with
+/// `bridge`, its host end is made a port of that bridge.
+pub fn floor_config(dual_stack: bool, bridge: Option<&str>) -> NetworkConfig {
     let mut addresses = vec![json!("10.99.0.2/24")];
     if dual_stack {
         addresses.push(json!("fd99::2/64"));
     }
-    let plugin = json!({"type": FLOOR, "addresses": addresses});
+    let mut plugin = json!({"type": FLOOR, "addresses": addresses});
+    if let Some(bridge) = bridge {
+        plugin["bridge"] = json!(bridge);
+    }
     NetworkConfig {
         name: "cnilab-floor".into(),
         version: cnilab_net::spec::Version::new(1, 1, 0),
@@ -157,15 +170,20 @@ pub fn measure(
     ifname: &str,
     timeout: Duration,
 ) -> Result<Vec<SideFigures>, BenchError> {
-    let floor = Side {
-        label: format!("{FLOOR} ({floor_dir})"),
+    // The floors come first: `bridges[i]` is side i's bridge, if a floor.
+    let bridges = [None, Some(FLOOR_BRIDGE)];
+    let floors = bridges.map(|bridge| Side {
+        label: match bridge {
+            None => format!("{FLOOR} ({floor_dir})"),
+            Some(b) => format!("{FLOOR} with bridge {b} ({floor_dir})"),
+        },
         plugin_dir: floor_dir,
-        net: floor_config(false),
-    };
-    let all: Vec<&Side<'_>> = std::iter::once(&floor).chain(sides).collect();
+        net: floor_config(false, bridge),
+    });
+    let all: Vec<&Side<'_>> = floors.iter().chain(sides).collect();
     let variant_net = |i: usize, masq: bool, dual: bool| -> Result<NetworkConfig, BenchError> {
-        if i == 0 {
-            return Ok(floor_config(dual));
+        if let Some(bridge) = bridges.get(i) {
+            return Ok(floor_config(dual, *bridge));
         }
         variant_config(&all[i].net, masq, dual).map_err(|reason| BenchError::Variant {
             plugin: all[i].label.clone(),
@@ -270,15 +288,29 @@ pub fn schedule(pods: usize, sides: usize) -> Vec<Turn> {
     turns
 }
 
-/// The order in which the `sides` are measured in pod `pod`: rotated by
-/// one every second pod and reversed in every odd one, so that over
-/// `2 × sides` pods each side takes every position equally often and,
-/// for the three sides a bench has at most (floor, ours, the compared
-/// one), follows each other side.
+/// The order in which the `sides` are measured in pod `pod`, the rows of a
+/// balanced Latin square (Williams' design: `0, 1, n-1, 2, n-2, …` shifted
+/// by the row) and then the same rows reversed: over `2 × sides` pods each
+/// side takes every position equally often and follows every other side
+/// equally often, so that no side always runs right after the same one
+/// (whose teardown the kernel may still be doing).
 pub fn side_order(pod: usize, sides: usize) -> Vec<usize> {
-    let turn = pod / 2;
-    let mut order: Vec<usize> = (0..sides).map(|k| (turn + k) % sides).collect();
-    if pod % 2 == 1 {
+    if sides == 0 {
+        return Vec::new();
+    }
+    let row = pod % (2 * sides);
+    let shift = row % sides;
+    let mut order: Vec<usize> = (0..sides)
+        .map(|k| {
+            let base = if k % 2 == 1 {
+                k.div_ceil(2)
+            } else {
+                (sides - k / 2) % sides
+            };
+            (base + shift) % sides
+        })
+        .collect();
+    if row >= sides {
         order.reverse();
     }
     order
@@ -342,6 +374,11 @@ fn over(x: Duration, floor: Duration) -> String {
     format!("{:.2}x", x.as_secs_f64() / floor.as_secs_f64())
 }
 
+/// `x - y` in ms, signed.
+fn minus(x: Duration, y: Duration) -> String {
+    format!("{:+.2} ms", (x.as_secs_f64() - y.as_secs_f64()) * 1000.0)
+}
+
 fn ms2(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
@@ -350,12 +387,12 @@ impl std::fmt::Display for FloorComparison {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "against the floor (F: {}), sequential, interleaved pod by pod:",
-            self.floor.label
+            "against the floor (F: {}; Fb: {}), sequential, interleaved pod by pod:",
+            self.floor.label, self.bridged_floor.label
         )?;
         let mut header = format!(
-            "{:<15} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}",
-            "", "F median", "F p95", "A median", "A p95", "A/F", "A-F"
+            "{:<15} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9}",
+            "", "F median", "F p95", "A median", "A p95", "A/F", "A-F", "Fb median", "A-Fb"
         );
         if self.versus.is_some() {
             header.push_str(&format!(
@@ -370,17 +407,22 @@ impl std::fmt::Display for FloorComparison {
             Variant::AddDualStack,
             Variant::Del,
         ] {
-            let (fl, a) = (self.floor.get(v), self.ours.get(v));
-            let diff = a.median.as_secs_f64() - fl.median.as_secs_f64();
+            let (fl, fb, a) = (
+                self.floor.get(v),
+                self.bridged_floor.get(v),
+                self.ours.get(v),
+            );
             let mut line = format!(
-                "{:<15} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}",
+                "{:<15} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9}",
                 v.label(),
                 ms2(fl.median),
                 ms2(fl.p95),
                 ms2(a.median),
                 ms2(a.p95),
                 over(a.median, fl.median),
-                format!("{:+.2} ms", diff * 1000.0),
+                minus(a.median, fl.median),
+                ms2(fb.median),
+                minus(a.median, fb.median),
             );
             if let Some(b) = self.versus.as_ref().map(|s| s.get(v)) {
                 line.push_str(&format!(
@@ -395,7 +437,7 @@ impl std::fmt::Display for FloorComparison {
         }
         writeln!(
             f,
-            "(the floor has no masquerade: its ipMasq row is a plain ADD; its dual-stack row adds an IPv6 address)"
+            "(the floors have no masquerade: their ipMasq row is a plain ADD; their dual-stack row adds an IPv6 address; Fb is a bridge plugin's floor, the kernel's cost of a bridge port included)"
         )?;
         self.fmt_cpu(f)
     }
@@ -406,7 +448,9 @@ impl FloorComparison {
     /// started), median, beside the floor's; holds still when the machine
     /// is busy, unlike the latencies above.
     fn fmt_cpu(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (Some(fl), Some(a)) = (&self.floor.cpu, &self.ours.cpu) else {
+        let (Some(fl), Some(fb), Some(a)) =
+            (&self.floor.cpu, &self.bridged_floor.cpu, &self.ours.cpu)
+        else {
             return writeln!(
                 f,
                 "no CPU figures: plugin calls run without a cgroup of their own here (cgroup v2 needed)"
@@ -414,8 +458,8 @@ impl FloorComparison {
         };
         let b = self.versus.as_ref().and_then(|v| v.cpu.as_ref());
         let mut header = format!(
-            "{:<15} {:>9} {:>9} {:>8} {:>9}",
-            "CPU median", "F", "A", "A/F", "A-F"
+            "{:<15} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9}",
+            "CPU median", "F", "A", "A/F", "A-F", "Fb", "A-Fb"
         );
         if b.is_some() {
             header.push_str(&format!(" {:>9} {:>8} {:>7}", "B", "B/F", "B/A"));
@@ -430,14 +474,16 @@ impl FloorComparison {
         .into_iter()
         .enumerate()
         {
-            let (fm, am) = (fl[i].median, a[i].median);
+            let (fm, fbm, am) = (fl[i].median, fb[i].median, a[i].median);
             let mut line = format!(
-                "{:<15} {:>9} {:>9} {:>8} {:>9}",
+                "{:<15} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9}",
                 v.label(),
                 ms2(fm),
                 ms2(am),
                 over(am, fm),
-                format!("{:+.2} ms", (am.as_secs_f64() - fm.as_secs_f64()) * 1000.0),
+                minus(am, fm),
+                ms2(fbm),
+                minus(am, fbm),
             );
             if let Some(b) = b {
                 let bm = b[i].median;
@@ -462,7 +508,7 @@ mod tests {
     use super::*;
 
     fn net(plugin: Value) -> NetworkConfig {
-        let mut n = floor_config(false);
+        let mut n = floor_config(false, None);
         n.plugins = vec![plugin.as_object().cloned().unwrap_or_default()];
         n
     }
@@ -497,8 +543,9 @@ mod tests {
 
     #[test]
     fn the_side_order_turns_so_no_side_always_follows_the_same_one() {
-        // A bench has at most three sides: the floor, ours, the compared one.
-        for sides in 1..=3 {
+        // A bench has at most four sides: the two floors, ours, the
+        // compared one; more are checked all the same.
+        for sides in 1..=6 {
             let pods = 2 * sides;
             let mut at = vec![vec![0; sides]; sides];
             let mut after = vec![vec![0; sides]; sides];
@@ -528,6 +575,25 @@ mod tests {
                         "{sides} sides: side {side} never follows side {before}"
                     );
                 }
+                // Within a pod, every other side comes right before it
+                // equally often (twice over the `2 × sides` pods).
+                let within: Vec<usize> = (0..sides)
+                    .map(|before| {
+                        (0..pods)
+                            .filter(|&pod| {
+                                side_order(pod, sides)
+                                    .windows(2)
+                                    .any(|w| w == [before, side])
+                            })
+                            .count()
+                    })
+                    .collect();
+                for before in (0..sides).filter(|&b| b != side) {
+                    assert_eq!(
+                        within[before], 2,
+                        "{sides} sides: side {side} after side {before}: {within:?}"
+                    );
+                }
             }
         }
     }
@@ -540,7 +606,7 @@ mod tests {
     #[test]
     fn the_schedule_interleaves_the_variants_pod_by_pod() {
         let variants = MEASURED.len();
-        for sides in 1..=3 {
+        for sides in 1..=4 {
             let pods = 2 * variants;
             let turns = schedule(pods, sides);
             assert_eq!(turns.len(), pods * variants * sides);
@@ -576,15 +642,22 @@ mod tests {
     }
 
     #[test]
-    fn the_floor_config_gives_one_or_two_addresses() {
+    fn the_floor_config_gives_one_or_two_addresses_and_a_bridge_when_asked() {
         assert_eq!(
-            floor_config(false).plugins[0]["addresses"],
+            floor_config(false, None).plugins[0]["addresses"],
             json!(["10.99.0.2/24"])
         );
         assert_eq!(
-            floor_config(true).plugins[0]["addresses"],
+            floor_config(true, None).plugins[0]["addresses"],
             json!(["10.99.0.2/24", "fd99::2/64"])
         );
-        assert_eq!(floor_config(true).plugin_type(0), FLOOR);
+        assert_eq!(floor_config(true, None).plugin_type(0), FLOOR);
+        assert!(floor_config(false, None).plugins[0].get("bridge").is_none());
+        let bridged = floor_config(true, Some(FLOOR_BRIDGE));
+        assert_eq!(bridged.plugins[0]["bridge"], json!(FLOOR_BRIDGE));
+        assert_eq!(
+            bridged.plugins[0]["addresses"],
+            json!(["10.99.0.2/24", "fd99::2/64"])
+        );
     }
 }

@@ -39,7 +39,8 @@ pub struct Bench {
     #[arg(long, requires = "lab")]
     pub tune_host: bool,
     /// Directory holding `cnilab-floor`, the floor every figure is also
-    /// compared with (default: next to cnilab, else in --plugin-dir).
+    /// compared with, plain and bridged (default: next to cnilab, else in
+    /// --plugin-dir).
     #[arg(long)]
     pub floor_dir: Option<String>,
     #[command(flatten)]
