@@ -1,4 +1,4 @@
-//! Builds the lab's pause binary (`src/lab/cri/pause.c`, static) for the
+//! Builds the lab's pause binary (`src/cri/pause.c`, static) for the
 //! sandbox image of `lab --runtime containerd`. A C compiler and a static
 //! libc (Debian: gcc, libc6-dev — what linking Rust needs anyway) are used
 //! when present; without them the file is empty and the containerd runtime
@@ -64,7 +64,7 @@ fn main() {
     embed_assets(&PathBuf::from(
         std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"),
     ));
-    let src = "src/lab/cri/pause.c";
+    let src = "src/cri/pause.c";
     println!("cargo:rerun-if-changed={src}");
     println!("cargo:rerun-if-env-changed=CC");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("pause");

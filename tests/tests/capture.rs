@@ -385,9 +385,8 @@ fn a_pod_held_only_by_a_process_is_found() {
     };
     ip(&["addr", "add", "10.244.7.2/24", "dev", "eth0"]);
     ip(&["link", "set", "eth0", "up"]);
-    let read = |p: &str| {
-        cnilab_harness::lab::model::layout::namespace_at(Path::new(p), "pod").expect("read")
-    };
+    let read =
+        |p: &str| cnilab_harness::lab::layout::namespace_at(Path::new(p), "pod").expect("read");
     let before = read(&ns_path);
     let c = capture(&n, &[], &[&n]);
     assert_eq!(read(&ns_path), before, "the held namespace is unchanged");

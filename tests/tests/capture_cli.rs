@@ -183,7 +183,7 @@ fn a_standing_lab_node_is_captured_with_its_pods() {
     let node_ns = format!("cnilab-lab-{name}-node1");
     let read = || {
         let path = Path::new("/run/netns").join(&node_ns);
-        cnilab_harness::lab::model::layout::namespace_at(&path, "node1").expect("read")
+        cnilab_harness::lab::layout::namespace_at(&path, "node1").expect("read")
     };
     let before = read();
     let out = cnilab(&["capture", "--netns", &node_ns, "-o", "json"]);

@@ -8,9 +8,10 @@
 //! a model that contradicts itself is refused before anything is made, and
 //! a ruleset nft refuses removes what apply made.
 
-use cnilab_harness::lab::model::apply::{apply, ApplyError, Options};
-use cnilab_harness::lab::model::{compile, identity, layout, read, LabModel};
 use cnilab_harness::lab::Topology;
+use cnilab_harness::lab::{compile, layout};
+use cnilab_harness::model::apply::{apply, ApplyError, Options};
+use cnilab_harness::model::{identity, read, LabModel};
 use cnilab_tests::{host_untouched, require_root, run_in};
 use rstest::rstest;
 use std::path::PathBuf;
@@ -188,7 +189,7 @@ fn a_bad_model_is_an_error_naming_the_object_and_leaves_nothing() {
     bad.nodes[1]
         .net
         .nftables
-        .push(cnilab_harness::lab::model::NftTable {
+        .push(cnilab_harness::model::NftTable {
             family: "inet".into(),
             name: "broken".into(),
             text: "table inet broken {\nchain c {\nnot a rule\n}\n}".into(),

@@ -5,7 +5,7 @@
 //! pause process, mount or namespace). They need containerd and runc
 //! (`lab/install-deps.sh`): without them they fail with that remedy.
 
-use cnilab_harness::lab::cri::client::Cri;
+use cnilab_harness::cri::Cri;
 use cnilab_harness::lab::cri::daemon::children_of;
 use cnilab_harness::lab::pidfile::Identity;
 use cnilab_tests::{host_untouched, require_root, workspace_bin};

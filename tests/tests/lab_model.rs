@@ -1,17 +1,18 @@
 //! The identity of the lab model (root): for every topology in
 //! `lab/topologies/`, the lab today's builder makes, read back, equals the
 //! topology compiled into the model, after the normalising and the
-//! structural check of plugin-made state that `harness/src/lab/model/mod.rs`
+//! structural check of plugin-made state that `harness/src/model/mod.rs`
 //! documents. A failure lists every difference by namespace, object and
 //! field. Both runtimes: pods made by executing the plugin (`direct`) and
 //! through the CRI of a containerd per node (`containerd`, which needs
 //! containerd and runc: `lab/install-deps.sh`).
 
 use cnilab_harness::lab::base::RuntimeKind;
-use cnilab_harness::lab::model::{compile, identity, layout, read};
 use cnilab_harness::lab::parts::Lab;
 use cnilab_harness::lab::topology::shapes::{apply_flags, Shape};
+use cnilab_harness::lab::{compile, layout};
 use cnilab_harness::lab::{Topology, UpOptions};
+use cnilab_harness::model::{identity, read};
 use cnilab_tests::{
     cnilab, host_untouched, output_text, require_root, run_in, workspace_bin, StandingLab,
 };
@@ -80,10 +81,7 @@ fn identity_of(path: &std::path::Path, runtime: RuntimeKind) {
 /// What `lab`, read back, has that `compile(topo)` has not, and the other
 /// way round (normalised as `identity::differences` documents), with the
 /// read model.
-fn differences_from(
-    lab: &Lab,
-    topo: &Topology,
-) -> (Vec<String>, cnilab_harness::lab::model::LabModel) {
+fn differences_from(lab: &Lab, topo: &Topology) -> (Vec<String>, cnilab_harness::model::LabModel) {
     let compiled = compile::compile(topo).expect("compiles");
     let model = read::read(&layout::layout_of(lab)).expect("read");
     let expected = identity::expected(&compiled, &model).expect("expected model");

@@ -9,7 +9,7 @@
 //! fails the same check groups with the same diagnosis ids, but for the
 //! scenarios `NOT_CAPTURABLE` names with the reason.
 
-use cnilab_harness::lab::model::{identity, LabModel, Node};
+use cnilab_harness::model::{identity, LabModel, Node};
 use cnilab_harness::scenario::file::{Expect, Step};
 use cnilab_tests::{cnilab, host_untouched, output_text, require_root};
 use rstest::rstest;

@@ -1,7 +1,7 @@
 //! `cnilab capture`: a node's network (and its pods') as one JSON file.
 
 use super::CliResult;
-use crate::lab::capture::{self, Capture, Options};
+use crate::capture::{self, Capture, Options};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 

@@ -298,7 +298,9 @@ impl E2e {
             E2eCmd::Kind(a) => command(&a.options(Provider::Kind)?, a.step),
             E2eCmd::Minikube(a) => command(&a.options(Provider::Minikube)?, a.step),
             E2eCmd::Check(a) => check_command(&a.options()?, a.dry_run),
-            E2eCmd::Vagrant(a) => crate::e2e::vagrant::command(&a.options()?, a.step),
+            E2eCmd::Vagrant(a) => {
+                crate::e2e::vagrant::command(&a.options()?, a.step, replay_and_check)
+            }
             E2eCmd::VagrantNode(a) => {
                 crate::e2e::vagrant_node::command(&a.what, &a.pods).map_err(E2eError::Invalid)?;
                 Ok(std::process::ExitCode::SUCCESS)
@@ -398,4 +400,13 @@ fn capture_command(opts: &CaptureOptions, dry_run: bool) -> Result<ExitCode, E2e
         opts.out.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// `e2e vagrant --capture`'s replay: the VMs' captures as a throwaway lab,
+/// checked with the given groups.
+fn replay_and_check(
+    files: &[std::path::PathBuf],
+    groups: &[String],
+) -> Result<crate::connectivity::report::Report, String> {
+    crate::lab::check_replayed("vagrant", files, groups, false).map_err(|e| e.to_string())
 }

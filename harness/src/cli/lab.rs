@@ -249,7 +249,7 @@ fn trace(
 
 /// `cnilab lab show`: the standing lab read back into the lab model.
 fn show(name: &str, format: Format) -> CliResult {
-    let model = crate::lab::model::layout::standing(name)?;
+    let model = crate::lab::layout::standing(name)?;
     if format == Format::Table {
         print!("{}", model.to_text());
     } else {
@@ -571,4 +571,25 @@ fn replay_run(files: &[PathBuf], out: &ReportFlags) -> CliResult {
     }
     emit(&report, out)?;
     Ok(std::process::ExitCode::from(report.exit_code()))
+}
+
+#[cfg(test)]
+mod tests {
+    /// `cnilab lab run --help` documents every placeholder the lab fills in.
+    #[test]
+    fn help_lists_every_placeholder() {
+        use clap::CommandFactory;
+        let mut cli = crate::cli::Cli::command();
+        let help = cli
+            .find_subcommand_mut("lab")
+            .and_then(|l| l.find_subcommand_mut("run"))
+            .map(|r| r.render_long_help().to_string())
+            .expect("lab run");
+        for (name, _) in crate::lab::template::PLACEHOLDERS {
+            assert!(
+                help.contains(&format!("{{{{{name}}}}}")),
+                "{name} missing from:\n{help}"
+            );
+        }
+    }
 }

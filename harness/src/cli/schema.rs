@@ -45,3 +45,26 @@ impl Schema {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    /// A document's schema pins the `schemaVersion` its writer writes, so
+    /// bumping one without the other fails here.
+    #[test]
+    fn every_document_schema_pins_its_writers_version() {
+        let writers = [
+            ("capture", crate::capture::SCHEMA_VERSION),
+            ("trace", crate::trace::SCHEMA_VERSION),
+        ];
+        assert_eq!(writers.len(), crate::report::schema::DOCUMENTS.len());
+        for (name, version) in writers {
+            let s: Value =
+                serde_json::from_str(crate::report::schema::schema(name).expect("a schema"))
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(s["properties"]["schemaVersion"]["const"], version, "{name}");
+            assert!(s["properties"].get("kind").is_none(), "{name} is no report");
+        }
+    }
+}

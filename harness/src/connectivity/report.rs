@@ -70,7 +70,7 @@ pub struct Report {
     /// replayed capture's link kind or sysctl this kernel has not): the
     /// verdict is about the lab without it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub not_made: Vec<crate::lab::model::apply::NotMade>,
+    pub not_made: Vec<crate::model::apply::NotMade>,
     /// The groups that do not apply to this lab, each with why (a replay
     /// of nodes without Services skips `service/*`). JSON: `[{"group": …,
     /// "reason": …}]`, left out when empty.

@@ -135,7 +135,11 @@ fn down_on_interrupt(opts: &VagrantOptions) {
 
 /// `cnilab e2e vagrant [STEP]`: exit 0 iff the check passed (or the step
 /// ran), 1 on a failed probe or step.
-pub fn command(opts: &VagrantOptions, step: VagrantStep) -> Result<ExitCode, E2eError> {
+pub fn command(
+    opts: &VagrantOptions,
+    step: VagrantStep,
+    replay_check: super::vagrant_replay::ReplayCheck,
+) -> Result<ExitCode, E2eError> {
     opts.validate(step)?;
     if opts.dry_run {
         print!("{}", dry_run(opts, step));
@@ -166,7 +170,7 @@ pub fn command(opts: &VagrantOptions, step: VagrantStep) -> Result<ExitCode, E2e
                         "== cnilab e2e vagrant capture and replay ({})",
                         dir.display()
                     );
-                    match super::vagrant_replay::run(opts, dir, &report) {
+                    match super::vagrant_replay::run(opts, dir, &report, replay_check) {
                         Ok(true) => {}
                         Ok(false) => code = ExitCode::FAILURE,
                         Err(e) => failure = Some(e),

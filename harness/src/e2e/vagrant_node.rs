@@ -11,7 +11,7 @@
 //!   routes and addresses (`ip -j`), forwarding and rp_filter sysctls and
 //!   nftables ruleset.
 
-use crate::lab::cri::client::Cri;
+use crate::cri::Cri;
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
@@ -146,12 +146,12 @@ pub fn facts(pods: &[String]) -> Result<NodeReport, String> {
 pub fn command(what: &str, pods: &[String]) -> Result<(), String> {
     match what {
         "pause-image" => {
-            let image = &crate::lab::cri::image::PAUSE;
+            let image = &crate::cri::image::PAUSE;
             if image.is_empty() {
                 return Err("this cnilab was built without its pause binary (install gcc and libc6-dev and rebuild)".into());
             }
             std::io::stdout()
-                .write_all(&crate::lab::cri::image::oci_layout_tar(image))
+                .write_all(&crate::cri::image::oci_layout_tar(image))
                 .map_err(|e| format!("stdout: {e}"))
         }
         "facts" => {

@@ -1,7 +1,8 @@
 //! `cnilab e2e vagrant --capture DIR`: after the check, each VM captured
 //! (`cnilab capture`, run inside it by `vagrant ssh`) into `DIR/<vm>.json`,
-//! the captures replayed on this host as a lab (`lab::replay`, throwaway
-//! namespaces removed after) and checked with the VMs' groups, and the two
+//! the captures replayed on this host as a lab and checked with the VMs'
+//! groups (the caller's [`ReplayCheck`]: the CLI passes `lab`'s, which
+//! removes its throwaway namespaces after), and the two
 //! verdicts compared group by group: the capture's test against kernels and
 //! NICs the lab did not build. A killed run leaves the replay's namespaces
 //! to `cnilab sweep` (their pid is gone).
@@ -12,6 +13,11 @@ use super::E2eError;
 use crate::connectivity::report::Report;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+
+/// Replays capture files as a throwaway lab and checks the given groups on
+/// it (`lab::check_replayed`, passed in by the CLI: e2e does not import
+/// another subcommand).
+pub type ReplayCheck = fn(&[PathBuf], &[String]) -> Result<Report, String>;
 
 /// The script that captures a VM (its JSON on stdout).
 const CAPTURE: &str = "cnilab capture -o json";
@@ -87,7 +93,12 @@ fn differences(vms: &Report, replay: &Report) -> Vec<String> {
 /// Captures both VMs into `dir`, replays them, checks the replay and
 /// compares it with `vms` (the VMs' report); `Ok(true)` when every group
 /// has the same verdict. Prints what it found on stderr.
-pub fn run(opts: &VagrantOptions, dir: &Path, vms: &Report) -> Result<bool, E2eError> {
+pub fn run(
+    opts: &VagrantOptions,
+    dir: &Path,
+    vms: &Report,
+    replay_check: ReplayCheck,
+) -> Result<bool, E2eError> {
     std::fs::create_dir_all(dir)
         .map_err(|e| E2eError::Invalid(format!("--capture {}: {e}", dir.display())))?;
     let cmds = NODES
@@ -103,7 +114,7 @@ pub fn run(opts: &VagrantOptions, dir: &Path, vms: &Report) -> Result<bool, E2eE
         files.push(file);
     }
     let groups: Vec<String> = GROUPS.iter().map(|g| g.to_string()).collect();
-    let report = crate::lab::check_replayed("vagrant", &files, &groups, false)
+    let report = replay_check(&files, &groups)
         .map_err(|e| E2eError::Invalid(format!("replay of {}: {e}", dir.display())))?;
     let differ = differences(vms, &report);
     let verdict = word(Some(vms.passed()));

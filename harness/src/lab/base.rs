@@ -2,8 +2,8 @@
 //! bundled programs are, and the namespace, netlink and nft helpers every
 //! builder step uses. Imports nothing else from `lab/`.
 
-use super::model::{Link, LinkKind, Namespace};
 use super::topology::Topology;
+use crate::model::{Link, LinkKind, Namespace};
 use crate::netns::{Netns, NetnsError};
 use crate::runtime::RuntimeError;
 use std::path::{Path, PathBuf};

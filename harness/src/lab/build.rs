@@ -30,13 +30,15 @@ use super::base::setup;
 use super::base::{ensure_fd_limit, fds_needed};
 use super::base::{make_ns_from, make_ns_setup, veths_of, wait_oper_up};
 use super::base::{resolve_program, LabError, UpOptions, AGENT_PIDFILE, OWNER_PIDFILE};
-use super::model::{apply, compile, LabModel, Namespace};
+use super::compile;
 use super::parts::{Lab, Node, Pod};
 use super::plan::Plan;
 use super::profile::Profile;
 use super::routes::nodes_file;
 use super::template::{render_template, template_of};
 use super::topology::{NodeSpec, Routing, Topology};
+use crate::model::placeholder::pod_bound_tables;
+use crate::model::{apply, LabModel, Namespace};
 use crate::netns::Netns;
 use crate::runtime::{NetworkConfig, Runtime, RuntimeConf};
 use cnilab_net::netns as plugin_netns;
@@ -535,7 +537,7 @@ impl Lab {
                 Some((p.name.clone(), ip))
             })
             .collect();
-        let tables = compile::pod_bound_tables(compiled, &addresses)
+        let tables = pod_bound_tables(compiled, &addresses)
             .map_err(|e| setup(format!("lab {}: Services: {e}", self.topo.name)))?;
         for (role, table) in tables {
             let node = self
@@ -565,7 +567,7 @@ impl Lab {
         topo.nodes.retain(|n| n.name != name);
         let changed = self.apply_topology(&topo)?;
         // The node's NAT box goes with it (the node's namespace below).
-        let gone: Vec<String> = super::model::layout::underlay_of(self)
+        let gone: Vec<String> = super::layout::underlay_of(self)
             .into_iter()
             .filter(|(role, _)| changed.gone.contains(role))
             .map(|(_, ns)| ns.name().to_string())
@@ -587,7 +589,7 @@ impl Lab {
     fn apply_topology(&self, topo: &Topology) -> Result<apply::Changed, LabError> {
         let old = compile::infrastructure(compile::compile(&self.topo)?);
         let new = compile::infrastructure(compile::compile(topo)?);
-        let underlay = super::model::layout::underlay_of(self);
+        let underlay = super::layout::underlay_of(self);
         let standing: BTreeMap<&str, &Netns> = underlay
             .iter()
             .map(|(role, ns)| (role.as_str(), *ns))

@@ -5,8 +5,9 @@
 //! INVALID drops, and routes that detour through a third node (a WARN: it
 //! works, but is wrong). Each names the node, the object and the evidence.
 
-use super::diagnose::{chains_with_drop_policy, Diagnosis, NodeFacts};
 use super::parts::Lab;
+use crate::connectivity::node_rules::{chains_with_drop_policy, NodeFacts};
+use crate::connectivity::Diagnosis;
 use crate::connectivity::ProbeOutcome;
 use crate::netns::Route;
 use std::collections::HashMap;

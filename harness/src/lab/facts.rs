@@ -3,34 +3,7 @@
 //! own (`vxlan::facts`); `diagnose.rs` judges them.
 
 use super::parts::{Lab, Node};
-use crate::netns::Route;
-use ipnet::IpNet;
-use std::net::IpAddr;
-
-/// What the diagnosis reads from a node.
-#[derive(Clone, Debug, Default)]
-pub struct NodeFacts {
-    pub name: String,
-    pub address: Option<IpAddr>,
-    /// Its IPv6 underlay address (a dual-stack or IPv6 underlay).
-    pub address6: Option<IpAddr>,
-    /// Every address on the node's interfaces (its second addresses too).
-    pub addresses: Vec<IpAddr>,
-    pub pod_cidr: Vec<IpNet>,
-    pub routes: Vec<Route>,
-    pub ip_forward: String,
-    pub rp_filter: String,
-    pub uplink_mtu: Option<u32>,
-    /// MAC of the node's underlay interface.
-    pub uplink_mac: Option<String>,
-    /// The node's ARP entries on its underlay interface.
-    pub uplink_neighbours: Vec<crate::netns::Neighbour>,
-    pub ruleset: String,
-    /// MTU and MAC of the node's VXLAN device, and its FDB (`lab/vxlan.rs`).
-    pub vxlan_mtu: Option<u32>,
-    pub vxlan_mac: Option<String>,
-    pub vxlan_fdb: Vec<(String, IpAddr)>,
-}
+pub use crate::connectivity::node_rules::NodeFacts;
 
 /// A node's ARP entries on its underlay interface.
 fn uplink_neighbours(node: &Node) -> Vec<crate::netns::Neighbour> {

@@ -18,10 +18,10 @@
 //! the other nodes'.
 
 use super::facts::NodeFacts;
-use super::model::Namespace;
 use super::parts::Lab;
 use super::topology::shapes::{KubeEndpoint, KubeService};
 use crate::connectivity::{Diagnosis, Endpoint, ProbeOutcome, ProbeSpec, Proto, ServicePort};
+use crate::model::Namespace;
 use std::net::{IpAddr, SocketAddr};
 
 /// What one rule of a nat chain says, as far as the Services go.

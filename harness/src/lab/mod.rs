@@ -16,9 +16,9 @@
 //! `Node`, `Pod`), [`routes`] (node addresses, static routes, the
 //! masquerade ruleset, the agents' node list) and [`facts`] (what the
 //! diagnosis reads from a node); then the builder's steps, and [`build`] on
-//! top (the one builder: the topology compiled and made into namespaces by
-//! [`model`], then the agents, the pods through the runtime, the
-//! Services); [`neighbours`] (the host's neighbour tables: the
+//! top (the one builder: the topology compiled by [`compile`] and made into
+//! namespaces by `crate::model::apply`, then the agents, the pods through
+//! the runtime, the Services); [`neighbours`] (the host's neighbour tables: the
 //! plan, pinning, `--tune-host`, the overflow watch), [`checks`] (the probe
 //! plan per family) and [`probe`] (sockets in namespaces), [`diagnose`]
 //! (node rules) and [`diagnose_path`] (rules along a probe's path, detour
@@ -26,13 +26,12 @@
 //! (`CNILAB_PROFILE_ATTACH`: where the pods' attach goes); underlay shapes
 //! (routed, NAT) in [`underlay`], the VXLAN overlay in [`vxlan`],
 //! kube-proxy-like Services in [`services`], real kube-proxy chains'
-//! Services (read from captures, probed, diagnosed) in [`kube_proxy`]; the
-//! lab as data in [`model`] (a topology compiled into the model of what the
-//! builder makes, made into namespaces by `model::apply`, the one maker of
-//! a lab's infrastructure, live namespaces read back into it, the two
-//! compared), a
-//! real node's network captured into it in [`capture`] (`cnilab capture`),
-//! captured nodes stood up as a lab in [`replay`] (`lab up --capture`;
+//! Services (read from captures, probed, diagnosed) in [`kube_proxy`]; a
+//! topology compiled into the model of what the builder makes in
+//! [`compile`] (the model itself, its reader, `apply` and the identity sit
+//! a floor below, in `crate::model`), the lab's namespaces by role in
+//! [`layout`]; captured nodes (`crate::capture`) stood up as a lab in
+//! [`replay`] (`lab up --capture`;
 //! its external host where the nodes' default routes lead in [`outside`],
 //! each node's uplink and its other NICs in [`uplinks`]),
 //! and [`trace`] (`lab trace`: FROM/TO and the lab's namespaces resolved for
@@ -44,14 +43,14 @@
 
 pub mod base;
 pub mod build;
-pub mod capture;
 pub mod checks;
+pub mod compile;
 pub mod cri;
 pub mod diagnose;
 pub mod diagnose_path;
 pub mod facts;
 pub mod kube_proxy;
-pub mod model;
+pub mod layout;
 pub mod neighbours;
 pub mod outside;
 pub mod parts;
@@ -69,6 +68,9 @@ pub mod trace;
 pub mod underlay;
 pub mod uplinks;
 pub mod vxlan;
+
+#[cfg(test)]
+mod model_tests;
 
 use parts::Lab;
 use report::{Failure, Report};
@@ -142,7 +144,7 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
             }
         )));
     }
-    let neighbours_before = diagnose::neighbours_before(lab);
+    let neighbours_before = facts::neighbours_before(lab);
     let bar = if progress {
         crate::report::progress::Progress::stderr()
     } else {
@@ -189,7 +191,7 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
                 }
                 // A failure no rule explains must not pass silently.
                 if diagnoses.is_empty() {
-                    diagnoses.push(diagnose::Diagnosis::undiagnosed(o));
+                    diagnoses.push(crate::connectivity::Diagnosis::undiagnosed(o));
                 }
                 Failure {
                     index,

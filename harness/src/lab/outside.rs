@@ -15,9 +15,9 @@
 //! Without a default route through a node's uplink there is no external
 //! host, and `lab check` says so (`checks::skipped`).
 
-use super::model::compile::{EXTERNAL, PING_GROUP_RANGE, UNDERLAY_BRIDGE};
-use super::model::{Link, LinkKind, Namespace, Node, Route, RouteType, VethPeer};
+use super::compile::{EXTERNAL, PING_GROUP_RANGE, UNDERLAY_BRIDGE};
 use super::topology::ExternalSpec;
+use crate::model::{Link, LinkKind, Namespace, Node, Route, RouteType, VethPeer};
 use ipnet::IpNet;
 use std::net::IpAddr;
 

@@ -35,16 +35,16 @@
 //! reports the groups it has nothing for as skipped (`checks::skipped`).
 
 use super::base::{LabError, UpOptions};
-use super::capture;
-pub use super::capture::Loaded;
-use super::model::apply::{self, Applied, NotMade};
-use super::model::compile::{EXTERNAL, PING_GROUP_RANGE};
-use super::model::{
-    BridgePort, LabModel, Link, LinkKind, Namespace, Node as ModelNode, Route, VethPeer,
-};
+use super::compile::{EXTERNAL, PING_GROUP_RANGE};
 use super::parts::{Lab, Node, Pod};
 use super::topology::shapes::Shape;
 use super::topology::{NodeSpec, Topology};
+use crate::capture;
+pub use crate::capture::Loaded;
+use crate::model::apply::{self, Applied, NotMade};
+use crate::model::{
+    BridgePort, LabModel, Link, LinkKind, Namespace, Node as ModelNode, Route, VethPeer,
+};
 use crate::runtime::{NetworkConfig, Runtime};
 use ipnet::IpNet;
 use std::collections::BTreeMap;
@@ -89,7 +89,7 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<Loaded>, LabError> {
             )));
         }
         let single = LabModel {
-            schema_version: super::model::SCHEMA_VERSION,
+            schema_version: crate::model::SCHEMA_VERSION,
             name: name.clone(),
             underlay: Vec::new(),
             nodes: vec![capture.node.clone()],
@@ -112,7 +112,7 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
     topo.name = name.to_string();
     topo.external = None;
     let mut model = LabModel {
-        schema_version: super::model::SCHEMA_VERSION,
+        schema_version: crate::model::SCHEMA_VERSION,
         name: name.to_string(),
         underlay: Vec::new(),
         nodes: Vec::new(),
@@ -133,7 +133,7 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
             }
         };
         let bridge = if k == 0 {
-            super::model::compile::UNDERLAY_BRIDGE.to_string()
+            super::compile::UNDERLAY_BRIDGE.to_string()
         } else {
             format!("rack{k}")
         };
@@ -219,7 +219,7 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
     }
     for k in 0..subnets.len() {
         let name = if k == 0 {
-            super::model::compile::UNDERLAY_BRIDGE.to_string()
+            super::compile::UNDERLAY_BRIDGE.to_string()
         } else {
             format!("rack{k}")
         };
@@ -343,7 +343,7 @@ fn router(switch: &mut Namespace, subnets: &[Subnet]) -> Namespace {
     for (k, (subnet, gateway, nodes)) in subnets.iter().enumerate() {
         let Some(gw) = gateway else { continue };
         let bridge = if k == 0 {
-            super::model::compile::UNDERLAY_BRIDGE.to_string()
+            super::compile::UNDERLAY_BRIDGE.to_string()
         } else {
             format!("rack{k}")
         };
@@ -367,7 +367,7 @@ fn router(switch: &mut Namespace, subnets: &[Subnet]) -> Namespace {
             for c in cidrs.iter().filter(|c| c.addr().is_ipv4() == via.is_ipv4()) {
                 r.routes.push(Route {
                     table: cnilab_net::nl::MAIN_TABLE,
-                    kind: super::model::RouteType::Unicast,
+                    kind: crate::model::RouteType::Unicast,
                     dst: *c,
                     gateway: Some(*via),
                     dev: Some(leg.clone()),

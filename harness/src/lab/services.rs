@@ -85,7 +85,7 @@ pub fn ruleset(lab: &Lab, hairpin_masquerade: bool) -> String {
 }
 
 /// [`ruleset`] for backends `(node index, node name, address)`: pure, so
-/// that the lab model compiles the same table (`lab/model/compile.rs`).
+/// that the lab model compiles the same table (`lab/compile.rs`).
 pub(crate) fn ruleset_for(
     spec: &ServiceSpec,
     backends: &[(usize, String, String)],

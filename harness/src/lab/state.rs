@@ -4,9 +4,9 @@
 //! state lives in `/run/cnilab/labs/<lab>/state.json`.
 
 use super::base::{LabError, RuntimeKind, UpOptions, AGENT_PIDFILE, LEDGER};
-use super::model::apply::NotMade;
 use super::parts::{Lab, Node, Pod};
 use super::topology::Topology;
+use crate::model::apply::NotMade;
 use crate::netns::Netns;
 use crate::runtime::{NetworkConfig, Runtime};
 use ipnet::IpNet;

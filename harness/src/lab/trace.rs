@@ -96,7 +96,7 @@ pub fn failed_probes(lab: &Lab, probes: &[&ProbeOutcome]) -> Vec<Result<trace::T
 /// Every namespace of the lab this process holds, by role, with the
 /// addresses the lab gave.
 fn world_of(lab: &Lab) -> Result<World, String> {
-    let layout = super::model::layout::layout_of(lab);
+    let layout = super::layout::layout_of(lab);
     let mut paths = BTreeMap::new();
     let mut nodes = BTreeMap::new();
     let underlay = std::iter::once(&lab.switch)
@@ -197,10 +197,7 @@ fn namespaces(state: &LabState) -> (BTreeMap<String, PathBuf>, BTreeMap<String, 
     let role = |ns: &str| ns.strip_prefix(&prefix).unwrap_or(ns).to_string();
     let mut paths = BTreeMap::new();
     let mut nodes = BTreeMap::new();
-    paths.insert(
-        super::model::compile::SWITCH.to_string(),
-        dir.join(&state.switch),
-    );
+    paths.insert(super::compile::SWITCH.to_string(), dir.join(&state.switch));
     for ns in state.external.iter().chain(&state.extra) {
         paths.insert(role(ns), dir.join(ns));
     }

@@ -10,8 +10,8 @@
 //! a veth to the node's own stub, a segment per node.
 
 use super::base::LabError;
-use super::capture::Loaded;
-use super::model::{Link, LinkKind, Namespace, VethPeer};
+use crate::capture::Loaded;
+use crate::model::{Link, LinkKind, Namespace, VethPeer};
 use ipnet::IpNet;
 use std::net::IpAddr;
 

@@ -5,7 +5,7 @@
 //! state, not in the model).
 
 use super::{Death, End, World};
-use crate::lab::model::Link;
+use crate::model::Link;
 use futures_util::TryStreamExt;
 use rtnetlink::packet_route::link::{InfoBridgePort, InfoPortData, LinkAttribute, LinkInfo};
 use rtnetlink::packet_route::neighbour::NeighbourAttribute;
@@ -37,7 +37,7 @@ pub(crate) fn reaches(
         };
         let flood = unicast_flood(&msg.attributes);
         let index = msg.header.index;
-        let entries = crate::lab::model::read::fdb_messages(&h).await?;
+        let entries = crate::model::read::fdb_messages(&h).await?;
         let known = entries.iter().any(|m| {
             m.header.ifindex == index
                 && m.attributes.iter().any(|a| {

@@ -7,7 +7,7 @@
 //! of the walk.
 
 use super::{Death, End, Hop, World};
-use crate::lab::model::{Link, LinkKind};
+use crate::model::{Link, LinkKind};
 use std::net::IpAddr;
 
 /// What the VXLAN device of the sending namespace does with the inner

@@ -11,7 +11,7 @@ use super::nat::{Change, Rewrite};
 use super::route::{self, Answer, Question};
 use super::vxlan;
 use super::{Death, End, Hop, World};
-use crate::lab::model::{LinkFlag, LinkKind, RouteType};
+use crate::model::{LinkFlag, LinkKind, RouteType};
 use std::net::IpAddr;
 
 /// More namespaces than any lab path crosses: a loop.
@@ -487,7 +487,7 @@ const VXLAN_OVERHEAD: u32 = 50;
 
 /// A packet of `size` bytes with DF does not leave or enter by a link of a
 /// smaller MTU (a veth drops what is larger than its MTU).
-fn fits(ns: &str, link: &crate::lab::model::Link, size: u32) -> Result<(), End> {
+fn fits(ns: &str, link: &crate::model::Link, size: u32) -> Result<(), End> {
     match link.mtu {
         Some(mtu) if size > mtu => Err(died(
             ns,
@@ -712,7 +712,7 @@ fn live<'a>(
     name: &str,
     what: &str,
     down: &str,
-) -> Result<&'a crate::lab::model::Link, End> {
+) -> Result<&'a crate::model::Link, End> {
     let l = world
         .link(ns, name)
         .ok_or_else(|| End::Inconclusive(format!("{ns}: {what} {name} is not in the model")))?;
@@ -745,7 +745,7 @@ fn peer_up(
 }
 
 /// A bridge port whose STP state is not `forwarding` drops what it gets.
-fn port_forwards(ns: &str, bridge: &str, port: &crate::lab::model::Link) -> Result<(), End> {
+fn port_forwards(ns: &str, bridge: &str, port: &crate::model::Link) -> Result<(), End> {
     match port.port.as_ref().and_then(|p| p.state.as_deref()) {
         Some(state) if state != "forwarding" => Err(died(
             ns,
@@ -763,9 +763,9 @@ fn isolation(
     ns: &str,
     bridge: &str,
     in_port: Option<&str>,
-    out: &crate::lab::model::Link,
+    out: &crate::model::Link,
 ) -> Result<(), End> {
-    let isolated = |l: &crate::lab::model::Link| l.port.as_ref().is_some_and(|p| p.isolated);
+    let isolated = |l: &crate::model::Link| l.port.as_ref().is_some_and(|p| p.isolated);
     let Some(inp) = in_port.and_then(|p| world.link(ns, p)) else {
         return Ok(());
     };

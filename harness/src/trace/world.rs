@@ -10,7 +10,7 @@
 //! to look for an address.
 
 use super::Death;
-use crate::lab::model::{Link, Namespace, Route, RouteType};
+use crate::model::{Link, Namespace, Route, RouteType};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::net::IpAddr;
@@ -109,7 +109,7 @@ impl World {
                 .iter()
                 .map(|(r, (_, f))| (r.clone(), f.as_raw_fd()))
                 .collect();
-            let (ns, names) = crate::lab::model::read::read_one(ns, file, &others)?;
+            let (ns, names) = crate::model::read::read_one(ns, file, &others)?;
             Ok(Loaded { ns, names })
         })
         .as_ref()

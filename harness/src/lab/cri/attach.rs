@@ -21,8 +21,11 @@ fn setup(msg: impl Into<String>) -> LabError {
 /// Writes the sandbox image once per lab run dir.
 pub fn write_image(run_dir: &Path) -> Result<(), LabError> {
     let path = run_dir.join(IMAGE_TAR);
-    std::fs::write(&path, super::image::oci_layout_tar(super::image::PAUSE))
-        .map_err(|e| setup(format!("{}: {e}", path.display())))
+    std::fs::write(
+        &path,
+        crate::cri::image::oci_layout_tar(crate::cri::image::PAUSE),
+    )
+    .map_err(|e| setup(format!("{}: {e}", path.display())))
 }
 
 /// The agent's flags for this containerd (its conflist at a version the

@@ -5,7 +5,7 @@
 //! Stopping goes through the CRI first (every sandbox stopped and removed:
 //! CNI DEL), then containerd, then any shim still serving its socket.
 
-use super::client::Cri;
+use crate::cri::Cri;
 use crate::lab::base::LabError;
 use crate::lab::pidfile::{self, Identity};
 use crate::netns::Netns;

@@ -6,16 +6,13 @@
 //!
 //! - `mod.rs`: the runtime choice, what the installed containerd supports,
 //!   the per-node containerd config and CNI dirs.
-//! - `client.rs`: the CRI v1 calls (tonic over the unix socket), blocking.
 //! - `daemon.rs`: one node's containerd: start, pods, stop, and the sweep of
 //!   a dead run's instances (pidfiles, then the CRI, then the shims).
-//! - `image.rs`: the sandbox image (a static pause binary in an OCI layout
-//!   tar), built and imported offline: containerd never pulls.
+//! - the CRI client and the sandbox image (a static pause binary in an OCI
+//!   layout tar, imported offline: containerd never pulls) are `crate::cri`.
 
 pub mod attach;
-pub mod client;
 pub mod daemon;
-pub mod image;
 
 use super::base::LabError;
 use std::path::{Path, PathBuf};
@@ -23,8 +20,7 @@ use std::process::Command;
 
 pub use daemon::Containerd;
 
-/// The image every node's CRI uses as its sandbox (pause) image.
-pub const SANDBOX_IMAGE: &str = "cnilab.local/pause:1";
+use crate::cri::SANDBOX_IMAGE;
 
 /// What the installed containerd is and what the lab does for it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,7 +88,7 @@ pub fn detect() -> Result<Support, LabError> {
             missing.join(", ")
         )));
     }
-    if image::PAUSE.is_empty() {
+    if crate::cri::image::PAUSE.is_empty() {
         return Err(LabError::Setup(
             "--runtime containerd: this cnilab was built without its pause binary (no static C toolchain at build time): install gcc and libc6-dev and rebuild".into(),
         ));

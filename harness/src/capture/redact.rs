@@ -34,7 +34,7 @@
 //!   that address.
 
 use super::Capture;
-use crate::lab::model::{Lower, Namespace, VethPeer};
+use crate::model::{Lower, Namespace, VethPeer};
 use ipnet::IpNet;
 use ring::hmac;
 use std::collections::BTreeMap;
@@ -588,7 +588,7 @@ mod tests {
 
     #[test]
     fn a_neighbour_and_fdb_entry_still_name_the_links_mac() {
-        use crate::lab::model::{FdbEntry, Link, LinkKind, Neighbour};
+        use crate::model::{FdbEntry, Link, LinkKind, Neighbour};
         let mut vtep = Link::new("flannel.1", LinkKind::Vxlan, true);
         vtep.mac = Some("02:aa:00:00:00:01".into());
         let mut local = Namespace::new("node1");

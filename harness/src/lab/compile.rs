@@ -13,18 +13,18 @@
 //! without a metric gets 1024; a route's device is the one its gateway is
 //! connected through. MACs are left to the kernel (`None`).
 
-use super::super::base::LabError;
-use super::super::routes::{node_nat_ruleset, underlay_addresses};
-use super::super::topology::shapes::{self, Shape};
-use super::super::topology::{Masquerade, NodeSpec, Routing, Topology};
-use super::super::underlay as shape;
-use super::super::{services, vxlan};
-use super::{
+use super::base::LabError;
+use super::routes::{node_nat_ruleset, underlay_addresses};
+use super::topology::shapes::{self, Shape};
+use super::topology::{Masquerade, NodeSpec, Routing, Topology};
+use super::underlay as shape;
+use super::{services, vxlan};
+use crate::model::placeholder::{pod_placeholder, POD_PLACEHOLDER};
+use crate::model::{
     BridgePort, FdbEntry, LabModel, Link, LinkKind, Namespace, Neighbour, NftTable, Node, Route,
     RouteType, VethPeer, Vxlan, SCHEMA_VERSION,
 };
 use ipnet::IpNet;
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 /// The switch namespace's role.
@@ -43,12 +43,6 @@ pub(crate) fn pod_name(node: &str, k: usize) -> String {
     format!("{node}-pod{k}")
 }
 
-/// `{{pod:<pod>:ipv4}}`: a pod's IPv4 address, which the plugin's IPAM
-/// chooses; [`super::identity::bind_pod_addresses`] fills it in.
-pub(crate) fn pod_placeholder(pod: &str) -> String {
-    format!("{POD_PLACEHOLDER}{pod}:ipv4}}}}")
-}
-
 /// What `Lab::up` applies of a compiled model: the lab's infrastructure.
 /// The rest is made by the steps after apply, as on a real node: the pods
 /// (attached by the plugin, through the runtime), the routes the agent
@@ -63,59 +57,6 @@ pub fn infrastructure(mut model: LabModel) -> LabModel {
         ns.nftables.retain(|t| !t.text.contains(POD_PLACEHOLDER));
     }
     model
-}
-
-/// How every pod placeholder ([`pod_placeholder`]) begins.
-pub(crate) const POD_PLACEHOLDER: &str = "{{pod:";
-
-/// `text` with every [`pod_placeholder`] filled from `addresses` (a pod's
-/// IPv4 address by pod name).
-pub(crate) fn bind_pod_placeholders(
-    text: &str,
-    addresses: &BTreeMap<String, IpAddr>,
-) -> Result<String, String> {
-    let mut text = text.to_string();
-    while let Some(start) = text.find(POD_PLACEHOLDER) {
-        let end = text[start..]
-            .find("}}")
-            .map(|e| start + e + 2)
-            .ok_or("an unclosed placeholder")?;
-        let inner = &text[start + POD_PLACEHOLDER.len()..end - 2];
-        let pod = inner.trim_end_matches(":ipv4");
-        let ip = addresses
-            .get(pod)
-            .ok_or_else(|| format!("pod {pod} has no IPv4 address on eth0"))?;
-        text.replace_range(start..end, &ip.to_string());
-    }
-    Ok(text)
-}
-
-/// The tables of `model` bound to pod addresses (the Services, which
-/// [`infrastructure`] leaves to the steps after apply), by namespace, their
-/// placeholders filled from `addresses`.
-pub(crate) fn pod_bound_tables(
-    model: &LabModel,
-    addresses: &BTreeMap<String, IpAddr>,
-) -> Result<Vec<(String, NftTable)>, String> {
-    let mut out = Vec::new();
-    for ns in model.namespaces() {
-        for table in ns
-            .nftables
-            .iter()
-            .filter(|t| t.text.contains(POD_PLACEHOLDER))
-        {
-            let text = bind_pod_placeholders(&table.text, addresses)
-                .map_err(|e| format!("{}: {e}", ns.name))?;
-            out.push((
-                ns.name.clone(),
-                NftTable {
-                    text,
-                    ..table.clone()
-                },
-            ));
-        }
-    }
-    Ok(out)
 }
 
 /// The model of the lab `Lab::up` builds from `topo`, with either runtime
@@ -199,7 +140,7 @@ fn lo_up() -> Link {
 
 fn bridge(name: &str, up: bool) -> Link {
     let mut b = Link::new(name, LinkKind::Bridge, up);
-    b.bridge = Some(super::Bridge::default());
+    b.bridge = Some(crate::model::Bridge::default());
     b
 }
 

@@ -1,11 +1,11 @@
 //! `cnilab capture`: a real node's network as one file, to be replayed
-//! (`lab up --capture`, `super::replay`), probed and diagnosed somewhere else.
+//! (`lab up --capture`, `crate::lab::replay`), probed and diagnosed somewhere else.
 //!
 //! Where things happen: this file holds the file's types ([`Capture`],
 //! `schemaVersion` [`SCHEMA_VERSION`]) and [`capture`], which opens the node
 //! (the process's own namespace, or `--netns`), finds its pods
 //! (`discover.rs`), reads node and pods with the lab model's reader
-//! ([`super::model::read::read_with_warnings`]: one netlink session per
+//! ([`crate::model::read::read_with_warnings`]: one netlink session per
 //! namespace on a dedicated thread inside it) and adds provenance;
 //! `redact.rs` maps addresses and names for posting in public.
 //!
@@ -15,7 +15,7 @@
 //! - `provenance`: `nodeName`, `hostname`, `kernel` (`uname -r`),
 //!   `kernelVersion` (`uname -v`), `arch`, `time` (RFC 3339, UTC),
 //!   `cnilabVersion`, `source` (`host` or the `--netns` path), `redacted`.
-//! - `node`: the lab model's [`Node`](super::model::Node): the node's
+//! - `node`: the lab model's [`Node`](crate::model::Node): the node's
 //!   namespace (`name` = the node name; `links`, `routes` of every table,
 //!   `rules`, `neighbours`, `fdb`, `nftables` (iptables-nft included),
 //!   `iptables` (iptables-save text: legacy tables, and iptables-nft's with their comments), `sysctls`, `qdiscs`), `podCidrs` (empty: a node does
@@ -24,7 +24,7 @@
 //!   and a pod macvlan's `lower.namespace` name the pod (or the node).
 //!   What the model leaves out (routes the kernel makes from addresses,
 //!   non-permanent neighbours, learned FDB entries, counters) is left out
-//!   here too: `harness/src/lab/model/mod.rs` lists it.
+//!   here too: `harness/src/model/mod.rs` lists it.
 //! - `pods`: where each pod was found, by the name used in `node.pods`:
 //!   `netns` (its name under `/run/netns`), `pid` (the lowest process that
 //!   holds it), `cri` (the sandbox name a CRI socket gave).
@@ -52,7 +52,7 @@
 mod discover;
 pub mod redact;
 
-use super::model::{self, read::Layout, read::NodeLayout, Node};
+use crate::model::{self, read::Layout, read::NodeLayout, Node};
 use cnilab_net::netns as plugin_netns;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -60,7 +60,7 @@ use std::path::{Path, PathBuf};
 /// The version of the capture file; bumped when a field changes meaning.
 pub const SCHEMA_VERSION: u32 = 1;
 
-/// A loaded capture and where it came from (`super::replay::load`).
+/// A loaded capture and where it came from (`crate::lab::replay::load`).
 pub struct Loaded {
     pub path: PathBuf,
     pub capture: Capture,

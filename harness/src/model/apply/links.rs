@@ -2,7 +2,7 @@
 //! attributes, addresses and admin state in each namespace (step 3).
 
 use super::{object_error, ApplyError, NotMade, Target};
-use crate::lab::model::{Link, LinkFlag, LinkKind};
+use crate::model::{Link, LinkFlag, LinkKind};
 use crate::netns::Netns;
 use cnilab_net::nl;
 use rtnetlink::packet_route::link::{BridgeStpState, IpVlanMode, LinkMessage, MacVlanMode};

@@ -161,22 +161,3 @@ fn route(r: &Route) -> String {
     }
     s
 }
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn text_names_links_routes_and_peers_like_ip() {
-        let model = super::super::compile::tests::shipped("vxlan.toml");
-        let text = model.to_text();
-        for line in [
-            "lab vxlan (schemaVersion 1)",
-            "link p-node1 veth up mtu 1500 master underlay peer node1/eth0",
-            "link vxlan0 vxlan up mtu 1450 vxlan id 1 dstport 8472 local 10.250.0.1 dev eth0 nolearning 10.244.1.0/32",
-            "route 10.244.2.0/24 via 10.244.2.0 dev vxlan0 proto boot scope universe onlink",
-            "fdb @node2/vxlan0 dev vxlan0 dst 10.250.0.2 permanent",
-            "nft table ip kube-proxy",
-        ] {
-            assert!(text.lines().any(|l| l.trim() == line), "no {line:?} in:\n{text}");
-        }
-    }
-}

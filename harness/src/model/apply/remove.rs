@@ -7,7 +7,7 @@
 
 use super::links::Made;
 use super::{object_error, objects, ApplyError, NotMade, Target};
-use crate::lab::model::LinkKind;
+use crate::model::LinkKind;
 use cnilab_net::nft::NftError;
 use std::collections::BTreeMap;
 use std::path::Path;

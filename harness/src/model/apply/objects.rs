@@ -3,7 +3,7 @@
 
 use super::links::{indexes, mac_bytes, Made};
 use super::{object_error, ApplyError, NotMade, Target};
-use crate::lab::model::{FdbEntry, LinkKind, Neighbour, Qdisc, Route, RouteType, Rule};
+use crate::model::{FdbEntry, LinkKind, Neighbour, Qdisc, Route, RouteType, Rule};
 use rtnetlink::packet_core::{NetlinkMessage, NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST};
 use rtnetlink::packet_route::neighbour::{NeighbourFlags, NeighbourState};
 use rtnetlink::packet_route::route::{
@@ -326,11 +326,11 @@ fn number_of(table: &[(u8, &str)], what: &str, name: &str) -> Result<u8, String>
 }
 
 fn scope_of(name: &str) -> Result<u8, String> {
-    number_of(crate::lab::model::read::SCOPES, "scope", name)
+    number_of(crate::model::read::SCOPES, "scope", name)
 }
 
 fn proto_of(name: &str) -> Result<u8, String> {
-    number_of(crate::lab::model::read::PROTOCOLS, "protocol", name)
+    number_of(crate::model::read::PROTOCOLS, "protocol", name)
 }
 
 fn route_message(r: &Route, idx: &impl Fn(&str) -> u32) -> Result<RouteMessage, String> {

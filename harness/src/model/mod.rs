@@ -1,11 +1,15 @@
-//! The lab as data: what a lab *is* (namespaces, links, addresses, routes of
-//! every table, policy rules, permanent neighbours, FDB entries, nftables
-//! tables, the sysctls that matter, qdiscs), as plain serde types without IO.
+//! Networks as data: what a lab or a real node *is* (namespaces, links,
+//! addresses, routes of every table, policy rules, permanent neighbours, FDB
+//! entries, nftables tables, the sysctls that matter, qdiscs), as plain
+//! serde types, with their reader and their maker. It sits below everything
+//! that builds, captures, replays or traces a network, and imports none of
+//! them.
 //!
 //! Where things happen: this file holds the types ([`LabModel`] and what it
-//! is made of, `schemaVersion` [`SCHEMA_VERSION`]); [`compile`] turns a
-//! [`Topology`](super::Topology) into the model of what the builder makes
-//! (pure); [`read`] turns live namespaces back into the same model (netlink
+//! is made of, `schemaVersion` [`SCHEMA_VERSION`]); `crate::lab::compile`
+//! (a floor above) turns a topology into the model of what the lab's builder
+//! makes; [`placeholder`] binds the pods' addresses that a compiled model
+//! can only name; [`read`] turns live namespaces back into the same model (netlink
 //! through `cnilab_net::nl` on a dedicated thread per namespace, sysctls from
 //! `/proc/sys` inside it, `nft -s list ruleset` inside it); [`identity`]
 //! normalises a read model against a compiled one and names every difference
@@ -14,7 +18,7 @@
 //! `firewall.rs` reads nftables and iptables-save
 //! text; `sysctl.rs` reads and writes `/proc/sys` through directory handles
 //! (for [`read`] and [`apply`]); `text.rs` prints a model one object per line
-//! (`cnilab lab show`), [`layout::standing`] reads a standing lab.
+//! (`cnilab lab show`).
 //!
 //! # What the model holds
 //! A [`LabModel`] is the underlay namespaces (`switch`, `router`,
@@ -30,7 +34,7 @@
 //! as `nft list ruleset` prints them, and again as [`IptablesSave`] text
 //! (`iptables-nft-save`: nft does not print their comments), like legacy
 //! x_tables rules; a macvlan or ipvlan names its [`Lower`] device and mode.
-//! `cnilab capture` (`super::capture`) writes a node and its pods as these
+//! `cnilab capture` (`crate::capture`) writes a node and its pods as these
 //! types.
 //!
 //! What the reader leaves out, because the kernel makes it from other
@@ -94,10 +98,9 @@
 //! (a node that joins or leaves: `tests/tests/lab_model.rs`).
 
 pub mod apply;
-pub mod compile;
 pub(crate) mod firewall;
 pub mod identity;
-pub mod layout;
+pub mod placeholder;
 pub mod read;
 pub(crate) mod sysctl;
 mod text;

@@ -6,7 +6,7 @@
 //! pause process's namespace.
 
 use super::PodSource;
-use crate::lab::model::read::{netnsid_of, peer_netnsid};
+use crate::model::read::{netnsid_of, peer_netnsid};
 use cnilab_net::netns as plugin_netns;
 use futures_util::TryStreamExt;
 use rtnetlink::packet_route::link::{InfoKind, InfoPortData, LinkAttribute, LinkInfo};
@@ -227,7 +227,7 @@ pub(super) fn cri_names(
     sockets: &[PathBuf],
     warnings: &mut Vec<String>,
 ) -> BTreeMap<Inode, String> {
-    use crate::lab::cri::client::Cri;
+    use crate::cri::Cri;
     let usual: Vec<PathBuf> = super::CRI_SOCKETS
         .iter()
         .map(PathBuf::from)

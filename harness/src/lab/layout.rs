@@ -1,24 +1,24 @@
 //! Which namespaces make a lab, by role: of a lab this process built
 //! ([`layout_of`]) or of a standing one ([`standing`], read at once).
 
-use super::read::{Layout, NodeLayout};
-use super::LabModel;
+use crate::model::read::{self, Layout, NodeLayout};
+use crate::model::{LabModel, Namespace};
 use crate::netns::Netns;
 use cnilab_net::netns as plugin_netns;
 use ipnet::IpNet;
 
 /// The underlay namespaces of a lab built by this process, by role:
 /// `switch`, `external`, the router, the NAT boxes.
-pub(crate) fn underlay_of(lab: &super::super::parts::Lab) -> Vec<(String, &Netns)> {
+pub(crate) fn underlay_of(lab: &super::parts::Lab) -> Vec<(String, &Netns)> {
     let mut underlay = vec![(super::compile::SWITCH.to_string(), &lab.switch)];
     if let Some(ext) = &lab.external {
         underlay.push((super::compile::EXTERNAL.to_string(), ext));
     }
-    let roles: Vec<String> = std::iter::once(super::super::underlay::ROUTER_ROLE.to_string())
+    let roles: Vec<String> = std::iter::once(super::underlay::ROUTER_ROLE.to_string())
         .chain(
             lab.nodes
                 .iter()
-                .map(|n| super::super::underlay::nat_role(&n.spec.name)),
+                .map(|n| super::underlay::nat_role(&n.spec.name)),
         )
         .collect();
     for ns in &lab.extra {
@@ -34,7 +34,7 @@ pub(crate) fn underlay_of(lab: &super::super::parts::Lab) -> Vec<(String, &Netns
 }
 
 /// The layout of a lab built by this process.
-pub fn layout_of(lab: &super::super::parts::Lab) -> Layout<'_> {
+pub fn layout_of(lab: &super::parts::Lab) -> Layout<'_> {
     let underlay = underlay_of(lab)
         .into_iter()
         .map(|(role, ns)| (role, ns.file()))
@@ -62,9 +62,9 @@ pub fn layout_of(lab: &super::super::parts::Lab) -> Layout<'_> {
 
 /// The model of the standing lab `name` (`cnilab lab up --name`), read from
 /// its namespaces under `/run/netns` (opened for reading, never removed).
-pub(crate) fn standing(name: &str) -> Result<LabModel, super::super::LabError> {
-    use super::super::LabError;
-    let state = super::super::state::load_state(name)?;
+pub(crate) fn standing(name: &str) -> Result<LabModel, super::LabError> {
+    use super::LabError;
+    let state = super::state::load_state(name)?;
     let open = |ns: &str| {
         plugin_netns::open_network_namespace(std::path::Path::new(plugin_netns::NETNS_DIR).join(ns))
             .map_err(|e| {
@@ -106,20 +106,20 @@ pub(crate) fn standing(name: &str) -> Result<LabModel, super::super::LabError> {
             })
             .collect(),
     };
-    super::read::read(&layout).map_err(LabError::Setup)
+    read::read(&layout).map_err(LabError::Setup)
 }
 
 /// One namespace by path (`/run/netns/<name>`, `/proc/<pid>/ns/net`), read
 /// as a model namespace called `role` (a veth peer elsewhere shows as
 /// `netnsid N`).
-pub fn namespace_at(path: &std::path::Path, role: &str) -> Result<super::Namespace, String> {
+pub fn namespace_at(path: &std::path::Path, role: &str) -> Result<Namespace, String> {
     let file = plugin_netns::open_network_namespace(path).map_err(|e| e.to_string())?;
     let layout = Layout {
         name: role.to_string(),
         underlay: vec![(role.to_string(), &file)],
         nodes: Vec::new(),
     };
-    let mut model = super::read::read(&layout)?;
+    let mut model = read::read(&layout)?;
     model
         .underlay
         .pop()

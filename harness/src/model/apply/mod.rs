@@ -60,7 +60,7 @@
 //! the standing links counted as made; a route a standing namespace already
 //! has is left as it is (the plugin's routes stand there too).
 
-mod diff;
+pub(crate) mod diff;
 mod links;
 mod objects;
 mod remove;

@@ -1,8 +1,8 @@
 //! Sysctls, nftables tables and iptables-save text, inside a namespace.
 
 use super::{object_error, ApplyError, NotMade, Target};
-use crate::lab::model::firewall::iptables_nft_names;
-use crate::lab::model::NftTable;
+use crate::model::firewall::iptables_nft_names;
+use crate::model::NftTable;
 use cnilab_net::netns as plugin_netns;
 use cnilab_net::nft::NftError;
 use std::path::Path;
@@ -69,7 +69,7 @@ pub(super) fn sysctls(t: &Target, stage: Stage) -> Vec<NotMade> {
     };
     let written = plugin_netns::run_in(t.netns.file(), || {
         let mut out = Vec::new();
-        let mut tree = crate::lab::model::sysctl::Tree::new();
+        let mut tree = crate::model::sysctl::Tree::new();
         for (key, value) in &keys {
             if !sysctl_allowed(key) {
                 out.push(not_made(

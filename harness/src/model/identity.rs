@@ -37,7 +37,7 @@ pub(crate) fn bind_pod_addresses(compiled: &mut LabModel, read: &LabModel) -> Re
         .collect();
     for ns in compiled.namespaces_mut() {
         for table in &mut ns.nftables {
-            table.text = super::compile::bind_pod_placeholders(&table.text, &addresses)
+            table.text = super::placeholder::bind_pod_placeholders(&table.text, &addresses)
                 .map_err(|e| format!("{}: {e}", ns.name))?;
         }
     }
@@ -317,129 +317,5 @@ fn show(v: Option<&serde_json::Value>) -> String {
         None => "(none)".into(),
         Some(serde_json::Value::String(s)) if s.contains('\n') => format!("\n{s}\n"),
         Some(v) => v.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::{compile::compile, VethPeer};
-    use super::*;
-    use crate::lab::Topology;
-
-    /// A compiled two-node model, with what a plugin and the kernel add
-    /// to it: the read model of a healthy lab.
-    fn as_read(model: &LabModel) -> LabModel {
-        let mut read = model.clone();
-        for node in &mut read.nodes {
-            let cidr = node.pod_cidrs[0];
-            let mut bridge = Link::new("cnilab0", LinkKind::Bridge, true);
-            bridge.mac = Some("02:00:00:00:00:01".into());
-            node.net.links.push(bridge);
-            for (k, pod) in node.pods.iter_mut().enumerate() {
-                let host = format!("veth{k}");
-                let mut h = Link::new(&host, LinkKind::Veth, true);
-                h.controller = Some("cnilab0".into());
-                h.veth = Some(VethPeer {
-                    namespace: Some(pod.name.clone()),
-                    name: "eth0".into(),
-                });
-                node.net.links.push(h);
-                let mut eth0 = Link::new("eth0", LinkKind::Veth, true);
-                eth0.veth = Some(VethPeer {
-                    namespace: Some(node.net.name.clone()),
-                    name: host,
-                });
-                let ip = cidr.hosts().nth(k + 1).expect("room");
-                eth0.addresses.push(ipnet::IpNet::new(ip, 24).expect("net"));
-                pod.links.push(eth0);
-            }
-            for l in &mut node.net.links {
-                if l.mac.is_none() && l.kind != LinkKind::Loopback {
-                    l.mac = Some(format!("0a:00:00:00:00:{:02x}", l.name.len()));
-                }
-            }
-            node.net
-                .sysctls
-                .insert("net/ipv4/conf/all/rp_filter".into(), "2".into());
-        }
-        read
-    }
-
-    fn two_node() -> LabModel {
-        compile(&Topology::generated(2, 2).expect("topology")).expect("compiles")
-    }
-
-    #[test]
-    fn a_healthy_read_is_identical_after_normalising() {
-        let model = two_node();
-        assert_eq!(differences(&model, &as_read(&model)), Vec::<String>::new());
-    }
-
-    #[test]
-    fn a_difference_names_the_namespace_object_and_field() {
-        let model = two_node();
-        let mut read = as_read(&model);
-        read.nodes[1].net.link_mut("eth0").expect("eth0").mtu = Some(1400);
-        read.nodes[0].net.routes.clear();
-        read.nodes[0]
-            .net
-            .sysctls
-            .insert("net/ipv4/ip_forward".into(), "0".into());
-        let d = differences(&model, &read);
-        assert!(
-            d.contains(&"node2: link eth0: mtu: compiled 1500, read 1400".to_string()),
-            "{d:#?}"
-        );
-        assert!(
-            d.iter()
-                .any(|l| l.starts_with("node1: route missing: ") && l.contains("10.244.2.0/24")),
-            "{d:#?}"
-        );
-        assert!(
-            d.contains(
-                &"node1: sysctl net/ipv4/ip_forward: compiled \"1\", read Some(\"0\")".to_string()
-            ),
-            "{d:#?}"
-        );
-    }
-
-    #[test]
-    fn pods_are_checked_by_structure() {
-        let model = two_node();
-        let mut read = as_read(&model);
-        // node2's second pod got an address of node1's pod CIDR, and the
-        // same as node1's first pod.
-        let eth0 = read.nodes[1].pods[1].link_mut("eth0").expect("eth0");
-        eth0.addresses = vec!["10.244.1.2/24".parse().expect("net")];
-        // node1's first pod has a second interface.
-        read.nodes[0].pods[0]
-            .links
-            .push(Link::new("net1", LinkKind::Dummy, true));
-        let d = differences(&model, &read);
-        assert!(
-            d.iter()
-                .any(|l| l.starts_with("node2-pod1: 0 addresses in pod CIDR 10.244.2.0/24")),
-            "{d:#?}"
-        );
-        assert!(
-            d.iter()
-                .any(|l| l.starts_with("node2-pod1: address 10.244.1.2/24 is outside")),
-            "{d:#?}"
-        );
-        assert!(
-            d.iter()
-                .any(|l| l.starts_with("node1-pod0: pod links besides lo")),
-            "{d:#?}"
-        );
-    }
-
-    #[test]
-    fn placeholders_bind_to_the_pods_addresses() {
-        let mut model = super::super::compile::tests::shipped("vxlan.toml");
-        let read = as_read(&model);
-        bind_pod_addresses(&mut model, &read).expect("bound");
-        let text = &model.nodes[0].net.nftables[0].text;
-        assert!(text.contains("dnat to 10.244.3.2:7777"), "{text}");
-        assert!(!text.contains("{{"), "{text}");
     }
 }
