@@ -222,3 +222,48 @@ fn the_host_snapshot_sees_routes_rules_links_and_sysctls(host: Netns) {
     let gone = testing::network_of(&host).changes_since(&before).join("\n");
     assert!(!gone.contains("t-dummy"), "{gone}");
 }
+
+/// A namespace made here starts at the kernel's values, whatever the host
+/// has: on a host with `ip_forward = 1` or `rp_filter = 2` (`.ci/run`'s
+/// second pass sets both), it would otherwise inherit them.
+#[rstest]
+fn a_new_namespace_has_the_kernels_values_not_the_hosts(host: Netns) {
+    let differ = netns::run_in(host.file(), netns::defaults::inherited_differences)
+        .expect("enter")
+        .expect("read");
+    assert!(differ.is_empty(), "inherited from the host: {differ:?}");
+}
+
+/// The reset finds every setting that differs from the kernel's value, in
+/// `all`, `default` and `lo`, and sets it back.
+#[rstest]
+fn the_kernels_values_are_set_back_wherever_they_differ(host: Netns) {
+    let changed = [
+        ("net/ipv4/conf/all/forwarding", "1"),
+        ("net/ipv4/conf/all/rp_filter", "2"),
+        ("net/ipv4/conf/default/rp_filter", "2"),
+        ("net/ipv4/conf/lo/accept_local", "1"),
+        ("net/ipv6/conf/default/accept_ra", "0"),
+    ];
+    for (key, value) in changed {
+        netns::write_sysctl(Some(host.file()), key, value).expect("write");
+    }
+    let differ = netns::run_in(host.file(), netns::defaults::inherited_differences)
+        .expect("enter")
+        .expect("read");
+    let keys: Vec<&str> = differ.iter().map(|(k, _)| k.as_str()).collect();
+    for (key, _) in changed {
+        assert!(keys.contains(&key), "{key} not found in {keys:?}");
+    }
+    netns::run_in(host.file(), netns::defaults::reset_to_kernel_values)
+        .expect("enter")
+        .expect("reset");
+    let after = netns::run_in(host.file(), netns::defaults::inherited_differences)
+        .expect("enter")
+        .expect("read");
+    assert!(after.is_empty(), "{after:?}");
+    assert_eq!(
+        netns::read_sysctl(Some(host.file()), "net/ipv4/ip_forward").expect("read"),
+        "0"
+    );
+}

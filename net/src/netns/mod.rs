@@ -6,10 +6,12 @@
 //!
 //! This file: opening namespace files, [`run_in`], netlink connections and
 //! processes inside a namespace. `sysctl.rs`: sysctls, through a private
-//! procfs instance. `throwaway.rs`: [`Netns`], the
+//! procfs instance. `defaults.rs`: a new namespace set to the kernel's
+//! values where it inherited the host's. `throwaway.rs`: [`Netns`], the
 //! named namespaces tests and labs create and remove (also after a panic),
 //! and [`sweep`] for what a killed run left behind.
 
+pub mod defaults;
 mod sysctl;
 mod throwaway;
 pub use sysctl::{read_sysctl, sysctl_dir, write_sysctl, LOOKUPS_PER_INSTANCE};

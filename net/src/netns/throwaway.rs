@@ -229,6 +229,7 @@ impl Netns {
             .open(&path)
             .map_err(|e| fail(format!("create {}: {e}", path.display())))?;
         let target = path.as_path();
+        let alike = super::defaults::inherits_alike();
         // unshare(CLONE_NEWNET) on a thread of its own: only that thread moves
         // into the new namespace (and runs the setup there), and it ends
         // right after the bind mount.
@@ -240,6 +241,9 @@ impl Netns {
                         Made::Fresh(setup) => {
                             unshare(CloneFlags::CLONE_NEWNET)
                                 .map_err(|e| format!("unshare: {e}"))?;
+                            super::defaults::reset_inherited(alike).map_err(|e| {
+                                format!("setting the kernel's values over the host's: {e}")
+                            })?;
                             if let Some(setup) = setup {
                                 setup().map_err(|e| format!("inside it: {e}"))?;
                             }
