@@ -302,7 +302,7 @@ impl E2e {
                 crate::e2e::vagrant::command(&a.options()?, a.step, replay_and_check)
             }
             E2eCmd::VagrantNode(a) => {
-                crate::e2e::vagrant_node::command(&a.what, &a.pods).map_err(E2eError::Invalid)?;
+                crate::e2e::vagrant::node::command(&a.what, &a.pods).map_err(E2eError::Invalid)?;
                 Ok(std::process::ExitCode::SUCCESS)
             }
             E2eCmd::Capture(a) => capture_command(&a.options()?, a.dry_run),

@@ -11,8 +11,8 @@
 //! - `manifests`: cnilab's or any CNI's manifests, rendered, and their workloads;
 //! - `steps` → `plan` → `runner`: each step as data, printed or executed;
 //! - `check/`: the in-cluster check (`access`: the kubeconfig as kubectl finds it);
-//! - `vagrant_options` → `vagrant` → `vagrant_check`, `vagrant_node`,
-//!   `vagrant_replay`: `cnilab e2e vagrant`, the offline two-VM lab
+//! - `vagrant/` (`options` → `mod.rs` → `check`, `node`, `replay`):
+//!   `cnilab e2e vagrant`, the offline two-VM lab
 //!   (lab/vagrant/offline.rb): its up/down plans, the check between the
 //!   VMs, the side that runs inside a VM, and (`--capture DIR`) the VMs
 //!   captured, replayed here and the verdicts compared;
@@ -32,10 +32,6 @@ pub mod plan;
 pub mod runner;
 pub mod steps;
 pub mod vagrant;
-pub mod vagrant_check;
-pub mod vagrant_node;
-pub mod vagrant_options;
-pub mod vagrant_replay;
 
 use options::{E2eOptions, Provider, Step};
 use plan::Plan;

@@ -4,9 +4,9 @@
 //!
 //! Where things happen: this file holds the options and the plans of `up`
 //! (box, namespace, `vagrant up`) and `down`, run by the e2e [`Runner`];
-//! [`super::vagrant_check`] makes the pods inside the VMs and probes
-//! between them; [`super::vagrant_node`] is the side that runs inside a VM;
-//! with `--capture DIR`, [`super::vagrant_replay`] captures both VMs after
+//! [`check`] makes the pods inside the VMs and probes
+//! between them; [`node`] is the side that runs inside a VM;
+//! with `--capture DIR`, [`replay`] captures both VMs after
 //! the check, replays them here and compares the verdicts.
 //! Everything of a run (libvirtd and its networks, the VMs, vagrant's files)
 //! lives in the network namespace `cnilab-<pid>-vg` (or `cnilab-vg-<name>`)
@@ -14,16 +14,21 @@
 //! SIGTERM run `down` before exiting, and `cnilab sweep` finds the namespace
 //! of a killed run ([`sweep`]).
 
-use super::plan::{Action, Cmd, Plan};
-use super::runner::Runner;
-use super::E2eError;
+pub mod check;
+pub mod node;
+pub mod options;
+pub mod replay;
+
+use crate::e2e::plan::{Action, Cmd, Plan};
+use crate::e2e::runner::Runner;
+use crate::e2e::E2eError;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::vagrant_options::{path, LONG, SHORT, SUFFIX};
-pub use super::vagrant_options::{VagrantOptions, VagrantStep, BOX_NAME, RUN_ROOT};
+use options::{path, LONG, SHORT, SUFFIX};
+pub use options::{VagrantOptions, VagrantStep, BOX_NAME, RUN_ROOT};
 
 /// `up`: the box (built once, then cached), the namespace with its
 /// libvirtd, the box added to the run's own VAGRANT_HOME, both VMs up and
@@ -97,9 +102,9 @@ pub fn dry_run(opts: &VagrantOptions, step: VagrantStep) -> String {
         out.push_str(&up_plan(opts).dry_run());
     }
     if matches!(step, VagrantStep::All | VagrantStep::Check) {
-        out.push_str(&super::vagrant_check::dry_run(opts));
+        out.push_str(&check::dry_run(opts));
         if let Some(dir) = &opts.capture {
-            out.push_str(&super::vagrant_replay::dry_run(opts, dir));
+            out.push_str(&replay::dry_run(opts, dir));
         }
     }
     if step == VagrantStep::Down || (step == VagrantStep::All && !opts.retain) {
@@ -138,7 +143,7 @@ fn down_on_interrupt(opts: &VagrantOptions) {
 pub fn command(
     opts: &VagrantOptions,
     step: VagrantStep,
-    replay_check: super::vagrant_replay::ReplayCheck,
+    replay_check: replay::ReplayCheck,
 ) -> Result<ExitCode, E2eError> {
     opts.validate(step)?;
     if opts.dry_run {
@@ -160,7 +165,7 @@ pub fn command(
     }
     if failure.is_none() && matches!(step, VagrantStep::All | VagrantStep::Check) {
         eprintln!("== cnilab e2e vagrant check ({})", opts.namespace());
-        match super::vagrant_check::run(opts) {
+        match check::run(opts) {
             Ok(report) => {
                 if !report.passed() {
                     code = ExitCode::FAILURE;
@@ -170,7 +175,7 @@ pub fn command(
                         "== cnilab e2e vagrant capture and replay ({})",
                         dir.display()
                     );
-                    match super::vagrant_replay::run(opts, dir, &report, replay_check) {
+                    match replay::run(opts, dir, &report, replay_check) {
                         Ok(true) => {}
                         Ok(false) => code = ExitCode::FAILURE,
                         Err(e) => failure = Some(e),

@@ -1,10 +1,10 @@
 //! `cnilab e2e vagrant`'s options: what a run is (its name, namespace,
 //! binaries, outputs) and how its commands reach vagrant (inside the run's
 //! namespace, with the offline Vagrantfile). Below both the plans
-//! (`vagrant.rs`) and the check between the VMs (`vagrant_check.rs`).
+//! (`mod.rs`) and the check between the VMs (`check.rs`).
 
-use super::plan::Cmd;
-use super::E2eError;
+use crate::e2e::plan::Cmd;
+use crate::e2e::E2eError;
 use crate::report::Format;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -48,7 +48,7 @@ pub struct VagrantOptions {
     pub junit: Option<PathBuf>,
     pub json: Option<PathBuf>,
     /// `--capture DIR`: after the check, each VM captured into
-    /// `DIR/<vm>.json` and replayed here (`vagrant_replay`).
+    /// `DIR/<vm>.json` and replayed here (`replay.rs`).
     pub capture: Option<PathBuf>,
 }
 

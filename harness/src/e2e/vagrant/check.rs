@@ -6,13 +6,13 @@
 //! (table, JSON, JUnit) with the lab's node diagnoses (forwarding off, a
 //! missing route, a FORWARD drop, ...), each naming the VM at fault.
 
-use super::plan::Cmd;
-use super::vagrant_node::{first_ipv4, NodeReport};
-use super::vagrant_options::VagrantOptions;
-use super::E2eError;
+use super::node::{first_ipv4, NodeReport};
+use super::options::VagrantOptions;
 use crate::connectivity::node_rules::{diagnose_nodes, Network, NodeFacts};
 use crate::connectivity::report::{Failure, NodeView, Report};
 use crate::connectivity::{Diagnosis, Endpoint, ProbeOutcome, ProbeSpec, Proto};
+use crate::e2e::plan::Cmd;
+use crate::e2e::E2eError;
 use crate::netns::Route;
 use ipnet::IpNet;
 use std::fmt::Write as _;
@@ -284,7 +284,7 @@ pub(super) fn on_each_vm(cmds: Vec<Option<Cmd>>) -> Result<Vec<Option<String>>, 
         cmds,
         crate::util::A_THREAD_EACH,
         |cmd| {
-            cmd.map(|cmd| super::runner::run(&cmd, None, SSH, None))
+            cmd.map(|cmd| crate::e2e::runner::run(&cmd, None, SSH, None))
                 .transpose()
         },
         || Err(E2eError::Invalid("a `vagrant ssh` thread panicked".into())),
@@ -424,18 +424,18 @@ pub fn run(opts: &VagrantOptions) -> Result<Report, E2eError> {
     );
     report.add_phase("pods", pods_made);
     report.add_phase("probes", started.elapsed() - pods_made);
-    let mut check = super::check::CheckOptions::new(Default::default());
+    let mut check = crate::e2e::check::CheckOptions::new(Default::default());
     check.format = opts.format;
     check.junit = opts.junit.clone();
     check.json = opts.json.clone();
-    super::check::emit(&report, &check)?;
+    crate::e2e::check::emit(&report, &check)?;
     Ok(report)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::e2e::vagrant_node::PodFacts;
+    use crate::e2e::vagrant::node::PodFacts;
     use serde_json::json;
 
     /// node1 and node2 as `vagrant-node facts` reports them: each with a

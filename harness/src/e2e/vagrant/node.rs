@@ -1,7 +1,7 @@
 //! `cnilab e2e vagrant-node`: the side of `cnilab e2e vagrant` that runs
 //! inside a VM (as root, the host's cnilab binary copied in by
 //! lab/vagrant/offline-node.sh). Not for people: its output is JSON for the
-//! host side ([`super::vagrant_check`]).
+//! host side ([`super::check`]).
 //!
 //! - `pause-image`: the lab's sandbox image (an OCI layout tar) on stdout,
 //!   for `ctr images import` at provisioning;

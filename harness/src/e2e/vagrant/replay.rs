@@ -7,10 +7,10 @@
 //! NICs the lab did not build. A killed run leaves the replay's namespaces
 //! to `cnilab sweep` (their pid is gone).
 
-use super::vagrant_check::{on_each_vm, ssh, GROUPS, NODES};
-use super::vagrant_options::VagrantOptions;
-use super::E2eError;
+use super::check::{on_each_vm, ssh, GROUPS, NODES};
+use super::options::VagrantOptions;
 use crate::connectivity::report::Report;
+use crate::e2e::E2eError;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
