@@ -6,13 +6,15 @@
 //! The suite plays the runtime ([`Runtime`]) inside a throwaway host
 //! namespace, with the IPAM `dataDir` pointed at a scratch directory, so
 //! nothing of the real host is touched and the store can be inspected.
-//! `advice` says how to fix each rule and which root cause explains several
+//! `rules` is the checklist, one record a rule (ID, name, the group that
+//! reports it, its fix); `advice` says which root cause explains several
 //! failed rules (the report's "fix first" list).
 
 pub mod advice;
 mod checks;
 mod corpus;
 pub mod report;
+pub mod rules;
 mod suite;
 
 use crate::netns::{Netns, NetnsError};
@@ -55,60 +57,6 @@ pub enum ConformError {
 /// Groups (and the corpus) run this many at once by default, each in its
 /// own world.
 pub const DEFAULT_JOBS: usize = 4;
-
-/// The checklist: ID and one-line name, in report order.
-pub const CATALOG: &[(&str, &str)] = &[
-    ("E1", "unknown CNI_COMMAND -> code 4"),
-    ("E2", "missing CNI_* variable -> code 4 naming it"),
-    ("E3", "invalid container ID -> code 4/3, no change"),
-    ("E4", "invalid interface name -> error, nothing changed"),
-    ("E5", "CNI_ARGS with IgnoreUnknown=1 accepted"),
-    ("C1", "malformed JSON config -> code 6"),
-    ("C2", "missing network name -> code 7"),
-    ("C3", "unsupported cniVersion -> code 1"),
-    ("C4", "unknown field tolerated or code 2 naming it"),
-    ("C5", "runtime-injected keys tolerated"),
-    ("V1", "VERSION prints cniVersion + supportedVersions"),
-    ("V2", "VERSION echoes the input cniVersion"),
-    ("V3", "ADD works in every supported version's format"),
-    ("A1", "ADD exits 0 with one result on stdout"),
-    ("A2", "result cniVersion equals the config's"),
-    ("A3", "interfaces named, sandbox = CNI_NETNS"),
-    ("A4", "ips are CIDR with valid interface index"),
-    ("A5", "kernel state matches the result"),
-    ("A6", "existing ifname -> ADD fails, original intact"),
-    ("A7", "same container, other ifname -> distinct address"),
-    ("A8", "chained plugin outputs prevResult plus changes"),
-    ("A9", "IPAM delegated with same env and whole config"),
-    ("A10", "failed ADD releases its IPAM allocation"),
-    ("A11", "DEL after a failed ADD leaves nothing behind"),
-    ("A12", "parallel ADDs succeed with unique addresses"),
-    ("D1", "DEL exits 0 with no output"),
-    ("D2", "second DEL succeeds"),
-    ("D3", "DEL of a never-added container succeeds"),
-    ("D4", "DEL without CNI_NETNS succeeds and releases"),
-    ("D5", "DEL after netns is gone succeeds, releases"),
-    ("D6", "DEL succeeds with and without prevResult"),
-    ("D7", "DEL removes host veth, reservation, rules"),
-    ("D8", "DEL releases only the given ifname"),
-    ("K1", "CHECK below 0.4.0 -> code 1"),
-    ("K2", "CHECK success prints nothing"),
-    ("K3", "CHECK without prevResult fails"),
-    ("K4", "CHECK detects flushed address / lost route"),
-    ("K5", "CHECK passes right after ADD"),
-    ("K6", "CHECK delegated to IPAM, errors propagate"),
-    ("S1", "STATUS below 1.1.0 -> code 1"),
-    ("S2", "STATUS ready -> exit 0, no output"),
-    ("S3", "STATUS delegated to IPAM"),
-    ("S4", "ADD works without STATUS"),
-    ("G1", "GC env; both attachment keys accepted"),
-    ("G2", "GC removes stale, keeps listed"),
-    ("G3", "GC forwarded to IPAM"),
-    ("G4", "GC continues on partial failure, reports it"),
-    ("G5", "GC below 1.1.0 -> code 1"),
-    ("X1", "generic hostile-input corpus refused cleanly"),
-    ("H1", "the namespace conform runs in is unchanged"),
-];
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -299,7 +247,8 @@ pub struct Progress<'a> {
 /// A group of checks run together (they share setup).
 pub(crate) struct Group {
     pub name: &'static str,
-    pub ids: &'static [&'static str],
+    /// The rules it reports are those of [`rules::RULES`] that name it.
+    pub check: rules::Check,
     pub run: fn(&suite::Suite<'_>) -> Result<Vec<Finding>, ConformError>,
 }
 
@@ -311,10 +260,7 @@ fn only_ids(opts: &ConformOptions) -> Result<Option<Vec<String>>, ConformError> 
         .as_ref()
         .map(|ids| ids.iter().map(|i| i.trim().to_uppercase()).collect());
     if let Some(ids) = &only {
-        let unknown: Vec<&String> = ids
-            .iter()
-            .filter(|i| !CATALOG.iter().any(|(c, _)| c == i))
-            .collect();
+        let unknown: Vec<&String> = ids.iter().filter(|i| rules::rule_of(i).is_none()).collect();
         if !unknown.is_empty() {
             return Err(ConformError::UnknownIds(
                 unknown
@@ -359,7 +305,7 @@ pub fn run(
 
     let groups: Vec<&Group> = checks::GROUPS
         .iter()
-        .filter(|g| g.ids.iter().any(|id| wanted(id)))
+        .filter(|g| rules::ids_of(g.check).iter().any(|id| wanted(id)))
         .collect();
     let mut findings: Vec<Finding> = suite.version_findings.clone();
     let mut timings = first.runtime.timings();
@@ -446,13 +392,13 @@ pub fn run(
     let own = own_namespace_finding(own_before);
     let own_failed = own.verdict == Verdict::Fail;
     findings.push(own);
-    let checks = CATALOG
+    let checks = rules::RULES
         .iter()
         // H1 is reported when asked for, and always when it fails.
-        .filter(|(id, _)| wanted(id) || (*id == "H1" && own_failed))
-        .map(|(id, name)| {
-            let mine: Vec<&Finding> = findings.iter().filter(|f| f.id == *id).collect();
-            CheckReport::from_findings(id, name, &mine)
+        .filter(|r| wanted(r.id) || (r.id == "H1" && own_failed))
+        .map(|r| {
+            let mine: Vec<&Finding> = findings.iter().filter(|f| f.id == r.id).collect();
+            CheckReport::from_findings(r.id, r.name, &mine)
         })
         .collect();
     Ok(ConformReport::new(
@@ -472,8 +418,7 @@ fn run_task(group: Option<&Group>, gsuite: &suite::Suite, opts: &ConformOptions)
     match group {
         Some(g) => match (g.run)(gsuite) {
             Ok(f) => f,
-            Err(e) => g
-                .ids
+            Err(e) => rules::ids_of(g.check)
                 .iter()
                 .map(|id| Finding::fail(id, format!("harness could not run this check: {e}")))
                 .collect(),

@@ -216,7 +216,7 @@ mod tests {
     fn every_part_is_a_group_of_its_own() {
         let parts = GROUPS
             .iter()
-            .filter(|g| g.ids == super::super::LIFECYCLE_IDS)
+            .filter(|g| g.check == crate::conform::rules::Check::Lifecycle)
             .count();
         assert_eq!(parts, PARTS);
     }

@@ -15,6 +15,7 @@ mod lifecycle;
 mod parallel;
 mod status;
 
+use super::rules::Check;
 use super::suite::{reserved, Expect, Suite, SPY_NAME};
 use super::{ConformError, Group};
 use crate::lifecycle::{del_finding, error_finding, Lifecycle, Pending, Target};
@@ -26,68 +27,61 @@ use cnilab_net::spec::{code, Attachment, CniResult, Version};
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
 
-/// The groups in the order they run: name, the checklist IDs they report, the check.
+/// The groups in the order they run: name, what they report (the rules
+/// that name it in `rules.rs`), the check.
 pub(crate) const GROUPS: &[Group] = &[
     // The longest group, cut in [`lifecycle::PARTS`] (first, so they start
     // first); each part reports every ID of the lifecycle.
     group(
         "lifecycle in every supported version (1/3)",
-        LIFECYCLE_IDS,
+        Check::Lifecycle,
         lifecycle::part::<0>,
     ),
     group(
         "lifecycle in every supported version (2/3)",
-        LIFECYCLE_IDS,
+        Check::Lifecycle,
         lifecycle::part::<1>,
     ),
     group(
         "lifecycle in every supported version (3/3)",
-        LIFECYCLE_IDS,
+        Check::Lifecycle,
         lifecycle::part::<2>,
     ),
     group(
         "bad environment",
-        &["E1", "E2", "E3", "E4", "E5"],
+        Check::Environment,
         environment::environment,
     ),
-    group(
-        "bad or unusual config",
-        &["C1", "C2", "C3", "C4", "C5"],
-        config::config,
-    ),
+    group("bad or unusual config", Check::Config, config::config),
     group(
         "existing ifname, second ifname",
-        &["A6", "A7", "D8"],
+        Check::Interfaces,
         interfaces::interfaces,
     ),
-    group("chaining", &["A8"], chaining::chaining),
-    group(
-        "IPAM delegation",
-        &["A9", "K6", "S3", "G3", "G4"],
-        delegation::delegation,
-    ),
+    group("chaining", Check::Chaining, chaining::chaining),
+    group("IPAM delegation", Check::Delegation, delegation::delegation),
     group(
         "failure after IPAM",
-        &["A10", "A11"],
+        Check::FailedAdd,
         failed_add::failed_add,
     ),
-    group("parallel ADD/DEL", &["A12", "D7"], parallel::parallel),
-    group("DEL variants", &["D3", "D6"], del_variants::del_variants),
-    group("CHECK rules", &["K1", "K3"], check_rules::check_rules),
-    group("STATUS", &["S1", "S2"], status::status),
-    group("GC", &["G1", "G2", "G5"], gc::gc),
-];
-
-const LIFECYCLE_IDS: &[&str] = &[
-    "V3", "A1", "A2", "A3", "A4", "A5", "K2", "K4", "K5", "D1", "D2", "D4", "D5", "D7", "S4",
+    group("parallel ADD/DEL", Check::Parallel, parallel::parallel),
+    group(
+        "DEL variants",
+        Check::DelVariants,
+        del_variants::del_variants,
+    ),
+    group("CHECK rules", Check::CheckRules, check_rules::check_rules),
+    group("STATUS", Check::Status, status::status),
+    group("GC", Check::Gc, gc::gc),
 ];
 
 const fn group(
     name: &'static str,
-    ids: &'static [&'static str],
+    check: Check,
     run: fn(&Suite<'_>) -> Result<Vec<Finding>, ConformError>,
 ) -> Group {
-    Group { name, ids, run }
+    Group { name, check, run }
 }
 
 /// The addresses an IPAM result (as printed) hands out.
