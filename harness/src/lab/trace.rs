@@ -377,6 +377,22 @@ pub fn explain(lab: &Lab, failures: &mut [crate::connectivity::report::Failure])
     }
 }
 
+/// Said once when failures were diagnosed without the kernel's drop
+/// reasons (no tracefs, a kernel without them): a SKIP, not a fault of the
+/// lab. Nothing is asked of the kernel when nothing failed.
+pub fn drop_reasons_skipped(
+    failures: &[crate::connectivity::report::Failure],
+) -> Option<crate::connectivity::Diagnosis> {
+    if failures.is_empty() {
+        return None;
+    }
+    let why = trace::drops::support().as_ref().err()?;
+    Some(crate::connectivity::Diagnosis {
+        id: "drop-reasons-skipped",
+        message: format!("SKIP: the kernel's drop reasons are not read: {why}"),
+    })
+}
+
 /// Traces the probe of each key, all together: each key's finding.
 fn trace_each<K: Ord + Clone>(
     lab: &Lab,

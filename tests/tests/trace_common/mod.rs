@@ -118,7 +118,7 @@ pub fn assert_arrived(t: &(Option<i32>, Value), to: &str) {
         .cloned()
         .unwrap_or_default();
     assert_eq!(last["namespace"], to, "{v:#}");
-    assert_eq!(v["schemaVersion"], 1);
+    assert_eq!(v["schemaVersion"], 2);
 }
 
 /// `lab check` on the lab FAILs (exit 1) and names the cause: its id, the
