@@ -122,14 +122,18 @@ pub struct Instance {
 
 impl Drop for Instance {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.dir);
+        if std::fs::remove_dir(&self.dir).is_err() {
+            // Busy while it records: stopped, then removed.
+            let _ = std::fs::write(self.dir.join("tracing_on"), "0");
+            let _ = std::fs::remove_dir(&self.dir);
+        }
     }
 }
 
 impl Instance {
     /// A new instance recording the probe's device crossings (`len`: its
-    /// size from the IP header on, as received; queued on a device with an
-    /// Ethernet header it is 14 more) and every drop of `protocol`
+    /// size from the IP header on, as received; queued on a device it is
+    /// 14 more, with its Ethernet header) and every drop of `protocol`
     /// (0x0800, 0x86dd).
     pub fn create(s: &Support, len: u32, protocol: u16) -> Result<Instance, String> {
         static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -147,9 +151,11 @@ impl Instance {
             "events/net/netif_receive_skb/filter",
             &format!("len == {len}"),
         )?;
+        // Devices without an Ethernet header (tunnels of layer 3) queue it
+        // without those 14 bytes: not seen there.
         set(
             "events/net/net_dev_queue/filter",
-            &format!("len == {} || len == {len}", len + 14),
+            &format!("len == {}", len + 14),
         )?;
         set(
             "events/skb/kfree_skb/filter",
@@ -364,10 +370,12 @@ pub fn follow(
                     _ => false,
                 };
                 let ours = skbs.contains(skb.as_str());
-                if ours && ns.is_none() && out.devices.len() == 1 {
+                if ours && (ns.is_none() || !*rx) && out.devices.len() == 1 {
                     // Another packet of the same length left a device of
                     // the same name elsewhere: its next device is none of
-                    // the walk's. The probe's is still to come.
+                    // the walk's (the probe's is received on the far end
+                    // of the device it left by). The probe's is still to
+                    // come.
                     out.devices.clear();
                     skbs.clear();
                     last.clear();
@@ -576,6 +584,10 @@ mod tests {
             dev(false, "a0", "foreign"),
             dev(true, "x7", "foreign"),
             drop("foreign", "NETFILTER_DROP"),
+            // Another packet of the probe's length queued on an a0, then
+            // on a device of the walk: not received where it left.
+            dev(false, "a0", "foreign2"),
+            dev(false, "r1", "foreign2"),
             drop("other", "NO_SOCKET"),
             dev(false, "a0", "p"),
             dev(true, "r0", "p"),

@@ -494,8 +494,10 @@ fn probe_pass(
         _ => None,
     };
     let recording = reasons::Recording::start(req, reasons::size_of(req));
+    let devices = reasons::entry_devices(world, &walked.hops, &files);
     let traced = nftrace::trace(
         &files,
+        &devices,
         &matchers,
         dies_at,
         || {

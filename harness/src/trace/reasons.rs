@@ -5,7 +5,8 @@
 //! beside it.
 
 use super::drops::{self, DeviceHop, Followed, KernelDrop};
-use super::{Death, End, Proto, Request, World};
+use super::{Death, End, Hop, Proto, Request, World};
+use std::fs::File;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -161,4 +162,46 @@ pub(super) fn size_of(req: &Request) -> u32 {
         (Proto::Tcp, _) if req.invalid => ip + 20,
         _ => super::probe::default_size(req.dst, req.proto),
     }
+}
+
+/// Per namespace of `files`, the devices the probe enters it by: each
+/// hop's input device, and the far end of the veth the hop before left by
+/// (a bridge port, where the frame enters before the bridge has it).
+pub(super) fn entry_devices(
+    world: &World,
+    hops: &[Hop],
+    files: &[(String, &File)],
+) -> Vec<Vec<String>> {
+    let mut entries: Vec<(String, String)> = Vec::new();
+    for (i, h) in hops.iter().enumerate() {
+        if let Some(iif) = &h.iif {
+            entries.push((h.namespace.clone(), iif.clone()));
+        }
+        let left = i
+            .checked_sub(1)
+            .and_then(|p| hops.get(p))
+            .filter(|p| p.namespace != h.namespace);
+        if let Some(prev) = left {
+            if let Some(peer) = prev
+                .oif
+                .as_deref()
+                .and_then(|o| world.peer(&prev.namespace, o))
+            {
+                entries.push(peer);
+            }
+        }
+    }
+    files
+        .iter()
+        .map(|(ns, _)| {
+            let mut devices: Vec<String> = entries
+                .iter()
+                .filter(|(n, d)| n == ns && world.link(ns, d).is_some())
+                .map(|(_, d)| d.clone())
+                .collect();
+            devices.sort();
+            devices.dedup();
+            devices
+        })
+        .collect()
 }

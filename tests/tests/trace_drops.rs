@@ -1,0 +1,145 @@
+//! The kernel's drop reasons in `cnilab lab trace` and `lab check` (root):
+//! faults made by hand in a standing 2-node lab, where the kernel's own
+//! account (tracefs: `skb:kfree_skb`'s reason and function, the devices the
+//! probe crossed) shows in the trace, with the namespace and device, and
+//! `lab check` names the node and the object; no tracefs instance is left.
+
+mod trace_common;
+
+use cnilab_tests::{host_untouched, StandingLab as Standing};
+use serde_json::Value;
+use trace_common::{assert_check_names, assert_check_says, assert_died, Lab};
+
+/// The kernel's drop in a trace: reason, namespace and device; the devices
+/// the probe crossed end where it was dropped.
+fn assert_kernel_drop(v: &Value, reason: &str, namespace: &str, device: &str) {
+    let k = &v["kernelDrop"];
+    assert_eq!(k["reason"], reason, "{v:#}");
+    assert_eq!(k["namespace"], namespace, "{v:#}");
+    assert_eq!(k["device"], device, "{v:#}");
+    assert!(
+        k["function"].as_str().is_some_and(|f| !f.is_empty()),
+        "{v:#}"
+    );
+    let last = v["devices"]
+        .as_array()
+        .and_then(|d| d.last())
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(last["namespace"], namespace, "{v:#}");
+    assert_eq!(last["device"], device, "{v:#}");
+    assert_eq!(v["schemaVersion"], 2);
+    assert_no_dead_instances();
+}
+
+/// No tracefs instance of cnilab's own names a process that is gone (the
+/// trace removed its own; other tests' may be recording now).
+fn assert_no_dead_instances() {
+    let dir = std::path::Path::new("/sys/kernel/tracing/instances");
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix("cnilab-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+            assert!(alive, "tracefs instance {name} of a dead process was left");
+        }
+    }
+}
+
+/// An nft drop in a netdev-family chain on node2's uplink (the ingress
+/// hook, before any inet chain): the trace names the chain and the rule's
+/// handle, and the kernel says NETFILTER_DROP in node2 on eth0.
+#[test]
+fn a_netdev_ingress_drop_on_the_uplink_shows_the_kernels_reason() {
+    let _host = host_untouched();
+    let lab = Standing::up("tdnd", &[]);
+    lab.sh("node2", "nft", &["add", "table", "netdev", "edge"]);
+    lab.sh(
+        "node2",
+        "nft",
+        &["add chain netdev edge ingress { type filter hook ingress device eth0 priority 0; }"],
+    );
+    lab.sh(
+        "node2",
+        "nft",
+        &["add rule netdev edge ingress ip daddr 10.244.2.0/24 drop"],
+    );
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "node2", "firewall-drop", "netdev edge ingress handle");
+    assert_kernel_drop(&t.1, "NETFILTER_DROP", "node2", "eth0");
+    let evidence = t.1["death"]["evidence"].as_str().unwrap_or_default();
+    assert!(
+        evidence.contains("dropped in node2 on eth0: NETFILTER_DROP"),
+        "{evidence}"
+    );
+    assert_check_names(&lab, "firewall-drop", "node2", "netdev edge ingress handle");
+}
+
+/// A bridge-family filter on node2 dropping what its bridge sends to its
+/// pod: the trace names the bridge chain and handle, the kernel the
+/// bridge device.
+#[test]
+fn a_bridge_family_drop_shows_the_kernels_reason() {
+    let _host = host_untouched();
+    let lab = Standing::up("tdbr", &[]);
+    lab.sh("node2", "nft", &["add", "table", "bridge", "pods"]);
+    lab.sh(
+        "node2",
+        "nft",
+        &["add chain bridge pods out { type filter hook output priority 0; }"],
+    );
+    lab.sh(
+        "node2",
+        "nft",
+        &["add rule bridge pods out ip daddr 10.244.2.2 drop"],
+    );
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "node2", "firewall-drop", "bridge pods out handle");
+    assert_kernel_drop(&t.1, "NETFILTER_DROP", "node2", "cnilab0");
+    assert_check_names(&lab, "firewall-drop", "node2", "bridge pods out handle");
+}
+
+/// Strict reverse-path filtering on node2 while its route back to node1's
+/// pods leaves by the pods' bridge: the kernel says IP_RPFILTER on eth0,
+/// beside the cause the trace names.
+#[test]
+fn reverse_path_filtering_shows_ip_rpfilter() {
+    let _host = host_untouched();
+    let lab = Standing::up("tdrp", &[]);
+    lab.sh(
+        "node2",
+        "sysctl",
+        &[
+            "-qw",
+            "net.ipv4.conf.all.rp_filter=1",
+            "net.ipv4.conf.eth0.rp_filter=1",
+        ],
+    );
+    lab.sh(
+        "node2",
+        "ip",
+        &["route", "replace", "10.244.1.0/24", "dev", "cnilab0"],
+    );
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "node2", "reverse-path", "rp_filter on eth0");
+    assert_kernel_drop(&t.1, "IP_RPFILTER", "node2", "eth0");
+    let evidence = t.1["death"]["evidence"].as_str().unwrap_or_default();
+    assert!(evidence.contains("IP_RPFILTER"), "{evidence}");
+    assert_check_says(&lab, &["node2", "rp_filter on eth0"]);
+}
+
+/// Forwarding off on node1: the kernel says IP_INADDRERRORS in ip_error,
+/// on the bridge the pod's packet came in by.
+#[test]
+fn forwarding_off_shows_the_kernels_reason() {
+    let _host = host_untouched();
+    let lab = Standing::up("tdfw", &[]);
+    lab.sh("node1", "sysctl", &["-qw", "net.ipv4.ip_forward=0"]);
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "node1", "forwarding-off", "forwarding");
+    assert_kernel_drop(&t.1, "IP_INADDRERRORS", "node1", "cnilab0");
+    assert_eq!(t.1["kernelDrop"]["function"], "ip_error", "{:#}", t.1);
+}
