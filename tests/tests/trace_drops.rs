@@ -6,7 +6,7 @@
 
 mod trace_common;
 
-use cnilab_tests::{host_untouched, StandingLab as Standing};
+use cnilab_tests::{host_untouched, output_text, workspace_bin, StandingLab as Standing};
 use serde_json::Value;
 use trace_common::{assert_check_names, assert_check_says, assert_died, Lab};
 
@@ -76,6 +76,38 @@ fn a_netdev_ingress_drop_on_the_uplink_shows_the_kernels_reason() {
         "{evidence}"
     );
     assert_check_names(&lab, "firewall-drop", "node2", "netdev edge ingress handle");
+    // Drop reasons turned off: said once as a SKIP, and the trace is what
+    // it is without them (the nft trace still names the rule).
+    let off = std::process::Command::new(workspace_bin("cnilab"))
+        .args(["lab", "trace", "--name", &lab.0, "node1-pod0", "node2-pod0"])
+        .args(["-o", "json"])
+        .env("CNILAB_DROP_REASONS", "off")
+        .output()
+        .expect("cnilab runs");
+    let v: Value = serde_json::from_slice(&off.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", output_text(&off)));
+    assert_eq!(off.status.code(), Some(1), "{v:#}");
+    let skipped = v["dropReasonsSkipped"].as_str().unwrap_or_default();
+    assert!(skipped.contains("CNILAB_DROP_REASONS=off"), "{v:#}");
+    assert!(
+        v.get("kernelDrop").is_none() && v.get("devices").is_none(),
+        "{v:#}"
+    );
+    assert_eq!(v["death"]["cause"], "firewall-drop", "{v:#}");
+    let check = std::process::Command::new(workspace_bin("cnilab"))
+        .args(["lab", "check", "--name", &lab.0, "-o", "json"])
+        .env("CNILAB_DROP_REASONS", "off")
+        .output()
+        .expect("cnilab runs");
+    let v: Value = serde_json::from_slice(&check.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", output_text(&check)));
+    let skips: Vec<&Value> = v["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|w| w["id"] == "drop-reasons-skipped")
+        .collect();
+    assert_eq!(skips.len(), 1, "said once: {v:#}");
 }
 
 /// A bridge-family filter on node2 dropping what its bridge sends to its

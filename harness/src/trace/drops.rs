@@ -48,11 +48,18 @@ pub struct Support {
     reasons: BTreeMap<u32, String>,
 }
 
+/// The environment that turns drop reasons off (a host where tracefs must
+/// not be touched; and to measure what they cost).
+pub const OFF: (&str, &str) = ("CNILAB_DROP_REASONS", "off");
+
 /// Whether drop reasons can be read here, asked once per process: the
 /// reason they cannot is a SKIP, said once by the caller.
 pub fn support() -> &'static Result<Support, String> {
     static SUPPORT: OnceLock<Result<Support, String>> = OnceLock::new();
     SUPPORT.get_or_init(|| {
+        if std::env::var(OFF.0).is_ok_and(|v| v == OFF.1) {
+            return Err(format!("turned off ({}={})", OFF.0, OFF.1));
+        }
         let root = tracefs()?;
         let format = std::fs::read_to_string(root.join("events/skb/kfree_skb/format"))
             .map_err(|e| format!("tracefs has no skb:kfree_skb event: {e}"))?;
