@@ -112,7 +112,8 @@ fn a_netdev_ingress_drop_on_the_uplink_shows_the_kernels_reason() {
 
 /// A bridge-family filter on node2 dropping what its bridge sends to its
 /// pod: the trace names the bridge chain and handle, the kernel the
-/// bridge device.
+/// bridge device; where only the answer is dropped (the pod's own probes
+/// out), the kernel's drop of the answer is the cause.
 #[test]
 fn a_bridge_family_drop_shows_the_kernels_reason() {
     let _host = host_untouched();
@@ -131,7 +132,51 @@ fn a_bridge_family_drop_shows_the_kernels_reason() {
     let t = lab.trace("node1-pod0", "node2-pod0", &[]);
     assert_died(&t, "node2", "firewall-drop", "bridge pods out handle");
     assert_kernel_drop(&t.1, "NETFILTER_DROP", "node2", "cnilab0");
-    assert_check_names(&lab, "firewall-drop", "node2", "bridge pods out handle");
+    // From the pod, the probe arrives; its answer is what the bridge drops.
+    let (code, v) = lab.trace("node2-pod0", "node1", &[]);
+    assert_eq!(
+        (code, &v["verdict"]),
+        (Some(0), &Value::from("arrived")),
+        "{v:#}"
+    );
+    assert_eq!(v["replyDrop"]["reason"], "NETFILTER_DROP", "{v:#}");
+    assert_eq!(v["replyDrop"]["namespace"], "node2", "{v:#}");
+    assert_eq!(v["replyDrop"]["device"], "cnilab0", "{v:#}");
+    // Every ICMP failure has a cause: the rule on the way there, the
+    // kernel's drop of the answer on the way back; none is undiagnosed (a
+    // TCP probe's answer is followed only when it has the SYN's length: a
+    // SYN-ACK, not a RST).
+    let out = cnilab_tests::cnilab(&["lab", "check", "--name", &lab.0, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", output_text(&out)));
+    let diagnoses: Vec<&Value> = v["failures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["outcome"]["spec"]["proto"] == "icmp")
+        .flat_map(|f| f["diagnoses"].as_array().into_iter().flatten())
+        .collect();
+    let said = |id: &str, words: &[&str]| {
+        diagnoses.iter().any(|d| {
+            let msg = d["message"].as_str().unwrap_or_default();
+            d["id"] == id && words.iter().all(|w| msg.contains(w))
+        })
+    };
+    assert!(
+        said(
+            "firewall-drop",
+            &["died at node2", "bridge pods out handle"]
+        ),
+        "{v:#}"
+    );
+    let answer = [
+        "answer died at node2",
+        "dropped in node2 on cnilab0: NETFILTER_DROP",
+    ];
+    assert!(said("kernel-drop", &answer), "{v:#}");
+    assert!(!diagnoses.iter().any(|d| d["id"] == "undiagnosed"), "{v:#}");
+    lab.assert_no_trace_tables();
 }
 
 /// Strict reverse-path filtering on node2 while its route back to node1's

@@ -350,24 +350,44 @@ pub struct Followed {
     pub drop: Option<KernelDrop>,
     /// The destination namespace received it.
     pub arrived: bool,
+    /// Where the kernel dropped its answer on the way back.
+    pub reply_drop: Option<KernelDrop>,
 }
 
 /// Follows the probe's skbs through `records`: from the first queued on a
-/// device of `from_ns` until `to_ns` receives one or the kernel drops one.
-/// `place(previous, device, rx)` names the namespace of a device (by the
-/// previous crossing: a veth's peer, the same namespace, the next on the
-/// walk), `None` when it is in none the trace knows. An skb not yet
-/// followed joins when it is received in the namespace the probe is in or
-/// the one after it (a decapsulated or cloned packet of the same length).
+/// device of `from_ns` until `to_ns` receives one or the kernel drops one;
+/// once it arrived, its answer the same way back (an echo reply, a SYN-ACK:
+/// the same length), until `from_ns` receives it or the kernel drops it
+/// (`reply_drop`). `place(previous, device, rx, back)` names the namespace
+/// of a device (by the previous crossing: a veth's peer, the same
+/// namespace, the next on the walk, or the one before it on the way
+/// `back`), `None` when it is in none the trace knows.
 pub fn follow(
     records: &[Record],
     (from_ns, to_ns): (&str, &str),
-    place: impl Fn(Option<&DeviceHop>, &str, bool) -> Option<String>,
+    place: impl Fn(Option<&DeviceHop>, &str, bool, bool) -> Option<String>,
 ) -> Followed {
+    let (mut out, at) = follow_one(records, (from_ns, to_ns), |p, d, rx| place(p, d, rx, false));
+    if out.arrived {
+        let rest = records.get(at + 1..).unwrap_or_default();
+        let (back, _) = follow_one(rest, (to_ns, from_ns), |p, d, rx| place(p, d, rx, true));
+        out.reply_drop = back.drop;
+    }
+    out
+}
+
+/// One way of [`follow`], and the index of the record it stopped at. An
+/// skb not yet followed joins when it is received where the placer puts
+/// it (a decapsulated or cloned packet of the same length).
+fn follow_one(
+    records: &[Record],
+    (from_ns, to_ns): (&str, &str),
+    place: impl Fn(Option<&DeviceHop>, &str, bool) -> Option<String>,
+) -> (Followed, usize) {
     let mut out = Followed::default();
     let mut skbs: BTreeSet<&str> = BTreeSet::new();
     let mut last: BTreeMap<&str, usize> = BTreeMap::new();
-    for r in records {
+    for (i, r) in records.iter().enumerate() {
         match r {
             Record::Device { rx, dev, skb } => {
                 let ns = place(out.devices.last(), dev, *rx);
@@ -377,12 +397,17 @@ pub fn follow(
                     _ => false,
                 };
                 let ours = skbs.contains(skb.as_str());
-                if ours && (ns.is_none() || !*rx) && out.devices.len() == 1 {
+                let elsewhere = match (&ns, out.devices.first()) {
+                    (Some(ns), Some(first)) => !*rx && *ns != first.namespace,
+                    _ => true,
+                };
+                if ours && elsewhere && out.devices.len() == 1 {
                     // Another packet of the same length left a device of
                     // the same name elsewhere: its next device is none of
                     // the walk's (the probe's is received on the far end
-                    // of the device it left by). The probe's is still to
-                    // come.
+                    // of the device it left by, or queued on another in
+                    // the same namespace: a bridge's port). The probe's is
+                    // still to come.
                     out.devices.clear();
                     skbs.clear();
                     last.clear();
@@ -402,7 +427,7 @@ pub fn follow(
                 last.insert(skb, out.devices.len() - 1);
                 if arrived {
                     out.arrived = true;
-                    return out;
+                    return (out, i);
                 }
             }
             Record::Drop {
@@ -419,11 +444,11 @@ pub fn follow(
                     reason: reason.clone(),
                     function: function.clone(),
                 });
-                return out;
+                return (out, i);
             }
         }
     }
-    out
+    (out, records.len())
 }
 
 /// `cnilab sweep`: removes the instances of processes that are gone
@@ -566,6 +591,7 @@ mod tests {
     /// The probe is followed from its source's device to the drop; a drop
     /// of another skb, events of other packets before the probe left, and
     /// a packet that left a device of the same name elsewhere, are not its.
+    /// An answer is followed back from where the probe arrived.
     #[test]
     fn the_probe_is_followed_to_its_drop_and_not_past_its_arrival() {
         let dev = |rx: bool, dev: &str, skb: &str| Record::Device {
@@ -579,7 +605,7 @@ mod tests {
             function: "f".into(),
         };
         // Devices: a0 in pod, r0/r1 in node, b0 in dst; anything else: unknown.
-        let place = |_: Option<&DeviceHop>, d: &str, _: bool| match d {
+        let place = |_: Option<&DeviceHop>, d: &str, _: bool, _: bool| match d {
             "a0" => Some("pod".to_string()),
             "r0" | "r1" => Some("node".to_string()),
             "b0" => Some("dst".to_string()),
@@ -617,6 +643,18 @@ mod tests {
         let f = follow(&arrived, ("pod", "dst"), place);
         assert!(f.arrived && f.drop.is_none(), "{f:?}");
         assert_eq!(f.devices.last().map(|h| h.namespace.as_str()), Some("dst"));
+        // The answer, on the same skb address, dropped on its way back.
+        let mut answered = arrived.clone();
+        answered.truncate(4);
+        answered.extend([
+            dev(false, "b0", "p"),
+            dev(true, "r1", "p"),
+            drop("p", "NETFILTER_DROP"),
+        ]);
+        let f = follow(&answered, ("pod", "dst"), place);
+        assert!(f.arrived && f.drop.is_none(), "{f:?}");
+        let back = f.reply_drop.expect("the answer's drop");
+        assert_eq!(back.describe(), "dropped in node on r1: NETFILTER_DROP (f)");
     }
 
     /// Only names of cnilab's own form give a pid (another tool's

@@ -51,6 +51,7 @@ mod walk;
 mod world;
 
 pub use nftrace::{Event, EventKind, TABLE_PREFIX};
+pub use reasons::KERNEL_DROP;
 pub use world::{Addresses, World};
 
 use serde::Serialize;
@@ -240,6 +241,10 @@ pub struct Trace {
     /// Where the kernel dropped it, and why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel_drop: Option<drops::KernelDrop>,
+    /// Where the kernel dropped the probe's answer on its way back (a
+    /// probe that arrived).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply_drop: Option<drops::KernelDrop>,
     /// Why the kernel's account is missing (a SKIP: no tracefs, no drop
     /// reasons on this kernel).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -296,6 +301,7 @@ pub fn run(world: &World, req: &Request) -> Trace {
         firewall: Vec::new(),
         devices: Vec::new(),
         kernel_drop: None,
+        reply_drop: None,
         drop_reasons_skipped: None,
         verdict: Verdict::Inconclusive,
         death: None,
@@ -308,6 +314,7 @@ pub fn run(world: &World, req: &Request) -> Trace {
         Ok(f) => {
             trace.devices = f.devices.clone();
             trace.kernel_drop = f.drop.clone();
+            trace.reply_drop = f.reply_drop.clone();
         }
         Err(e) => trace.drop_reasons_skipped = Some(e.clone()),
     }

@@ -47,9 +47,11 @@ impl Recording {
             (Ok(instance), Ok(support)) => instance.records(support),
             (Err(e), _) | (_, Err(e)) => Err(e.clone()),
         };
+        let back: Vec<String> = path.iter().rev().cloned().collect();
         let followed = records.map(|records| {
             let from = path.first().map(String::as_str).unwrap_or_default();
-            drops::follow(&records, (from, to_ns), |prev, dev, rx| {
+            drops::follow(&records, (from, to_ns), |prev, dev, rx, reply| {
+                let path = if reply { &back } else { path };
                 place(world, path, prev, dev, rx)
             })
         });

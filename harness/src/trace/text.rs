@@ -70,6 +70,9 @@ pub fn render(t: &Trace) -> String {
         }
         (None, None) => {}
     }
+    if let Some(r) = &t.reply_drop {
+        let _ = writeln!(s, "  kernel: its answer was {}", r.describe());
+    }
     match (t.verdict, &t.death, &t.reason) {
         (Verdict::Died, Some(d), _) => {
             let at = match &d.node {
