@@ -8,46 +8,7 @@ mod trace_common;
 
 use cnilab_tests::{host_untouched, output_text, workspace_bin, StandingLab as Standing};
 use serde_json::Value;
-use trace_common::{assert_check_names, assert_check_says, assert_died, Lab};
-
-/// The kernel's drop in a trace: reason, namespace and device; the devices
-/// the probe crossed end where it was dropped.
-fn assert_kernel_drop(v: &Value, reason: &str, namespace: &str, device: &str) {
-    let k = &v["kernelDrop"];
-    assert_eq!(k["reason"], reason, "{v:#}");
-    assert_eq!(k["namespace"], namespace, "{v:#}");
-    assert_eq!(k["device"], device, "{v:#}");
-    assert!(
-        k["function"].as_str().is_some_and(|f| !f.is_empty()),
-        "{v:#}"
-    );
-    let last = v["devices"]
-        .as_array()
-        .and_then(|d| d.last())
-        .cloned()
-        .unwrap_or_default();
-    assert_eq!(last["namespace"], namespace, "{v:#}");
-    assert_eq!(last["device"], device, "{v:#}");
-    assert_eq!(v["schemaVersion"], 2);
-    assert_no_dead_instances();
-}
-
-/// No tracefs instance of cnilab's own names a process that is gone (the
-/// trace removed its own; other tests' may be recording now).
-fn assert_no_dead_instances() {
-    let dir = std::path::Path::new("/sys/kernel/tracing/instances");
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let pid = name
-            .strip_prefix("cnilab-")
-            .and_then(|r| r.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok());
-        if let Some(pid) = pid {
-            let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
-            assert!(alive, "tracefs instance {name} of a dead process was left");
-        }
-    }
-}
+use trace_common::{assert_check_names, assert_died, assert_kernel_drop, Lab};
 
 /// An nft drop in a netdev-family chain on node2's uplink (the ingress
 /// hook, before any inet chain): the trace names the chain and the rule's
@@ -177,35 +138,6 @@ fn a_bridge_family_drop_shows_the_kernels_reason() {
     assert!(said("kernel-drop", &answer), "{v:#}");
     assert!(!diagnoses.iter().any(|d| d["id"] == "undiagnosed"), "{v:#}");
     lab.assert_no_trace_tables();
-}
-
-/// Strict reverse-path filtering on node2 while its route back to node1's
-/// pods leaves by the pods' bridge: the kernel says IP_RPFILTER on eth0,
-/// beside the cause the trace names.
-#[test]
-fn reverse_path_filtering_shows_ip_rpfilter() {
-    let _host = host_untouched();
-    let lab = Standing::up("tdrp", &[]);
-    lab.sh(
-        "node2",
-        "sysctl",
-        &[
-            "-qw",
-            "net.ipv4.conf.all.rp_filter=1",
-            "net.ipv4.conf.eth0.rp_filter=1",
-        ],
-    );
-    lab.sh(
-        "node2",
-        "ip",
-        &["route", "replace", "10.244.1.0/24", "dev", "cnilab0"],
-    );
-    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
-    assert_died(&t, "node2", "reverse-path", "rp_filter on eth0");
-    assert_kernel_drop(&t.1, "IP_RPFILTER", "node2", "eth0");
-    let evidence = t.1["death"]["evidence"].as_str().unwrap_or_default();
-    assert!(evidence.contains("IP_RPFILTER"), "{evidence}");
-    assert_check_says(&lab, &["node2", "rp_filter on eth0"]);
 }
 
 /// Forwarding off on node1: the kernel says IP_INADDRERRORS in ip_error,

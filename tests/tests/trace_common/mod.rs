@@ -221,3 +221,42 @@ pub fn up_topology(label: &str, file: &str) -> Standing {
     assert!(out.status.success(), "{file}: {}", all(&out));
     lab
 }
+
+/// The kernel's drop in a trace: reason, namespace and device; the devices
+/// the probe crossed end where it was dropped.
+pub fn assert_kernel_drop(v: &Value, reason: &str, namespace: &str, device: &str) {
+    let k = &v["kernelDrop"];
+    assert_eq!(k["reason"], reason, "{v:#}");
+    assert_eq!(k["namespace"], namespace, "{v:#}");
+    assert_eq!(k["device"], device, "{v:#}");
+    assert!(
+        k["function"].as_str().is_some_and(|f| !f.is_empty()),
+        "{v:#}"
+    );
+    let last = v["devices"]
+        .as_array()
+        .and_then(|d| d.last())
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(last["namespace"], namespace, "{v:#}");
+    assert_eq!(last["device"], device, "{v:#}");
+    assert_eq!(v["schemaVersion"], 2);
+    assert_no_dead_instances();
+}
+
+/// No tracefs instance of cnilab's own names a process that is gone (the
+/// trace removed its own; other tests' may be recording now).
+fn assert_no_dead_instances() {
+    let dir = std::path::Path::new("/sys/kernel/tracing/instances");
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix("cnilab-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+            assert!(alive, "tracefs instance {name} of a dead process was left");
+        }
+    }
+}
