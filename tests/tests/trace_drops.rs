@@ -37,6 +37,26 @@ fn a_netdev_ingress_drop_on_the_uplink_shows_the_kernels_reason() {
         "{evidence}"
     );
     assert_check_names(&lab, "firewall-drop", "node2", "netdev edge ingress handle");
+    // The trace's tracefs instances (`cnilab-<its pid>-<n>`) are gone
+    // when it is.
+    let child = std::process::Command::new(workspace_bin("cnilab"))
+        .args(["lab", "trace", "--name", &lab.0, "node1-pod0", "node2-pod0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("cnilab runs");
+    let own = format!("cnilab-{}-", child.id());
+    let out = child.wait_with_output().expect("cnilab ends");
+    assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("dropped in node2 on eth0: NETFILTER_DROP"),
+        "{text}"
+    );
+    let instances = std::fs::read_dir("/sys/kernel/tracing/instances").expect("tracefs");
+    for e in instances.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        assert!(!name.starts_with(&own), "{name} was left");
+    }
     // Drop reasons turned off: said once as a SKIP, and the trace is what
     // it is without them (the nft trace still names the rule).
     let off = std::process::Command::new(workspace_bin("cnilab"))
