@@ -17,6 +17,11 @@
 //! trace's own in each crossed namespace and reads `nft monitor trace`;
 //! `counters.rs` reads the drops only counters show (qdiscs, legacy
 //! iptables rules and policies) before and after the probe;
+//! `drops.rs` records the probe through a tracefs instance of its own
+//! (the devices it crossed, the kernel's drop reason and function) and
+//! `reasons.rs` places those devices in the walk's namespaces and turns a
+//! drop nothing else explains into the death (`kernel-drop`);
+//! `neighbour.rs` explains a next hop that never resolved;
 //! `probe.rs` sends the probe; `text.rs` prints a trace.
 //!
 //! # How the halves combine
