@@ -26,6 +26,8 @@ pub struct Swept {
     /// `--runtime containerd`: per node cri dir, the sandboxes removed
     /// through its CRI and the processes (containerd, shims, pause) stopped.
     pub containerds: Vec<(PathBuf, Teardown)>,
+    /// tracefs instances of traces whose process is gone.
+    pub trace_instances: Vec<String>,
 }
 
 /// Whether the process that made run dir `dir` is gone: its owner pidfile
@@ -127,6 +129,7 @@ pub fn sweep(root: &Path, prefix: &str) -> Result<Swept, Box<dyn std::error::Err
         }
     }
     swept.namespaces.extend(crate::netns::sweep(prefix)?);
+    swept.trace_instances = crate::trace::drops::sweep(|pid| Identity::of(pid).is_some());
     for dir in dead_dirs {
         remove_dir(&dir, &mut swept)?;
     }

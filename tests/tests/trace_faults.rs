@@ -9,7 +9,8 @@ mod trace_common;
 
 use cnilab_tests::{host_untouched, StandingLab as Standing};
 use trace_common::{
-    address, assert_arrived, assert_check_names, assert_check_says, assert_died, Lab,
+    address, assert_arrived, assert_check_names, assert_check_says, assert_died,
+    assert_kernel_drop, Lab,
 };
 
 /// Strict reverse-path filtering on node2 while its route back to node1's
@@ -37,6 +38,9 @@ fn reverse_path_filtering_is_named() {
     assert_died(&t, "node2", "reverse-path", "rp_filter on eth0");
     let evidence = t.1["death"]["evidence"].to_string();
     assert!(evidence.contains("leaves by cnilab0"), "{evidence}");
+    // The kernel's own word beside it.
+    assert_kernel_drop(&t.1, "IP_RPFILTER", "node2", "eth0");
+    assert!(evidence.contains("IP_RPFILTER"), "{evidence}");
     // A diagnosis rule knows this one; the trace agrees with it.
     assert_check_says(&lab, &["node2", "rp_filter on eth0"]);
 }

@@ -40,6 +40,7 @@ struct Swept {
     namespaces: Vec<String>,
     run_dirs: Vec<PathBuf>,
     scratch_dirs: Vec<PathBuf>,
+    trace_instances: Vec<String>,
 }
 
 impl Sweep {
@@ -77,6 +78,7 @@ impl Sweep {
             namespaces: swept.namespaces,
             run_dirs: swept.dirs,
             scratch_dirs: scratch,
+            trace_instances: swept.trace_instances,
         };
         if self.output.output != Format::Table {
             println!("{}", report::json("SweepReport", &out));
@@ -87,6 +89,7 @@ impl Sweep {
             && out.namespaces.is_empty()
             && out.run_dirs.is_empty()
             && out.scratch_dirs.is_empty()
+            && out.trace_instances.is_empty()
         {
             println!(
                 "nothing to sweep: no {}* namespace, run directory, agent or scratch directory of a dead process",
@@ -119,6 +122,9 @@ impl Sweep {
         }
         for path in &out.scratch_dirs {
             println!("removed scratch directory {}", path.display());
+        }
+        for name in &out.trace_instances {
+            println!("removed tracefs instance {name}");
         }
         Ok(report::verdict(true))
     }

@@ -212,6 +212,9 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
     report.inconclusive = inconclusive;
     report.inconclusive_unless_explained(backlog);
     report.warnings = diagnose_path::detours(lab);
+    report
+        .warnings
+        .extend(trace::drop_reasons_skipped(&report.failures));
     let ran: Vec<&str> = report.groups.iter().map(|g| g.name.as_str()).collect();
     report.skipped = checks::skipped(lab, groups, &ran);
     report.add_phase("checks", started.elapsed());

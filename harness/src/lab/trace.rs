@@ -377,6 +377,44 @@ pub fn explain(lab: &Lab, failures: &mut [crate::connectivity::report::Failure])
     }
 }
 
+/// A probe that arrived and whose answer the kernel dropped on the way
+/// back: the answer's drop is the cause.
+fn answer_dropped(t: &trace::Trace) -> Finding {
+    let Some(r) = &t.reply_drop else {
+        return Finding::Note(format!("the trace saw the packet arrive ({})", t.to), true);
+    };
+    Finding::Cause(crate::connectivity::Diagnosis {
+        id: trace::KERNEL_DROP,
+        message: format!(
+            "traced {} → {}: it arrived, and its answer died at {}: {} dev {}: the answer was {}; \
+             reproduce: {}",
+            t.from,
+            t.to,
+            r.namespace,
+            trace::KERNEL_DROP,
+            r.device,
+            r.describe(),
+            t.reproduce.join("; ")
+        ),
+    })
+}
+
+/// Said once when failures were diagnosed without the kernel's drop
+/// reasons (no tracefs, a kernel without them): a SKIP, not a fault of the
+/// lab. Nothing is asked of the kernel when nothing failed.
+pub fn drop_reasons_skipped(
+    failures: &[crate::connectivity::report::Failure],
+) -> Option<crate::connectivity::Diagnosis> {
+    if failures.is_empty() {
+        return None;
+    }
+    let why = trace::drops::support().as_ref().err()?;
+    Some(crate::connectivity::Diagnosis {
+        id: "drop-reasons-skipped",
+        message: format!("SKIP: the kernel's drop reasons are not read: {why}"),
+    })
+}
+
 /// Traces the probe of each key, all together: each key's finding.
 fn trace_each<K: Ord + Clone>(
     lab: &Lab,
@@ -436,6 +474,7 @@ fn finding(traced: Result<trace::Trace, String>) -> Finding {
             })
         }
         (None, Some(reason)) => Finding::Note(format!("trace INCONCLUSIVE: {reason}"), false),
+        (None, None) if t.reply_drop.is_some() => answer_dropped(&t),
         (None, None) => Finding::Note(
             format!(
                 "the trace saw the packet arrive ({}): {}",

@@ -17,6 +17,11 @@
 //! trace's own in each crossed namespace and reads `nft monitor trace`;
 //! `counters.rs` reads the drops only counters show (qdiscs, legacy
 //! iptables rules and policies) before and after the probe;
+//! `drops.rs` records the probe through a tracefs instance of its own
+//! (the devices it crossed, the kernel's drop reason and function) and
+//! `reasons.rs` places those devices in the walk's namespaces and turns a
+//! drop nothing else explains into the death (`kernel-drop`);
+//! `neighbour.rs` explains a next hop that never resolved;
 //! `probe.rs` sends the probe; `text.rs` prints a trace.
 //!
 //! # How the halves combine
@@ -37,10 +42,13 @@
 //! read from the probe's own events only (`inner`).
 
 mod counters;
+pub mod drops;
 mod fdb;
 mod nat;
+mod neighbour;
 mod nftrace;
 mod probe;
+mod reasons;
 pub mod route;
 mod text;
 mod vxlan;
@@ -48,14 +56,16 @@ mod walk;
 mod world;
 
 pub use nftrace::{Event, EventKind, TABLE_PREFIX};
+pub use reasons::KERNEL_DROP;
 pub use world::{Addresses, World};
 
 use serde::Serialize;
 use std::fs::File;
 use std::net::IpAddr;
 
-/// Version of the trace's JSON form.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Version of the trace's JSON form (2: the devices the kernel saw the
+/// probe cross, and its drop reason).
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -146,6 +156,7 @@ pub const CAUSES: &[&str] = &[
     "firewall-drop",
     "firewall-reject",
     "firewall-policy",
+    reasons::KERNEL_DROP,
 ];
 
 /// A cause as its id in [`CAUSES`] (`trace` for one not in the list).
@@ -229,6 +240,20 @@ pub struct Trace {
     pub port: Option<u16>,
     pub hops: Vec<Hop>,
     pub firewall: Vec<FirewallHop>,
+    /// The devices the kernel saw the probe cross, in order (tracefs).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<drops::DeviceHop>,
+    /// Where the kernel dropped it, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_drop: Option<drops::KernelDrop>,
+    /// Where the kernel dropped the probe's answer on its way back (a
+    /// probe that arrived).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply_drop: Option<drops::KernelDrop>,
+    /// Why the kernel's account is missing (a SKIP: no tracefs, no drop
+    /// reasons on this kernel).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drop_reasons_skipped: Option<String>,
     pub verdict: Verdict,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub death: Option<Death>,
@@ -243,6 +268,11 @@ pub struct Trace {
 /// rewrites where they happen, and a second probe is traced along it
 /// (matched by the original and the rewritten destination).
 pub fn run(world: &World, req: &Request) -> Trace {
+    let mut marked = req.clone();
+    if req.proto == Proto::Icmp && req.size.is_none() && !req.invalid {
+        marked.size = Some(reasons::marker_size(req.dst));
+    }
+    let req = &marked;
     let size = req
         .size
         .unwrap_or_else(|| probe::default_size(req.dst, req.proto));
@@ -263,7 +293,7 @@ pub fn run(world: &World, req: &Request) -> Trace {
             .collect();
         pass = probe_pass(world, req, &walked, &[req.dst, walked.dst], &ports);
     }
-    let (path, traced, counted) = pass;
+    let (path, traced, counted, kernel) = pass;
     let mut trace = Trace {
         schema_version: SCHEMA_VERSION,
         from: req.from.clone(),
@@ -274,12 +304,25 @@ pub fn run(world: &World, req: &Request) -> Trace {
         port: req.port,
         hops: walked.hops,
         firewall: Vec::new(),
+        devices: Vec::new(),
+        kernel_drop: None,
+        reply_drop: None,
+        drop_reasons_skipped: None,
         verdict: Verdict::Inconclusive,
         death: None,
         reason: None,
         reproduce: vec![req.command.clone()],
     };
     let to_ns = world.owner(walked.dst).unwrap_or_else(|| req.to_ns.clone());
+    let kernel = kernel.finish(world, &path, &to_ns);
+    match &kernel.0 {
+        Ok(f) => {
+            trace.devices = f.devices.clone();
+            trace.kernel_drop = f.drop.clone();
+            trace.reply_drop = f.reply_drop.clone();
+        }
+        Err(e) => trace.drop_reasons_skipped = Some(e.clone()),
+    }
     let end = combine(
         world,
         &path,
@@ -288,6 +331,7 @@ pub fn run(world: &World, req: &Request) -> Trace {
         &to_ns,
         &mut trace,
     );
+    let end = reasons::settle(end, &kernel);
     match end {
         End::Arrived(_) => trace.verdict = Verdict::Arrived,
         End::Died(mut d) => {
@@ -414,8 +458,14 @@ fn counted_death(t: &Trace) -> bool {
 }
 
 /// The namespaces a walk crossed, in order, what nftables' trace saw of
-/// one probe sent along them, and the drop counters that moved meanwhile.
-type Pass = (Vec<String>, Result<nftrace::Traced, String>, Vec<Death>);
+/// one probe sent along them, the drop counters that moved meanwhile, and
+/// what tracefs recorded of it.
+type Pass = (
+    Vec<String>,
+    Result<nftrace::Traced, String>,
+    Vec<Death>,
+    reasons::Recording,
+);
 
 /// Sends one probe along `walked` and traces it: the trace rules match
 /// any of `dsts` (and the request's port or any of `ports`).
@@ -455,8 +505,11 @@ fn probe_pass(
             .filter(|i| *i > 0),
         _ => None,
     };
+    let recording = reasons::Recording::start(req, reasons::size_of(req));
+    let devices = reasons::entry_devices(world, &walked.hops, &files);
     let traced = nftrace::trace(
         &files,
+        &devices,
         &matchers,
         dies_at,
         || {
@@ -469,7 +522,7 @@ fn probe_pass(
         || after = counters::take(&files),
     );
     let counted = counters::moved(&before, &after, &path);
-    (path, traced, counted)
+    (path, traced, counted, recording)
 }
 
 /// The routing walk's end, corrected by what the firewall trace saw and
@@ -528,7 +581,7 @@ fn combine(
     }
     match end {
         End::Arrived(ns) if !traced.seen.contains(&ns) => {
-            match unresolved(world, &trace.hops, trace.src) {
+            match neighbour::unresolved(world, &trace.hops, trace.src) {
                 Some(d) => End::Died(Box::new(d)),
                 None => End::Inconclusive(format!(
             "the kernel's routes deliver it to {ns} and no firewall rule dropped it, but the probe \
@@ -548,139 +601,6 @@ fn combine(
         )),
         other => other,
     }
-}
-
-/// After a probe that did not arrive: the first hop whose next hop the
-/// kernel could not resolve (its neighbour entry INCOMPLETE or FAILED).
-fn unresolved(world: &World, hops: &[Hop], src: Option<IpAddr>) -> Option<Death> {
-    use rtnetlink::packet_route::neighbour::NeighbourState;
-    hops.iter().find_map(|h| {
-        let (oif, next) = (h.oif.as_deref()?, h.next_hop?);
-        let file = world.file(&h.namespace)?;
-        let oif_name = oif.to_string();
-        let state = cnilab_net::netns::netlink_job(file, move |handle| async move {
-            let index = cnilab_net::nl::link_by_name(&handle, &oif_name)
-                .await?
-                .map(|l| l.index);
-            let all = cnilab_net::nl::neighbours(&handle).await?;
-            Ok(all
-                .into_iter()
-                .find(|n| n.addr == next && Some(n.index) == index)
-                .map(|n| n.message.header.state))
-        })
-        .ok()??;
-        let failed = matches!(state, NeighbourState::Incomplete | NeighbourState::Failed);
-        failed.then(|| {
-            let owner = world.owner(next).unwrap_or_else(|| "nobody".into());
-            if let Some(d) = arp_ignored(world, &owner, next) {
-                return d;
-            }
-            if let Some(d) = arp_announced(world, h, (&owner, next), src) {
-                return d;
-            }
-            // The device and, for a bridge, its ports (where a request leaves).
-            let devs: Vec<String> = std::iter::once(oif.to_string())
-                .chain(
-                    world
-                        .ports(&h.namespace, oif)
-                        .iter()
-                        .map(|l| l.name.clone()),
-                )
-                .collect();
-            if let Some((object, drops, check)) =
-                counters::dropping_qdisc(&h.namespace, file, &devs)
-            {
-                let mut d = Death::new(
-                    &h.namespace,
-                    "qdisc-drop",
-                    &object,
-                    &format!(
-                        "{next} on {oif} stays {state}: {object} has dropped {drops} packets, \
-                         its ARP/NDP requests among them"
-                    ),
-                );
-                d.check = check;
-                return d;
-            }
-            let announce = world.sysctl(&h.namespace, &format!("net/ipv4/conf/{oif}/arp_announce"));
-            let mut d = Death::new(
-                &h.namespace,
-                "neighbour-failed",
-                &format!("neighbour {next} dev {oif}"),
-                &format!(
-                    "{next} on {oif} is {state}: {owner} does not answer ARP/NDP for it \
-                     (arp_announce on {oif}: {announce})"
-                ),
-            );
-            d.check = format!("ip neigh show {next} dev {oif}");
-            d
-        })
-    })
-}
-
-/// The owner of an IPv4 next hop that ignores every ARP request
-/// (arp_ignore 8, on `all` or on its link): what keeps the neighbour from
-/// resolving.
-fn arp_ignored(world: &World, owner: &str, ip: IpAddr) -> Option<Death> {
-    if !ip.is_ipv4() {
-        return None;
-    }
-    let dev = world.holder(owner, ip)?.name.clone();
-    let value = |on: &str| world.sysctl(owner, &format!("net/ipv4/conf/{on}/arp_ignore"));
-    let (all, own) = (value("all"), value(&dev));
-    let key = if all == "8" {
-        "net/ipv4/conf/all/arp_ignore".to_string()
-    } else if own == "8" {
-        format!("net/ipv4/conf/{dev}/arp_ignore")
-    } else {
-        return None;
-    };
-    let mut d = Death::new(
-        owner,
-        "arp-ignore",
-        &key,
-        &format!("{owner} ignores every ARP request for {ip} (arp_ignore all={all} {dev}={own})"),
-    );
-    d.check = format!("sysctl {}", key.replace('/', "."));
-    Some(d)
-}
-
-/// An IPv4 next hop whose owner answers only ARP requests from its own
-/// subnet (arp_ignore 2), asked by `hop`'s namespace with a sender address
-/// outside it (`src`, the packet's source, when that namespace holds it):
-/// the namespace's arp_announce below 2 lets the request carry the
-/// packet's own source (a route's `src` on another link) instead of an
-/// address of the link it leaves by.
-fn arp_announced(
-    world: &World,
-    hop: &Hop,
-    (owner, ip): (&str, IpAddr),
-    src: Option<IpAddr>,
-) -> Option<Death> {
-    let (ns, oif, src) = (&hop.namespace, hop.oif.as_deref()?, src?);
-    let dev = world.holder(owner, ip)?;
-    let subnet = dev.addresses.iter().find(|a| a.addr() == ip)?.trunc();
-    let number = |v: String| v.parse::<u8>().unwrap_or(0);
-    let ignore = |on: &str| number(world.sysctl(owner, &format!("net/ipv4/conf/{on}/arp_ignore")));
-    let announce = |on: &str| number(world.sysctl(ns, &format!("net/ipv4/conf/{on}/arp_announce")));
-    let outside = !subnet.contains(&src) && world.owns(ns, src);
-    let (all, own) = (announce("all"), announce(oif));
-    if !ip.is_ipv4() || !outside || ignore("all").max(ignore(&dev.name)) != 2 || all.max(own) >= 2 {
-        return None;
-    }
-    let key = format!("net/ipv4/conf/{oif}/arp_announce");
-    let mut d = Death::new(
-        ns,
-        "arp-announce",
-        &key,
-        &format!(
-            "{ns} asks for {ip} on {oif} from {src} (arp_announce all={all} {oif}={own}), and \
-             {owner} answers only requests from {subnet} (arp_ignore 2 on {})",
-            dev.name
-        ),
-    );
-    d.check = format!("sysctl {}", key.replace('/', "."));
-    Some(d)
 }
 
 fn firewall_death(e: &Event) -> Death {

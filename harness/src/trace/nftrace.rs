@@ -142,12 +142,14 @@ pub struct TraceTables<'a> {
 impl Drop for TraceTables<'_> {
     fn drop(&mut self) {
         for (_, ns) in &self.namespaces {
-            let _ = nft::run(
-                Path::new("nft"),
-                Some(ns),
-                &["delete", "table", "inet", &self.table],
-                None,
-            );
+            for family in ["inet", "bridge", "netdev"] {
+                let _ = nft::run(
+                    Path::new("nft"),
+                    Some(ns),
+                    &["delete", "table", family, &self.table],
+                    None,
+                );
+            }
         }
     }
 }
@@ -178,8 +180,11 @@ const MARKER_WAIT: Duration = Duration::from_secs(30);
 /// namespace where the kernel's routes say the packet dies, when it is not
 /// the first: once the probe has passed that namespace's prerouting
 /// untouched, the probe's answer is not waited for (see [`certain`]).
+/// `devices`: per namespace, the devices the probe enters it by, whose
+/// netdev ingress chains are traced too.
 pub fn trace(
     namespaces: &[(String, &File)],
+    devices: &[Vec<String>],
     matchers: &[String],
     dies_at: Option<usize>,
     send: impl FnOnce() -> Sent,
@@ -196,6 +201,14 @@ pub fn trace(
         nft::load(Path::new("nft"), Some(ns), &ruleset)
             .map_err(|e| format!("{role}: cannot add the trace table: {e}"))?;
         tables.namespaces.push((role.clone(), ns));
+    }
+    // The bridge and netdev families' hooks, best effort (a kernel without
+    // them traces the rest).
+    for (i, (_, ns)) in namespaces.iter().enumerate() {
+        let devices = devices.get(i).map(Vec::as_slice).unwrap_or_default();
+        for early in early_rulesets(&table, matchers, devices) {
+            let _ = nft::load(Path::new("nft"), Some(ns), &early);
+        }
     }
     let mut monitors = start_monitors(namespaces)?;
     marker(&mut monitors, namespaces, &table, "ready", &mut Vec::new())?;
@@ -251,6 +264,31 @@ fn ruleset(table: &str, matchers: &[String]) -> String {
     ruleset.push_str(&chain("late", "prerouting", "2147483647", matchers));
     ruleset.push_str("}\n");
     ruleset
+}
+
+/// The trace's own tables in the families whose hooks come before inet's:
+/// bridge prerouting (a bridge-family filter's drop) and netdev ingress on
+/// each of `devices` (a drop on a device's ingress hook), so their rules
+/// show in the trace with their handles.
+fn early_rulesets(table: &str, matchers: &[String], devices: &[String]) -> Vec<String> {
+    const FIRST: &str = "-2147483647";
+    let bridge = format!(
+        "table bridge {table} {{\n{}}}\n",
+        chain("pre", "prerouting", FIRST, matchers)
+    );
+    let ingress: String = devices
+        .iter()
+        .enumerate()
+        .map(|(i, dev)| {
+            let hook = format!("ingress device \"{dev}\"");
+            chain(&format!("in{i}"), &hook, FIRST, matchers)
+        })
+        .collect();
+    let mut out = vec![bridge];
+    if !ingress.is_empty() {
+        out.push(format!("table netdev {table} {{\n{ingress}}}\n"));
+    }
+    out
 }
 
 fn chain(name: &str, hook: &str, priority: &str, matchers: &[String]) -> String {

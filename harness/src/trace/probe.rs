@@ -66,7 +66,9 @@ pub fn default_size(dst: IpAddr, proto: Proto) -> u32 {
     }
 }
 
-const PAYLOAD: &[u8] = b"cnilab trace";
+/// 13 bytes: no other probe has the length it gives (41 and 61 bytes;
+/// 60 is a TCP SYN's), which the kernel's drop reasons filter on.
+const PAYLOAD: &[u8] = b"cnilab trace.";
 
 /// A probe on its way: it ends by itself within [`WAIT`], or earlier when
 /// stopped (once the trace is certain of its fate, the answer, which never

@@ -53,6 +53,26 @@ pub fn render(t: &Trace) -> String {
             f.namespace, f.table, f.chain, f.what
         );
     }
+    if !t.devices.is_empty() {
+        let crossed: Vec<String> = t
+            .devices
+            .iter()
+            .map(|d| format!("{} {}/{}", d.direction, d.namespace, d.device))
+            .collect();
+        let _ = writeln!(s, "  kernel: {}", crossed.join(" → "));
+    }
+    match (&t.kernel_drop, &t.drop_reasons_skipped) {
+        (Some(d), _) => {
+            let _ = writeln!(s, "  kernel: {}", d.describe());
+        }
+        (None, Some(why)) => {
+            let _ = writeln!(s, "  kernel drop reasons: SKIP: {why}");
+        }
+        (None, None) => {}
+    }
+    if let Some(r) = &t.reply_drop {
+        let _ = writeln!(s, "  kernel: its answer was {}", r.describe());
+    }
     match (t.verdict, &t.death, &t.reason) {
         (Verdict::Died, Some(d), _) => {
             let at = match &d.node {

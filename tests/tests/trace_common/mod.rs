@@ -118,7 +118,7 @@ pub fn assert_arrived(t: &(Option<i32>, Value), to: &str) {
         .cloned()
         .unwrap_or_default();
     assert_eq!(last["namespace"], to, "{v:#}");
-    assert_eq!(v["schemaVersion"], 1);
+    assert_eq!(v["schemaVersion"], 2);
 }
 
 /// `lab check` on the lab FAILs (exit 1) and names the cause: its id, the
@@ -220,4 +220,25 @@ pub fn up_topology(label: &str, file: &str) -> Standing {
     ]);
     assert!(out.status.success(), "{file}: {}", all(&out));
     lab
+}
+
+/// The kernel's drop in a trace: reason, namespace and device; the devices
+/// the probe crossed end where it was dropped.
+pub fn assert_kernel_drop(v: &Value, reason: &str, namespace: &str, device: &str) {
+    let k = &v["kernelDrop"];
+    assert_eq!(k["reason"], reason, "{v:#}");
+    assert_eq!(k["namespace"], namespace, "{v:#}");
+    assert_eq!(k["device"], device, "{v:#}");
+    assert!(
+        k["function"].as_str().is_some_and(|f| !f.is_empty()),
+        "{v:#}"
+    );
+    let last = v["devices"]
+        .as_array()
+        .and_then(|d| d.last())
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(last["namespace"], namespace, "{v:#}");
+    assert_eq!(last["device"], device, "{v:#}");
+    assert_eq!(v["schemaVersion"], 2);
 }

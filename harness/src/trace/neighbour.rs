@@ -1,0 +1,139 @@
+//! After a probe that did not arrive: the next hop the kernel could not
+//! resolve, and what on the neighbour's side keeps it from resolving
+//! (`arp_ignore`, `arp_announce`, a queue that drops its requests).
+
+use super::{counters, Death, Hop, World};
+use std::net::IpAddr;
+
+/// After a probe that did not arrive: the first hop whose next hop the
+/// kernel could not resolve (its neighbour entry INCOMPLETE or FAILED).
+pub(super) fn unresolved(world: &World, hops: &[Hop], src: Option<IpAddr>) -> Option<Death> {
+    use rtnetlink::packet_route::neighbour::NeighbourState;
+    hops.iter().find_map(|h| {
+        let (oif, next) = (h.oif.as_deref()?, h.next_hop?);
+        let file = world.file(&h.namespace)?;
+        let oif_name = oif.to_string();
+        let state = cnilab_net::netns::netlink_job(file, move |handle| async move {
+            let index = cnilab_net::nl::link_by_name(&handle, &oif_name)
+                .await?
+                .map(|l| l.index);
+            let all = cnilab_net::nl::neighbours(&handle).await?;
+            Ok(all
+                .into_iter()
+                .find(|n| n.addr == next && Some(n.index) == index)
+                .map(|n| n.message.header.state))
+        })
+        .ok()??;
+        let failed = matches!(state, NeighbourState::Incomplete | NeighbourState::Failed);
+        failed.then(|| {
+            let owner = world.owner(next).unwrap_or_else(|| "nobody".into());
+            if let Some(d) = arp_ignored(world, &owner, next) {
+                return d;
+            }
+            if let Some(d) = arp_announced(world, h, (&owner, next), src) {
+                return d;
+            }
+            // The device and, for a bridge, its ports (where a request leaves).
+            let devs: Vec<String> = std::iter::once(oif.to_string())
+                .chain(
+                    world
+                        .ports(&h.namespace, oif)
+                        .iter()
+                        .map(|l| l.name.clone()),
+                )
+                .collect();
+            if let Some((object, drops, check)) =
+                counters::dropping_qdisc(&h.namespace, file, &devs)
+            {
+                let mut d = Death::new(
+                    &h.namespace,
+                    "qdisc-drop",
+                    &object,
+                    &format!(
+                        "{next} on {oif} stays {state}: {object} has dropped {drops} packets, \
+                         its ARP/NDP requests among them"
+                    ),
+                );
+                d.check = check;
+                return d;
+            }
+            let announce = world.sysctl(&h.namespace, &format!("net/ipv4/conf/{oif}/arp_announce"));
+            let mut d = Death::new(
+                &h.namespace,
+                "neighbour-failed",
+                &format!("neighbour {next} dev {oif}"),
+                &format!(
+                    "{next} on {oif} is {state}: {owner} does not answer ARP/NDP for it \
+                     (arp_announce on {oif}: {announce})"
+                ),
+            );
+            d.check = format!("ip neigh show {next} dev {oif}");
+            d
+        })
+    })
+}
+
+/// The owner of an IPv4 next hop that ignores every ARP request
+/// (arp_ignore 8, on `all` or on its link): what keeps the neighbour from
+/// resolving.
+fn arp_ignored(world: &World, owner: &str, ip: IpAddr) -> Option<Death> {
+    if !ip.is_ipv4() {
+        return None;
+    }
+    let dev = world.holder(owner, ip)?.name.clone();
+    let value = |on: &str| world.sysctl(owner, &format!("net/ipv4/conf/{on}/arp_ignore"));
+    let (all, own) = (value("all"), value(&dev));
+    let key = if all == "8" {
+        "net/ipv4/conf/all/arp_ignore".to_string()
+    } else if own == "8" {
+        format!("net/ipv4/conf/{dev}/arp_ignore")
+    } else {
+        return None;
+    };
+    let mut d = Death::new(
+        owner,
+        "arp-ignore",
+        &key,
+        &format!("{owner} ignores every ARP request for {ip} (arp_ignore all={all} {dev}={own})"),
+    );
+    d.check = format!("sysctl {}", key.replace('/', "."));
+    Some(d)
+}
+
+/// An IPv4 next hop whose owner answers only ARP requests from its own
+/// subnet (arp_ignore 2), asked by `hop`'s namespace with a sender address
+/// outside it (`src`, the packet's source, when that namespace holds it):
+/// the namespace's arp_announce below 2 lets the request carry the
+/// packet's own source (a route's `src` on another link) instead of an
+/// address of the link it leaves by.
+fn arp_announced(
+    world: &World,
+    hop: &Hop,
+    (owner, ip): (&str, IpAddr),
+    src: Option<IpAddr>,
+) -> Option<Death> {
+    let (ns, oif, src) = (&hop.namespace, hop.oif.as_deref()?, src?);
+    let dev = world.holder(owner, ip)?;
+    let subnet = dev.addresses.iter().find(|a| a.addr() == ip)?.trunc();
+    let number = |v: String| v.parse::<u8>().unwrap_or(0);
+    let ignore = |on: &str| number(world.sysctl(owner, &format!("net/ipv4/conf/{on}/arp_ignore")));
+    let announce = |on: &str| number(world.sysctl(ns, &format!("net/ipv4/conf/{on}/arp_announce")));
+    let outside = !subnet.contains(&src) && world.owns(ns, src);
+    let (all, own) = (announce("all"), announce(oif));
+    if !ip.is_ipv4() || !outside || ignore("all").max(ignore(&dev.name)) != 2 || all.max(own) >= 2 {
+        return None;
+    }
+    let key = format!("net/ipv4/conf/{oif}/arp_announce");
+    let mut d = Death::new(
+        ns,
+        "arp-announce",
+        &key,
+        &format!(
+            "{ns} asks for {ip} on {oif} from {src} (arp_announce all={all} {oif}={own}), and \
+             {owner} answers only requests from {subnet} (arp_ignore 2 on {})",
+            dev.name
+        ),
+    );
+    d.check = format!("sysctl {}", key.replace('/', "."));
+    Some(d)
+}
