@@ -1,5 +1,5 @@
-//! One output convention for every `cnilab` command (issue 15, "One CLI
-//! convention"):
+//! One output convention for every `cnilab` command (docs: "CLI
+//! conventions"):
 //! - [`Format`]: `-o, --output table|json|junit`;
 //! - [`json`]: the JSON envelope (`schemaVersion`, `kind`, then the report's
 //!   own fields, objects rather than tuple arrays);
