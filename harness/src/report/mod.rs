@@ -164,7 +164,7 @@ pub mod exit {
     pub const INCONCLUSIVE: u8 = 3;
 }
 
-/// The exit-code paragraph of every `--help` and the README.
+/// The exit-code paragraph of every `--help` (and of docs/src/cli/conventions.md).
 #[macro_export]
 macro_rules! exit_codes_help {
     () => {
