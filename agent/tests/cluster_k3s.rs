@@ -13,7 +13,7 @@ run `cargo test -p cnilab-agent --features cluster-tests --test cluster_k3s`";
 /// shows in the test output; run with `--ignored`, it fails with the reason.
 #[cfg(not(feature = "cluster-tests"))]
 #[test]
-#[ignore = "opt-in: needs root and a Docker engine; run with `--features cluster-tests` (see README, Testing)"]
+#[ignore = "opt-in: needs root and a Docker engine; run with `--features cluster-tests` (see docs/src/testing.md)"]
 fn agent_routes_nodes_created_through_the_api() {
     panic!("built without the `cluster-tests` feature: {OPT_IN}");
 }

@@ -8,8 +8,8 @@
 //! user's file or directory always overrides); a relative path that does
 //! not exist and names a repository asset (`lab/scenarios/missing-route.toml`,
 //! `tests/corpus`, `lab/topologies/../configs/x.tmpl`) reads the built-in
-//! copy. So every example in `--help` and the README works from any
-//! directory.
+//! copy. So every example in `--help`, the README and the book (`docs/`) works
+//! from any directory.
 
 use std::io;
 use std::path::{Component, Path, PathBuf};

@@ -1,4 +1,4 @@
-//! The one CLI convention (issue 15): examples and exit codes in every
+//! The one CLI convention: examples and exit codes in every
 //! `--help`, help text on every flag, `-o table|json[|junit]` with a
 //! `schemaVersion`, exit 2 on usage errors, shell completions.
 

@@ -314,7 +314,7 @@ fn cnilab_bridge_with_host_local_passes_with_evidence() {
 
 /// Debian's plugins in the configs of `harness/examples/debian-*`: no false
 /// FAIL; what they genuinely do differently is a WARN or SKIP with the
-/// reason (the README lists them).
+/// reason (docs/src/conformance.md lists them).
 #[rstest]
 #[case::ptp("debian-ptp.conflist", None, 26)]
 #[case::macvlan("debian-macvlan.conflist", Some("macvlan-host-setup.sh"), 28)]

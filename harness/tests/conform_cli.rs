@@ -187,7 +187,7 @@ fn one_root_cause_comes_first_with_the_rules_it_explains_and_each_rule_its_fix()
     }
 }
 
-/// A JSON report as the README promises: objects, not Rust's tuples
+/// A JSON report as docs/src/cli/conventions.md promises: objects, not Rust's tuples
 /// (`[["CNI_COMMAND","ADD"],…]`), and lowercase enum values, never
 /// `"Fail"` or an externally tagged `{"Crashed": …}`.
 fn assert_plain_json(v: &serde_json::Value, path: &str) {

@@ -275,7 +275,7 @@ fn reference_bridge_and_host_local_survive_a_short_soak_without_duplicates() {
     let mut o = options(Path::new("/usr/lib/cni"), &conf, 24);
     o.kill_rate = 0.3;
     let r = soak::run(&o).expect("soak runs");
-    // What the reference leaks is reported, not asserted (see the README);
+    // What the reference leaks is reported, not asserted (docs/src/cli/soak.md);
     // two live pods with one address would be a defect of either side.
     eprintln!("{}", r.table());
     assert_eq!(r.steps, 24);

@@ -1,6 +1,6 @@
 //! The capture figures (a bench, not a timed test: it asserts what the
-//! capture holds, never how long it took), for the README's Performance
-//! section:
+//! capture holds, never how long it took), for docs/src/performance.md
+//! ("Capture"):
 //!
 //! ```sh
 //! cargo build --release -p cnilab-harness --bin cnilab

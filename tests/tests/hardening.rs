@@ -1,4 +1,4 @@
-//! Root tests of the second adversarial round (issue 25), plugin side: the
+//! Root tests of the second adversarial round (SECURITY.md), plugin side: the
 //! built `cnilab-bridge` executed the way a runtime executes it, inside
 //! throwaway namespaces, next to the reference plugins of /usr/lib/cni.
 //! Each test reproduces one attack and asserts what the plugin must keep.

@@ -1331,7 +1331,7 @@ fn an_unknown_placeholder_exits_2_and_builds_nothing() {
     assert_no_leftovers(pid);
 }
 
-/// The README's bring-your-own-plugin examples: the reference `ptp`
+/// The bring-your-own-plugin examples of docs/src/cli/lab.md: the reference `ptp`
 /// plugin, and a plugin in shell (with host-local from a second directory).
 #[rstest]
 #[case::reference_ptp("/usr/lib/cni", "lab/configs/lab-ptp.conflist.tmpl")]

@@ -250,7 +250,7 @@ fn two_pods_ping_through_the_bridge(#[case] family: &str) {
     );
 }
 
-/// Issue 23: an ADD asks the kernel only what it needs. The bridge's
+/// An ADD asks the kernel only what it needs. The bridge's
 /// gateway is added when it is missing (also after it was removed by hand)
 /// and never sent again when it is there; the host veth's MAC comes from
 /// its creation, not from a lookup.
@@ -741,7 +741,7 @@ fn ruleset(host: &Netns) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Issue 23: once a node's masquerade table holds the config's rules, a
+/// Once a node's masquerade table holds the config's rules, a
 /// pod's ADD and DEL change its set over netlink and start no `nft`
 /// process (an `nft` first on PATH that refuses to run proves it); a
 /// config whose rules differ still gets them rebuilt.
@@ -809,7 +809,7 @@ fn masquerade_after_the_first_add_starts_no_nft_process() {
     lab.del_ok("masq-c", Some(third.path()), &changed);
 }
 
-/// Issue 11, point 2: a DEL for a container that was never added, with a
+/// A DEL for a container that was never added, with a
 /// `prevResult` forged to list another pod's address, leaves that pod's
 /// masquerade entry: DEL takes addresses from its own records only.
 #[test]
@@ -831,7 +831,7 @@ fn del_with_a_forged_prev_result_keeps_the_other_pods_masquerade() {
     assert!(!ruleset(&lab.host).contains(&ip.to_string()));
 }
 
-/// Issue 11, point 1: a DEL for a container that was never added, pointed
+/// A DEL for a container that was never added, pointed
 /// at another pod's namespace, leaves the pod's interface, host veth,
 /// record and masquerade entry alone, and says why in its log.
 #[test]
@@ -871,7 +871,7 @@ fn del_of_another_attachment_leaves_the_pod_its_record_and_masquerade() {
     assert!(!ruleset(&lab.host).contains(&ip.to_string()));
 }
 
-/// Issue 11, point 3: a second ADD with the same container ID and ifname
+/// A second ADD with the same container ID and ifname
 /// in another namespace is refused with code 104 and changes nothing: the
 /// first pod keeps its interface, the store keeps one record and its cursor.
 #[test]
@@ -918,7 +918,7 @@ fn second_add_of_an_attachment_in_another_netns_is_refused() {
     lab.del_ok("twin", Some(first_pod.path()), &conf);
 }
 
-/// Issue 11, point 5: two networks on one bridge. GC and DEL of network A
+/// Two networks on one bridge. GC and DEL of network A
 /// never remove network B's host veth.
 #[test]
 fn gc_and_del_of_one_network_leave_another_networks_pods_on_a_shared_bridge() {
@@ -971,7 +971,7 @@ fn gc_and_del_of_one_network_leave_another_networks_pods_on_a_shared_bridge() {
     assert!(!lab.host_has_link(&veth_b));
 }
 
-/// Issue 11, point 12: temporary files a killed ADD left behind are
+/// Temporary files a killed ADD left behind are
 /// removed by the next ADD and by GC.
 #[test]
 fn stale_temporary_files_are_removed_by_add_and_gc() {
@@ -1014,7 +1014,7 @@ fn stale_temporary_files_are_removed_by_add_and_gc() {
     lab.del_ok("temps", Some(pod.path()), &conf);
 }
 
-/// Issue 11, point 10: a `CNI_*` value that is not UTF-8 is refused with
+/// A `CNI_*` value that is not UTF-8 is refused with
 /// code 4 (never turned into another name), and a newline in `CNI_NETNS`
 /// cannot forge a log line, on stderr or in `logFile`.
 #[test]

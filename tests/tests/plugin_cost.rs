@@ -1,5 +1,5 @@
 //! Root tests of the work one `cnilab-bridge` ADD does besides the
-//! kernel's (issue 23): traced with strace, they pin down the threads,
+//! kernel's: traced with strace, they pin down the threads,
 //! processes and file writes of an ADD on a ready node, so a cut made for
 //! speed is not silently undone, and the order it relies on (the
 //! attachment's cache, with its address, before any link) holds.

@@ -369,7 +369,7 @@ fn mkfifo(path: &Path) {
     assert!(status.success(), "mkfifo {}", path.display());
 }
 
-/// Issue 11, point 7: symlinks planted in the store (the record temp file,
+/// Symlinks planted in the store (the record temp file,
 /// the cursor's temp file, the lock) are never written through: their
 /// targets stay as they were.
 #[test]
@@ -444,7 +444,7 @@ fn the_store_never_writes_through_a_planted_symlink() {
     );
 }
 
-/// Issue 11, point 8: odd files never hang the plugin nor fail DEL and GC
+/// Odd files never hang the plugin nor fail DEL and GC
 /// for good. Records that are a directory, a symlink to a FIFO or to
 /// `/dev/zero` are skipped and logged; a FIFO as the lock file is refused
 /// at once (code 5) and leaves no veth. Each run is limited: a hang is
@@ -510,7 +510,7 @@ fn odd_files_in_the_store_never_hang_nor_block_del_and_gc() {
     assert!(pod.links().expect("links").iter().all(|l| l.name != "eth0"));
 }
 
-/// Issue 11, point 11: a relative `CNI_PATH` entry is never searched, so
+/// A relative `CNI_PATH` entry is never searched, so
 /// a delegated IPAM plugin is never run from the current directory; the
 /// log says the entry was ignored.
 #[test]
@@ -550,7 +550,7 @@ fn relative_cni_path_entries_never_run_a_binary() {
     );
 }
 
-/// Issue 11, point 8: a named FIFO as `CNI_NETNS` (a plain open would block
+/// A named FIFO as `CNI_NETNS` (a plain open would block
 /// forever) is refused with code 4 at once by ADD, DEL and CHECK; nothing
 /// is left behind.
 #[test]

@@ -1,4 +1,4 @@
-//! The fault matrix of `lab check` and `lab trace` (root, issue 22): each
+//! The fault matrix of `lab check` and `lab trace` (root): each
 //! class of fault made by hand (plain `ip`, `bridge`, `nft`, `iptables`,
 //! `tc`, `sysctl`) in ONE standing lab per shape, in turn (make the fault,
 //! `lab check -o json` or `lab trace`, assert the cause id, where it died

@@ -12,7 +12,7 @@ use std::process::ExitCode;
     cnilab capture -o node1.json\n  \
     cnilab capture --redact --redact-key \"$KEY\" -o node1.json\n  \
     cnilab capture --netns cnilab-lab-demo-node1 -o json\n\n\
-    The file's schema: README, section \"Capture a node\".\n\n",
+    The file's schema: `cnilab schema capture` (docs/src/capture-format.md).\n\n",
     crate::exit_codes_help!()))]
 pub struct CaptureCmd {
     /// Where the capture goes: FILE (written at the end, checked before

@@ -688,7 +688,7 @@ const ATTACH_WORKERS: usize = 64;
 /// more ADDs in flight only queue there: with 64, sampled plugin threads
 /// were blocked in rtnetlink handlers (state D) 77% of the time, in the
 /// IPAM flock 0.2%, and each plugin process lived 1 to 1.5 s summed a pod
-/// against 0.1 to 0.15 s with 8, for an attach as fast or faster (issue 23).
+/// against 0.1 to 0.15 s with 8, for an attach as fast or faster.
 const PLUGIN_ATTACH_WORKERS: usize = 8;
 
 /// Labs up to this many pods DEL every pod on the way down; larger ones

@@ -18,7 +18,7 @@ fn ranges_json(cidrs: &[IpNet]) -> String {
 }
 
 /// The placeholders a plugin config template may use, with what each
-/// becomes (`cnilab lab run --help` and the README list the same).
+/// becomes (`cnilab lab run --help` and docs/src/cli/lab.md list the same).
 pub const PLACEHOLDERS: &[(&str, &str)] = &[
     ("node", "the node's name"),
     ("pod_cidr", "the node's IPv4 pod CIDR"),

@@ -1,5 +1,5 @@
-//! One output convention for every `cnilab` command (issue 15, "One CLI
-//! convention"):
+//! One output convention for every `cnilab` command (docs: "CLI
+//! conventions"):
 //! - [`Format`]: `-o, --output table|json|junit`;
 //! - [`json`]: the JSON envelope (`schemaVersion`, `kind`, then the report's
 //!   own fields, objects rather than tuple arrays);
@@ -164,7 +164,7 @@ pub mod exit {
     pub const INCONCLUSIVE: u8 = 3;
 }
 
-/// The exit-code paragraph of every `--help` and the README.
+/// The exit-code paragraph of every `--help` (and of docs/src/cli/conventions.md).
 #[macro_export]
 macro_rules! exit_codes_help {
     () => {

@@ -100,7 +100,7 @@ pub struct Death {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
     /// `blackhole`, `no-route`, `link-down`, `forwarding-off`,
-    /// `firewall-drop`, … (README: "where did my packet die").
+    /// `firewall-drop`, … (docs/src/trace.md).
     pub cause: String,
     pub object: String,
     pub evidence: String,
