@@ -222,17 +222,17 @@ fn routes_and_rules(at: &str, ns: &Namespace) -> Result<(), String> {
 
 fn firewall(at: &str, ns: &Namespace) -> Result<(), String> {
     for (key, value) in &ns.sysctls {
-        let field = format!("{at}.sysctls[{key:?}]");
-        if !crate::model::apply::sysctl_allowed(key)
-            || key.len() > 256
-            || key.chars().any(char::is_control)
-        {
+        // A per-link key holds the link's name, which may hold any byte a
+        // device name may: the key only ever reaches `openat` below the
+        // namespace's `/proc/sys/net`, never a shell or a terminal raw.
+        if !crate::model::apply::sysctl_allowed(key) || key.len() > 256 {
             return refuse(
-                &field,
+                &format!("{at}.sysctls"),
                 key,
                 "not a namespace's networking sysctl (a plain key under net/ipv4, net/ipv6 or net/bridge)",
             );
         }
+        let field = format!("{at}.sysctls[{key:?}]");
         text(&field, value, 256)?;
     }
     for (k, t) in ns.nftables.iter().enumerate() {
@@ -374,7 +374,7 @@ mod tests {
             ),
             (
                 json!({"node": {"sysctls": {"kernel/core_pattern": "|/tmp/x"}}}),
-                "node.sysctls[\"kernel/core_pattern\"]",
+                "node.sysctls \"kernel/core_pattern\"",
             ),
             (
                 json!({"node": {"sysctls": {"net/ipv4/../../kernel/hostname": "x"}}}),

@@ -240,7 +240,7 @@ fn trace(
     }
     let t = crate::lab::trace::run(name, from, to, (proto, port, size), invalid)?;
     if format == Format::Table {
-        print!("{}", crate::trace::render(&t));
+        report::print_human(&crate::trace::render(&t));
     } else {
         println!("{}", serde_json::to_string_pretty(&t)?);
     }
@@ -251,7 +251,7 @@ fn trace(
 fn show(name: &str, format: Format) -> CliResult {
     let model = crate::lab::layout::standing(name)?;
     if format == Format::Table {
-        print!("{}", model.to_text());
+        report::print_human(&model.to_text());
     } else {
         // The model is its own document (versioned by its own
         // `schemaVersion`; captures will be files of it), not a report.
@@ -551,7 +551,7 @@ fn replay_up(files: &[PathBuf], name: &str) -> CliResult {
         saved.nodes.len()
     );
     for n in &not_made {
-        println!("  not made here: {n}");
+        report::print_human(&format!("  not made here: {n}\n"));
     }
     println!(
         "next: `cnilab lab check --name {name}`, `cnilab lab down --name {name}` to remove it"
@@ -567,7 +567,7 @@ fn replay_run(files: &[PathBuf], out: &ReportFlags) -> CliResult {
     crate::lab::cleanup_on_interrupt(None);
     let report = crate::lab::check_replayed("replay", files, groups, true)?;
     for n in &report.not_made {
-        eprintln!("⚠ not made here: {n}");
+        eprintln!("⚠ not made here: {}", report::human(&n.to_string()));
     }
     emit(&report, out)?;
     Ok(std::process::ExitCode::from(report.exit_code()))
