@@ -230,7 +230,11 @@ fn capture_bytes(case: &CaptureCase) -> Vec<u8> {
         Some("oversize") => return Vec::new(),
         Some("deep-node") => {
             return base
-                .replacen("\"node\": {", &format!("\"node\": {{\"x\": {nested}, "), 1)
+                .replacen(
+                    "\"node\": {",
+                    &format!("\"node\": {{\"rules\": {nested}, "),
+                    1,
+                )
                 .into_bytes()
         }
         Some("deep-kind") => {
@@ -341,4 +345,94 @@ fn every_hostile_capture_is_refused_naming_the_field_and_changes_nothing() {
         names.len(),
         failed.join("\n")
     );
+}
+
+/// `cnilab ARGS`' exit code and peak resident memory in KiB (`wait4` of
+/// that one child: other tests' children do not count).
+// The child is reaped by wait4, which clippy cannot see.
+#[allow(clippy::zombie_processes)]
+fn exit_and_peak_kib(args: &[&str]) -> (i32, i64) {
+    let child = std::process::Command::new(workspace_bin("cnilab"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("cnilab runs");
+    let pid = i32::try_from(child.id()).expect("pid");
+    let mut status = 0;
+    // SAFETY: wait4(2) fills the zeroed struct and the status it is given.
+    let mut usage: nix::libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { nix::libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(rc, pid, "wait4");
+    assert!(nix::libc::WIFEXITED(status), "cnilab died: {status}");
+    (nix::libc::WEXITSTATUS(status), usage.ru_maxrss)
+}
+
+/// `path` made of `head`, `item` repeated until `size` bytes, `tail`,
+/// written in chunks (the test's own memory stays small: a child's peak
+/// starts from its parent's).
+fn write_repeated(path: &Path, (head, item, tail): (&str, &str, &str), size: usize) {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).expect("create"));
+    f.write_all(head.as_bytes()).expect("write");
+    let chunk = item.repeat((1 << 16) / item.len().max(1));
+    let mut written = head.len();
+    while written + chunk.len() + tail.len() <= size {
+        f.write_all(chunk.as_bytes()).expect("write");
+        written += chunk.len();
+    }
+    while written + item.len() + tail.len() <= size {
+        f.write_all(item.as_bytes()).expect("write");
+        written += item.len();
+    }
+    f.write_all(tail.as_bytes()).expect("write");
+    f.flush().expect("flush");
+}
+
+/// A junk capture is refused in little memory: one byte over the 64 MiB
+/// limit (real bytes) is refused from its size, and 24 MB of small JSON
+/// objects under `node` (which serde's `flatten` once buffered at ~40
+/// times their size: 2 GiB for 50 MB) is skipped as it streams by. Each
+/// `lab up --capture` exits 2, and its peak resident memory grows by less
+/// than an eighth of the file's size over the peak of refusing a file of
+/// a few bytes (`wait4`'s `ru_maxrss`, which starts from the test
+/// process's own, so both figures carry the same start).
+#[test]
+fn a_junk_capture_is_refused_in_little_memory() {
+    require_root();
+    let dir = tempfile::tempdir().expect("dir");
+    let lab = format!("mem{}", std::process::id() % 100_000);
+    let small = dir.path().join("small.json");
+    std::fs::write(&small, "[]").expect("write");
+    let over = dir.path().join("over.json");
+    let limit = usize::try_from(cnilab_harness::capture::MAX_BYTES).expect("size");
+    write_repeated(&over, ("", "x", ""), limit + 1);
+    let objects = dir.path().join("objects.json");
+    let parts = (
+        "{\"schemaVersion\":1,\"node\":{\"name\":\"n\",\"junk\":[",
+        "{\"a\":1},",
+        "{}]}}",
+    );
+    write_repeated(&objects, parts, 24_000_000);
+    let up = |file: &Path| {
+        let shown = file.display().to_string();
+        exit_and_peak_kib(&["lab", "up", "--name", &lab, "--capture", &shown])
+    };
+    let (code, base) = up(&small);
+    assert_eq!(code, 2);
+    for file in [&over, &objects] {
+        let size_kib =
+            i64::try_from(std::fs::metadata(file).expect("size").len() / 1024).expect("size");
+        let (code, peak) = up(file);
+        eprintln!(
+            "{}: {size_kib} KiB, exit {code}, peak {peak} KiB (a 2-byte file: {base} KiB)",
+            file.display()
+        );
+        assert_eq!(code, 2, "{}", file.display());
+        assert!(
+            peak - base < size_kib / 8,
+            "{}: peak {peak} KiB, {base} KiB for a 2-byte file, for a {size_kib} KiB file",
+            file.display()
+        );
+    }
 }

@@ -295,7 +295,7 @@ impl<R: std::io::Read> std::io::Read for Capped<R> {
 /// The file's bytes as a stream: a regular file of at most [`MAX_BYTES`]
 /// (opened without blocking, so a FIFO is refused rather than waited on),
 /// or a scenario's built-in copy (`crate::assets`).
-fn open_capped(path: &Path) -> Result<Capped<Box<dyn std::io::Read>>, String> {
+fn open_capped(path: &Path) -> Result<impl std::io::Read, String> {
     use std::os::unix::fs::OpenOptionsExt;
     let shown = path.display();
     let opened = std::fs::OpenOptions::new()
@@ -317,7 +317,7 @@ fn open_capped(path: &Path) -> Result<Capped<Box<dyn std::io::Read>>, String> {
                     MAX_BYTES >> 20
                 ));
             }
-            Box::new(std::io::BufReader::new(file))
+            Box::new(file)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match crate::assets::builtin(path) {
             Some(bytes) => Box::new(bytes),
@@ -325,7 +325,11 @@ fn open_capped(path: &Path) -> Result<Capped<Box<dyn std::io::Read>>, String> {
         },
         Err(e) => return Err(format!("{shown}: {e}")),
     };
-    Ok(Capped { inner, read: 0 })
+    // serde_json reads a byte at a time: the buffer is outermost.
+    Ok(std::io::BufReader::with_capacity(
+        1 << 16,
+        Capped { inner, read: 0 },
+    ))
 }
 
 /// Only the version, every other value skipped without being kept.
@@ -338,8 +342,8 @@ struct Version {
 
 /// Reads a capture file: JSON of a schema this cnilab knows, at most
 /// [`MAX_BYTES`], streamed into the typed capture (never whole into
-/// memory, never into a `serde_json::Value`; nesting deeper than
-/// serde_json's 128 levels is refused), then every field checked
+/// memory, never into a `serde_json::Value`; a value nested where none is due refused at its first
+/// byte, nesting deeper than serde_json's 128 levels refused), then every field checked
 /// (`check.rs`).
 pub fn load(path: &Path) -> Result<Capture, String> {
     let shown = path.display();
@@ -423,14 +427,15 @@ mod tests {
             "{e}"
         );
         let deep = dir.path().join("deep.json");
-        // Skipped (an unknown field: serde_json skips without recursing),
-        // buffered (`node` is flattened) or typed (a link's kind): each a
-        // clean error, never a stack overflow.
+        // Skipped where unknown (serde_json skips without recursing, the
+        // model reads `node` without buffering it: `model/wire.rs`), refused
+        // at its first `[` where a string is due: each a clean error, never
+        // a stack overflow.
         let nested = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
         for (at, says) in [
-            (format!("\"x\": {nested}"), "missing field"),
-            (format!("\"node\": {{\"x\": {nested}}}"), "recursion limit"),
-            (format!("\"node\": {{\"name\": \"n\", \"links\": [{{\"name\": \"a\", \"up\": true, \"kind\": {nested}}}]}}"), "recursion limit"),
+            (format!("\"x\": {nested}"), "missing field `provenance`"),
+            (format!("\"node\": {{\"x\": {nested}}}"), "missing field `name`"),
+            (format!("\"node\": {{\"name\": \"n\", \"links\": [{{\"name\": \"a\", \"up\": true, \"kind\": {nested}}}]}}"), "invalid type: sequence, expected a string"),
         ] {
             std::fs::write(&deep, format!("{{\"schemaVersion\": 1, {at}}}")).expect("write");
             let e = load(&deep).expect_err("deep");

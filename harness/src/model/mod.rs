@@ -104,6 +104,7 @@ pub mod placeholder;
 pub mod read;
 pub(crate) mod sysctl;
 mod text;
+mod wire;
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
@@ -129,7 +130,7 @@ pub struct LabModel {
 
 /// A node: its namespace, its pod CIDRs and its pods.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", from = "wire::NodeWire")]
 pub struct Node {
     #[serde(flatten)]
     pub net: Namespace,
@@ -220,7 +221,7 @@ impl<'de> Deserialize<'de> for Backend {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "lowercase", from = "String")]
 pub enum LinkKind {
     Loopback,
     Veth,
@@ -318,6 +319,7 @@ impl Link {
 
 /// The device a macvlan or ipvlan sits on.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "wire::LowerWire")]
 pub struct Lower {
     #[serde(flatten)]
     pub link: VethPeer,
@@ -366,7 +368,7 @@ pub struct Vxlan {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "lowercase", from = "String")]
 pub enum RouteType {
     Unicast,
     Blackhole,
