@@ -575,6 +575,48 @@ fn replay_run(files: &[PathBuf], out: &ReportFlags) -> CliResult {
 
 #[cfg(test)]
 mod tests {
+    /// Every print of text a capture can carry (a model's lines, a trace,
+    /// capture's summary, a not-made entry) goes through `report::human`:
+    /// a print macro of these files that names one of them without
+    /// `human(` fails here. (The behaviour: `tests/tests/lab_replay.rs::
+    /// captured_names_reach_the_terminal_escaped_through_every_command`.)
+    #[test]
+    fn captured_text_is_printed_only_through_the_escaper() {
+        const CARRIERS: &[&str] = &["to_text()", "render(", "summary(", "not_made", "{n}", "{n:"];
+        let mut bypass = Vec::new();
+        for (file, src) in [
+            ("lab.rs", include_str!("lab.rs")),
+            ("capture.rs", include_str!("capture.rs")),
+        ] {
+            let src = src.split("#[cfg(test)]").next().unwrap_or(src);
+            for mac in ["print!(", "println!(", "eprint!(", "eprintln!("] {
+                for (at, _) in src.match_indices(mac) {
+                    let rest = &src[at + mac.len()..];
+                    let mut depth = 1;
+                    let end = rest
+                        .char_indices()
+                        .find(|(_, c)| {
+                            depth += match c {
+                                '(' => 1,
+                                ')' => -1,
+                                _ => 0,
+                            };
+                            depth == 0
+                        })
+                        .map_or(rest.len(), |(i, _)| i);
+                    let args = &rest[..end];
+                    if CARRIERS.iter().any(|c| args.contains(c)) && !args.contains("human(") {
+                        bypass.push(format!("{file}: {mac}{args})"));
+                    }
+                }
+            }
+        }
+        assert!(
+            bypass.is_empty(),
+            "printed without report::human: {bypass:#?}"
+        );
+    }
+
     /// `cnilab lab run --help` documents every placeholder the lab fills in.
     #[test]
     fn help_lists_every_placeholder() {
