@@ -229,9 +229,145 @@ where
         .collect()
 }
 
+/// A file written where others may write too (a shared `/tmp`, a
+/// report's directory), as root: its directory is opened once, the bytes go
+/// to a fresh `.<name>.<pid>-<random>.partial` made there with
+/// `O_CREAT | O_EXCL | O_NOFOLLOW` (a name someone planted, file or
+/// symlink, is never opened: another random name is tried), and
+/// [`Staged::commit`] renames it over `<name>` in the same directory
+/// (`renameat`: a symlink at `<name>` is replaced, never written through).
+/// Dropped uncommitted, the partial file is removed.
+pub struct Staged {
+    dir: std::os::fd::OwnedFd,
+    partial: String,
+    name: std::ffi::OsString,
+    file: Option<std::fs::File>,
+}
+
+/// `O_CREAT | O_EXCL | O_NOFOLLOW` of `name` in `dir`, mode 0644.
+fn create_new_at(dir: &std::os::fd::OwnedFd, name: &str) -> std::io::Result<std::fs::File> {
+    use nix::fcntl::OFlag;
+    let flags =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let mode = nix::sys::stat::Mode::from_bits_truncate(0o644);
+    let fd = nix::fcntl::openat(dir, name, flags, mode)?;
+    Ok(std::fs::File::from(fd))
+}
+
+impl Staged {
+    /// Opens `path`'s directory and makes the partial file there now, so
+    /// that an unwritable place is refused before any work.
+    pub fn new(path: &Path) -> std::io::Result<Staged> {
+        use nix::fcntl::OFlag;
+        let name = path.file_name().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name")
+        })?;
+        let dir_path = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let dir = nix::fcntl::open(dir_path, flags, nix::sys::stat::Mode::empty())?;
+        let mut last = std::io::Error::from(std::io::ErrorKind::AlreadyExists);
+        for _ in 0..16 {
+            let partial = format!(
+                ".{}.{}-{}.partial",
+                name.to_string_lossy(),
+                std::process::id(),
+                random_suffix()?
+            );
+            match create_new_at(&dir, &partial) {
+                Ok(file) => {
+                    return Ok(Staged {
+                        dir,
+                        partial,
+                        name: name.to_os_string(),
+                        file: Some(file),
+                    })
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last)
+    }
+
+    /// Writes `bytes`, syncs and renames the partial file into place.
+    pub fn commit(mut self, bytes: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut file = self.file.take().ok_or(std::io::ErrorKind::NotFound)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        nix::fcntl::renameat(
+            &self.dir,
+            self.partial.as_str(),
+            &self.dir,
+            self.name.as_os_str(),
+        )?;
+        self.partial.clear();
+        Ok(())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.partial.is_empty() {
+            let _ = nix::unistd::unlinkat(
+                &self.dir,
+                self.partial.as_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
+        }
+    }
+}
+
+/// `bytes` as the whole of `path`, through [`Staged`].
+pub fn write_replacing(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    Staged::new(path)?.commit(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A symlink planted at the partial name is never opened (root would
+    /// write through it), and one planted at the final name is replaced by
+    /// the rename, its target untouched; nothing partial is left.
+    #[test]
+    fn a_planted_symlink_is_never_written_through() {
+        let dir = tempfile::tempdir().expect("dir");
+        let target = dir.path().join("precious");
+        std::fs::write(&target, "keep me").expect("write");
+        let opened = nix::fcntl::open(
+            dir.path(),
+            nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY,
+            nix::sys::stat::Mode::empty(),
+        )
+        .expect("dir");
+        std::os::unix::fs::symlink(&target, dir.path().join(".out.json.partial")).expect("symlink");
+        let e = create_new_at(&opened, ".out.json.partial").expect_err("planted");
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}");
+        let out = dir.path().join("out.json");
+        std::os::unix::fs::symlink(&target, &out).expect("symlink");
+        write_replacing(&out, b"new").expect("write");
+        assert_eq!(std::fs::read_to_string(&target).expect("read"), "keep me");
+        assert!(!out.is_symlink());
+        assert_eq!(std::fs::read_to_string(&out).expect("read"), "new");
+        let staged = Staged::new(&dir.path().join("dropped.json")).expect("staged");
+        drop(staged);
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            names
+                .iter()
+                .all(|n| !n.ends_with(".partial") || n == ".out.json.partial"),
+            "{names:?}"
+        );
+    }
 
     #[test]
     fn parallel_map_keeps_order_and_reports_a_panicked_item() {

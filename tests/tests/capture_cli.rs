@@ -381,3 +381,45 @@ fn not_root_exits_2_with_the_fix() {
         all(&out)
     );
 }
+
+/// `-o DIR/node.json` in a directory others can write (a shared `/tmp`):
+/// a symlink planted at the partial name cnilab once opened with
+/// create+truncate (`.node.json.partial`), and one at the final name, are
+/// never written through; the capture replaces the final symlink by its
+/// file and leaves no partial file of its own.
+#[test]
+fn a_symlink_planted_beside_the_output_is_not_written_through() {
+    let _host = host_untouched();
+    require_root();
+    let ns = cnilab_harness::netns::Netns::with_label("capo").expect("netns");
+    let dir = tempfile::tempdir().expect("tmp");
+    let target = dir.path().join("precious");
+    std::fs::write(&target, "keep me").expect("write");
+    let partial = dir.path().join(".node.json.partial");
+    let file = dir.path().join("node.json");
+    std::os::unix::fs::symlink(&target, &partial).expect("symlink");
+    std::os::unix::fs::symlink(&target, &file).expect("symlink");
+    let out = cnilab_tests::cnilab(&[
+        "capture",
+        "--netns",
+        &ns.path().display().to_string(),
+        "--node-name",
+        "n1",
+        "-o",
+        &file.display().to_string(),
+    ]);
+    assert!(out.status.success(), "{}", all(&out));
+    assert_eq!(std::fs::read_to_string(&target).expect("read"), "keep me");
+    assert!(partial.is_symlink(), "the planted link is left as it was");
+    assert!(!file.is_symlink(), "the final symlink is replaced");
+    let c: Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("file")).expect("JSON");
+    assert_eq!(c["node"]["name"], "n1");
+    let left: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("list")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".partial") && n != ".node.json.partial")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -667,3 +667,68 @@ fn a_replay_reaches_the_outside_where_the_nodes_gateway_is(
     let shown = String::from_utf8_lossy(&addrs.stdout);
     assert!(shown.contains(&format!(" {external}/")), "{shown}");
 }
+
+/// A captured link name holding an escape sequence (the kernel takes one;
+/// a pod with CAP_NET_ADMIN can name its links so) is replayed as it is,
+/// and no command that prints captured names lets it reach the terminal
+/// raw: the "not made here" lines of `lab up` and `lab run`, `lab show`,
+/// `lab trace`, `lab status`, `lab check`. Each prints the name escaped
+/// (`\u{1b}`), so the test sees that the name was printed at all.
+#[test]
+fn captured_names_reach_the_terminal_escaped_through_every_command() {
+    let _host = host_untouched();
+    require_root();
+    let dir = tempfile::tempdir().expect("dir");
+    let base = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../lab/scenarios/captures/calico-proxy-arp-off");
+    let read = |f: &str| std::fs::read_to_string(base.join(f)).expect("read");
+    // `cali\x1b[31mx`: 10 bytes, a device name the kernel takes.
+    let n1 = read("node1.json").replace("cali10f00d", "cali\\u001b[31mx");
+    let mut v: serde_json::Value = serde_json::from_str(&n1).expect("json");
+    v["node"]["sysctls"]["net/ipv4/conf/cali\u{1b}[31mx/cnilab_no_such_key"] = "1".into();
+    let (f1, f2) = (dir.path().join("n1.json"), dir.path().join("n2.json"));
+    std::fs::write(&f1, v.to_string()).expect("write");
+    std::fs::write(&f2, read("node2.json")).expect("write");
+    let (f1, f2) = (f1.display().to_string(), f2.display().to_string());
+    let name = format!("esc{}", std::process::id() % 100_000);
+    let raw = |what: &str, out: &std::process::Output, escaped: bool| {
+        let all = [out.stdout.as_slice(), out.stderr.as_slice()].concat();
+        assert!(
+            !all.contains(&0x1b),
+            "{what}: a raw ESC: {}",
+            output_text(out)
+        );
+        if escaped {
+            assert!(
+                output_text(out).contains("cali\\u{1b}[31mx"),
+                "{what}: the name is not shown: {}",
+                output_text(out)
+            );
+        }
+    };
+    let up = cnilab(&["lab", "up", "--name", &name, "--capture", &f1, &f2]);
+    let _lab = Up(name.clone());
+    assert!(up.status.success(), "{}", output_text(&up));
+    raw("lab up", &up, true);
+    assert!(
+        output_text(&up).contains("not made here"),
+        "{}",
+        output_text(&up)
+    );
+    raw("lab show", &cnilab(&["lab", "show", "--name", &name]), true);
+    let (a, b) = ("node-25d212ce-pod0", "node-25d212ce-pod1");
+    raw(
+        "lab trace",
+        &cnilab(&["lab", "trace", "--name", &name, a, b]),
+        true,
+    );
+    raw(
+        "lab status",
+        &cnilab(&["lab", "status", "--name", &name]),
+        false,
+    );
+    let check = cnilab(&["lab", "check", "--name", &name, "--only", "pod-to-pod"]);
+    raw("lab check", &check, true);
+    let run = cnilab(&["lab", "run", "--capture", &f1, &f2, "--only", "pod-to-pod"]);
+    raw("lab run", &run, true);
+}

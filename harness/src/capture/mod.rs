@@ -49,6 +49,7 @@
 //! `iptables-legacy-save` only where `/proc/net/ip_tables_names` lists
 //! tables. The root tests assert each namespace is the same before and after.
 
+mod check;
 mod discover;
 pub mod redact;
 
@@ -265,26 +266,119 @@ fn rfc3339(t: std::time::SystemTime) -> String {
     )
 }
 
-/// Reads a capture file: JSON of a schema this cnilab knows.
-pub fn load(path: &Path) -> Result<Capture, String> {
-    // A scenario's captures may be built-in copies (`crate::assets`).
-    let text =
-        crate::assets::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
-    let version = v["schemaVersion"].as_u64().unwrap_or(0);
-    if version > u64::from(SCHEMA_VERSION) {
-        return Err(format!(
-            "{}: schemaVersion {version} is newer than this cnilab's {SCHEMA_VERSION}; use a newer cnilab",
-            path.display()
-        ));
+/// The largest capture file [`load`] reads: 64 MiB. A node of 512 pods
+/// with a few thousand kube-proxy rules is a few MiB; a bigger file is
+/// refused before one byte of it is parsed.
+pub const MAX_BYTES: u64 = 64 << 20;
+
+/// A reader that fails once more than [`MAX_BYTES`] came through (a file
+/// that grows while it is read, or one `stat` cannot size).
+struct Capped<R> {
+    inner: R,
+    read: u64,
+}
+
+impl<R: std::io::Read> std::io::Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        if self.read > MAX_BYTES {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("larger than the {} MiB a capture may be", MAX_BYTES >> 20),
+            ));
+        }
+        Ok(n)
     }
-    serde_json::from_value(v).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The file's bytes as a stream: a regular file of at most [`MAX_BYTES`]
+/// (opened without blocking, so a FIFO is refused rather than waited on),
+/// or a scenario's built-in copy (`crate::assets`).
+fn open_capped(path: &Path) -> Result<impl std::io::Read, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let shown = path.display();
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path);
+    let inner: Box<dyn std::io::Read> = match opened {
+        Ok(file) => {
+            let meta = file.metadata().map_err(|e| format!("{shown}: {e}"))?;
+            if !meta.is_file() {
+                return Err(format!(
+                    "{shown}: not a regular file; give a capture file (cnilab capture -o FILE)"
+                ));
+            }
+            if meta.len() > MAX_BYTES {
+                return Err(format!(
+                    "{shown}: {} bytes, larger than the {} MiB a capture may be",
+                    meta.len(),
+                    MAX_BYTES >> 20
+                ));
+            }
+            Box::new(file)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match crate::assets::builtin(path) {
+            Some(bytes) => Box::new(bytes),
+            None => return Err(format!("{shown}: {e}")),
+        },
+        Err(e) => return Err(format!("{shown}: {e}")),
+    };
+    // serde_json reads a byte at a time: the buffer is outermost.
+    Ok(std::io::BufReader::with_capacity(
+        1 << 16,
+        Capped { inner, read: 0 },
+    ))
+}
+
+/// Only the version, every other value skipped without being kept.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Version {
+    #[serde(default)]
+    schema_version: serde_json::Value,
+}
+
+/// Reads a capture file: JSON of a schema this cnilab knows, at most
+/// [`MAX_BYTES`], streamed into the typed capture (never whole into
+/// memory, never into a `serde_json::Value`; a value nested where none is due refused at its first
+/// byte, nesting deeper than serde_json's 128 levels refused), then every field checked
+/// (`check.rs`).
+pub fn load(path: &Path) -> Result<Capture, String> {
+    let shown = path.display();
+    let newer = |v: u64| {
+        format!("{shown}: schemaVersion {v} is newer than this cnilab's {SCHEMA_VERSION}; use a newer cnilab")
+    };
+    let parsed: Result<Capture, _> = serde_json::from_reader(open_capped(path)?);
+    let capture = match parsed {
+        Ok(c) => c,
+        Err(e) => {
+            // A newer file may differ anywhere: say so rather than the field.
+            let version: Option<Version> = serde_json::from_reader(open_capped(path)?).ok();
+            let v = version.and_then(|v| v.schema_version.as_u64()).unwrap_or(0);
+            if v > u64::from(SCHEMA_VERSION) {
+                return Err(newer(v));
+            }
+            return Err(match e.classify() {
+                serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+                    format!("{shown}: not JSON: {e}")
+                }
+                _ => format!("{shown}: {e}"),
+            });
+        }
+    };
+    if capture.schema_version > SCHEMA_VERSION {
+        return Err(newer(u64::from(capture.schema_version)));
+    }
+    check::check(&capture).map_err(|e| format!("{shown}: {e}"))?;
+    Ok(capture)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
 
     #[test]
     fn rfc3339_is_the_civil_date() {
@@ -318,6 +412,45 @@ mod tests {
         std::fs::write(&file, r#"{"schemaVersion": 1, "provenance": {}}"#).expect("write");
         assert!(load(&file).expect_err("truncated").contains("node.json"));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_oversize_a_deep_or_a_special_file_is_refused_before_parsing() {
+        let dir = tempfile::tempdir().expect("dir");
+        let big = dir.path().join("big.json");
+        let f = std::fs::File::create(&big).expect("create");
+        // Sparse: the size is refused from `stat`, nothing is read.
+        f.set_len(MAX_BYTES + 1).expect("set_len");
+        let e = load(&big).expect_err("oversize");
+        assert!(
+            e.contains("larger than the 64 MiB") && e.contains("big.json"),
+            "{e}"
+        );
+        let deep = dir.path().join("deep.json");
+        // Skipped where unknown (serde_json skips without recursing, the
+        // model reads `node` without buffering it: `model/wire.rs`), refused
+        // at its first `[` where a string is due: each a clean error, never
+        // a stack overflow.
+        let nested = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        for (at, says) in [
+            (format!("\"x\": {nested}"), "missing field `provenance`"),
+            (format!("\"node\": {{\"x\": {nested}}}"), "missing field `name`"),
+            (format!("\"node\": {{\"name\": \"n\", \"links\": [{{\"name\": \"a\", \"up\": true, \"kind\": {nested}}}]}}"), "invalid type: sequence, expected a string"),
+        ] {
+            std::fs::write(&deep, format!("{{\"schemaVersion\": 1, {at}}}")).expect("write");
+            let e = load(&deep).expect_err("deep");
+            assert!(e.contains(says) && e.contains("deep.json"), "{says}: {e}");
+        }
+        let fifo = dir.path().join("fifo.json");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        let e = load(&fifo).expect_err("fifo");
+        assert!(e.contains("not a regular file"), "{e}");
+        let grows = Capped {
+            inner: std::io::repeat(b' ').take(MAX_BYTES + 10),
+            read: 0,
+        };
+        let e = serde_json::from_reader::<_, Capture>(grows).expect_err("endless");
+        assert!(e.to_string().contains("64 MiB"), "{e}");
     }
 
     #[test]

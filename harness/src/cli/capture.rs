@@ -2,6 +2,7 @@
 
 use super::CliResult;
 use crate::capture::{self, Capture, Options};
+use crate::report;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -52,7 +53,7 @@ enum Sink {
     Table,
     Json,
     /// The final path and the partial file that proves it is writable.
-    File(PathBuf, PathBuf),
+    File(PathBuf, crate::util::Staged),
 }
 
 impl CaptureCmd {
@@ -61,24 +62,20 @@ impl CaptureCmd {
             "table" => Sink::Table,
             "json" => Sink::Json,
             path => {
-                let (path, partial) = writable(Path::new(path))?;
-                Sink::File(path, partial)
+                let (path, staged) = writable(Path::new(path))?;
+                Sink::File(path, staged)
             }
         };
-        let result = self.capture();
-        let written = match (&sink, result) {
-            (Sink::File(path, partial), Ok(c)) => write(&c, path, partial).map(|_| c),
-            (Sink::File(_, partial), Err(e)) => {
-                let _ = std::fs::remove_file(partial);
-                Err(e)
-            }
-            (_, r) => r,
-        };
-        let c = written?;
+        // A failed capture drops the staged file, which removes it.
+        let c = self.capture()?;
         match sink {
             Sink::Json => println!("{}", serde_json::to_string_pretty(&c)?),
-            Sink::Table => print!("{}", summary(&c)),
-            Sink::File(path, _) => println!("{}written to {}", summary(&c), path.display()),
+            Sink::Table => report::print_human(&summary(&c)),
+            Sink::File(path, staged) => {
+                write(&c, &path, staged)?;
+                let done = format!("{}written to {}\n", summary(&c), path.display());
+                report::print_human(&done);
+            }
         }
         Ok(ExitCode::SUCCESS)
     }
@@ -106,35 +103,30 @@ impl CaptureCmd {
 }
 
 /// `-o FILE`: its directory must exist and take a file; the partial file
-/// created there now is renamed over FILE at the end.
-fn writable(path: &Path) -> Result<(PathBuf, PathBuf), String> {
+/// made there now (`util::Staged`: no symlink or planted file is followed)
+/// is renamed over FILE at the end.
+fn writable(path: &Path) -> Result<(PathBuf, crate::util::Staged), String> {
     let fix = "give -o a file in a directory you can write (or -o json for stdout)";
     if path.is_dir() {
         return Err(format!("-o {}: is a directory; {fix}", path.display()));
     }
-    let name = path
-        .file_name()
-        .ok_or_else(|| format!("-o {}: not a file name; {fix}", path.display()))?;
-    let partial = path.with_file_name(format!(".{}.partial", name.to_string_lossy()));
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&partial)
+    if path.file_name().is_none() {
+        return Err(format!("-o {}: not a file name; {fix}", path.display()));
+    }
+    let staged = crate::util::Staged::new(path)
         .map_err(|e| format!("-o {}: cannot write there ({e}); {fix}", path.display()))?;
-    Ok((path.to_path_buf(), partial))
+    Ok((path.to_path_buf(), staged))
 }
 
-fn write(c: &Capture, path: &Path, partial: &Path) -> Result<(), Box<dyn std::error::Error>> {
+fn write(
+    c: &Capture,
+    path: &Path,
+    staged: crate::util::Staged,
+) -> Result<(), Box<dyn std::error::Error>> {
     let done = serde_json::to_vec_pretty(c)
         .map_err(|e| e.to_string())
-        .and_then(|text| std::fs::write(partial, text).map_err(|e| e.to_string()))
-        .and_then(|_| std::fs::rename(partial, path).map_err(|e| e.to_string()));
-    if let Err(e) = done {
-        let _ = std::fs::remove_file(partial);
-        return Err(format!("-o {}: {e}", path.display()).into());
-    }
-    Ok(())
+        .and_then(|text| staged.commit(&text).map_err(|e| e.to_string()));
+    done.map_err(|e| format!("-o {}: {e}", path.display()).into())
 }
 
 /// A few lines: the node, what it holds, its pods, the warnings.

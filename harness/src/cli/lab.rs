@@ -240,7 +240,7 @@ fn trace(
     }
     let t = crate::lab::trace::run(name, from, to, (proto, port, size), invalid)?;
     if format == Format::Table {
-        print!("{}", crate::trace::render(&t));
+        report::print_human(&crate::trace::render(&t));
     } else {
         println!("{}", serde_json::to_string_pretty(&t)?);
     }
@@ -251,7 +251,7 @@ fn trace(
 fn show(name: &str, format: Format) -> CliResult {
     let model = crate::lab::layout::standing(name)?;
     if format == Format::Table {
-        print!("{}", model.to_text());
+        report::print_human(&model.to_text());
     } else {
         // The model is its own document (versioned by its own
         // `schemaVersion`; captures will be files of it), not a report.
@@ -551,7 +551,7 @@ fn replay_up(files: &[PathBuf], name: &str) -> CliResult {
         saved.nodes.len()
     );
     for n in &not_made {
-        println!("  not made here: {n}");
+        report::print_human(&format!("  not made here: {n}\n"));
     }
     println!(
         "next: `cnilab lab check --name {name}`, `cnilab lab down --name {name}` to remove it"
@@ -567,7 +567,7 @@ fn replay_run(files: &[PathBuf], out: &ReportFlags) -> CliResult {
     crate::lab::cleanup_on_interrupt(None);
     let report = crate::lab::check_replayed("replay", files, groups, true)?;
     for n in &report.not_made {
-        eprintln!("⚠ not made here: {n}");
+        eprintln!("⚠ not made here: {}", report::human(&n.to_string()));
     }
     emit(&report, out)?;
     Ok(std::process::ExitCode::from(report.exit_code()))
@@ -575,6 +575,48 @@ fn replay_run(files: &[PathBuf], out: &ReportFlags) -> CliResult {
 
 #[cfg(test)]
 mod tests {
+    /// Every print of text a capture can carry (a model's lines, a trace,
+    /// capture's summary, a not-made entry) goes through `report::human`:
+    /// a print macro of these files that names one of them without
+    /// `human(` fails here. (The behaviour: `tests/tests/lab_replay.rs::
+    /// captured_names_reach_the_terminal_escaped_through_every_command`.)
+    #[test]
+    fn captured_text_is_printed_only_through_the_escaper() {
+        const CARRIERS: &[&str] = &["to_text()", "render(", "summary(", "not_made", "{n}", "{n:"];
+        let mut bypass = Vec::new();
+        for (file, src) in [
+            ("lab.rs", include_str!("lab.rs")),
+            ("capture.rs", include_str!("capture.rs")),
+        ] {
+            let src = src.split("#[cfg(test)]").next().unwrap_or(src);
+            for mac in ["print!(", "println!(", "eprint!(", "eprintln!("] {
+                for (at, _) in src.match_indices(mac) {
+                    let rest = &src[at + mac.len()..];
+                    let mut depth = 1;
+                    let end = rest
+                        .char_indices()
+                        .find(|(_, c)| {
+                            depth += match c {
+                                '(' => 1,
+                                ')' => -1,
+                                _ => 0,
+                            };
+                            depth == 0
+                        })
+                        .map_or(rest.len(), |(i, _)| i);
+                    let args = &rest[..end];
+                    if CARRIERS.iter().any(|c| args.contains(c)) && !args.contains("human(") {
+                        bypass.push(format!("{file}: {mac}{args})"));
+                    }
+                }
+            }
+        }
+        assert!(
+            bypass.is_empty(),
+            "printed without report::human: {bypass:#?}"
+        );
+    }
+
     /// `cnilab lab run --help` documents every placeholder the lab fills in.
     #[test]
     fn help_lists_every_placeholder() {

@@ -160,12 +160,10 @@ impl Lab {
         })
     }
 
-    /// Publishes the node list to the agents (atomically: temp + rename).
+    /// Publishes the node list to the agents (atomically: `util::write_replacing`).
     pub fn write_nodes_file(&self, specs: &[NodeSpec]) -> Result<(), LabError> {
         let path = self.nodes_file_path();
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, nodes_file(specs))
-            .and_then(|()| std::fs::rename(&tmp, &path))
+        crate::util::write_replacing(&path, nodes_file(specs).as_bytes())
             .map_err(|e| setup(format!("nodes file {}: {e}", path.display())))
     }
 

@@ -171,7 +171,7 @@ pub fn persist_with(lab: Lab, not_made: Vec<NotMade>) -> Result<LabState, LabErr
         not_made,
     };
     let text = serde_json::to_string_pretty(&state).map_err(|e| LabError::Setup(e.to_string()))?;
-    std::fs::write(state_path(&name), text)
+    crate::util::write_replacing(&state_path(&name), text.as_bytes())
         .map_err(|e| LabError::Setup(format!("write lab state: {e}")))?;
     release(lab);
     Ok(state)

@@ -7,7 +7,7 @@
 //! namespace without any nftables table (one netlink dump says so) runs
 //! no `nft`.
 
-use super::{IptablesSave, LabModel, NftTable};
+use super::{Backend, IptablesSave, LabModel, NftTable};
 use cnilab_net::{netns as plugin_netns, snapshot};
 use std::fs::File;
 
@@ -107,8 +107,8 @@ pub(crate) fn read_iptables(
     let nft = iptables_nft_names(nft);
     let all = legacy
         .iter()
-        .map(|t| ("legacy", t))
-        .chain(nft.iter().map(|t| ("nft", t)));
+        .map(|t| (Backend::Legacy, t))
+        .chain(nft.iter().map(|t| (Backend::Nft, t)));
     for (backend, (family, tables)) in all {
         let v6 = if family == "ipv6" { "6" } else { "" };
         let tool = format!("ip{v6}tables-{backend}-save");
@@ -125,7 +125,7 @@ pub(crate) fn read_iptables(
             });
         match done {
             Ok(text) => out.push(IptablesSave {
-                backend: backend.to_string(),
+                backend,
                 family: family.clone(),
                 text: snapshot::firewall_lines(&text).join("\n"),
             }),
@@ -136,4 +136,154 @@ pub(crate) fn read_iptables(
         }
     }
     (out, warnings)
+}
+
+/// The families `nft` knows a table by.
+pub(crate) const NFT_FAMILIES: &[&str] = &["ip", "ip6", "inet", "arp", "bridge", "netdev"];
+
+/// Why `text` is not a plain nftables table `family name` (`None`: it is).
+///
+/// A model's table goes to `nft -f -` as root, and a capture is a
+/// stranger's file: `nft` reads files for `include`, runs until killed for
+/// `monitor`, and changes more than the table for any command beside it
+/// (`flush ruleset`). So the text must be exactly one `table <family>
+/// <name> { … }` block (the one the entry names), its braces balanced
+/// outside strings and comments, and hold no `include`, `define` or `$`
+/// variable anywhere: what `nft -s list table` prints, nothing more.
+pub(crate) fn nft_table_problem(family: &str, name: &str, text: &str) -> Option<String> {
+    if !NFT_FAMILIES.contains(&family) {
+        return Some(format!(
+            "family {:?} is not one of {}",
+            family,
+            NFT_FAMILIES.join(", ")
+        ));
+    }
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-.".contains(c);
+    if name.is_empty() || name.len() > 64 || !name.chars().all(plain) {
+        return Some(format!("name {:?}: use 1-64 of [A-Za-z0-9_.-]", name));
+    }
+    let words = match nft_words(text) {
+        Ok(w) => w,
+        Err(e) => return Some(e),
+    };
+    let mut depth = 0usize;
+    let mut tables = 0usize;
+    let mut at = 0;
+    while at < words.len() {
+        let w = words[at].as_str();
+        if matches!(w, "include" | "define" | "redefine" | "undefine") || w.starts_with('$') {
+            return Some(format!("holds `{w}`: only a table's own rules are taken"));
+        }
+        match w {
+            "{" => depth += 1,
+            "}" if depth == 0 => return Some("a `}` closes nothing".into()),
+            "}" => depth -= 1,
+            ";" | "\n" => {}
+            _ if depth > 0 => {}
+            "table" => {
+                let header = [words.get(at + 1), words.get(at + 2), words.get(at + 3)];
+                let expected = [family, name, "{"];
+                let same = header
+                    .iter()
+                    .zip(expected)
+                    .all(|(got, want)| got.is_some_and(|g| g == want));
+                if !same || tables > 0 {
+                    return Some(format!(
+                        "must be the one block `table {family} {name} {{ … }}`"
+                    ));
+                }
+                tables += 1;
+                at += 3;
+                continue;
+            }
+            other => {
+                return Some(format!(
+                    "{:?} outside the table: only `table {family} {name} {{ … }}` is taken",
+                    other
+                ))
+            }
+        }
+        at += 1;
+    }
+    match (depth, tables) {
+        (0, 1) => None,
+        (0, _) => Some(format!("holds no `table {family} {name} {{ … }}`")),
+        _ => Some("a `{` is never closed".into()),
+    }
+}
+
+/// `text` as nft's words: braces, `;` and newlines on their own, quoted
+/// strings as one word (quotes kept), `#` comments dropped.
+fn nft_words(text: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut chars = text.chars();
+    let flush = |word: &mut String, words: &mut Vec<String>| {
+        if !word.is_empty() {
+            words.push(std::mem::take(word));
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => {
+                word.push('"');
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\n') | None => return Err("a string is never closed".into()),
+                        Some(c) => word.push(c),
+                    }
+                }
+                word.push('"');
+            }
+            '#' => {
+                flush(&mut word, &mut words);
+                if chars.by_ref().any(|c| c == '\n') {
+                    words.push("\n".into());
+                }
+            }
+            '{' | '}' | ';' | '\n' => {
+                flush(&mut word, &mut words);
+                words.push(c.to_string());
+            }
+            c if c.is_whitespace() => flush(&mut word, &mut words),
+            c => word.push(c),
+        }
+    }
+    flush(&mut word, &mut words);
+    Ok(words)
+}
+
+/// Why `text` is not plain `ip[6]tables-save` text (`None`: it is): each
+/// line a table (`*filter`), a chain (`:FORWARD ACCEPT [0:0]`), a rule
+/// (`-A …`, `-I …`, `-N …`, `-X …`, `-P …`), `COMMIT` or a comment, and no
+/// rule that makes the restoring tool open a path (`--object-pinned`, a
+/// BPF object by its file).
+pub(crate) fn iptables_text_problem(text: &str) -> Option<String> {
+    for (k, line) in text.lines().enumerate() {
+        let line = line.trim_end();
+        let ok = line.is_empty()
+            || line == "COMMIT"
+            || line.starts_with('#')
+            || line.starts_with('*')
+            || line.starts_with(':')
+            || ["-A ", "-I ", "-N ", "-X ", "-P ", "-F", "-Z"]
+                .iter()
+                .any(|p| line.starts_with(p));
+        if !ok {
+            return Some(format!(
+                "line {}: {:?} is not a line of iptables-save text",
+                k + 1,
+                line
+            ));
+        }
+        if line.contains("--object-pinned") {
+            return Some(format!(
+                "line {}: a rule that reads a file ({:?}) is not taken",
+                k + 1,
+                line
+            ));
+        }
+    }
+    None
 }

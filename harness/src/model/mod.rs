@@ -104,6 +104,7 @@ pub mod placeholder;
 pub mod read;
 pub(crate) mod sysctl;
 mod text;
+mod wire;
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
@@ -129,7 +130,7 @@ pub struct LabModel {
 
 /// A node: its namespace, its pod CIDRs and its pods.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", from = "wire::NodeWire")]
 pub struct Node {
     #[serde(flatten)]
     pub net: Namespace,
@@ -174,15 +175,53 @@ pub struct Namespace {
 /// prints it, normalised like the nft text (no `#` lines, no counters).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IptablesSave {
-    /// `legacy` or `nft`.
-    pub backend: String,
+    pub backend: Backend,
     /// `ipv4` or `ipv6`.
     pub family: String,
     pub text: String,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+/// Which iptables an [`IptablesSave`] is: it names the program that
+/// restores it (`ip[6]tables-<backend>-restore`), so a capture may say
+/// nothing but these two.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Legacy,
+    Nft,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Legacy => "legacy",
+            Backend::Nft => "nft",
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Backend {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Backend, D::Error> {
+        let s = String::deserialize(d)?;
+        match s.as_str() {
+            "legacy" => Ok(Backend::Legacy),
+            "nft" => Ok(Backend::Nft),
+            _ => Err(serde::de::Error::custom(format!(
+                "iptables backend {:?}: must be \"legacy\" or \"nft\"",
+                s
+            ))),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", from = "String")]
 pub enum LinkKind {
     Loopback,
     Veth,
@@ -280,6 +319,7 @@ impl Link {
 
 /// The device a macvlan or ipvlan sits on.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "wire::LowerWire")]
 pub struct Lower {
     #[serde(flatten)]
     pub link: VethPeer,
@@ -328,7 +368,7 @@ pub struct Vxlan {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "lowercase", from = "String")]
 pub enum RouteType {
     Unicast,
     Blackhole,
@@ -511,7 +551,6 @@ impl Namespace {
             .sort_by_key(|t| (t.family.clone(), t.name.clone()));
         self.qdiscs
             .sort_by_key(|q| (q.dev.clone(), q.parent.clone()));
-        self.iptables
-            .sort_by_key(|t| (t.backend.clone(), t.family.clone()));
+        self.iptables.sort_by_key(|t| (t.backend, t.family.clone()));
     }
 }

@@ -100,13 +100,16 @@ where
     seq.end()
 }
 
-/// Writes a report file, creating its directory.
+/// Writes a report file, creating its directory; the file itself is made
+/// as root may make one in a shared directory (`crate::util::write_replacing`:
+/// no symlink or planted file there is ever written through).
 pub fn write_file(path: &Path, text: &str) -> Result<(), String> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
-    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    crate::util::write_replacing(path, text.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// Whether `c` could steer a terminal or reorder text: C0 and C1 controls,

@@ -82,9 +82,7 @@ pub(crate) fn apply(lab: &mut Lab, fault: &Fault) -> Result<ShapeUndo, LabError>
                 })
                 .collect();
             let path = lab.nodes_file_path();
-            let tmp = path.with_extension("tmp");
-            std::fs::write(&tmp, nodes_file(&natted))
-                .and_then(|()| std::fs::rename(&tmp, &path))
+            crate::util::write_replacing(&path, nodes_file(&natted).as_bytes())
                 .map_err(|e| LabError::Setup(format!("{}: {e}", path.display())))?;
             ShapeUndo::NodesFile
         }

@@ -65,6 +65,7 @@ mod links;
 mod objects;
 mod remove;
 mod tables;
+pub(crate) use tables::sysctl_allowed;
 
 pub use diff::{diff, ModelDiff, Place};
 

@@ -2,7 +2,7 @@
 
 use super::{object_error, ApplyError, NotMade, Target};
 use crate::model::firewall::iptables_nft_names;
-use crate::model::NftTable;
+use crate::model::{Backend, NftTable};
 use cnilab_net::netns as plugin_netns;
 use cnilab_net::nft::NftError;
 use std::path::Path;
@@ -113,7 +113,7 @@ pub(super) fn firewall(t: &Target) -> Result<Vec<NotMade>, ApplyError> {
                 .model
                 .iptables
                 .iter()
-                .filter(|i| i.backend == "nft" && i.family == family)
+                .filter(|i| i.backend == Backend::Nft && i.family == family)
                 .flat_map(|i| i.text.lines().filter_map(|l| l.strip_prefix('*')))
                 .map(|n| n.trim().to_string())
                 .filter(|n| names.contains(n))
