@@ -323,11 +323,8 @@ fn up(args: &TopologyFlags, name: &str, format: Format) -> CliResult {
     }
     // A standing lab outlives this process: it must fit without tuning.
     let Prepared { plan, host } = lab_prep::prepare(args, false)?;
-    let lab_name = name.to_string();
     let nodes: Vec<String> = plan.topo.nodes.iter().map(|n| n.name.clone()).collect();
-    crate::lab::cleanup_on_interrupt(Some(Box::new(move |ns: &str| {
-        state::owns(&state::run_dir(&lab_name), &lab_name, &nodes, ns)
-    })));
+    crate::lab::cleanup_standing_on_interrupt(name, nodes);
     let opts = UpOptions {
         plugin_dir: args.plugin_dir.clone(),
         persistent: Some(name.to_string()),
@@ -489,6 +486,18 @@ fn down(name: &str) -> CliResult {
         eprintln!("cnilab: lab {name} is not up; nothing to remove");
         return Ok(ExitCode::SUCCESS);
     }
+    let dir = state::run_dir(name);
+    if crate::sweep::unfinished(&dir) {
+        // A `lab up` killed before its lab stood: what its records prove.
+        let mut swept = crate::sweep::Swept::default();
+        crate::sweep::remove_unfinished_lab(&dir, name, &mut swept)?;
+        std::fs::remove_dir_all(&dir).map_err(|e| format!("remove {}: {e}", dir.display()))?;
+        println!(
+            "lab {name} is down (its `lab up` had died before the lab stood: {} namespaces removed)",
+            swept.namespaces.len()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let s = state::load_state(name)?;
     state::stop_agents(&s);
     match state::adopt(name) {
@@ -521,14 +530,11 @@ fn replay_up(files: &[PathBuf], name: &str) -> CliResult {
         );
     }
     let loaded = crate::lab::replay::load(files)?;
-    let lab_name = name.to_string();
     let nodes: Vec<String> = loaded
         .iter()
         .map(|l| l.capture.node.net.name.clone())
         .collect();
-    crate::lab::cleanup_on_interrupt(Some(Box::new(move |ns: &str| {
-        state::owns(&state::run_dir(&lab_name), &lab_name, &nodes, ns)
-    })));
+    crate::lab::cleanup_standing_on_interrupt(name, nodes);
     let opts = crate::lab::UpOptions {
         plugin_dir: None,
         persistent: Some(name.to_string()),

@@ -30,6 +30,18 @@ pub const AGENT_PIDFILE: &str = "agent.pid";
 /// In a lab's run dir: the pid and start time of the process that made it.
 pub const OWNER_PIDFILE: &str = "owner.pid";
 
+/// Makes a lab's run dir and records who made it (`owner.pid`: pid and
+/// start time): what `cnilab sweep` and `lab down` go by once that process
+/// is gone, compiled labs and replays alike.
+pub(crate) fn make_run_dir(run_dir: &Path) -> Result<(), LabError> {
+    std::fs::create_dir_all(run_dir)
+        .map_err(|e| setup(format!("run dir {}: {e}", run_dir.display())))?;
+    let me = super::pidfile::Identity::current()
+        .ok_or_else(|| setup("cannot read this process's start time"))?;
+    let path = run_dir.join(OWNER_PIDFILE);
+    super::pidfile::write(&path, me).map_err(|e| setup(format!("{}: {e}", path.display())))
+}
+
 /// Options that do not belong to the topology.
 #[derive(Clone, Debug, Default)]
 pub struct UpOptions {

@@ -94,6 +94,21 @@ pub fn cleanup_on_interrupt(extra: Option<crate::interrupt::NamespaceFilter>) {
     });
 }
 
+/// [`cleanup_on_interrupt`] for `lab up --name NAME` (compiled or
+/// replayed) of `nodes`: the namespaces the lab's ledger proves its own go,
+/// and so does its run directory (a killed `lab up` leaves nothing behind).
+pub fn cleanup_standing_on_interrupt(name: &str, nodes: Vec<String>) {
+    let lab = name.to_string();
+    crate::interrupt::cleanup_on_interrupt(crate::interrupt::Teardown {
+        first: cri::daemon::stop_all_started,
+        then: neighbours::restore_host,
+        extra: Some(Box::new(move |ns: &str| {
+            state::owns(&state::run_dir(&lab), &lab, &nodes, ns)
+        })),
+        run_dir: state::run_dir(name),
+    });
+}
+
 /// Replays `files` as a throwaway lab (a scratch run directory), checks
 /// `groups` on it and tears it down, the run directory too: `lab run
 /// --capture` and `e2e vagrant --capture`. The report lists what the

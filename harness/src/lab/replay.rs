@@ -535,8 +535,14 @@ pub fn build(
     opts: UpOptions,
     origin: &dyn Fn(&str) -> Option<PathBuf>,
 ) -> Result<(Lab, Vec<NotMade>), LabError> {
-    std::fs::create_dir_all(&opts.run_dir)
-        .map_err(|e| setup(format!("run dir {}: {e}", opts.run_dir.display())))?;
+    super::base::make_run_dir(&opts.run_dir)?;
+    // The node dirs before any namespace: a run killed mid-apply leaves
+    // the node names that `sweep` and `lab down` need to recognise the
+    // nodes' namespaces.
+    for node in &model.nodes {
+        let dir = opts.run_dir.join(&node.net.name);
+        std::fs::create_dir_all(&dir).map_err(|e| setup(format!("{}: {e}", dir.display())))?;
+    }
     let make = super::base::ns_maker(&opts);
     let started = std::time::Instant::now();
     let applied = apply::apply(

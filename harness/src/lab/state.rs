@@ -171,7 +171,11 @@ pub fn persist_with(lab: Lab, not_made: Vec<NotMade>) -> Result<LabState, LabErr
         not_made,
     };
     let text = serde_json::to_string_pretty(&state).map_err(|e| LabError::Setup(e.to_string()))?;
-    std::fs::write(state_path(&name), text)
+    // Written aside and renamed: a `lab up` killed mid-write leaves no
+    // half a state that would pass for a standing lab.
+    let tmp = state_path(&name).with_extension("json.tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, state_path(&name)))
         .map_err(|e| LabError::Setup(format!("write lab state: {e}")))?;
     release(lab);
     Ok(state)

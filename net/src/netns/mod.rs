@@ -10,6 +10,7 @@
 //! named namespaces tests and labs create and remove (also after a panic),
 //! and [`sweep`] for what a killed run left behind.
 
+pub mod owner;
 mod sysctl;
 mod throwaway;
 pub use sysctl::{read_sysctl, sysctl_dir, write_sysctl, LOOKUPS_PER_INSTANCE};
