@@ -2,7 +2,9 @@
 //! what a record cnilab wrote proves its own: a namespace named like
 //! cnilab's but without its record survives, and its processes are not
 //! signalled; a replay (`lab up --capture`) killed at any moment leaves
-//! records that `sweep` and `lab down` go by, so its name can be used again.
+//! records that `sweep` and `lab down` go by, so its name can be used again;
+//! one SIGTERMed while its `nft` hangs leaves neither the `nft` nor its run
+//! directory.
 
 use cnilab_tests::{cnilab, host_untouched, output_text, require_root, workspace_bin};
 use std::path::{Path, PathBuf};
@@ -208,4 +210,107 @@ fn a_sigkilled_replay_is_swept_wherever_the_kill_lands() {
             started.elapsed() >= Duration::from_millis(delay_ms)
         });
     }
+}
+
+/// Pids of the processes running `sleep 3606` (the hung `nft` below).
+fn hung_nfts() -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == b"sleep\x003606\x00")
+        })
+        .collect()
+}
+
+/// Kills the hung `nft`s when dropped (also after a failed assert).
+struct HungNfts;
+
+impl Drop for HungNfts {
+    fn drop(&mut self) {
+        for pid in hung_nfts() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// `lab up --capture` whose `nft` hangs (an `nft` first on PATH that never
+/// ends, as one reading a FIFO would), then SIGTERMed: it exits, and leaves
+/// no `nft`, no run directory and no namespace of the lab behind.
+#[test]
+fn a_sigterm_while_nft_hangs_leaves_no_nft_and_no_run_dir() {
+    let _host = host_untouched();
+    require_root();
+    let _hung = HungNfts;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let files = two_captures("ts", tmp.path());
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin dir");
+    let mark = tmp.path().join("nft-started");
+    let fake = bin.join("nft");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho $$ > \"$CNILAB_TEST_NFT_MARK\"\nexec sleep 3606\n",
+    )
+    .expect("fake nft");
+    let exec = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755);
+    std::fs::set_permissions(&fake, exec).expect("chmod");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let name = format!("tr{}", std::process::id() % 100_000);
+    let _lab = Lab(name.clone());
+    let mut args = vec!["lab", "up", "--name", &name, "--capture"];
+    args.extend(files.iter().map(String::as_str));
+    let mut child = Command::new(workspace_bin("cnilab"))
+        .args(&args)
+        .env("PATH", &path)
+        .env("CNILAB_TEST_NFT_MARK", &mark)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("runs");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !mark.exists() && Instant::now() < deadline {
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "lab up --capture ended before it ran nft"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(mark.exists(), "the replay never ran nft");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("lab up --capture had not ended 60 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success(), "a SIGTERMed lab up succeeded");
+    // A SIGKILLed process may still be on its way out.
+    let until = Instant::now() + Duration::from_secs(10);
+    while !hung_nfts().is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(hung_nfts().is_empty(), "the hung nft outlived lab up");
+    let dir = PathBuf::from(format!("/run/cnilab/labs/{name}"));
+    assert!(!dir.exists(), "{} left", dir.display());
+    let left = namespaces_of(&name);
+    assert!(left.is_empty(), "namespaces left: {left:?}");
 }

@@ -239,6 +239,7 @@ pub fn nft(ns: &Netns, ruleset: &str) -> Result<(), LabError> {
             ns.name()
         )),
         NftError::Io { what, source } => setup(format!("{what}: {source}")),
+        e @ NftError::Deadline { .. } => setup(format!("nft in {}: {e}", ns.name())),
         NftError::Failed { stderr, .. } => {
             setup(format!("nft in {}: {stderr}\n{ruleset}", ns.name()))
         }
