@@ -667,3 +667,74 @@ fn a_replay_reaches_the_outside_where_the_nodes_gateway_is(
     let shown = String::from_utf8_lossy(&addrs.stdout);
     assert!(shown.contains(&format!(" {external}/")), "{shown}");
 }
+
+/// Drops every neighbour entry a capture holds (the source lab pinned its
+/// bulk paths; a real node with that many pods has no PERMANENT entries for
+/// them), so the replay's own plan is what keeps it within the host's
+/// tables.
+fn without_neighbours(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            map.remove("neighbours");
+            map.values_mut().for_each(without_neighbours);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(without_neighbours),
+        _ => {}
+    }
+}
+
+/// A replay of one node with 250 pods needs about 1,000 neighbour entries,
+/// more than the default gc_thresh3 of 1,024 leaves room for. Like a compiled lab of
+/// that size, it is planned: its bulk probe paths are pinned and the run is
+/// not inconclusive from an overflow; or, on a host that cannot hold even
+/// that, it is refused up front naming the remedy. Never a run that
+/// overflows the host-wide table.
+#[test]
+fn a_replay_too_big_for_the_neighbour_table_is_pinned_or_refused() {
+    let _host = host_untouched();
+    require_root();
+    let src = format!("rns{}", std::process::id() % 100_000);
+    let lab = up(&src, &["--nodes", "1", "--pods-per-node", "250"]);
+    let dir = tempfile::tempdir().expect("dir");
+    let file = capture(&src, "node1", dir.path());
+    drop(lab);
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("capture")).expect("JSON");
+    without_neighbours(&mut v);
+    std::fs::write(&file, v.to_string()).expect("write");
+    let out = cnilab(&[
+        "lab",
+        "run",
+        "--capture",
+        &file.display().to_string(),
+        "--only",
+        "pod-to-pod",
+        "-o",
+        "json",
+    ]);
+    let text = output_text(&out);
+    if out.status.code() == Some(2) {
+        assert!(
+            text.contains("--tune-host") && text.contains("gc_thresh"),
+            "refused without naming the remedy: {text}"
+        );
+        return;
+    }
+    assert!(
+        text.contains("permanent entries pin the bulk probe paths"),
+        "the replay was not planned like a compiled lab: {text}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let r: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let phases = r["phases_ms"].to_string();
+    assert!(
+        phases.contains("\"pin\""),
+        "no pin phase in the report: {phases}"
+    );
+    assert!(
+        r["inconclusive"].is_null(),
+        "the host's table overflowed anyway: {}",
+        r["inconclusive"]
+    );
+}

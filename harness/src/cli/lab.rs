@@ -182,8 +182,10 @@ impl Lab {
     pub fn run(self) -> CliResult {
         match self.command {
             LabCmd::Run {
-                topology, output, ..
-            } if !topology.capture.is_empty() => replay_run(&topology.capture, &output),
+                topology,
+                tune_host,
+                output,
+            } if !topology.capture.is_empty() => replay_run(&topology.capture, tune_host, &output),
             LabCmd::Up { topology, name, .. } if !topology.capture.is_empty() => {
                 replay_up(&topology.capture, &name)
             }
@@ -529,11 +531,9 @@ fn replay_up(files: &[PathBuf], name: &str) -> CliResult {
             format!("lab {name:?} is already up; `cnilab lab down --name {name}` first").into(),
         );
     }
-    let loaded = crate::lab::replay::load(files)?;
-    let nodes: Vec<String> = loaded
-        .iter()
-        .map(|l| l.capture.node.net.name.clone())
-        .collect();
+    // A standing lab outlives this process: it must fit without tuning.
+    let planned = crate::lab::replay::prepare(name, files, false)?;
+    let nodes = planned.node_names();
     crate::lab::cleanup_standing_on_interrupt(name, nodes);
     let opts = crate::lab::UpOptions {
         plugin_dir: None,
@@ -541,7 +541,7 @@ fn replay_up(files: &[PathBuf], name: &str) -> CliResult {
         run_dir: state::run_dir(name),
         runtime: RuntimeKind::Direct,
     };
-    let built = crate::lab::replay::replay(name, files, opts);
+    let built = crate::lab::replay::build_planned(planned, opts);
     let (lab, not_made) = match built {
         Ok(b) => b,
         Err(e) => {
@@ -566,12 +566,12 @@ fn replay_up(files: &[PathBuf], name: &str) -> CliResult {
 }
 
 /// `lab run --capture FILE...`: replay, check, tear down.
-fn replay_run(files: &[PathBuf], out: &ReportFlags) -> CliResult {
+fn replay_run(files: &[PathBuf], tune_host: bool, out: &ReportFlags) -> CliResult {
     let groups = &out.only;
     crate::netns::require_root()?;
     crate::lab::checks::check_groups(groups)?;
     crate::lab::cleanup_on_interrupt(None);
-    let report = crate::lab::check_replayed("replay", files, groups, true)?;
+    let report = crate::lab::check_replayed("replay", files, groups, true, tune_host)?;
     for n in &report.not_made {
         eprintln!("⚠ not made here: {n}");
     }

@@ -118,7 +118,11 @@ pub fn check_replayed(
     files: &[std::path::PathBuf],
     groups: &[String],
     progress: bool,
+    tune_host: bool,
 ) -> Result<Report, LabError> {
+    let planned = replay::prepare(name, files, tune_host)?;
+    // Restores the thresholds when dropped (and the Ctrl-C handler does).
+    let _tuning = neighbours::HostTuning::apply(&planned.host).map_err(LabError::Setup)?;
     let opts = UpOptions {
         plugin_dir: None,
         persistent: None,
@@ -126,7 +130,7 @@ pub fn check_replayed(
         runtime: base::RuntimeKind::Direct,
     };
     let run_dir = opts.run_dir.clone();
-    let checked = replay::replay(name, files, opts).and_then(|(lab, not_made)| {
+    let checked = replay::build_planned(planned, opts).and_then(|(lab, not_made)| {
         let report = check(&lab, groups, progress);
         lab.down();
         let mut report = report?;
