@@ -683,35 +683,43 @@ fn without_neighbours(v: &mut serde_json::Value) {
     }
 }
 
-/// A replay of one node with 250 pods needs about 1,000 neighbour entries,
-/// more than the default gc_thresh3 of 1,024 leaves room for. Like a compiled lab of
-/// that size, it is planned: its bulk probe paths are pinned and the run is
-/// not inconclusive from an overflow; or, on a host that cannot hold even
-/// that, it is refused up front naming the remedy. Never a run that
-/// overflows the host-wide table.
+/// A replay of two nodes with 250 pods each needs about 2,000 neighbour
+/// entries, twice what the default gc_thresh3 of 1,024 holds (unplanned,
+/// such a replay overflowed the host's ARP table 3,450 times and was
+/// INCONCLUSIVE). Like a compiled lab of that size, it is planned: its bulk
+/// probe paths are pinned and the run is not inconclusive from an
+/// overflow; or, on a host that cannot hold even that, it is refused up
+/// front naming the remedy.
 #[test]
 fn a_replay_too_big_for_the_neighbour_table_is_pinned_or_refused() {
     let _host = host_untouched();
     require_root();
     let src = format!("rns{}", std::process::id() % 100_000);
-    let lab = up(&src, &["--nodes", "1", "--pods-per-node", "250"]);
+    let lab = up(&src, &["--nodes", "2", "--pods-per-node", "250"]);
     let dir = tempfile::tempdir().expect("dir");
-    let file = capture(&src, "node1", dir.path());
+    let files: Vec<String> = ["node1", "node2"]
+        .iter()
+        .map(|node| {
+            let file = capture(&src, node, dir.path());
+            let text = std::fs::read_to_string(&file).expect("capture");
+            let mut v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+            without_neighbours(&mut v);
+            std::fs::write(&file, v.to_string()).expect("write");
+            file.display().to_string()
+        })
+        .collect();
     drop(lab);
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&file).expect("capture")).expect("JSON");
-    without_neighbours(&mut v);
-    std::fs::write(&file, v.to_string()).expect("write");
-    let out = cnilab(&[
+    let mut args = vec![
         "lab",
         "run",
-        "--capture",
-        &file.display().to_string(),
         "--only",
         "pod-to-pod",
         "-o",
         "json",
-    ]);
+        "--capture",
+    ];
+    args.extend(files.iter().map(String::as_str));
+    let out = cnilab(&args);
     let text = output_text(&out);
     if out.status.code() == Some(2) {
         assert!(
