@@ -97,11 +97,6 @@ fn conform(prefix: &[&str], plugin: &str, args: &[&str], watchdog: Duration) -> 
 /// `leaves-cgroup-and-session` 3603.
 const MARKS: [&str; 3] = ["3601", "3602", "3603"];
 
-/// Pids of the `sleep 3601` that `setsid-holds-stdout` leaves.
-fn marked_sleeps() -> Vec<i32> {
-    sleeps_marked("3601")
-}
-
 /// Pids of the processes running `sleep <mark>`.
 fn sleeps_marked(mark: &str) -> Vec<i32> {
     let cmdline = format!("sleep\0{mark}\0");
@@ -142,21 +137,7 @@ fn text(bytes: &[u8]) -> String {
 /// none, as a holder of the call's pipe.
 #[test]
 fn root_timeout_holds_when_a_setsid_child_keeps_stdout_open() {
-    let out = conform(
-        &[],
-        "setsid-holds-stdout",
-        &["--only", "A1", "--timeout", "3", "-o", "json"],
-        Duration::from_secs(120),
-    );
-    let survivors = marked_sleeps();
-    kill_marked_sleeps();
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let (stdout, survivors) = timed_out("setsid-holds-stdout", "3601");
     assert!(
         stdout.contains("held its output open") || stdout.contains("still held its output"),
         "the report names the leftover process: {stdout}"
@@ -167,19 +148,18 @@ fn root_timeout_holds_when_a_setsid_child_keeps_stdout_open() {
     );
 }
 
-/// The plugin moves itself out of its call's cgroup (root may write its pid
-/// to any cgroup's `cgroup.procs`) and hangs there. `cgroup.kill` no longer
-/// reaches it; with `--timeout 3` conform must still end, A1 must be a
-/// timeout, and the plugin must be gone (killed with its process group).
-#[test]
-fn root_timeout_holds_when_the_plugin_leaves_its_cgroup() {
+/// `conform --only A1 --timeout 3 -o json` on `plugin`, which leaves
+/// `sleep <mark>` behind: its stdout (the JSON report) and the pids of the
+/// `sleep <mark>` that survived it (killed before returning). Fails unless
+/// conform ended with 1.
+fn timed_out(plugin: &str, mark: &str) -> (String, Vec<i32>) {
     let out = conform(
         &[],
-        "leaves-its-cgroup",
+        plugin,
         &["--only", "A1", "--timeout", "3", "-o", "json"],
         Duration::from_secs(120),
     );
-    let survivors = sleeps_marked("3602");
+    let survivors = sleeps_marked(mark);
     kill_marked_sleeps();
     let stdout = text(&out.stdout);
     assert_eq!(
@@ -188,6 +168,16 @@ fn root_timeout_holds_when_the_plugin_leaves_its_cgroup() {
         "{stdout}\n{}",
         text(&out.stderr)
     );
+    (stdout, survivors)
+}
+
+/// The plugin moves itself out of its call's cgroup (root may write its pid
+/// to any cgroup's `cgroup.procs`) and hangs there. `cgroup.kill` no longer
+/// reaches it; with `--timeout 3` conform must still end, A1 must be a
+/// timeout, and the plugin must be gone (killed with its process group).
+#[test]
+fn root_timeout_holds_when_the_plugin_leaves_its_cgroup() {
+    let (stdout, survivors) = timed_out("leaves-its-cgroup", "3602");
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON report");
     let a1 = check(&report, "A1");
     assert_eq!(a1["verdict"], "fail", "{a1}");
@@ -208,21 +198,7 @@ fn root_timeout_holds_when_the_plugin_leaves_its_cgroup() {
 /// call's pipe).
 #[test]
 fn root_timeout_holds_when_a_child_leaves_the_cgroup_and_the_session() {
-    let out = conform(
-        &[],
-        "leaves-cgroup-and-session",
-        &["--only", "A1", "--timeout", "3", "-o", "json"],
-        Duration::from_secs(120),
-    );
-    let survivors = sleeps_marked("3603");
-    kill_marked_sleeps();
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let (stdout, survivors) = timed_out("leaves-cgroup-and-session", "3603");
     assert!(
         stdout.contains("held its output open"),
         "the report names the leftover process: {stdout}"

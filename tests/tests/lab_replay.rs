@@ -11,7 +11,9 @@
 
 use cnilab_harness::model::{identity, LabModel, Node};
 use cnilab_harness::scenario::file::{Expect, Step};
-use cnilab_tests::{cnilab, host_untouched, output_text, require_root};
+use cnilab_tests::{
+    cnilab, host_untouched, lab_namespaces as namespaces_of, output_text, require_root,
+};
 use rstest::rstest;
 use std::path::{Path, PathBuf};
 
@@ -177,18 +179,6 @@ fn a_replayed_containerd_lab_captures_as_the_captured_one(#[case] topology: &str
 }
 
 /// The namespaces of lab `name`.
-fn namespaces_of(name: &str) -> Vec<String> {
-    let prefix = format!("cnilab-lab-{name}-");
-    std::fs::read_dir("/run/netns")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(&prefix))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// A standing 2-node lab (one pod a node) named after `tag`, its nodes'
 /// captures in `dir`, and a name for their replay.
 fn two_nodes_captured(tag: &str, dir: &Path) -> (Up, String, PathBuf, PathBuf) {

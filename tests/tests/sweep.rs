@@ -6,7 +6,10 @@
 //! one SIGTERMed while its `nft` hangs leaves neither the `nft` nor its run
 //! directory.
 
-use cnilab_tests::{cnilab, host_untouched, output_text, require_root, workspace_bin};
+use cnilab_tests::{
+    cnilab, host_untouched, lab_namespaces as namespaces_of, output_text, require_root,
+    workspace_bin,
+};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -126,18 +129,6 @@ fn two_captures(tag: &str, dir: &Path) -> Vec<String> {
         .collect();
     drop(lab);
     files
-}
-
-fn namespaces_of(name: &str) -> Vec<String> {
-    let prefix = format!("cnilab-lab-{name}-");
-    std::fs::read_dir("/run/netns")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(&prefix))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// `lab up --capture --name NAME` SIGKILLed when `ready` says so (or when

@@ -205,12 +205,18 @@ fn made_ns(
 ) -> Result<Netns, NetnsError> {
     match &opts.persistent {
         Some(lab) => {
-            let ns = persistent(&format!("{}lab-{lab}-{role}", crate::netns::PREFIX))?;
-            record_namespace(&opts.run_dir, ns.name()).map_err(|e| NetnsError::Create {
-                name: ns.name().to_string(),
+            let name = format!("{}lab-{lab}-{role}", crate::netns::PREFIX);
+            // Recorded before it is made: a `lab up` killed right after the
+            // mount leaves a namespace its ledger proves its own. A failed
+            // creation takes the line back (`!name`): the name may be
+            // another's.
+            record_namespace(&opts.run_dir, &name).map_err(|e| NetnsError::Create {
+                name: name.clone(),
                 reason: format!("record it in {}: {e}", opts.run_dir.display()),
             })?;
-            Ok(ns)
+            persistent(&name).inspect_err(|_| {
+                let _ = record_namespace(&opts.run_dir, &format!("!{name}"));
+            })
         }
         None => {
             let label: String = role.chars().take(12).collect();
