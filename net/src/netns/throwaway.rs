@@ -121,7 +121,9 @@ impl Netns {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let mut name = format!("{PREFIX}{}-{n}", std::process::id());
         // The record comes first: a process killed right after the mount
-        // leaves a namespace that [`sweep`] can prove was its own.
+        // leaves a namespace that [`sweep`] can prove was its own. Without
+        // root, the clear error is that one, not the record's.
+        require_root()?;
         super::owner::record_self().map_err(|reason| NetnsError::Create {
             name: name.clone(),
             reason,
