@@ -89,9 +89,37 @@ fn remove_dir(dir: &Path, swept: &mut Swept) -> std::io::Result<()> {
     }
 }
 
+/// Whether the lab run dir `dir` (`labs/<name>`) is what a `lab up` that
+/// died before its lab stood left: no state, and its owner record names a
+/// process that is gone, or there is none (a run killed between making the
+/// directory and writing the record; `labs/` is root's alone).
+pub fn unfinished(dir: &Path) -> bool {
+    !dir.join("state.json").exists()
+        && pidfile::read(&dir.join(OWNER_PIDFILE)).is_none_or(|o| !o.alive())
+}
+
+/// Stops what the unfinished lab `name` in `dir` started and removes the
+/// namespaces its ledger proves its own (the directory itself is left to
+/// the caller).
+pub fn remove_unfinished_lab(
+    dir: &Path,
+    name: &str,
+    swept: &mut Swept,
+) -> Result<(), Box<dyn std::error::Error>> {
+    stop_agents_of(dir, swept);
+    swept.containerds.extend(daemon::teardown_node_dirs(dir));
+    let nodes = node_dirs(dir);
+    swept.namespaces.extend(
+        crate::netns::remove_matching(|ns| state::owns(dir, name, &nodes, ns))
+            .map_err(|e: NetnsError| e.to_string())?,
+    );
+    Ok(())
+}
+
 /// Sweeps the lab leftovers under `root` (normally [`RUN_ROOT`]): the
-/// agents of dead runs first, then the namespaces named after dead
-/// processes (`prefix`, normally `cnilab-`), then the dead runs' directories.
+/// agents of dead runs first, then the namespaces of dead processes
+/// (`prefix`, normally `cnilab-`; each proved by its owner record, see
+/// `cnilab_net::netns::sweep`), then the dead runs' directories.
 pub fn sweep(root: &Path, prefix: &str) -> Result<Swept, Box<dyn std::error::Error>> {
     let mut swept = Swept::default();
     let mut dead_dirs = Vec::new();
@@ -113,18 +141,9 @@ pub fn sweep(root: &Path, prefix: &str) -> Result<Swept, Box<dyn std::error::Err
     for entry in std::fs::read_dir(&labs).into_iter().flatten().flatten() {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
-        let unfinished = state::check_name(&name).is_ok()
-            && entry.file_type().is_ok_and(|t| t.is_dir())
-            && !path.join("state.json").exists()
-            && pidfile::read(&path.join(OWNER_PIDFILE)).is_some_and(|o| !o.alive());
-        if unfinished {
-            stop_agents_of(&path, &mut swept);
-            swept.containerds.extend(daemon::teardown_node_dirs(&path));
-            let nodes = node_dirs(&path);
-            swept.namespaces.extend(
-                crate::netns::remove_matching(|ns| state::owns(&path, &name, &nodes, ns))
-                    .map_err(|e: NetnsError| e.to_string())?,
-            );
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if is_dir && state::check_name(&name).is_ok() && unfinished(&path) {
+            remove_unfinished_lab(&path, &name, &mut swept)?;
             dead_dirs.push(path);
         }
     }

@@ -540,7 +540,16 @@ fn sweep_runs_and_reports() {
     use cnilab_harness::lab::pidfile::{self, Identity};
     require_root();
     let _one_at_a_time = SWEEPS.lock().unwrap_or_else(|e| e.into_inner());
-    let dead = dead_pid();
+    // A process that made a namespace and died: its name, and the owner
+    // record it wrote first (pid and start time, read while it was a
+    // zombie), as `Netns::with_label` leaves them.
+    let mut gone = std::process::Command::new("true").spawn().expect("true");
+    let dead = gone.id();
+    let start = pidfile::start_time(dead).expect("a zombie has its stat");
+    gone.wait().expect("wait");
+    let owners = std::path::Path::new(cnilab_harness::netns::owner::OWNERS_DIR);
+    std::fs::create_dir_all(owners).expect("owners dir");
+    std::fs::write(owners.join(dead.to_string()), format!("{dead} {start}\n")).expect("record");
     let ns = format!("cnilab-{dead}-0-swept");
     let added = std::process::Command::new("ip")
         .args(["netns", "add", &ns])

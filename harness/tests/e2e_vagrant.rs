@@ -217,10 +217,31 @@ fn sweep_finds_what_a_killed_run_left() {
     assert!(emptied.contains(&ns), "{emptied:?}");
     assert!(!running(libvirtd), "libvirtd ({libvirtd}) stopped");
     assert!(!run_dir(&ns).exists(), "run directory removed");
-    // What `cnilab sweep` does next (for this namespace only here): the
-    // emptied namespace can go.
-    let removed = cnilab_harness::netns::remove_matching(|n| n == ns).expect("remove");
-    assert_eq!(removed, vec![ns]);
+    // The run directory proved the namespace the run's own: it goes too.
+    assert!(!Path::new("/run/netns").join(&ns).exists(), "{ns} removed");
+}
+
+/// A `cnilab-<deadpid>-vg` namespace that env.sh never made (no run
+/// directory): the vagrant sweep neither empties nor removes it.
+#[test]
+fn sweep_leaves_a_vg_namespace_without_its_run_directory() {
+    let _host = cnilab_net::testing::host_untouched();
+    cnilab_net::testing::require_root();
+    let mut gone = std::process::Command::new("true").spawn().expect("true");
+    let ns = format!("cnilab-{}-vg", gone.id());
+    gone.wait().expect("reap");
+    let added = std::process::Command::new("ip")
+        .args(["netns", "add", &ns])
+        .status()
+        .expect("ip netns add");
+    assert!(added.success());
+    let emptied = cnilab_harness::e2e::vagrant::sweep();
+    let kept = Path::new("/run/netns").join(&ns).exists();
+    let _ = std::process::Command::new("ip")
+        .args(["netns", "del", &ns])
+        .output();
+    assert!(!emptied.contains(&ns), "{emptied:?}");
+    assert!(kept, "{ns} was removed by its name");
 }
 
 /// How often the run's libvirtd has started QEMU to probe its

@@ -92,20 +92,26 @@ fn conform(prefix: &[&str], plugin: &str, args: &[&str], watchdog: Duration) -> 
     }
 }
 
-/// Pids of the `sleep 3601` that `setsid-holds-stdout` leaves.
-fn marked_sleeps() -> Vec<i32> {
+/// The `sleep` arguments the plugins of these tests leave running:
+/// `setsid-holds-stdout` 3601, `leaves-its-cgroup` 3602,
+/// `leaves-cgroup-and-session` 3603.
+const MARKS: [&str; 3] = ["3601", "3602", "3603"];
+
+/// Pids of the processes running `sleep <mark>`.
+fn sleeps_marked(mark: &str) -> Vec<i32> {
+    let cmdline = format!("sleep\0{mark}\0");
     std::fs::read_dir("/proc")
         .expect("/proc")
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == b"sleep\x003601\x00")
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == cmdline.as_bytes())
         })
         .collect()
 }
 
 fn kill_marked_sleeps() {
-    for pid in marked_sleeps() {
+    for pid in MARKS.iter().flat_map(|m| sleeps_marked(m)) {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
             nix::sys::signal::Signal::SIGKILL,
@@ -131,13 +137,29 @@ fn text(bytes: &[u8]) -> String {
 /// none, as a holder of the call's pipe.
 #[test]
 fn root_timeout_holds_when_a_setsid_child_keeps_stdout_open() {
+    let (stdout, survivors) = timed_out("setsid-holds-stdout", "3601");
+    assert!(
+        stdout.contains("held its output open") || stdout.contains("still held its output"),
+        "the report names the leftover process: {stdout}"
+    );
+    assert!(
+        survivors.is_empty() || stdout.contains("could not be ended"),
+        "sleep {survivors:?} survived and the report does not say so: {stdout}"
+    );
+}
+
+/// `conform --only A1 --timeout 3 -o json` on `plugin`, which leaves
+/// `sleep <mark>` behind: its stdout (the JSON report) and the pids of the
+/// `sleep <mark>` that survived it (killed before returning). Fails unless
+/// conform ended with 1.
+fn timed_out(plugin: &str, mark: &str) -> (String, Vec<i32>) {
     let out = conform(
         &[],
-        "setsid-holds-stdout",
+        plugin,
         &["--only", "A1", "--timeout", "3", "-o", "json"],
         Duration::from_secs(120),
     );
-    let survivors = marked_sleeps();
+    let survivors = sleeps_marked(mark);
     kill_marked_sleeps();
     let stdout = text(&out.stdout);
     assert_eq!(
@@ -146,13 +168,44 @@ fn root_timeout_holds_when_a_setsid_child_keeps_stdout_open() {
         "{stdout}\n{}",
         text(&out.stderr)
     );
+    (stdout, survivors)
+}
+
+/// The plugin moves itself out of its call's cgroup (root may write its pid
+/// to any cgroup's `cgroup.procs`) and hangs there. `cgroup.kill` no longer
+/// reaches it; with `--timeout 3` conform must still end, A1 must be a
+/// timeout, and the plugin must be gone (killed with its process group).
+#[test]
+fn root_timeout_holds_when_the_plugin_leaves_its_cgroup() {
+    let (stdout, survivors) = timed_out("leaves-its-cgroup", "3602");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON report");
+    let a1 = check(&report, "A1");
+    assert_eq!(a1["verdict"], "fail", "{a1}");
     assert!(
-        stdout.contains("held its output open") || stdout.contains("still held its output"),
+        a1.to_string().contains("timed out"),
+        "A1 is reported as a timeout: {a1}"
+    );
+    assert!(
+        survivors.is_empty(),
+        "the plugin {survivors:?} survived: {a1}"
+    );
+}
+
+/// The plugin leaves its call's cgroup, then double-forks a child into a
+/// session of its own that holds stdout open, and answers. Neither the
+/// cgroup nor the process group reaches that child: conform must end, name
+/// the leftover, and the child must be gone (killed as a holder of the
+/// call's pipe).
+#[test]
+fn root_timeout_holds_when_a_child_leaves_the_cgroup_and_the_session() {
+    let (stdout, survivors) = timed_out("leaves-cgroup-and-session", "3603");
+    assert!(
+        stdout.contains("held its output open"),
         "the report names the leftover process: {stdout}"
     );
     assert!(
-        survivors.is_empty() || stdout.contains("could not be ended"),
-        "sleep {survivors:?} survived and the report does not say so: {stdout}"
+        survivors.is_empty(),
+        "sleep {survivors:?} survived the call's kill: {stdout}"
     );
 }
 

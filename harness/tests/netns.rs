@@ -67,28 +67,85 @@ fn bad_labels_are_refused() {
     assert!(Netns::with_label("").is_err());
 }
 
+/// Set for the copy of this test binary that
+/// [`sweep_removes_namespaces_of_dead_processes_only`] starts and kills.
+const HELPER: &str = "CNILAB_SWEEP_TEST_HELPER";
+
+/// Not a test of its own: the process that makes a namespace and is then
+/// SIGKILLed (run only with [`HELPER`] set).
+#[test]
+#[ignore]
+fn helper_makes_a_namespace_and_waits() {
+    if std::env::var_os(HELPER).is_none() {
+        return;
+    }
+    let ns = Netns::with_label("sweeptest").expect("create");
+    println!("NETNS={}", ns.name());
+    std::thread::sleep(std::time::Duration::from_secs(600));
+}
+
+/// `ip netns del` on drop, for namespaces made by hand.
+struct ByHand(String);
+
+impl Drop for ByHand {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+    }
+}
+
+/// A namespace a SIGKILLed process made (with the owner record it wrote)
+/// goes; one of the same shape with a dead pid but no record stays, and so
+/// does a live process's.
 #[test]
 fn sweep_removes_namespaces_of_dead_processes_only() {
+    use std::io::BufRead;
     let _host = host_untouched();
     require_root();
+    let mut helper = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "helper_makes_a_namespace_and_waits",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(HELPER, "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("helper");
+    let out = helper.stdout.take().expect("stdout");
+    let leftover = std::io::BufReader::new(out)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("NETNS=").map(str::to_string))
+        .expect("the helper names its namespace");
+    helper.kill().expect("SIGKILL");
+    helper.wait().expect("reap");
+    let _leftover_guard = ByHand(leftover.clone());
+
     let mut child = Command::new("true").spawn().expect("spawn true");
     let dead = child.id();
     child.wait().expect("wait");
-    let leftover = format!("{PREFIX}{dead}-0-sweeptest");
+    let unrecorded = format!("{PREFIX}{dead}-0-sweeptest");
     let status = Command::new("ip")
-        .args(["netns", "add", &leftover])
+        .args(["netns", "add", &unrecorded])
         .status()
         .expect("ip netns add");
     assert!(status.success());
+    let _unrecorded_guard = ByHand(unrecorded.clone());
     let alive = Netns::with_label("alive").expect("create");
 
     let removed = netns::sweep(PREFIX).expect("sweep");
     // Another cnilab process on the machine (a second test run, a user's
     // `cnilab sweep`) may sweep the dead namespace first: what must hold
-    // whoever swept is that it is gone and the live one is not.
+    // whoever swept is that it is gone and the others are not.
+    let exists = |n: &str| Path::new(netns::NETNS_DIR).join(n).exists();
     assert!(
-        !Path::new(netns::NETNS_DIR).join(&leftover).exists(),
-        "the dead process's namespace is still there; sweep removed {removed:?}"
+        !exists(&leftover),
+        "the killed process's namespace is still there; sweep removed {removed:?}"
+    );
+    assert!(
+        exists(&unrecorded),
+        "a namespace without an owner record was removed by its name"
     );
     assert!(
         alive.path().exists(),

@@ -8,8 +8,9 @@
 #   env.sh down NS            vagrant destroy, every process in NS killed,
 #                             NS deleted, the run directory removed
 #
-# NS is cnilab-<pid>-vg (<pid>: the cnilab process that owns the run), so
-# `cnilab sweep` finds a killed run's namespace by its prefix and dead pid.
+# NS is cnilab-<pid>-vg (<pid>: the cnilab process that owns the run);
+# `cnilab sweep` empties a killed run's namespace only when its pid is dead
+# and its run directory below exists (root's, in a root-only run root).
 # The run directory, $CNILAB_VAGRANT_RUN_ROOT/NS (default
 # /var/tmp/cnilab-vagrant/NS), holds everything libvirt writes: each command
 # runs in a private mount namespace where /etc/libvirt, /run/libvirt,

@@ -188,6 +188,7 @@ fn run_nft(batch: &str) -> Result<()> {
     nft::load(Path::new("nft"), None, batch).map_err(|e| match e {
         NftError::Spawn { source, .. } => CniError::kernel("run nft", source),
         NftError::Io { what, source } => CniError::kernel(what, source),
+        e @ NftError::Deadline { .. } => CniError::kernel("run nft", e),
         NftError::Failed { stderr, .. } => {
             CniError::kernel("nft masquerade batch failed", stderr).with_details(batch.to_string())
         }

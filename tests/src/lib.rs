@@ -227,6 +227,19 @@ pub fn output_text(o: &Output) -> String {
     )
 }
 
+/// The namespaces of standing lab `name` that exist (`cnilab-lab-<name>-…`).
+pub fn lab_namespaces(name: &str) -> Vec<String> {
+    let prefix = format!("cnilab-lab-{name}-");
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// A standing lab, by default of 2 nodes with a pod each (`cnilab lab up`, plus
 /// `extra` flags), named `<label><pid>`, taken down when dropped (also
 /// after a failed assert).

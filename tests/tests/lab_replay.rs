@@ -11,7 +11,9 @@
 
 use cnilab_harness::model::{identity, LabModel, Node};
 use cnilab_harness::scenario::file::{Expect, Step};
-use cnilab_tests::{cnilab, host_untouched, output_text, require_root};
+use cnilab_tests::{
+    cnilab, host_untouched, lab_namespaces as namespaces_of, output_text, require_root,
+};
 use rstest::rstest;
 use std::path::{Path, PathBuf};
 
@@ -177,18 +179,6 @@ fn a_replayed_containerd_lab_captures_as_the_captured_one(#[case] topology: &str
 }
 
 /// The namespaces of lab `name`.
-fn namespaces_of(name: &str) -> Vec<String> {
-    let prefix = format!("cnilab-lab-{name}-");
-    std::fs::read_dir("/run/netns")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(&prefix))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// A standing 2-node lab (one pod a node) named after `tag`, its nodes'
 /// captures in `dir`, and a name for their replay.
 fn two_nodes_captured(tag: &str, dir: &Path) -> (Up, String, PathBuf, PathBuf) {
@@ -731,4 +721,83 @@ fn captured_names_reach_the_terminal_escaped_through_every_command() {
     raw("lab check", &check, true);
     let run = cnilab(&["lab", "run", "--capture", &f1, &f2, "--only", "pod-to-pod"]);
     raw("lab run", &run, true);
+}
+
+/// Drops every neighbour entry a capture holds (the source lab pinned its
+/// bulk paths; a real node with that many pods has no PERMANENT entries for
+/// them), so the replay's own plan is what keeps it within the host's
+/// tables.
+fn without_neighbours(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            map.remove("neighbours");
+            map.values_mut().for_each(without_neighbours);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(without_neighbours),
+        _ => {}
+    }
+}
+
+/// A replay of two nodes with 250 pods each needs about 2,000 neighbour
+/// entries, twice what the default gc_thresh3 of 1,024 holds (unplanned,
+/// such a replay overflowed the host's ARP table 3,450 times and was
+/// INCONCLUSIVE). Like a compiled lab of that size, it is planned: its bulk
+/// probe paths are pinned and the run is not inconclusive from an
+/// overflow; or, on a host that cannot hold even that, it is refused up
+/// front naming the remedy.
+#[test]
+fn a_replay_too_big_for_the_neighbour_table_is_pinned_or_refused() {
+    let _host = host_untouched();
+    require_root();
+    let src = format!("rns{}", std::process::id() % 100_000);
+    let lab = up(&src, &["--nodes", "2", "--pods-per-node", "250"]);
+    let dir = tempfile::tempdir().expect("dir");
+    let files: Vec<String> = ["node1", "node2"]
+        .iter()
+        .map(|node| {
+            let file = capture(&src, node, dir.path());
+            let text = std::fs::read_to_string(&file).expect("capture");
+            let mut v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+            without_neighbours(&mut v);
+            std::fs::write(&file, v.to_string()).expect("write");
+            file.display().to_string()
+        })
+        .collect();
+    drop(lab);
+    let mut args = vec![
+        "lab",
+        "run",
+        "--only",
+        "pod-to-pod",
+        "-o",
+        "json",
+        "--capture",
+    ];
+    args.extend(files.iter().map(String::as_str));
+    let out = cnilab(&args);
+    let text = output_text(&out);
+    if out.status.code() == Some(2) {
+        assert!(
+            text.contains("--tune-host") && text.contains("gc_thresh"),
+            "refused without naming the remedy: {text}"
+        );
+        return;
+    }
+    assert!(
+        text.contains("permanent entries pin the bulk probe paths"),
+        "the replay was not planned like a compiled lab: {text}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let r: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let phases = r["phases_ms"].to_string();
+    assert!(
+        phases.contains("\"pin\""),
+        "no pin phase in the report: {phases}"
+    );
+    assert!(
+        r["inconclusive"].is_null(),
+        "the host's table overflowed anyway: {}",
+        r["inconclusive"]
+    );
 }

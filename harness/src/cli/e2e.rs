@@ -408,5 +408,5 @@ fn replay_and_check(
     files: &[std::path::PathBuf],
     groups: &[String],
 ) -> Result<crate::connectivity::report::Report, String> {
-    crate::lab::check_replayed("vagrant", files, groups, false).map_err(|e| e.to_string())
+    crate::lab::check_replayed("vagrant", files, groups, false, false).map_err(|e| e.to_string())
 }

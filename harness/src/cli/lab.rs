@@ -182,8 +182,10 @@ impl Lab {
     pub fn run(self) -> CliResult {
         match self.command {
             LabCmd::Run {
-                topology, output, ..
-            } if !topology.capture.is_empty() => replay_run(&topology.capture, &output),
+                topology,
+                tune_host,
+                output,
+            } if !topology.capture.is_empty() => replay_run(&topology.capture, tune_host, &output),
             LabCmd::Up { topology, name, .. } if !topology.capture.is_empty() => {
                 replay_up(&topology.capture, &name)
             }
@@ -323,11 +325,8 @@ fn up(args: &TopologyFlags, name: &str, format: Format) -> CliResult {
     }
     // A standing lab outlives this process: it must fit without tuning.
     let Prepared { plan, host } = lab_prep::prepare(args, false)?;
-    let lab_name = name.to_string();
     let nodes: Vec<String> = plan.topo.nodes.iter().map(|n| n.name.clone()).collect();
-    crate::lab::cleanup_on_interrupt(Some(Box::new(move |ns: &str| {
-        state::owns(&state::run_dir(&lab_name), &lab_name, &nodes, ns)
-    })));
+    crate::lab::cleanup_standing_on_interrupt(name, nodes);
     let opts = UpOptions {
         plugin_dir: args.plugin_dir.clone(),
         persistent: Some(name.to_string()),
@@ -489,6 +488,18 @@ fn down(name: &str) -> CliResult {
         eprintln!("cnilab: lab {name} is not up; nothing to remove");
         return Ok(ExitCode::SUCCESS);
     }
+    let dir = state::run_dir(name);
+    if crate::sweep::unfinished(&dir) {
+        // A `lab up` killed before its lab stood: what its records prove.
+        let mut swept = crate::sweep::Swept::default();
+        crate::sweep::remove_unfinished_lab(&dir, name, &mut swept)?;
+        std::fs::remove_dir_all(&dir).map_err(|e| format!("remove {}: {e}", dir.display()))?;
+        println!(
+            "lab {name} is down (its `lab up` had died before the lab stood: {} namespaces removed)",
+            swept.namespaces.len()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let s = state::load_state(name)?;
     state::stop_agents(&s);
     match state::adopt(name) {
@@ -520,22 +531,17 @@ fn replay_up(files: &[PathBuf], name: &str) -> CliResult {
             format!("lab {name:?} is already up; `cnilab lab down --name {name}` first").into(),
         );
     }
-    let loaded = crate::lab::replay::load(files)?;
-    let lab_name = name.to_string();
-    let nodes: Vec<String> = loaded
-        .iter()
-        .map(|l| l.capture.node.net.name.clone())
-        .collect();
-    crate::lab::cleanup_on_interrupt(Some(Box::new(move |ns: &str| {
-        state::owns(&state::run_dir(&lab_name), &lab_name, &nodes, ns)
-    })));
+    // A standing lab outlives this process: it must fit without tuning.
+    let planned = crate::lab::replay::prepare(name, files, false)?;
+    let nodes = planned.node_names();
+    crate::lab::cleanup_standing_on_interrupt(name, nodes);
     let opts = crate::lab::UpOptions {
         plugin_dir: None,
         persistent: Some(name.to_string()),
         run_dir: state::run_dir(name),
         runtime: RuntimeKind::Direct,
     };
-    let built = crate::lab::replay::replay(name, files, opts);
+    let built = crate::lab::replay::build_planned(planned, opts);
     let (lab, not_made) = match built {
         Ok(b) => b,
         Err(e) => {
@@ -560,12 +566,12 @@ fn replay_up(files: &[PathBuf], name: &str) -> CliResult {
 }
 
 /// `lab run --capture FILE...`: replay, check, tear down.
-fn replay_run(files: &[PathBuf], out: &ReportFlags) -> CliResult {
+fn replay_run(files: &[PathBuf], tune_host: bool, out: &ReportFlags) -> CliResult {
     let groups = &out.only;
     crate::netns::require_root()?;
     crate::lab::checks::check_groups(groups)?;
     crate::lab::cleanup_on_interrupt(None);
-    let report = crate::lab::check_replayed("replay", files, groups, true)?;
+    let report = crate::lab::check_replayed("replay", files, groups, true, tune_host)?;
     for n in &report.not_made {
         eprintln!("⚠ not made here: {}", report::human(&n.to_string()));
     }

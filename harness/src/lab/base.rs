@@ -30,6 +30,18 @@ pub const AGENT_PIDFILE: &str = "agent.pid";
 /// In a lab's run dir: the pid and start time of the process that made it.
 pub const OWNER_PIDFILE: &str = "owner.pid";
 
+/// Makes a lab's run dir and records who made it (`owner.pid`: pid and
+/// start time): what `cnilab sweep` and `lab down` go by once that process
+/// is gone, compiled labs and replays alike.
+pub(crate) fn make_run_dir(run_dir: &Path) -> Result<(), LabError> {
+    std::fs::create_dir_all(run_dir)
+        .map_err(|e| setup(format!("run dir {}: {e}", run_dir.display())))?;
+    let me = super::pidfile::Identity::current()
+        .ok_or_else(|| setup("cannot read this process's start time"))?;
+    let path = run_dir.join(OWNER_PIDFILE);
+    super::pidfile::write(&path, me).map_err(|e| setup(format!("{}: {e}", path.display())))
+}
+
 /// Options that do not belong to the topology.
 #[derive(Clone, Debug, Default)]
 pub struct UpOptions {
@@ -193,12 +205,18 @@ fn made_ns(
 ) -> Result<Netns, NetnsError> {
     match &opts.persistent {
         Some(lab) => {
-            let ns = persistent(&format!("{}lab-{lab}-{role}", crate::netns::PREFIX))?;
-            record_namespace(&opts.run_dir, ns.name()).map_err(|e| NetnsError::Create {
-                name: ns.name().to_string(),
+            let name = format!("{}lab-{lab}-{role}", crate::netns::PREFIX);
+            // Recorded before it is made: a `lab up` killed right after the
+            // mount leaves a namespace its ledger proves its own. A failed
+            // creation takes the line back (`!name`): the name may be
+            // another's.
+            record_namespace(&opts.run_dir, &name).map_err(|e| NetnsError::Create {
+                name: name.clone(),
                 reason: format!("record it in {}: {e}", opts.run_dir.display()),
             })?;
-            Ok(ns)
+            persistent(&name).inspect_err(|_| {
+                let _ = record_namespace(&opts.run_dir, &format!("!{name}"));
+            })
         }
         None => {
             let label: String = role.chars().take(12).collect();
@@ -227,6 +245,7 @@ pub fn nft(ns: &Netns, ruleset: &str) -> Result<(), LabError> {
             ns.name()
         )),
         NftError::Io { what, source } => setup(format!("{what}: {source}")),
+        e @ NftError::Deadline { .. } => setup(format!("nft in {}: {e}", ns.name())),
         NftError::Failed { stderr, .. } => {
             setup(format!("nft in {}: {stderr}\n{ruleset}", ns.name()))
         }

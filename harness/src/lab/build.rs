@@ -29,7 +29,7 @@
 use super::base::setup;
 use super::base::{ensure_fd_limit, fds_needed};
 use super::base::{make_ns_from, make_ns_setup, veths_of, wait_oper_up};
-use super::base::{resolve_program, LabError, UpOptions, AGENT_PIDFILE, OWNER_PIDFILE};
+use super::base::{resolve_program, LabError, UpOptions, AGENT_PIDFILE};
 use super::compile;
 use super::parts::{Lab, Node, Pod};
 use super::plan::Plan;
@@ -74,14 +74,7 @@ impl Lab {
         } = plan;
         let pods = topo.nodes.len() * topo.pods_per_node;
         ensure_fd_limit(fds_needed(pods + topo.nodes.len() + 8, topo.nodes.len()))?;
-        std::fs::create_dir_all(&opts.run_dir)
-            .map_err(|e| setup(format!("run dir {}: {e}", opts.run_dir.display())))?;
-        // Who made this run dir: `cnilab sweep` removes it once that process is gone.
-        if let Some(me) = super::pidfile::Identity::current() {
-            let path = opts.run_dir.join(OWNER_PIDFILE);
-            super::pidfile::write(&path, me)
-                .map_err(|e| setup(format!("{}: {e}", path.display())))?;
-        }
+        super::base::make_run_dir(&opts.run_dir)?;
         // Compiled once: the infrastructure is applied from it, the
         // Services installed from it once the pods have their addresses.
         let compiled = compile::compile(&topo)?;

@@ -94,6 +94,21 @@ pub fn cleanup_on_interrupt(extra: Option<crate::interrupt::NamespaceFilter>) {
     });
 }
 
+/// [`cleanup_on_interrupt`] for `lab up --name NAME` (compiled or
+/// replayed) of `nodes`: the namespaces the lab's ledger proves its own go,
+/// and so does its run directory (a killed `lab up` leaves nothing behind).
+pub fn cleanup_standing_on_interrupt(name: &str, nodes: Vec<String>) {
+    let lab = name.to_string();
+    crate::interrupt::cleanup_on_interrupt(crate::interrupt::Teardown {
+        first: cri::daemon::stop_all_started,
+        then: neighbours::restore_host,
+        extra: Some(Box::new(move |ns: &str| {
+            state::owns(&state::run_dir(&lab), &lab, &nodes, ns)
+        })),
+        run_dir: state::run_dir(name),
+    });
+}
+
 /// Replays `files` as a throwaway lab (a scratch run directory), checks
 /// `groups` on it and tears it down, the run directory too: `lab run
 /// --capture` and `e2e vagrant --capture`. The report lists what the
@@ -103,7 +118,11 @@ pub fn check_replayed(
     files: &[std::path::PathBuf],
     groups: &[String],
     progress: bool,
+    tune_host: bool,
 ) -> Result<Report, LabError> {
+    let planned = replay::prepare(name, files, tune_host)?;
+    // Restores the thresholds when dropped (and the Ctrl-C handler does).
+    let _tuning = neighbours::HostTuning::apply(&planned.host).map_err(LabError::Setup)?;
     let opts = UpOptions {
         plugin_dir: None,
         persistent: None,
@@ -111,7 +130,7 @@ pub fn check_replayed(
         runtime: base::RuntimeKind::Direct,
     };
     let run_dir = opts.run_dir.clone();
-    let checked = replay::replay(name, files, opts).and_then(|(lab, not_made)| {
+    let checked = replay::build_planned(planned, opts).and_then(|(lab, not_made)| {
         let report = check(&lab, groups, progress);
         lab.down();
         let mut report = report?;

@@ -8,31 +8,10 @@ use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 
-/// Start time of process `pid` (field 22 of `/proc/<pid>/stat`).
-pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_start_time(&stat)
-}
-
-fn parse_start_time(stat: &str) -> Option<u64> {
-    start_time_of_stat(stat.as_bytes())
-}
-
-/// Field 22 of a `/proc/<pid>/stat` line. The command name (field 2) is in
-/// parentheses and may hold spaces or `)`, so fields are counted after the
-/// last `)`. Allocation-free: it also runs between fork and exec.
-fn start_time_of_stat(stat: &[u8]) -> Option<u64> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    // Fields 3.. follow: field 22 is the 20th of them.
-    let field = stat[close + 1..]
-        .split(|b| b.is_ascii_whitespace())
-        .filter(|w| !w.is_empty())
-        .nth(19)?;
-    if field.is_empty() || field.len() > 19 || !field.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    Some(field.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')))
-}
+/// Start time of process `pid` (field 22 of `/proc/<pid>/stat`): the one
+/// reading the namespaces' owner records use too.
+pub use cnilab_net::netns::owner::start_time;
+use cnilab_net::netns::owner::start_time_of_stat;
 
 /// Opens (creates, empties) the pidfile a child will fill in itself with
 /// [`write_own_identity`] between fork and exec: the file names the process
@@ -127,12 +106,7 @@ impl Identity {
 
     /// Whether that very process still runs (a zombie counts as gone).
     pub fn alive(&self) -> bool {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
-        let zombie = stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].split_whitespace().next())
-            .is_some_and(|state| state == "Z" || state == "X");
-        parse_start_time(&stat) == Some(self.start) && !zombie
+        cnilab_net::netns::owner::running(self.pid, self.start)
     }
 
     /// Sends SIGKILL to this process if, and only if, it is still the
@@ -250,13 +224,6 @@ pub fn read(path: &Path) -> Option<Identity> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn start_time_is_field_22_even_with_odd_names() {
-        let line = "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 18446744073709551615";
-        assert_eq!(parse_start_time(line), Some(987654));
-        assert_eq!(parse_start_time("garbage"), None);
-    }
 
     #[test]
     fn only_the_recorded_process_is_killed() {

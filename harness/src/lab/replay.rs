@@ -535,8 +535,14 @@ pub fn build(
     opts: UpOptions,
     origin: &dyn Fn(&str) -> Option<PathBuf>,
 ) -> Result<(Lab, Vec<NotMade>), LabError> {
-    std::fs::create_dir_all(&opts.run_dir)
-        .map_err(|e| setup(format!("run dir {}: {e}", opts.run_dir.display())))?;
+    super::base::make_run_dir(&opts.run_dir)?;
+    // The node dirs before any namespace: a run killed mid-apply leaves
+    // the node names that `sweep` and `lab down` need to recognise the
+    // nodes' namespaces.
+    for node in &model.nodes {
+        let dir = opts.run_dir.join(&node.net.name);
+        std::fs::create_dir_all(&dir).map_err(|e| setup(format!("{}: {e}", dir.display())))?;
+    }
     let make = super::base::ns_maker(&opts);
     let started = std::time::Instant::now();
     let applied = apply::apply(
@@ -658,14 +664,53 @@ fn is_pod_role(node: &str, name: &str) -> bool {
         .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// Loads, plans and builds: the replayed lab and what was not made.
-pub fn replay(
-    name: &str,
-    paths: &[PathBuf],
-    opts: UpOptions,
-) -> Result<(Lab, Vec<NotMade>), LabError> {
+/// A replay planned, not yet built: what [`load`] read, what [`plan`] made
+/// of it, and how its neighbour entries fit the host's tables (the plan a
+/// compiled lab gets, `super::neighbours::plan`).
+pub struct Planned {
+    loaded: Vec<Loaded>,
+    model: LabModel,
+    topo: Topology,
+    pub host: super::neighbours::HostPlan,
+}
+
+impl Planned {
+    /// The replayed nodes' names, as the captures give them.
+    pub fn node_names(&self) -> Vec<String> {
+        self.loaded
+            .iter()
+            .map(|l| l.capture.node.net.name.clone())
+            .collect()
+    }
+}
+
+/// Loads and plans the replay `name`; refuses, with the numbers and the
+/// remedies, one the host's neighbour tables cannot hold even with the
+/// bulk probe paths pinned (unless `tune_host` may raise them).
+pub fn prepare(name: &str, paths: &[PathBuf], tune_host: bool) -> Result<Planned, LabError> {
     let loaded = load(paths)?;
     let (model, topo) = plan(name, &loaded)?;
+    let host = super::neighbours::plan(&topo, tune_host).map_err(setup)?;
+    if host.pin || !host.tune.is_empty() || host.unchecked {
+        eprintln!("🧮 {}", host.summary);
+    }
+    Ok(Planned {
+        loaded,
+        model,
+        topo,
+        host,
+    })
+}
+
+/// Builds a prepared replay and pins its bulk probe paths when its plan
+/// says so: the replayed lab and what was not made.
+pub fn build_planned(planned: Planned, opts: UpOptions) -> Result<(Lab, Vec<NotMade>), LabError> {
+    let Planned {
+        loaded,
+        model,
+        topo,
+        host,
+    } = planned;
     let origin = |ns: &str| {
         model
             .nodes
@@ -685,7 +730,18 @@ pub fn replay(
             pod.ips = pod_addresses(m.pods.iter().filter(|p| p.name == pod.name));
         }
     }
+    super::pin_if_planned(&mut lab, &host)?;
     Ok((lab, not_made))
+}
+
+/// Loads, plans and builds (no host tuning): the replayed lab and what was
+/// not made.
+pub fn replay(
+    name: &str,
+    paths: &[PathBuf],
+    opts: UpOptions,
+) -> Result<(Lab, Vec<NotMade>), LabError> {
+    build_planned(prepare(name, paths, false)?, opts)
 }
 
 /// The run directory must not outlive a failed standing replay.

@@ -70,8 +70,14 @@ pub fn owns(dir: &std::path::Path, name: &str, nodes: &[String], ns: &str) -> bo
         return false;
     }
     let ledger = std::fs::read_to_string(dir.join(LEDGER)).unwrap_or_default();
-    if ledger.lines().any(|l| l == ns) {
-        return true;
+    // The last word on `ns`: recorded, or taken back (`!ns`) after its
+    // creation failed.
+    let last = ledger
+        .lines()
+        .rev()
+        .find(|l| *l == ns || l.strip_prefix('!') == Some(ns));
+    if let Some(line) = last {
+        return line == ns;
     }
     let saved = std::fs::read_to_string(dir.join("state.json"))
         .ok()

@@ -60,38 +60,23 @@ pub fn batch_force(ns: &Netns, program: &str, script: &str) -> Result<(), LabErr
     batch_with(ns, program, &["-force", "-batch", "-"], script)
 }
 
+/// Through the one command runner (`cnilab_net::nft::run`, any program):
+/// a deadline, and no child left when this process dies.
 fn batch_with(ns: &Netns, program: &str, args: &[&str], script: &str) -> Result<(), LabError> {
-    use std::io::Write;
-    use std::process::Stdio;
-    let mut child = ns
-        .command(program)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
-            setup(format!(
-                "{program} in {}: {e} (is iproute2 installed?)",
-                ns.name()
-            ))
-        })?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(script.as_bytes())
-            .map_err(|e| setup(format!("{program} in {}: {e}", ns.name())))?;
+    use cnilab_net::nft::NftError;
+    let path = std::path::Path::new(program);
+    match cnilab_net::nft::run(path, Some(ns.file()), args, Some(script)) {
+        Ok(_) => Ok(()),
+        Err(NftError::Spawn { source, .. }) => Err(setup(format!(
+            "{program} in {}: {source} (is iproute2 installed?)",
+            ns.name()
+        ))),
+        Err(NftError::Failed { stderr, .. }) => Err(setup(format!(
+            "{program} in {}: {stderr}\n{script}",
+            ns.name()
+        ))),
+        Err(other) => Err(setup(format!("{program} in {}: {other}", ns.name()))),
     }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| setup(format!("{program} in {}: {e}", ns.name())))?;
-    if !out.status.success() {
-        return Err(setup(format!(
-            "{program} in {}: {}\n{script}",
-            ns.name(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(())
 }
 
 fn router_index(lab: &Lab) -> Option<usize> {

@@ -8,26 +8,21 @@
 //! no `nft`.
 
 use super::{Backend, IptablesSave, LabModel, NftTable};
-use cnilab_net::{netns as plugin_netns, snapshot};
+use cnilab_net::snapshot;
 use std::fs::File;
 
 /// `nft -s list ruleset` inside the namespace, one entry per table.
 pub(crate) fn read_nft(file: &File) -> Result<Vec<NftTable>, String> {
-    let mut cmd = std::process::Command::new("nft");
-    cmd.args(["-s", "list", "ruleset"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let child = plugin_netns::spawn_in(file, &mut cmd)
-        .map_err(|e| format!("nft: {e} (is nftables installed?)"))?;
-    let out = child.wait_with_output().map_err(|e| format!("nft: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "nft list ruleset: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(tables_of(&String::from_utf8_lossy(&out.stdout)))
+    use cnilab_net::nft::NftError;
+    let args = ["-s", "list", "ruleset"];
+    let out = cnilab_net::nft::run(std::path::Path::new("nft"), Some(file), &args, None).map_err(
+        |e| match e {
+            NftError::Spawn { source, .. } => format!("nft: {source} (is nftables installed?)"),
+            NftError::Failed { stderr, .. } => format!("nft list ruleset: {stderr}"),
+            other => format!("nft list ruleset: {other}"),
+        },
+    )?;
+    Ok(tables_of(&out))
 }
 
 fn tables_of(ruleset: &str) -> Vec<NftTable> {
@@ -112,16 +107,10 @@ pub(crate) fn read_iptables(
     for (backend, (family, tables)) in all {
         let v6 = if family == "ipv6" { "6" } else { "" };
         let tool = format!("ip{v6}tables-{backend}-save");
-        let mut cmd = std::process::Command::new(&tool);
-        cmd.stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let done = plugin_netns::spawn_in(file, &mut cmd)
-            .and_then(|c| c.wait_with_output())
-            .map_err(|e| e.to_string())
-            .and_then(|o| match o.status.success() {
-                true => Ok(String::from_utf8_lossy(&o.stdout).into_owned()),
-                false => Err(String::from_utf8_lossy(&o.stderr).trim().to_string()),
+        let done = cnilab_net::nft::run(std::path::Path::new(&tool), Some(file), &[], None)
+            .map_err(|e| match e {
+                cnilab_net::nft::NftError::Failed { stderr, .. } => stderr,
+                other => other.to_string(),
             });
         match done {
             Ok(text) => out.push(IptablesSave {

@@ -310,6 +310,29 @@ fn wait_until(
     }
 }
 
+/// The exit status of a child just SIGKILLed, waited for [`AFTER_KILL`] at
+/// most: a child that is still there then (stuck in the kernel) is reaped
+/// by a thread of its own, the call reports it in `leftover` and ends as
+/// killed, and a timeout holds whatever the child does.
+fn reap_killed(
+    mut child: super::spawn::Spawned,
+    leftover: &mut Option<String>,
+) -> std::io::Result<std::process::ExitStatus> {
+    if let Some(status) = wait_until(&mut child, Instant::now() + AFTER_KILL) {
+        return status;
+    }
+    *leftover = Some(format!(
+        "the plugin (pid {}) had not exited {} s after SIGKILL: the call was given up",
+        child.id(),
+        AFTER_KILL.as_secs()
+    ));
+    std::thread::spawn(move || {
+        let mut child = child;
+        let _ = child.wait();
+    });
+    Ok(std::process::ExitStatus::from_raw(nix::libc::SIGKILL))
+}
+
 /// Feeds the child's stdin with `feed` on a thread of its own, reads stdout
 /// and stderr (keeping at most [`KEEP_BYTES`] of each) until they end, and
 /// waits for the child. If the whole call (exit and the end of both
@@ -336,7 +359,7 @@ pub fn collect_child(
     let deadline = started + limit;
     let ended = drain_until(&mut out, &mut err, deadline);
     let stdout_end = started.elapsed();
-    let mut status = if ended {
+    let status = if ended {
         wait_until(&mut child, deadline)
     } else {
         None
@@ -364,9 +387,11 @@ pub fn collect_child(
                 scope.kind()
             ));
         }
-        status = Some(child.wait());
     }
-    let status = status.unwrap_or_else(|| child.wait());
+    let status = match status {
+        Some(status) => status,
+        None => reap_killed(child, &mut leftover),
+    };
     let duration = if killed {
         started.elapsed()
     } else {

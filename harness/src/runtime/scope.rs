@@ -1,10 +1,12 @@
 //! What one plugin call may leave behind, and how it is ended: every call
 //! runs in a cgroup v2 of its own where the machine allows one (the child
 //! joins it before exec, so nothing it starts, `setsid` or not, can leave),
-//! and `cgroup.kill` ends all of it. Where no cgroup can be made, the call's
-//! process group is killed, and so is every process that still holds one of
-//! the call's output pipes (found through `/proc/<pid>/fd`): what escaped
-//! both is reported, never hidden. Call cgroups left by a process that
+//! and `cgroup.kill` ends all of it. A process running as root can still
+//! leave (it writes its pid to another cgroup's `cgroup.procs`), so the
+//! call's process group is killed as well, and so is every process that
+//! still holds one of the call's output pipes (found through
+//! `/proc/<pid>/fd`); where no cgroup can be made, those two are all there
+//! is. What escaped all three is reported, never hidden. Call cgroups left by a process that
 //! exited mid-call are removed by the next one (empty cgroups only).
 
 use std::fs::File;
@@ -132,9 +134,11 @@ impl CallScope {
         }
     }
 
-    /// Kills everything of the call: the cgroup, or the process group
-    /// `pgid` and every process holding one of `pipes` (the read ends this
-    /// process has of the call's stdout and stderr).
+    /// Kills everything of the call: the cgroup, the process group `pgid`
+    /// and every process holding one of `pipes` (the read ends this process
+    /// has of the call's stdout and stderr). All three, whatever the scope:
+    /// a plugin running as root can move itself, or what it started, out of
+    /// its cgroup, and out of its process group with `setsid`.
     pub fn kill(&self, pgid: u32, pipes: &[RawFd]) {
         if let Some(cgroup) = &self.cgroup {
             if let Ok(mut f) = std::fs::OpenOptions::new()
@@ -143,7 +147,6 @@ impl CallScope {
             {
                 let _ = f.write_all(b"1");
             }
-            return;
         }
         if let Ok(pgid) = i32::try_from(pgid) {
             let _ = nix::sys::signal::killpg(

@@ -12,6 +12,7 @@
 //! and [`sweep`] for what a killed run left behind.
 
 pub mod defaults;
+pub mod owner;
 mod sysctl;
 mod throwaway;
 pub use sysctl::{read_sysctl, sysctl_dir, write_sysctl, LOOKUPS_PER_INSTANCE};

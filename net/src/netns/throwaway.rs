@@ -120,6 +120,14 @@ impl Netns {
         }
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let mut name = format!("{PREFIX}{}-{n}", std::process::id());
+        // The record comes first: a process killed right after the mount
+        // leaves a namespace that [`sweep`] can prove was its own. Without
+        // root, the clear error is that one, not the record's.
+        require_root()?;
+        super::owner::record_self().map_err(|reason| NetnsError::Create {
+            name: name.clone(),
+            reason,
+        })?;
         if let Some(label) = label {
             name.push('-');
             name.push_str(label);
@@ -521,14 +529,57 @@ pub fn remove_prefixed(prefix: &str) -> Result<Vec<String>, NetnsError> {
     remove_matching(|name| !prefix.is_empty() && name.starts_with(prefix))
 }
 
-/// Removes namespaces named `<prefix><pid>-…` whose pid is no longer
-/// running. Returns the names it removed. `prefix` is normally [`PREFIX`].
+/// Removes the namespaces a killed process left: named exactly as
+/// [`Netns::with_label`] names them (`<prefix><pid>-<n>[-<label>]`), and
+/// proved its own by the owner record that process wrote before making
+/// them, naming a process that is gone ([`super::owner`]). A name alone
+/// proves nothing: a namespace of that shape without the record stays.
+/// Returns the names it removed. `prefix` is normally [`PREFIX`].
 pub fn sweep(prefix: &str) -> Result<Vec<String>, NetnsError> {
-    remove_matching(|name| {
-        let pid = name
-            .strip_prefix(prefix)
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok());
-        pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
-    })
+    let removed =
+        remove_matching(|name| throwaway_pid(prefix, name).is_some_and(super::owner::owner_gone))?;
+    let left: Vec<String> = std::fs::read_dir(NETNS_DIR)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .collect();
+    super::owner::forget_gone(prefix, &left);
+    Ok(removed)
+}
+
+/// The pid in `name` when it has the shape of a throwaway namespace's:
+/// `<prefix><pid>-<n>` or `<prefix><pid>-<n>-<label>`.
+fn throwaway_pid(prefix: &str, name: &str) -> Option<u32> {
+    let digits = |s: &str| !s.is_empty() && s.len() <= 10 && s.bytes().all(|b| b.is_ascii_digit());
+    let mut parts = name.strip_prefix(prefix)?.splitn(3, '-');
+    let pid = parts.next().filter(|p| digits(p))?;
+    parts.next().filter(|n| digits(n))?;
+    if let Some(label) = parts.next() {
+        if !name_chars_ok(label, 12) {
+            return None;
+        }
+    }
+    pid.parse().ok()
+}
+
+#[cfg(test)]
+mod shape_tests {
+    use super::throwaway_pid;
+
+    #[test]
+    fn only_the_throwaway_shape_yields_a_pid() {
+        assert_eq!(throwaway_pid("cnilab-", "cnilab-42-0"), Some(42));
+        assert_eq!(throwaway_pid("cnilab-", "cnilab-42-7-node1"), Some(42));
+        for other in [
+            "cnilab-42-vg",
+            "cnilab-42",
+            "cnilab-lab-x-node1",
+            "cnilab-99999999999-0",
+            "cnilab-42-0-label-far-too-long",
+            "other-42-0",
+        ] {
+            assert_eq!(throwaway_pid("cnilab-", other), None, "{other}");
+        }
+    }
 }

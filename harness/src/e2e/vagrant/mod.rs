@@ -231,10 +231,10 @@ fn pids_in(ns_path: &Path) -> Vec<i32> {
 }
 
 /// `cnilab sweep`'s part: for every `cnilab-<pid>-vg` namespace whose pid
-/// is gone, kills what runs in it (libvirtd, virtlogd, QEMU, dnsmasq: only
-/// a run's own processes live there) and removes its run directory, so
-/// that the namespace sweep that follows can remove the namespace itself.
-/// Returns the namespaces it emptied.
+/// is gone and whose run directory env.sh made ([`run_dir_proves`]: the
+/// name alone proves nothing), kills what runs in it (libvirtd, virtlogd,
+/// QEMU, dnsmasq: only a run's own processes live there), removes its run
+/// directory and the namespace. Returns the namespaces it emptied.
 pub fn sweep() -> Vec<String> {
     use nix::sys::signal::{kill, Signal};
     let mut emptied = Vec::new();
@@ -246,7 +246,8 @@ pub fn sweep() -> Vec<String> {
             .and_then(|rest| rest.strip_suffix(SUFFIX))
             .and_then(|p| p.parse::<u32>().ok());
         let Some(pid) = pid else { continue };
-        if Path::new(&format!("/proc/{pid}")).exists() {
+        let run = Path::new(RUN_ROOT).join(&name);
+        if Path::new(&format!("/proc/{pid}")).exists() || !run_dir_proves(&run) {
             continue;
         }
         for signal in [Signal::SIGTERM, Signal::SIGKILL] {
@@ -260,8 +261,22 @@ pub fn sweep() -> Vec<String> {
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
-        let _ = std::fs::remove_dir_all(Path::new(RUN_ROOT).join(&name));
+        let _ = std::fs::remove_dir_all(&run);
+        let _ = crate::netns::remove_matching(|n| n == name);
         emptied.push(name);
     }
     emptied
+}
+
+/// Whether `run` is a run directory env.sh made as root: a directory (no
+/// symlink) owned by root, in a [`RUN_ROOT`] that is root's and that no one
+/// else may write to.
+fn run_dir_proves(run: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let root_only = |p: &Path, writable_by_others: bool| {
+        std::fs::symlink_metadata(p).is_ok_and(|m| {
+            m.is_dir() && m.uid() == 0 && (writable_by_others || m.mode() & 0o022 == 0)
+        })
+    };
+    root_only(Path::new(RUN_ROOT), false) && root_only(run, true)
 }

@@ -1,0 +1,147 @@
+//! Who made a throwaway namespace: before its first `cnilab-<pid>-<n>`
+//! namespace, a process writes `<pid> <start time>` to
+//! [`OWNERS_DIR`]`/<pid>`. [`super::sweep`] removes a namespace of that
+//! shape only when this record names a process that is gone (the same pid
+//! with another start time is another process), so a namespace that merely
+//! carries a dead pid in its name (one cnilab never made, a pid above
+//! `pid_max`) is never taken for a leftover.
+
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Where the owner records live (root only, like `/run/netns`).
+pub const OWNERS_DIR: &str = "/run/cnilab/netns-owners";
+
+/// Start time of process `pid` (field 22 of `/proc/<pid>/stat`, clock
+/// ticks since boot).
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    start_time_of_stat(&stat)
+}
+
+/// Field 22 of a `/proc/<pid>/stat` line. The command name (field 2) is in
+/// parentheses and may hold spaces or `)`, so fields are counted after the
+/// last `)`. Allocation-free: it also runs between fork and exec.
+pub fn start_time_of_stat(stat: &[u8]) -> Option<u64> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    // Fields 3.. follow: field 22 is the 20th of them.
+    let field = stat[close + 1..]
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|w| !w.is_empty())
+        .nth(19)?;
+    if field.is_empty() || field.len() > 19 || !field.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(field.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')))
+}
+
+/// Whether process `pid` runs and started at `start` (a zombie counts as
+/// gone).
+pub fn running(pid: u32, start: u64) -> bool {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.iter().rposition(|&b| b == b')').and_then(|i| {
+        stat[i + 1..]
+            .split(u8::is_ascii_whitespace)
+            .find(|w| !w.is_empty())
+    });
+    let zombie = matches!(state, Some(b"Z") | Some(b"X"));
+    start_time_of_stat(&stat) == Some(start) && !zombie
+}
+
+fn record_path(pid: u32) -> PathBuf {
+    Path::new(OWNERS_DIR).join(pid.to_string())
+}
+
+/// Writes this process's record, once per process (later calls return the
+/// first one's outcome).
+pub(super) fn record_self() -> Result<(), String> {
+    static DONE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    DONE.get_or_init(write_own_record).clone()
+}
+
+fn write_own_record() -> Result<(), String> {
+    let pid = std::process::id();
+    let start = start_time(pid).ok_or("cannot read this process's start time")?;
+    let fail = |e: io::Error| format!("record the namespaces' owner in {OWNERS_DIR}: {e}");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(OWNERS_DIR)
+        .map_err(fail)?;
+    // Written aside and renamed: a sweep never reads half a record.
+    let tmp = Path::new(OWNERS_DIR).join(format!(".{pid}.tmp"));
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&tmp)
+        .map_err(fail)?;
+    file.write_all(format!("{pid} {start}\n").as_bytes())
+        .map_err(fail)?;
+    std::fs::rename(&tmp, record_path(pid)).map_err(fail)
+}
+
+/// The `(pid, start)` a record holds; `None` when absent, not a regular
+/// file, or not for `pid`.
+fn read(pid: u32) -> Option<(u32, u64)> {
+    let path = record_path(pid);
+    let meta = std::fs::symlink_metadata(&path).ok()?;
+    if !meta.is_file() || meta.len() > 64 {
+        return None;
+    }
+    let text = std::fs::read_to_string(&path).ok()?;
+    let mut words = text.split_whitespace();
+    let recorded: u32 = words.next()?.parse().ok()?;
+    let start: u64 = words.next()?.parse().ok()?;
+    (recorded == pid).then_some((recorded, start))
+}
+
+/// Whether a record proves that process `pid` made namespaces and is gone.
+pub fn owner_gone(pid: u32) -> bool {
+    read(pid).is_some_and(|(pid, start)| !running(pid, start))
+}
+
+/// Removes the records of processes that are gone and whose namespaces
+/// (named with `prefix`) are all gone too.
+pub(super) fn forget_gone(prefix: &str, namespaces: &[String]) {
+    let Ok(entries) = std::fs::read_dir(OWNERS_DIR) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let own = format!("{prefix}{pid}-");
+        let left = namespaces.iter().any(|n| n.starts_with(&own));
+        if owner_gone(pid) && !left {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_time_is_field_22_even_with_odd_names() {
+        let line = "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 18446744073709551615";
+        assert_eq!(start_time_of_stat(line.as_bytes()), Some(987654));
+        assert_eq!(start_time_of_stat(b"garbage"), None);
+    }
+
+    #[test]
+    fn a_running_process_is_running_only_with_its_own_start_time() {
+        let me = std::process::id();
+        let start = start_time(me).expect("own start time");
+        assert!(running(me, start));
+        assert!(!running(me, start + 1));
+    }
+}
