@@ -201,24 +201,16 @@ fn names_dir(pid: u32, dir: &Path) -> bool {
     })
 }
 
-/// Writes `id` to `path` (`<pid> <start>`), through a temp file and a rename.
+/// Writes `id` to `path` (`<pid> <start>`), staged aside and renamed into
+/// place (`util::write_replacing`, the one way cnilab writes as root).
 pub fn write(path: &Path, id: Identity) -> io::Result<()> {
-    let tmp = path.with_extension("pid.tmp");
-    std::fs::write(&tmp, format!("{} {}\n", id.pid, id.start))?;
-    std::fs::rename(&tmp, path)
+    crate::util::write_replacing(path, format!("{} {}\n", id.pid, id.start).as_bytes())
 }
 
-/// Reads a pidfile written by [`write`]; `None` when absent or malformed.
+/// Reads a pidfile written by [`write`] (the owner records' format);
+/// `None` when absent or malformed.
 pub fn read(path: &Path) -> Option<Identity> {
-    let meta = std::fs::symlink_metadata(path).ok()?;
-    if !meta.is_file() || meta.len() > 64 {
-        return None;
-    }
-    let text = std::fs::read_to_string(path).ok()?;
-    let mut words = text.split_whitespace();
-    let pid = words.next()?.parse().ok()?;
-    let start = words.next()?.parse().ok()?;
-    Some(Identity { pid, start })
+    cnilab_net::netns::owner::read_record(path).map(|(pid, start)| Identity { pid, start })
 }
 
 #[cfg(test)]

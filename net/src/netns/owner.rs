@@ -84,19 +84,25 @@ fn write_own_record() -> Result<(), String> {
     std::fs::rename(&tmp, record_path(pid)).map_err(fail)
 }
 
-/// The `(pid, start)` a record holds; `None` when absent, not a regular
-/// file, or not for `pid`.
-fn read(pid: u32) -> Option<(u32, u64)> {
-    let path = record_path(pid);
-    let meta = std::fs::symlink_metadata(&path).ok()?;
+/// The `(pid, start)` of a `<pid> <start>` record at `path` (an owner
+/// record, a lab's pidfile); `None` when absent, not a regular file, or
+/// malformed.
+pub fn read_record(path: &Path) -> Option<(u32, u64)> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
     if !meta.is_file() || meta.len() > 64 {
         return None;
     }
-    let text = std::fs::read_to_string(&path).ok()?;
+    let text = std::fs::read_to_string(path).ok()?;
     let mut words = text.split_whitespace();
-    let recorded: u32 = words.next()?.parse().ok()?;
+    let pid: u32 = words.next()?.parse().ok()?;
     let start: u64 = words.next()?.parse().ok()?;
-    (recorded == pid).then_some((recorded, start))
+    Some((pid, start))
+}
+
+/// The `(pid, start)` of `pid`'s owner record; `None` when absent,
+/// malformed, or not for `pid`.
+fn read(pid: u32) -> Option<(u32, u64)> {
+    read_record(&record_path(pid)).filter(|(recorded, _)| *recorded == pid)
 }
 
 /// Whether a record proves that process `pid` made namespaces and is gone.
