@@ -211,7 +211,11 @@ fn remove_stale(parent: &Path) {
 }
 
 /// Processes (other than this one) with an fd on the same pipe as one of
-/// `pipes`.
+/// `pipes`, leaving out this process's own children that have not exec'd
+/// yet: between fork and exec a child holds every descriptor of this
+/// process, the other calls' pipes included (close-on-exec closes them
+/// only at the exec), so another call starting at that moment is not the
+/// plugin's leftover and must not be killed.
 fn pipe_holders(pipes: &[RawFd]) -> Vec<i32> {
     let own = std::process::id();
     let inodes: Vec<u64> = pipes
@@ -219,6 +223,7 @@ fn pipe_holders(pipes: &[RawFd]) -> Vec<i32> {
         .filter_map(|fd| std::fs::metadata(format!("/proc/self/fd/{fd}")).ok())
         .map(|m| m.ino())
         .collect();
+    let own_exe = exe_id(Path::new("/proc/self"));
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -227,7 +232,32 @@ fn pipe_holders(pipes: &[RawFd]) -> Vec<i32> {
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| u32::try_from(*pid).is_ok_and(|p| p != own))
         .filter(|pid| holds_any(Path::new(&format!("/proc/{pid}/fd")), &inodes))
+        .filter(|pid| !forked_not_execd(*pid, own, own_exe))
         .collect()
+}
+
+/// The (device, inode) of the program a process runs.
+fn exe_id(proc_dir: &Path) -> Option<(u64, u64)> {
+    let m = std::fs::metadata(proc_dir.join("exe")).ok()?;
+    Some((m.dev(), m.ino()))
+}
+
+/// Whether `pid` is a child of this process still running this process's
+/// own program: one forked by another thread that has not exec'd yet.
+fn forked_not_execd(pid: i32, own: u32, own_exe: Option<(u64, u64)>) -> bool {
+    let dir = Path::new("/proc").join(pid.to_string());
+    let parent = std::fs::read_to_string(dir.join("stat"))
+        .ok()
+        .and_then(|stat| parent_of(&stat));
+    parent == Some(own) && own_exe.is_some() && exe_id(&dir) == own_exe
+}
+
+/// The parent pid in a `/proc/<pid>/stat` line: the second field after the
+/// command name, which is in parentheses and may itself hold spaces and
+/// parentheses (hence the last ')').
+fn parent_of(stat: &str) -> Option<u32> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn holds_any(fd_dir: &Path, inodes: &[u64]) -> bool {
@@ -247,7 +277,52 @@ fn holds_any(fd_dir: &Path, inodes: &[u64]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::remove_stale;
+    use super::{forked_not_execd, parent_of, pipe_holders, remove_stale};
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn the_parent_is_read_past_a_command_name_with_parentheses() {
+        assert_eq!(parent_of("42 (a) b) (c) S 7 42 42 0"), Some(7));
+        assert_eq!(parent_of("42 (plain) R 1 42 42 0"), Some(1));
+        assert_eq!(parent_of("garbage"), None);
+    }
+
+    /// A child of this process that holds a call's pipe is its leftover once
+    /// it runs another program, and is spared while it still runs this
+    /// process's own (forked by another thread, not yet exec'd).
+    #[test]
+    fn a_sibling_call_between_fork_and_exec_is_not_a_pipe_holder() {
+        let (read, write) = nix::unistd::pipe().expect("pipe");
+        let own = std::process::id();
+        let own_exe = super::exe_id(std::path::Path::new("/proc/self"));
+        // A forked child that does not exec: it holds both ends, like a
+        // sibling call caught in the window.
+        // SAFETY: the child only sleeps and exits (async-signal-safe calls).
+        let forked = match unsafe { nix::unistd::fork() }.expect("fork") {
+            nix::unistd::ForkResult::Child => unsafe {
+                nix::libc::sleep(30);
+                nix::libc::_exit(0)
+            },
+            nix::unistd::ForkResult::Parent { child } => child,
+        };
+        // A child that exec'd a program with the pipe as its stdout: a
+        // plugin's leftover.
+        let mut leftover = std::process::Command::new("sleep")
+            .arg("30")
+            .stdout(std::process::Stdio::from(write.try_clone().expect("dup")))
+            .spawn()
+            .expect("spawn sleep");
+        let holders = pipe_holders(&[read.as_raw_fd()]);
+        let forked_spared = forked_not_execd(forked.as_raw(), own, own_exe);
+        let _ = nix::sys::signal::kill(forked, nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(forked, None);
+        let _ = leftover.kill();
+        let _ = leftover.wait();
+        let leftover_pid = i32::try_from(leftover.id()).expect("pid");
+        assert!(forked_spared, "the forked child was not recognised");
+        assert!(!holders.contains(&forked.as_raw()), "{holders:?}");
+        assert!(holders.contains(&leftover_pid), "{holders:?}");
+    }
 
     #[test]
     fn stale_call_cgroups_of_gone_processes_are_removed_only() {
