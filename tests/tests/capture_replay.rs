@@ -86,6 +86,7 @@ fn assert_passes(k: &Cluster, style: &str, groups_run: &[&str], skipped: &[(&str
     let _lab = replay(k, style, &name, dir.path());
     let (code, r, text) = check(&name);
     assert_eq!(code, Some(0), "{style}: lab check of the replay: {text}");
+    assert_pods_named(k, &name, &text);
     let groups = r["groups"].as_array().expect("groups");
     for g in groups {
         assert_eq!(g["passed"], g["probes"], "{style}: {g}");
@@ -120,6 +121,35 @@ fn assert_passes(k: &Cluster, style: &str, groups_run: &[&str], skipped: &[(&str
             "{style}: the table does not say SKIP [{s}]: {table}"
         );
     }
+}
+
+/// Every pod of `k` is probed under the name its runtime gave it
+/// (`cni-<uuid>`), in `lab check`'s report (`report`) and in `lab show`,
+/// which says what made it a pod; the replay's namespace roles
+/// (`<node>-pod<k>`) are named nowhere.
+fn assert_pods_named(k: &Cluster, lab: &str, report: &str) {
+    let show = all(&cnilab(&["lab", "show", "--name", lab]));
+    for p in k.pods.iter().flatten() {
+        let name = p.name();
+        assert!(name.starts_with("cni-"), "{name}");
+        assert!(
+            report.contains(&format!("\"{name}\"")),
+            "pod {name} is not named in lab check's report: {report}"
+        );
+        assert!(
+            show.lines()
+                .any(|l| l.contains(&format!("{name} on ")) && l.ends_with(": probed")),
+            "lab show does not say {name} is probed: {show}"
+        );
+    }
+    assert!(
+        show.contains("    evidence: its default route (0.0.0.0/0) leads into the node"),
+        "{show}"
+    );
+    assert!(
+        !report.contains("-pod0"),
+        "a namespace role in the report: {report}"
+    );
 }
 
 /// The groups a cluster with two pods on each node runs.
@@ -219,6 +249,35 @@ fn a_flannel_fdb_entry_deleted_before_capture_is_named_in_the_replay() {
             );
         },
         &["flannel1", "flannel.1"],
+    );
+}
+
+/// A state no healthy lab has: the bridge of node 1's pods captured down
+/// comes back down (not up, as a replay that made every link up would
+/// bring it), and the check fails naming the node and the bridge.
+#[test]
+fn a_flannel_bridge_down_before_capture_stays_down_in_the_replay() {
+    let _host = host_untouched();
+    let k = flannel();
+    run(&k.nodes[0], "ip", &["link set cni0 down"]);
+    let name = lab_name("rdfl");
+    let dir = tempfile::tempdir().expect("dir");
+    let _lab = replay(&k, "flannel", &name, dir.path());
+    let shown = ip_in(
+        &format!("cnilab-lab-{name}-flannel1"),
+        &["-o", "link", "show", "cni0"],
+    );
+    let flags = shown.split('<').nth(1).and_then(|f| f.split('>').next());
+    assert!(
+        flags.is_some_and(|f| !f.split(',').any(|x| x == "UP")),
+        "cni0 came back up: {shown}"
+    );
+    drop(_lab);
+    assert_fault_named(
+        flannel(),
+        "flannel",
+        |k| run(&k.nodes[0], "ip", &["link set cni0 down"]),
+        &["flannel1", "cni0"],
     );
 }
 

@@ -706,7 +706,8 @@ fn captured_names_reach_the_terminal_escaped_through_every_command() {
         output_text(&up)
     );
     raw("lab show", &cnilab(&["lab", "show", "--name", &name]), true);
-    let (a, b) = ("node-25d212ce-pod0", "node-25d212ce-pod1");
+    // The pods keep the names the capture gave them.
+    let (a, b) = ("pod-05da254e", "pod-a1bfa39f");
     raw(
         "lab trace",
         &cnilab(&["lab", "trace", "--name", &name, a, b]),

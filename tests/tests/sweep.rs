@@ -93,6 +93,43 @@ fn sweep_leaves_namespaces_without_cnilabs_record_and_their_processes() {
     }
 }
 
+/// A fixture namespace renamed as a runtime names it (`cni-<uuid>`, the
+/// name recorded with its owner's record) by a run that was then killed:
+/// `cnilab sweep` removes it; one of the same shape that no record lists
+/// survives.
+#[test]
+fn a_renamed_namespace_of_a_killed_run_is_swept_by_its_record() {
+    let _host = host_untouched();
+    require_root();
+    let dead = dead_pid();
+    let listed = format!("cni-5e1f0c2a-7d3b-4a9e-8c6f-{:012x}", dead);
+    let unlisted = format!(
+        "cni-5e1f0c2a-7d3b-4a9e-8c6f-{:012x}",
+        u64::from(dead) + (1 << 40)
+    );
+    let _guards = [by_hand(&listed), by_hand(&unlisted)];
+    let owners = Path::new(cnilab_net::netns::owner::OWNERS_DIR);
+    std::fs::create_dir_all(owners).expect("owners dir");
+    // What the killed run wrote: its record, then the name it renamed to.
+    let record = owners.join(dead.to_string());
+    let names = owners.join(format!("{dead}.names"));
+    std::fs::write(&record, format!("{dead} 1\n")).expect("record");
+    std::fs::write(&names, format!("{listed}\n")).expect("names");
+    let sweep = cnilab(&["sweep"]);
+    let (listed_left, unlisted_left) = (netns_exists(&listed), netns_exists(&unlisted));
+    let names_left = names.exists();
+    let _ = std::fs::remove_file(&record);
+    let _ = std::fs::remove_file(&names);
+    assert!(sweep.status.success(), "{}", output_text(&sweep));
+    assert!(
+        !listed_left,
+        "{listed} was not swept: {}",
+        output_text(&sweep)
+    );
+    assert!(unlisted_left, "{unlisted} was removed without a record");
+    assert!(!names_left, "the swept names stay listed");
+}
+
 /// A standing lab `lab down`ed on drop.
 struct Lab(String);
 

@@ -28,7 +28,8 @@
 //!   `crate::model::Backend`), the family `ipv4` or `ipv6`, and the text
 //!   lines of `iptables-save` (`crate::model::firewall::iptables_text_problem`).
 //! - Names of pods and where they were found (`pods[]`, `peers[]`):
-//!   printable, at most 253 bytes.
+//!   printable, at most 253 bytes; each `evidence` entry (at most 64) and
+//!   `skipped`, printable, at most 512.
 
 use super::Capture;
 use crate::model::firewall::{iptables_text_problem, nft_table_problem};
@@ -56,6 +57,16 @@ pub(crate) fn check(c: &Capture) -> Result<(), String> {
                 if let Some(v) = value {
                     text(&format!("{list}[{k}].{field}"), v, 253)?;
                 }
+            }
+            if s.evidence.len() > 64 {
+                let n = s.evidence.len().to_string();
+                return refuse(&format!("{list}[{k}].evidence"), &n, "more than 64 entries");
+            }
+            for (e, v) in s.evidence.iter().enumerate() {
+                text(&format!("{list}[{k}].evidence[{e}]"), v, 512)?;
+            }
+            if let Some(v) = &s.skipped {
+                text(&format!("{list}[{k}].skipped"), v, 512)?;
             }
         }
     }

@@ -74,6 +74,7 @@ fn candidates(skip: &[Inode], warnings: &mut Vec<String>) -> BTreeMap<Inode, (Po
                     netns: Some(name),
                     pid: None,
                     cri: None,
+                    ..Default::default()
                 };
                 (source, path)
             });
@@ -101,6 +102,7 @@ fn candidates(skip: &[Inode], warnings: &mut Vec<String>) -> BTreeMap<Inode, (Po
                 netns: None,
                 pid: None,
                 cri: None,
+                ..Default::default()
             };
             (source, path.clone())
         });

@@ -51,6 +51,7 @@
 
 mod check;
 mod discover;
+pub mod evidence;
 pub mod redact;
 
 use crate::model::{self, read::Layout, read::NodeLayout, Node};
@@ -98,7 +99,7 @@ pub struct Provenance {
 }
 
 /// Where a pod's (or a peer's) namespace was found.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodSource {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -107,6 +108,13 @@ pub struct PodSource {
     pub pid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cri: Option<String>,
+    /// What says it is a pod ([`evidence`]); empty for a peer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+    /// Why it is no pod after all, though linked like one (a gateway
+    /// beside the node) or why it is not probed (no address yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
 }
 
 /// What to capture.
@@ -119,6 +127,8 @@ pub struct Options {
     pub cri_sockets: Vec<PathBuf>,
     /// Redact with this key.
     pub redact: Option<Vec<u8>>,
+    /// The node's CNI cache (`None`: [`evidence::CNI_CACHE`]).
+    pub cni_cache: Option<PathBuf>,
 }
 
 /// The usual CRI sockets, asked when they exist.
@@ -191,6 +201,27 @@ pub fn capture(opts: &Options) -> Result<Capture, String> {
         .nodes
         .pop()
         .ok_or_else(|| format!("node {node_name}: nothing read"))?;
+    let cache_dir = opts
+        .cni_cache
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(evidence::CNI_CACHE));
+    let cache = evidence::cni_cache(&cache_dir, &mut warnings);
+    let held: Vec<_> = pods
+        .iter()
+        .map(|s| {
+            let addrs = node
+                .pods
+                .iter()
+                .find(|p| p.name == s.name)
+                .map(evidence::addresses)
+                .unwrap_or_default();
+            (s.name.clone(), s.cri.clone(), addrs)
+        })
+        .collect();
+    let mut recorded = evidence::recorded(&held, &cache);
+    for s in &mut pods {
+        s.evidence = recorded.remove(&s.name).unwrap_or_default();
+    }
     let mut capture = Capture {
         schema_version: SCHEMA_VERSION,
         provenance: provenance(&node_name, opts.netns.as_deref()),
@@ -201,6 +232,15 @@ pub fn capture(opts: &Options) -> Result<Capture, String> {
     };
     if let Some(key) = &opts.redact {
         redact::Redactor::new(key).capture(&mut capture);
+    }
+    // What the model says, read from the file's own (redacted) model.
+    let Capture { node, pods, .. } = &mut capture;
+    for s in pods.iter_mut() {
+        if let Some(pod) = node.pods.iter().find(|p| p.name == s.name) {
+            let judged = evidence::judge(node, pod, &s.evidence);
+            s.evidence = judged.evidence;
+            s.skipped = judged.skipped;
+        }
     }
     Ok(capture)
 }

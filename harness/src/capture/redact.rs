@@ -397,6 +397,7 @@ impl Redactor {
             {
                 *n = self.name("pod", n);
             }
+            s.evidence = s.evidence.iter().map(|e| self.text(e)).collect();
         }
         c.provenance.source = self.text(&c.provenance.source);
         c.provenance.redacted = true;

@@ -46,6 +46,10 @@ pub struct CaptureCmd {
     /// containerd and CRI-O sockets that exist).
     #[arg(long, value_name = "PATH")]
     pub cri_socket: Vec<PathBuf>,
+    /// The node's CNI cache, whose ADD results tell pods from other
+    /// namespaces (default: /var/lib/cni/results; a missing one is empty).
+    #[arg(long, value_name = "DIR")]
+    pub cni_cache: Option<PathBuf>,
 }
 
 /// Where the capture goes.
@@ -92,6 +96,7 @@ impl CaptureCmd {
             node_name: self.node_name.clone(),
             cri_sockets: self.cri_socket.clone(),
             redact,
+            cni_cache: self.cni_cache.clone(),
         };
         // Refused before anything else is read.
         if !nix::unistd::geteuid().is_root() {
@@ -145,17 +150,26 @@ fn summary(c: &Capture) -> String {
         n.nftables.len(),
         if n.iptables.is_empty() { "" } else { ", iptables-save text" }
     );
-    out.push_str(&format!("   {} pods", c.pods.len()));
-    let names: Vec<&str> = c.pods.iter().map(|p| p.name.as_str()).take(8).collect();
-    if !names.is_empty() {
-        let more = if c.pods.len() > names.len() {
-            ", …"
-        } else {
-            ""
-        };
-        out.push_str(&format!(": {}{more}", names.join(", ")));
+    let pods: Vec<&str> = c
+        .pods
+        .iter()
+        .filter(|p| p.skipped.is_none())
+        .map(|p| p.name.as_str())
+        .collect();
+    out.push_str(&format!("   {} pods", pods.len()));
+    if !pods.is_empty() {
+        let more = if pods.len() > 8 { ", …" } else { "" };
+        let first: Vec<&str> = pods.iter().take(8).copied().collect();
+        out.push_str(&format!(": {}{more}", first.join(", ")));
     }
     out.push('\n');
+    for p in c.pods.iter().filter(|p| p.skipped.is_some()) {
+        let why = p.skipped.as_deref().unwrap_or_default();
+        out.push_str(&format!(
+            "   linked like a pod, not probed: {}: {why}\n",
+            p.name
+        ));
+    }
     if !c.peers.is_empty() {
         let peers: Vec<&str> = c.peers.iter().map(|p| p.name.as_str()).collect();
         out.push_str(&format!("   linked, not pods: {}\n", peers.join(", ")));

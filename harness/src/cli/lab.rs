@@ -254,12 +254,37 @@ fn show(name: &str, format: Format) -> CliResult {
     let model = crate::lab::layout::standing(name)?;
     if format == Format::Table {
         report::print_human(&model.to_text());
+        let state = crate::lab::state::load_state(name)?;
+        report::print_human(&captured_pods(&state.captured_pods));
     } else {
         // The model is its own document (versioned by its own
         // `schemaVersion`; captures will be files of it), not a report.
         println!("{}", serde_json::to_string_pretty(&model)?);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A replay's captured pods, one paragraph each: the name, the node, the
+/// namespace, whether probed and what says it is a pod.
+fn captured_pods(pods: &[crate::lab::state::FoundPod]) -> String {
+    if pods.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\ncaptured pods (a pod by evidence, never by name):\n");
+    for p in pods {
+        let verdict = match &p.skipped {
+            None => "probed".to_string(),
+            Some(why) => format!("not probed: {why}"),
+        };
+        out.push_str(&format!(
+            "  {} on {} (namespace role {}): {verdict}\n",
+            p.name, p.node, p.role
+        ));
+        for e in &p.evidence {
+            out.push_str(&format!("    evidence: {e}\n"));
+        }
+    }
+    out
 }
 
 fn emit(report: &Report, out: &ReportFlags) -> Result<(), Box<dyn std::error::Error>> {
@@ -542,22 +567,27 @@ fn replay_up(files: &[PathBuf], name: &str) -> CliResult {
         runtime: RuntimeKind::Direct,
     };
     let built = crate::lab::replay::build_planned(planned, opts);
-    let (lab, not_made) = match built {
+    let (lab, replayed) = match built {
         Ok(b) => b,
         Err(e) => {
             crate::lab::replay::forget_run_dir(&state::run_dir(name));
             return Err(e.into());
         }
     };
-    let saved = state::persist_with(lab, not_made.clone())?;
+    let saved = state::persist_with(lab, replayed)?;
     let pods: usize = saved.nodes.iter().map(|n| n.pods.len()).sum();
     println!(
         "lab {name} is up, replayed from {} capture(s): {} nodes, {pods} pods",
         files.len(),
         saved.nodes.len()
     );
-    for n in &not_made {
+    for n in &saved.not_made {
         report::print_human(&format!("  not made here: {n}\n"));
+    }
+    for p in saved.captured_pods.iter() {
+        if let Some(why) = &p.skipped {
+            report::print_human(&format!("  not probed: {} on {}: {why}\n", p.name, p.node));
+        }
     }
     println!(
         "next: `cnilab lab check --name {name}`, `cnilab lab down --name {name}` to remove it"

@@ -102,6 +102,7 @@ impl Lab {
         let started = Instant::now();
         lab.start_all_containerd()?;
         lab.attach_pods()?;
+        lab.settle_pod_links(Duration::from_secs(5));
         lab.install_services(&compiled)?;
         lab.phases.push(("attach".into(), started.elapsed()));
         Ok(lab)
@@ -318,6 +319,32 @@ impl Lab {
                 )));
             }
             std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits, at most `limit`, until every veth the plugin made (each
+    /// pod's, and the node's ends that are up) has its carrier. A runtime
+    /// does not wait, but a lab's first check would race the kernel's link
+    /// watcher, which gives a new veth its carrier up to a second later
+    /// (more on a loaded machine): until then a bridge port forwards
+    /// nothing, and every probe of a check right after `lab up` timed out.
+    /// A link that never comes up is left for the check to find.
+    fn settle_pod_links(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let namespaces = self
+            .nodes
+            .iter()
+            .flat_map(|n| std::iter::once(&n.ns).chain(n.pods.iter().map(|p| &p.ns)));
+        for ns in namespaces {
+            let Ok(links) = ns.links() else { continue };
+            let veths = links
+                .iter()
+                .filter(|l| l.up && l.kind.as_deref() == Some("veth"));
+            for l in veths {
+                while !ns.oper_up(&l.name).unwrap_or(true) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
         }
     }
 

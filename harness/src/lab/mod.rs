@@ -130,11 +130,11 @@ pub fn check_replayed(
         runtime: base::RuntimeKind::Direct,
     };
     let run_dir = opts.run_dir.clone();
-    let checked = replay::build_planned(planned, opts).and_then(|(lab, not_made)| {
+    let checked = replay::build_planned(planned, opts).and_then(|(lab, replayed)| {
         let report = check(&lab, groups, progress);
         lab.down();
         let mut report = report?;
-        report.not_made = not_made;
+        report.not_made = replayed.not_made;
         Ok(report)
     });
     replay::forget_run_dir(&run_dir);

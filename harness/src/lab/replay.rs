@@ -37,6 +37,7 @@
 use super::base::{LabError, UpOptions};
 use super::compile::{EXTERNAL, PING_GROUP_RANGE};
 use super::parts::{Lab, Node, Pod};
+pub use super::state::{FoundPod, Replayed};
 use super::topology::shapes::Shape;
 use super::topology::{NodeSpec, Topology};
 use crate::capture;
@@ -105,8 +106,12 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<Loaded>, LabError> {
     Ok(out)
 }
 
-/// The model and topology of the replayed lab `name`.
-pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabError> {
+/// The model and topology of the replayed lab `name`, and what each
+/// captured pod became (its namespace role, its evidence, whether probed).
+pub fn plan(
+    name: &str,
+    loaded: &[Loaded],
+) -> Result<(LabModel, Topology, Vec<FoundPod>), LabError> {
     let mut topo = Topology::generated(1, 1).map_err(|e| setup(e.to_string()))?;
     topo.nodes.clear();
     topo.name = name.to_string();
@@ -122,8 +127,10 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
         .links
         .push(Link::new("lo", LinkKind::Loopback, false));
     let mut subnets: Vec<Subnet> = Vec::new();
+    let mut found: Vec<FoundPod> = Vec::new();
     for (l, (up, addr, gateway)) in loaded.iter().zip(super::uplinks::uplinks(loaded)?) {
-        let mut node = renamed(&l.capture.node);
+        let (mut node, roles) = renamed(&l.capture.node);
+        let judged = judged(l, &roles);
         let subnet = addr.trunc();
         let k = match subnets.iter().position(|(s, _, _)| *s == subnet) {
             Some(k) => k,
@@ -175,8 +182,11 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
         // The probes' ICMP sockets need it, as in a lab's nodes and pods
         // (a real node's namespaces start with `1 0`, which excludes root);
         // what stands beside the lab (a NAT box) is not probed.
-        let me = node.net.name.clone();
-        let probed = node.pods.iter_mut().filter(|p| is_pod_role(&me, &p.name));
+        let probed = node.pods.iter_mut().filter(|p| {
+            judged
+                .iter()
+                .any(|f| f.role == p.name && f.skipped.is_none())
+        });
         for ns in std::iter::once(&mut node.net).chain(probed) {
             ns.sysctls
                 .insert(PING_GROUP_RANGE.0.into(), PING_GROUP_RANGE.1.into());
@@ -200,6 +210,7 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
             sysctls: BTreeMap::new(),
         });
         topo.pods_per_node = topo.pods_per_node.max(node.pods.len());
+        found.extend(judged);
         let group = &mut subnets[k];
         group.1 = group.1.or(gateway.filter(|g| subnet.contains(g)));
         group
@@ -252,7 +263,34 @@ pub fn plan(name: &str, loaded: &[Loaded]) -> Result<(LabModel, Topology), LabEr
         .collect();
     topo.kube_services = super::kube_proxy::merge(&captured);
     model.underlay.push(switch);
-    Ok((model, topo))
+    Ok((model, topo, found))
+}
+
+/// What each captured pod of `l` is in the replay: its role (`roles`: its
+/// captured name → its namespace role), and the evidence that it is a pod
+/// (recorded at capture, and what the model says) or why it is not probed.
+fn judged(l: &Loaded, roles: &BTreeMap<String, String>) -> Vec<FoundPod> {
+    let node = &l.capture.node;
+    node.pods
+        .iter()
+        .map(|pod| {
+            let recorded = l
+                .capture
+                .pods
+                .iter()
+                .find(|s| s.name == pod.name)
+                .map(|s| s.evidence.clone())
+                .unwrap_or_default();
+            let j = capture::evidence::judge(node, pod, &recorded);
+            FoundPod {
+                node: node.net.name.clone(),
+                name: pod.name.clone(),
+                role: roles.get(&pod.name).cloned().unwrap_or_default(),
+                evidence: j.evidence,
+                skipped: j.skipped,
+            }
+        })
+        .collect()
 }
 
 /// A VXLAN overlay the captures hold (a node's `vxlan0`, as the lab and
@@ -426,19 +464,25 @@ fn stub_peers(node: &mut ModelNode, uplink: &str) -> Option<Namespace> {
     Some(stub)
 }
 
-/// The node with its pods named `<node>-pod<k>` (what a standing lab's
-/// namespaces may be called), every reference to a pod renamed with it.
-fn renamed(node: &ModelNode) -> ModelNode {
+/// The node with its pods' namespaces named `<node>-pod<k>` (what a
+/// standing lab's namespaces may be called), every reference to a pod
+/// renamed with it, and each captured name's role. The captured names stay
+/// the pods' names in every output ([`FoundPod`]); the role only names the
+/// namespace.
+fn renamed(node: &ModelNode) -> (ModelNode, BTreeMap<String, String>) {
     let mut node = node.clone();
     // A lab's pod keeps its number (`…-node1-pod7` stays `node1-pod7`).
     let me = node.net.name.clone();
     // Another lab's namespace keeps its role (`…-node1-nat`).
+    // Only the roles a standing lab owns (`state::owns_namespace`), so
+    // `lab down` and `sweep` find every namespace it made.
     let role = |name: &str| {
         let at = name.find(&format!("{me}-"))?;
         let role = &name[at..];
-        role.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            .then(|| role.to_string())
+        let pod_k = role
+            .strip_prefix(&format!("{me}-pod"))
+            .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()));
+        (pod_k || role == super::underlay::nat_role(&me)).then(|| role.to_string())
     };
     let mut names: BTreeMap<String, String> = BTreeMap::new();
     let mut taken: Vec<String> = Vec::new();
@@ -484,7 +528,7 @@ fn renamed(node: &ModelNode) -> ModelNode {
     for p in &mut node.pods {
         rename(p);
     }
-    node
+    (node, names)
 }
 
 /// The node's pod CIDRs: for each pod address, the node's own connected
@@ -532,6 +576,7 @@ fn pod_addresses<'a>(pods: impl Iterator<Item = &'a Namespace>) -> Vec<IpNet> {
 pub fn build(
     model: &LabModel,
     topo: Topology,
+    found: &[FoundPod],
     opts: UpOptions,
     origin: &dyn Fn(&str) -> Option<PathBuf>,
 ) -> Result<(Lab, Vec<NotMade>), LabError> {
@@ -577,7 +622,22 @@ pub fn build(
             .to_string()
     });
     let not_made = applied.not_made.clone();
-    let mut lab = into_lab(applied, topo, opts, &plugin_dir)?;
+    let mut lab = into_lab(applied, topo, opts, &plugin_dir, found)?;
+    // The pods' addresses, as a lab's pods carry them (probes go to them).
+    for node in lab.nodes.iter_mut() {
+        let spec = model.nodes.iter().find(|m| m.net.name == node.spec.name);
+        for pod in node.pods.iter_mut() {
+            let role = found
+                .iter()
+                .find(|f| f.node == node.spec.name && f.name == pod.name)
+                .map(|f| f.role.as_str());
+            pod.ips = pod_addresses(
+                spec.into_iter()
+                    .flat_map(|m| &m.pods)
+                    .filter(|p| Some(p.name.as_str()) == role),
+            );
+        }
+    }
     lab.phases.push(("apply".into(), elapsed));
     Ok((lab, not_made))
 }
@@ -587,6 +647,7 @@ fn into_lab(
     topo: Topology,
     opts: UpOptions,
     plugin_dir: &str,
+    found: &[FoundPod],
 ) -> Result<Lab, LabError> {
     let (mut switch, mut external) = (None, None);
     let mut extra = Vec::new();
@@ -620,18 +681,22 @@ fn into_lab(
         let runtime = Runtime::new(plugin_dir)
             .in_netns(&n.ns)?
             .with_cache_dir(&node_dir.join("results"));
-        // What was captured as a pod but is no `<node>-pod<k>` (a NAT box
-        // with a veth to the node) stands beside the lab, not probed.
+        // A pod keeps its captured name; what evidence does not make a
+        // pod (a NAT box with a veth to the node) stands beside the lab,
+        // not probed.
         let mut pods = Vec::new();
-        for (name, ns) in n.pods {
-            match is_pod_role(&n.name, &name) {
-                true => pods.push(Pod {
-                    container_id: format!("cnilab-{name}"),
+        for (role, ns) in n.pods {
+            let pod = found
+                .iter()
+                .find(|f| f.node == n.name && f.role == role && f.skipped.is_none());
+            match pod {
+                Some(f) => pods.push(Pod {
+                    container_id: format!("cnilab-{role}"),
                     ips: Vec::new(),
-                    name,
+                    name: f.name.clone(),
                     ns,
                 }),
-                false => extra.push(ns),
+                None => extra.push(ns),
             }
         }
         nodes.push(Node {
@@ -657,13 +722,6 @@ fn into_lab(
     })
 }
 
-/// `<node>-pod<k>`.
-fn is_pod_role(node: &str, name: &str) -> bool {
-    name.strip_prefix(node)
-        .and_then(|r| r.strip_prefix("-pod"))
-        .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
-}
-
 /// A replay planned, not yet built: what [`load`] read, what [`plan`] made
 /// of it, and how its neighbour entries fit the host's tables (the plan a
 /// compiled lab gets, `super::neighbours::plan`).
@@ -671,6 +729,7 @@ pub struct Planned {
     loaded: Vec<Loaded>,
     model: LabModel,
     topo: Topology,
+    found: Vec<FoundPod>,
     pub host: super::neighbours::HostPlan,
 }
 
@@ -689,7 +748,7 @@ impl Planned {
 /// bulk probe paths pinned (unless `tune_host` may raise them).
 pub fn prepare(name: &str, paths: &[PathBuf], tune_host: bool) -> Result<Planned, LabError> {
     let loaded = load(paths)?;
-    let (model, topo) = plan(name, &loaded)?;
+    let (model, topo, found) = plan(name, &loaded)?;
     let host = super::neighbours::plan(&topo, tune_host).map_err(setup)?;
     if host.pin || !host.tune.is_empty() || host.unchecked {
         eprintln!("🧮 {}", host.summary);
@@ -698,17 +757,20 @@ pub fn prepare(name: &str, paths: &[PathBuf], tune_host: bool) -> Result<Planned
         loaded,
         model,
         topo,
+        found,
         host,
     })
 }
 
 /// Builds a prepared replay and pins its bulk probe paths when its plan
-/// says so: the replayed lab and what was not made.
-pub fn build_planned(planned: Planned, opts: UpOptions) -> Result<(Lab, Vec<NotMade>), LabError> {
+/// says so: the replayed lab, what was not made and what each captured
+/// pod became.
+pub fn build_planned(planned: Planned, opts: UpOptions) -> Result<(Lab, Replayed), LabError> {
     let Planned {
         loaded,
         model,
         topo,
+        found,
         host,
     } = planned;
     let origin = |ns: &str| {
@@ -723,24 +785,20 @@ pub fn build_planned(planned: Planned, opts: UpOptions) -> Result<(Lab, Vec<NotM
             })
             .map(|(_, l)| l.path.clone())
     };
-    let (mut lab, not_made) = build(&model, topo, opts, &origin)?;
-    // The pods' addresses, as a lab's pods carry them (probes go to them).
-    for (node, m) in lab.nodes.iter_mut().zip(&model.nodes) {
-        for pod in node.pods.iter_mut() {
-            pod.ips = pod_addresses(m.pods.iter().filter(|p| p.name == pod.name));
-        }
-    }
+    let (mut lab, not_made) = build(&model, topo, &found, opts, &origin)?;
     super::pin_if_planned(&mut lab, &host)?;
-    Ok((lab, not_made))
+    Ok((
+        lab,
+        Replayed {
+            not_made,
+            pods: found,
+        },
+    ))
 }
 
-/// Loads, plans and builds (no host tuning): the replayed lab and what was
-/// not made.
-pub fn replay(
-    name: &str,
-    paths: &[PathBuf],
-    opts: UpOptions,
-) -> Result<(Lab, Vec<NotMade>), LabError> {
+/// Loads, plans and builds (no host tuning): the replayed lab, what was
+/// not made and what each captured pod became.
+pub fn replay(name: &str, paths: &[PathBuf], opts: UpOptions) -> Result<(Lab, Replayed), LabError> {
     build_planned(prepare(name, paths, false)?, opts)
 }
 

@@ -50,6 +50,32 @@ pub struct LabState {
     /// reports it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_made: Vec<NotMade>,
+    /// What each captured pod of a replay became (`lab show` says it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub captured_pods: Vec<FoundPod>,
+}
+
+/// A namespace a capture linked to a node as a pod, as a replay took it:
+/// its captured name (the pod's name in every output), the role of its
+/// namespace (`cnilab-lab-<lab>-<role>`), what says it is a pod, and why it
+/// is not probed, if it is not.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FoundPod {
+    pub node: String,
+    pub name: String,
+    pub role: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+}
+
+/// What a replay adds to a lab: what it could not make here and what
+/// each captured pod became.
+#[derive(Clone, Debug, Default)]
+pub struct Replayed {
+    pub not_made: Vec<NotMade>,
+    pub pods: Vec<FoundPod>,
 }
 
 pub fn run_dir(name: &str) -> PathBuf {
@@ -136,11 +162,11 @@ pub fn owns_namespace(name: &str, nodes: &[String], ns: &str) -> bool {
 
 /// Keeps every namespace of `lab` and writes its state; agents keep running.
 pub fn persist(lab: Lab) -> Result<LabState, LabError> {
-    persist_with(lab, Vec::new())
+    persist_with(lab, Replayed::default())
 }
 
-/// [`persist`], recording what could not be made (a replay's).
-pub fn persist_with(lab: Lab, not_made: Vec<NotMade>) -> Result<LabState, LabError> {
+/// [`persist`], recording what a replay could not make and its pods.
+pub fn persist_with(lab: Lab, replayed: Replayed) -> Result<LabState, LabError> {
     let name = lab
         .opts
         .persistent
@@ -174,7 +200,8 @@ pub fn persist_with(lab: Lab, not_made: Vec<NotMade>) -> Result<LabState, LabErr
             })
             .collect(),
         runtime: lab.opts.runtime,
-        not_made,
+        not_made: replayed.not_made,
+        captured_pods: replayed.pods,
     };
     let text = serde_json::to_string_pretty(&state).map_err(|e| LabError::Setup(e.to_string()))?;
     crate::util::write_replacing(&state_path(&name), text.as_bytes())

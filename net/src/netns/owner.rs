@@ -72,16 +72,21 @@ fn write_own_record() -> Result<(), String> {
     // Written aside and renamed: a sweep never reads half a record.
     let tmp = Path::new(OWNERS_DIR).join(format!(".{pid}.tmp"));
     let _ = std::fs::remove_file(&tmp);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(&tmp)
-        .map_err(fail)?;
+    let mut file = private_file(&tmp, false).map_err(fail)?;
     file.write_all(format!("{pid} {start}\n").as_bytes())
         .map_err(fail)?;
     std::fs::rename(&tmp, record_path(pid)).map_err(fail)
+}
+
+/// A root-only file of the records, never through a symlink: a new one
+/// (`append`: added to, or made).
+fn private_file(path: &Path, append: bool) -> io::Result<std::fs::File> {
+    let mut o = std::fs::OpenOptions::new();
+    match append {
+        true => o.append(true).create(true),
+        false => o.write(true).create_new(true),
+    };
+    o.mode(0o600).custom_flags(nix::libc::O_NOFOLLOW).open(path)
 }
 
 /// The `(pid, start)` of a `<pid> <start>` record at `path` (an owner
@@ -108,6 +113,61 @@ fn read(pid: u32) -> Option<(u32, u64)> {
 /// Whether a record proves that process `pid` made namespaces and is gone.
 pub fn owner_gone(pid: u32) -> bool {
     read(pid).is_some_and(|(pid, start)| !running(pid, start))
+}
+
+/// Where process `pid` lists the namespaces it renamed
+/// ([`super::Netns::rename`]): one name a line.
+fn names_path(pid: u32) -> PathBuf {
+    Path::new(OWNERS_DIR).join(format!("{pid}.names"))
+}
+
+/// Adds `name` to this process's renamed namespaces (before the name
+/// exists, so a run killed right after leaves a name [`names_of_gone`]
+/// finds).
+pub(super) fn record_name(name: &str) -> Result<(), String> {
+    let path = names_path(std::process::id());
+    let mut file = private_file(&path, true)
+        .map_err(|e| format!("record the name in {}: {e}", path.display()))?;
+    file.write_all(format!("{name}\n").as_bytes())
+        .map_err(|e| format!("record the name in {}: {e}", path.display()))
+}
+
+/// The renamed namespaces of processes that are gone (proved by their
+/// owner record), as `(pid, name)`.
+pub(super) fn names_of_gone() -> Vec<(u32, String)> {
+    let Ok(entries) = std::fs::read_dir(OWNERS_DIR) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_suffix(".names"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let regular = std::fs::symlink_metadata(entry.path()).is_ok_and(|m| m.is_file());
+        if !regular || !owner_gone(pid) {
+            continue;
+        }
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        let names = text
+            .lines()
+            .filter(|n| !n.is_empty() && !n.contains('/') && !n.starts_with('.'));
+        out.extend(names.map(|n| (pid, n.to_string())));
+    }
+    out
+}
+
+/// Drops the name lists of the processes in `swept` (their names are gone).
+pub(super) fn forget_names(swept: &[(u32, String)]) {
+    let mut pids: Vec<u32> = swept.iter().map(|(p, _)| *p).collect();
+    pids.dedup();
+    for pid in pids {
+        let _ = std::fs::remove_file(names_path(pid));
+    }
 }
 
 /// Removes the records of processes that are gone and whose namespaces

@@ -20,6 +20,7 @@ use std::fs::{File, OpenOptions};
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -228,14 +229,7 @@ impl Netns {
             name: name.clone(),
             reason,
         };
-        // The mount point: an empty file, created exclusively so two runs can
-        // never share a name.
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o000)
-            .open(&path)
-            .map_err(|e| fail(format!("create {}: {e}", path.display())))?;
+        mount_point(&path).map_err(fail)?;
         let target = path.as_path();
         let alike = super::defaults::inherits_alike();
         // unshare(CLONE_NEWNET) on a thread of its own: only that thread moves
@@ -298,6 +292,45 @@ impl Netns {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Names the namespace `name` under `/run/netns` instead, the name
+    /// another tool would give it (a runtime's `cni-<uuid>`): for fixtures
+    /// that must look like what real tools make. The new name is recorded
+    /// with this process's owner record first, so [`sweep`] removes it
+    /// after a killed run like a `cnilab-<pid>-<n>` name; dropping the value
+    /// removes it as before.
+    pub fn rename(&mut self, name: &str) -> Result<(), NetnsError> {
+        let fail = |reason: String| NetnsError::Create {
+            name: name.to_string(),
+            reason,
+        };
+        let usable = name.len() <= 64
+            && !name.starts_with('.')
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        if !usable || name.is_empty() || self.deleted {
+            return Err(NetnsError::BadLabel(name.to_string()));
+        }
+        super::owner::record_self().map_err(fail)?;
+        super::owner::record_name(name).map_err(fail)?;
+        let path = Path::new(NETNS_DIR).join(name);
+        mount_point(&path).map_err(fail)?;
+        let source = PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()));
+        if let Err(e) = mount(
+            Some(&source),
+            &path,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        ) {
+            let _ = std::fs::remove_file(&path);
+            return Err(fail(format!("bind mount onto {}: {e}", path.display())));
+        }
+        let old = std::mem::replace(&mut self.path, path);
+        self.name = name.to_string();
+        remove_mount(&old).map_err(fail)
     }
 
     /// `/run/netns/<name>`: what a runtime passes as `CNI_NETNS`.
@@ -440,6 +473,18 @@ impl Drop for Netns {
     }
 }
 
+/// The mount point of a named namespace: an empty file, created
+/// exclusively so two runs can never share a name.
+fn mount_point(path: &Path) -> Result<(), String> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o000)
+        .open(path)
+        .map(drop)
+        .map_err(|e| format!("create {}: {e}", path.display()))
+}
+
 /// A non-empty name of at most `max` bytes from `[A-Za-z0-9_-]`.
 fn name_chars_ok(name: &str, max: usize) -> bool {
     !name.is_empty()
@@ -536,8 +581,12 @@ pub fn remove_prefixed(prefix: &str) -> Result<Vec<String>, NetnsError> {
 /// proves nothing: a namespace of that shape without the record stays.
 /// Returns the names it removed. `prefix` is normally [`PREFIX`].
 pub fn sweep(prefix: &str) -> Result<Vec<String>, NetnsError> {
-    let removed =
-        remove_matching(|name| throwaway_pid(prefix, name).is_some_and(super::owner::owner_gone))?;
+    let renamed = super::owner::names_of_gone();
+    let removed = remove_matching(|name| {
+        throwaway_pid(prefix, name).is_some_and(super::owner::owner_gone)
+            || renamed.iter().any(|(_, n)| n == name)
+    })?;
+    super::owner::forget_names(&renamed);
     let left: Vec<String> = std::fs::read_dir(NETNS_DIR)
         .into_iter()
         .flatten()

@@ -57,10 +57,31 @@ pub fn node(label: &str, addr: &str) -> Netns {
     ns
 }
 
+/// A name as containerd's CRI gives a pod's namespace: `cni-<uuid v4>`.
+pub fn runtime_netns_name() -> String {
+    let mut b = [0u8; 16];
+    let mut random = std::fs::File::open("/dev/urandom").expect("/dev/urandom");
+    std::io::Read::read_exact(&mut random, &mut b).expect("random bytes");
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "cni-{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
 /// A pod namespace whose `eth0` is a veth to `host_if` in `node`, with
-/// `addr` and the routes in `routes`.
+/// `addr` and the routes in `routes`; named under `/run/netns` as a
+/// runtime names it (`cni-<uuid>`), never as cnilab names its own.
 pub fn pod(node: &Netns, host_if: &str, addr: &str, routes: &[&str]) -> Netns {
-    let pod = Netns::with_label("cap-pod").expect("netns");
+    let mut pod = Netns::with_label("cap-pod").expect("netns");
+    pod.rename(&runtime_netns_name())
+        .expect("rename as a runtime names it");
     run(
         node,
         "ip",

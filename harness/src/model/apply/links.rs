@@ -156,7 +156,11 @@ fn request(t: &Target, l: &Link, by_role: &BTreeMap<&str, &Netns>) -> Result<Req
     };
     match &l.kind {
         LinkKind::Bridge => {
-            let mut b = LinkBridge::new(&l.name);
+            // Made down, like every link: `up` comes last, and only for a
+            // link the model holds up (rtnetlink's `LinkBridge::new` sets
+            // the bridge up as it makes it, so a bridge captured down came
+            // back up, and a fault with it).
+            let mut b = rtnetlink::LinkMessageBuilder::<LinkBridge>::new(&l.name);
             let opts = l.bridge.clone().unwrap_or_default();
             if opts.stp {
                 b = b.stp_state(BridgeStpState::KernelStp);
