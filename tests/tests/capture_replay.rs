@@ -16,7 +16,7 @@
 mod capture_common;
 
 use capture_common::styles::{
-    calico_cluster, flannel, kube_proxy, mac_of, Cluster, KUBE_SEP_DNS_DNAT,
+    calico_cluster, flannel, kube_proxy, kube_router, mac_of, Cluster, KUBE_SEP_DNS_DNAT,
 };
 use capture_common::{all, cnilab, run, sysctl};
 use cnilab_net::netns::Netns;
@@ -124,14 +124,13 @@ fn assert_passes(k: &Cluster, style: &str, groups_run: &[&str], skipped: &[(&str
 }
 
 /// Every pod of `k` is probed under the name its runtime gave it
-/// (`cni-<uuid>`), in `lab check`'s report (`report`) and in `lab show`,
-/// which says what made it a pod; the replay's namespace roles
-/// (`<node>-pod<k>`) are named nowhere.
+/// (`cni-<uuid>`, a Docker mount's id, `pid:<n>`), in `lab check`'s report
+/// (`report`) and in `lab show`, which says what made it a pod; the
+/// replay's namespace roles (`<node>-pod<k>`) are named nowhere.
 fn assert_pods_named(k: &Cluster, lab: &str, report: &str) {
     let show = all(&cnilab(&["lab", "show", "--name", lab]));
-    for p in k.pods.iter().flatten() {
-        let name = p.name();
-        assert!(name.starts_with("cni-"), "{name}");
+    for name in k.names.iter().flatten() {
+        assert!(!name.contains("-pod"), "{name}");
         assert!(
             report.contains(&format!("\"{name}\"")),
             "pod {name} is not named in lab check's report: {report}"
@@ -187,6 +186,36 @@ fn a_replayed_calico_cluster_passes_lab_check() {
         "calico",
         TWO_PODS_A_NODE,
         NO_EXTERNAL_NOR_SERVICE,
+    );
+}
+
+/// Pods held only by processes, one also under a Docker-style mount: both
+/// are found, probed under `pid:<n>` and the mount's id, and pass.
+#[test]
+fn a_replayed_kube_router_cluster_passes_lab_check() {
+    let _host = host_untouched();
+    let k = kube_router();
+    let names: Vec<&String> = k.names.iter().flatten().collect();
+    assert!(names.iter().any(|n| n.starts_with("pid:")), "{names:?}");
+    assert!(
+        names
+            .iter()
+            .any(|n| n.len() == 12 && n.bytes().all(|b| b.is_ascii_hexdigit())),
+        "{names:?}"
+    );
+    assert_passes(&k, "kuberouter", TWO_PODS_A_NODE, NO_EXTERNAL_NOR_SERVICE);
+}
+
+/// A kube-router node whose BGP route to the other node's pods is gone
+/// before the capture: the replay fails and names the node and the
+/// missing route's destination.
+#[test]
+fn a_kube_router_route_removed_before_capture_is_named_in_the_replay() {
+    assert_fault_named(
+        kube_router(),
+        "kuberouter",
+        |k| run(&k.nodes[0], "ip", &["route del 10.244.2.0/24 proto 17"]),
+        &["kuberouter1", "10.244.2"],
     );
 }
 

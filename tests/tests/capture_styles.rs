@@ -20,7 +20,7 @@
 
 mod capture_common;
 
-use capture_common::styles::{calico_cluster, flannel, kube_proxy};
+use capture_common::styles::{calico_cluster, flannel, kube_proxy, kube_router};
 use capture_common::*;
 use cnilab_tests::host_untouched;
 use serde_json::{json, Value};
@@ -278,4 +278,47 @@ fn kube_proxy_service_chains_are_captured_on_each_node() {
         texts[0], texts[1],
         "kube-proxy writes the same chains on every node"
     );
+}
+
+/// kube-router-style nodes whose pods no runtime named: one held by its
+/// process only (found as `pid:<n>`), one also mounted where Docker mounts
+/// a sandbox's namespace (named by the mount's id, its path recorded). Both
+/// are found with their addresses and the evidence that makes them pods.
+#[test]
+fn a_kube_router_cluster_with_pods_held_by_processes_is_captured() {
+    let _host = host_untouched();
+    let k = kube_router();
+    for i in 0..2 {
+        let c = k.capture(i, &[]);
+        let me = i + 1;
+        let addrs: Vec<String> = (2..4).map(|h| format!("10.244.{me}.{h}/24")).collect();
+        k.assert_pods(&c, i, &addrs);
+        let mounted = &k.names[i][0];
+        let source = c["pods"]
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["name"] == mounted.as_str()))
+            .unwrap_or_else(|| panic!("{mounted} not found: {}", c["pods"]));
+        assert!(
+            source["netns"]
+                .as_str()
+                .is_some_and(|n| n.ends_with(&format!("/docker/netns/{mounted}"))),
+            "{source}"
+        );
+        for p in c["pods"].as_array().into_iter().flatten() {
+            let evidence = p["evidence"].to_string();
+            assert!(
+                evidence.contains("leads into the node") && evidence.contains("kube-bridge"),
+                "{p}"
+            );
+            assert!(p.get("skipped").is_none(), "{p}");
+        }
+        assert!(
+            has(
+                &c["node"]["routes"],
+                json!({"dst": format!("10.244.{}.0/24", 3 - me), "proto": "17"})
+            ),
+            "{}",
+            c["node"]["routes"]
+        );
+    }
 }

@@ -80,6 +80,20 @@ fn candidates(skip: &[Inode], warnings: &mut Vec<String>) -> BTreeMap<Inode, (Po
             });
         }
     }
+    // A namespace a runtime mounted elsewhere (Docker's
+    // `/run/docker/netns/<id>`) keeps a name from that mount.
+    for path in nsfs_mounts() {
+        if let Ok(inode) = inode_of(&path) {
+            out.entry(inode).or_insert_with(|| {
+                let source = PodSource {
+                    name: name_of_path(&path),
+                    netns: Some(path.display().to_string()),
+                    ..Default::default()
+                };
+                (source, path)
+            });
+        }
+    }
     let mut denied = 0;
     let pids = std::fs::read_dir("/proc").into_iter().flatten().flatten();
     for entry in pids {
@@ -123,6 +137,57 @@ fn candidates(skip: &[Inode], warnings: &mut Vec<String>) -> BTreeMap<Inode, (Po
         out.remove(s);
     }
     out
+}
+
+/// Network namespace files mounted outside `/run/netns` (`nsfs` mounts of
+/// a `net:[…]` namespace in `/proc/self/mountinfo`).
+fn nsfs_mounts() -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    text.lines().filter_map(nsfs_mount_of).collect()
+}
+
+/// The mount point of one mountinfo line when it mounts a network
+/// namespace outside `/run/netns` (and `/var/run/netns`, the same place).
+fn nsfs_mount_of(line: &str) -> Option<PathBuf> {
+    let (left, right) = line.split_once(" - ")?;
+    if right.split_whitespace().next() != Some("nsfs") {
+        return None;
+    }
+    let mut fields = left.split_whitespace();
+    let root = fields.nth(3)?;
+    if !root.starts_with("net:[") {
+        return None;
+    }
+    let point = unescape_mountinfo(fields.next()?);
+    let named = [plugin_netns::NETNS_DIR, "/var/run/netns"]
+        .iter()
+        .any(|d| Path::new(&point).parent() == Some(Path::new(d)));
+    (!named).then(|| PathBuf::from(point))
+}
+
+/// A mountinfo path with its octal escapes (`\040` for a space) undone.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                out.push(d.iter().fold(0u8, |n, c| n.wrapping_mul(8) + (c - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// What one namespace is to the node.
@@ -269,6 +334,31 @@ pub(super) fn cri_names(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn namespaces_mounted_outside_run_netns_are_found_in_mountinfo() {
+        let docker =
+            "812 29 0:4 net:[4026532817] /run/docker/netns/1a2b3c4d5e6f rw shared:5 - nsfs nsfs rw";
+        assert_eq!(
+            nsfs_mount_of(docker),
+            Some(PathBuf::from("/run/docker/netns/1a2b3c4d5e6f"))
+        );
+        let spaced = r"813 29 0:4 net:[4026532818] /tmp/a\040b/ns rw - nsfs nsfs rw";
+        assert_eq!(nsfs_mount_of(spaced), Some(PathBuf::from("/tmp/a b/ns")));
+        for other in [
+            "814 29 0:4 net:[4026532819] /run/netns/cni-1f0e rw shared:5 - nsfs nsfs rw",
+            "815 29 0:4 net:[4026532820] /var/run/netns/x rw - nsfs nsfs rw",
+            "816 29 0:4 mnt:[4026532821] /run/m rw - nsfs nsfs rw",
+            "817 29 0:21 / /run rw shared:5 - tmpfs tmpfs rw",
+            "garbage",
+        ] {
+            assert_eq!(nsfs_mount_of(other), None, "{other}");
+        }
+        assert_eq!(
+            name_of_path(Path::new("/run/docker/netns/1a2b3c4d5e6f")),
+            "1a2b3c4d5e6f"
+        );
+    }
 
     #[test]
     fn a_path_names_its_namespace() {

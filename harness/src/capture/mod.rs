@@ -26,8 +26,11 @@
 //!   non-permanent neighbours, learned FDB entries, counters) is left out
 //!   here too: `harness/src/model/mod.rs` lists it.
 //! - `pods`: where each pod was found, by the name used in `node.pods`:
-//!   `netns` (its name under `/run/netns`), `pid` (the lowest process that
-//!   holds it), `cri` (the sandbox name a CRI socket gave).
+//!   `netns` (its name under `/run/netns`, or the path of a mount that
+//!   names it elsewhere, Docker's `/run/docker/netns/<id>`), `pid` (the
+//!   lowest process that holds it), `cri` (the sandbox name a CRI socket
+//!   gave); `evidence`, what says it is a pod, and `skipped`, why a
+//!   namespace linked like one is not (`evidence.rs`).
 //! - `peers`: namespaces linked to the node that are not pods (an uplink's
 //!   switch, router or NAT box), named and not read.
 //! - `warnings`: what could not be read (a missing `nft` or
@@ -35,7 +38,8 @@
 //!   CRI socket that did not answer). Capture never fails for these.
 //!
 //! # Which namespaces are pods
-//! Every network namespace on the machine, named under `/run/netns` or only
+//! Every network namespace on the machine, named under `/run/netns`,
+//! mounted elsewhere (an `nsfs` mount in `/proc/self/mountinfo`) or only
 //! held by a process (`/proc/<pid>/ns/net`), deduplicated by inode, except
 //! the node's own and the machine's (`/proc/1/ns/net`, and the one capture
 //! runs in), is a pod when
@@ -43,7 +47,9 @@
 //! the node's namespace, none of those is a bridge port, and it has no such
 //! link into a third namespace (those join the node to others: `peers`).
 //! A pod's name is its CRI sandbox name where a socket answers, else its
-//! `/run/netns` name, else `pid:<n>`.
+//! `/run/netns` name, else the name of the file it is mounted at, else
+//! `pid:<n>`. Whether a replay probes it is decided by evidence, never by
+//! that name (`evidence.rs`).
 //!
 //! Capture only reads: netlink dumps, `/proc/sys`, `nft list ruleset`,
 //! `iptables-legacy-save` only where `/proc/net/ip_tables_names` lists

@@ -294,6 +294,24 @@ impl Netns {
         &self.name
     }
 
+    /// Takes the namespace's name away (it is no longer under
+    /// `/run/netns`): it lives on while this value, or a process in it,
+    /// holds it, and goes with the last of them, as a namespace held only by
+    /// its processes does (a pod whose runtime never named it). Commands
+    /// still run in it through this value.
+    pub fn unname(&mut self) -> Result<(), NetnsError> {
+        if self.deleted {
+            return Err(NetnsError::BadLabel(self.name.clone()));
+        }
+        remove_mount(&self.path).map_err(|reason| NetnsError::Delete {
+            name: self.name.clone(),
+            reason,
+        })?;
+        self.deleted = true;
+        self.path = PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()));
+        Ok(())
+    }
+
     /// Names the namespace `name` under `/run/netns` instead, the name
     /// another tool would give it (a runtime's `cni-<uuid>`): for fixtures
     /// that must look like what real tools make. The new name is recorded

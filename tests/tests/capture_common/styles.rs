@@ -12,9 +12,47 @@ use serde_json::{json, Value};
 pub struct Cluster {
     pub nodes: Vec<Netns>,
     pub pods: Vec<Vec<Netns>>,
+    /// The name a capture gives each pod (`cni-<uuid>`, a Docker mount's
+    /// id, `pid:<n>`), node by node.
+    pub names: Vec<Vec<String>>,
+    /// What keeps pods without a name alive (processes, mounts).
+    pub held: Vec<Held>,
+}
+
+/// A pod namespace's process (a sandbox's pause, here a `sleep` that dies
+/// with the test's thread) and, for a Docker-style pod, the mount that
+/// names it; both ended on drop.
+pub struct Held {
+    process: std::process::Child,
+    mount: Option<std::path::PathBuf>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(m) = &self.mount {
+            let _ = std::process::Command::new("umount").arg(m).status();
+        }
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
 }
 
 impl Cluster {
+    /// Pods named under `/run/netns`: a capture names them so.
+    fn named(nodes: Vec<Netns>, pods: Vec<Vec<Netns>>) -> Cluster {
+        let names = pods
+            .iter()
+            .map(|p| p.iter().map(|p| p.name().to_string()).collect())
+            .collect();
+        Cluster {
+            nodes,
+            pods,
+            names,
+            held: Vec::new(),
+        }
+    }
+
     /// Every namespace of the cluster.
     pub fn all(&self) -> Vec<&Netns> {
         self.nodes
@@ -36,17 +74,18 @@ impl Cluster {
             .map(|p| p.iter().filter_map(|p| p["name"].as_str()).collect())
             .unwrap_or_default();
         found.sort_unstable();
-        let mut want: Vec<&str> = self.pods[i].iter().map(Netns::name).collect();
+        let mut want: Vec<&str> = self.names[i].iter().map(String::as_str).collect();
         want.sort_unstable();
         assert_eq!(found, want, "{}", c["pods"]);
-        for (p, addr) in self.pods[i].iter().zip(addrs) {
-            let pod = pod_named(c, p.name());
+        for (name, addr) in self.names[i].iter().zip(addrs) {
+            let pod = pod_named(c, name);
             assert_eq!(link(pod, "eth0")["addresses"], json!([addr]), "{pod}");
-            assert!(
-                has(&c["pods"], json!({"name": p.name(), "netns": p.name()})),
-                "{}",
-                c["pods"]
-            );
+            let source = match name.strip_prefix("pid:") {
+                Some(pid) => json!({"name": name, "pid": pid.parse::<u32>().expect("pid")}),
+                None if name.starts_with("cni-") => json!({"name": name, "netns": name}),
+                None => json!({"name": name}),
+            };
+            assert!(has(&c["pods"], source), "{}", c["pods"]);
         }
     }
 }
@@ -138,7 +177,7 @@ pub fn flannel() -> Cluster {
             )],
         );
     }
-    Cluster { nodes, pods }
+    Cluster::named(nodes, pods)
 }
 
 pub fn calico_cluster() -> Cluster {
@@ -199,7 +238,7 @@ pub fn calico_cluster() -> Cluster {
         nodes.push(n);
         pods.push(node_pods);
     }
-    Cluster { nodes, pods }
+    Cluster::named(nodes, pods)
 }
 
 /// Two Services, the same chains on both nodes as kube-proxy writes them:
@@ -319,5 +358,137 @@ pub fn kube_proxy() -> Cluster {
         nodes.push(n);
         pods.push(vec![p]);
     }
-    Cluster { nodes, pods }
+    Cluster::named(nodes, pods)
+}
+
+/// Holds `pod` by a process only, as a runtime that never names its
+/// namespaces does: a capture finds it as `pid:<n>`; with `docker`, also
+/// mounts it where Docker mounts a sandbox's namespace
+/// (`…/docker/netns/<12 hex>`), whose id names it. Returns the name a
+/// capture gives it.
+pub fn held_by_process(pod: &mut Netns, docker: bool, held: &mut Vec<Held>) -> String {
+    let process = pod
+        .command("setpriv")
+        .args(["--pdeathsig", "KILL", "--", "sleep", "3600"])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .expect("a process in the pod's namespace");
+    pod.unname().expect("the pod loses its /run/netns name");
+    let pid = process.id();
+    if !docker {
+        held.push(Held {
+            process,
+            mount: None,
+            _dir: None,
+        });
+        return format!("pid:{pid}");
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let netns = dir.path().join("docker/netns");
+    std::fs::create_dir_all(&netns).expect("mkdir");
+    let id = &runtime_netns_name().replace('-', "")[3..15];
+    let point = netns.join(id);
+    std::fs::write(&point, "").expect("mount point");
+    let mounted = std::process::Command::new("mount")
+        .arg("--bind")
+        .arg(format!("/proc/{pid}/ns/net"))
+        .arg(&point)
+        .status()
+        .expect("mount runs");
+    assert!(mounted.success(), "mount --bind the pod's namespace");
+    held.push(Held {
+        process,
+        mount: Some(point),
+        _dir: Some(dir),
+    });
+    id.to_string()
+}
+
+/// Two nodes as kube-router leaves them: pods on a `kube-bridge` bridge
+/// (the bridge CNI plugin, host-local IPAM, `veth` + 8 hex names), routes
+/// to the other node's pod subnet through its address as kube-router's BGP
+/// speaker installs them (`proto 17`), and its forward chain in
+/// iptables-nft. Each node's pods are held the way a dockershim-era node
+/// held them: one by its sandbox process and a Docker-style mount, one by
+/// its process only; neither is under `/run/netns`.
+pub fn kube_router() -> Cluster {
+    let mut nodes = Vec::new();
+    let mut pods = Vec::new();
+    let mut names = Vec::new();
+    let mut held = Vec::new();
+    for i in 1..=2u8 {
+        let peer = 3 - i;
+        let n = node(&format!("cap-kr{i}"), &format!("192.0.2.{i}/24"));
+        run(
+            &n,
+            "ip",
+            &[
+                "link add kube-bridge type bridge",
+                "link set kube-bridge up",
+                &format!("addr add 10.244.{i}.1/24 dev kube-bridge"),
+                &format!("route add 10.244.{peer}.0/24 via 192.0.2.{peer} dev eth0 proto 17"),
+            ],
+        );
+        sysctl(&n, "net/ipv4/ip_forward", "1");
+        run_args(&n, "iptables-nft", &["-N", "KUBE-ROUTER-FORWARD"]);
+        for rule in [
+            vec![
+                "-I",
+                "FORWARD",
+                "1",
+                "-m",
+                "comment",
+                "--comment",
+                "kube-router netpol - TEMCG2JMHZYE7H7T",
+                "-j",
+                "KUBE-ROUTER-FORWARD",
+            ],
+            vec![
+                "-A",
+                "KUBE-ROUTER-FORWARD",
+                "-s",
+                "10.244.0.0/16",
+                "-m",
+                "comment",
+                "--comment",
+                "allow traffic from the pod CIDR",
+                "-j",
+                "ACCEPT",
+            ],
+            vec![
+                "-A",
+                "KUBE-ROUTER-FORWARD",
+                "-d",
+                "10.244.0.0/16",
+                "-m",
+                "comment",
+                "--comment",
+                "allow traffic to the pod CIDR",
+                "-j",
+                "ACCEPT",
+            ],
+        ] {
+            run_args(&n, "iptables-nft", &rule);
+        }
+        let mut node_pods = Vec::new();
+        let mut node_names = Vec::new();
+        for j in 0..2u8 {
+            let veth = format!("veth{i}{j}a5e1f0");
+            let addr = format!("10.244.{i}.{}/24", j + 2);
+            let gw = format!("route add default via 10.244.{i}.1");
+            let mut p = pod(&n, &veth, &addr, &[&gw]);
+            run(&n, "ip", &[&format!("link set {veth} master kube-bridge")]);
+            node_names.push(held_by_process(&mut p, j == 0, &mut held));
+            node_pods.push(p);
+        }
+        nodes.push(n);
+        pods.push(node_pods);
+        names.push(node_names);
+    }
+    Cluster {
+        nodes,
+        pods,
+        names,
+        held,
+    }
 }
