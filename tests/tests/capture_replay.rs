@@ -439,6 +439,138 @@ fn vagrant_pair(nat: bool, dir: &Path) -> Vec<String> {
     files
 }
 
+/// Loads the smallest eBPF program, an XDP program that passes every packet
+/// (`r0 = XDP_PASS; exit`), and pins it at `path` (in a bpffs): the real
+/// kernel object a Cilium-style datapath attaches, without a compiler.
+fn pinned_xdp_pass(path: &Path) {
+    use nix::libc::{c_long, syscall, SYS_bpf};
+    const BPF_PROG_LOAD: c_long = 5;
+    const BPF_OBJ_PIN: c_long = 6;
+    const BPF_PROG_TYPE_XDP: u32 = 6;
+    let insns: [u64; 2] = [0xb7 | (2 << 32), 0x95];
+    let license = c"GPL";
+    let mut attr = [0u8; 128];
+    attr[0..4].copy_from_slice(&BPF_PROG_TYPE_XDP.to_ne_bytes());
+    attr[4..8].copy_from_slice(&2u32.to_ne_bytes());
+    attr[8..16].copy_from_slice(&(insns.as_ptr() as u64).to_ne_bytes());
+    attr[16..24].copy_from_slice(&(license.as_ptr() as u64).to_ne_bytes());
+    // SAFETY: bpf(2) reads `attr` (and the instructions and license it
+    // points to, alive here) and returns a new descriptor or -1.
+    let fd = unsafe { syscall(SYS_bpf, BPF_PROG_LOAD, attr.as_ptr(), attr.len()) };
+    assert!(
+        fd >= 0,
+        "BPF_PROG_LOAD: {}",
+        std::io::Error::last_os_error()
+    );
+    let pathname = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
+    let mut pin = [0u8; 128];
+    pin[0..8].copy_from_slice(&(pathname.as_ptr() as u64).to_ne_bytes());
+    pin[8..12].copy_from_slice(&u32::try_from(fd).expect("fd").to_ne_bytes());
+    // SAFETY: as above; the path lives until the call returns.
+    let pinned = unsafe { syscall(SYS_bpf, BPF_OBJ_PIN, pin.as_ptr(), pin.len()) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: `fd` is the descriptor bpf(2) returned, closed once.
+    unsafe { nix::libc::close(i32::try_from(fd).expect("fd")) };
+    assert_eq!(pinned, 0, "BPF_OBJ_PIN {}: {err}", path.display());
+}
+
+/// A node whose datapath has eBPF (an XDP program on a pod's veth) and a
+/// tc filter (a classic-BPF `bpf` filter on clsact ingress) replays what
+/// the kernel tables hold and says, object by object, that it made neither
+/// and that the verdict does not cover them: in `lab up`'s output, in `lab
+/// show` and in `lab check`'s report.
+#[test]
+fn ebpf_and_tc_filters_are_captured_and_said_not_replayed() {
+    let _host = host_untouched();
+    let k = flannel();
+    let fs = tempfile::tempdir().expect("dir");
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "bpf", "bpf"])
+        .arg(fs.path())
+        .status()
+        .expect("mount runs");
+    assert!(mounted.success(), "mount a bpffs");
+    let prog = fs.path().join("xdp_pass");
+    pinned_xdp_pass(&prog);
+    let attach = format!("link set dev veth10 xdpgeneric pinned {}", prog.display());
+    run(&k.nodes[0], "ip", &[&attach]);
+    let _ = std::process::Command::new("umount").arg(fs.path()).status();
+    run(&k.nodes[0], "tc", &["qdisc add dev veth11 clsact"]);
+    capture_common::run_args(
+        &k.nodes[0],
+        "tc",
+        &[
+            "filter",
+            "add",
+            "dev",
+            "veth11",
+            "ingress",
+            "bpf",
+            "bytecode",
+            "1,6 0 0 4294967295,",
+        ],
+    );
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("flannel1.json");
+    let out = cnilab(&[
+        "capture",
+        "--netns",
+        &k.nodes[0].path().display().to_string(),
+        "--node-name",
+        "flannel1",
+        "-o",
+        &file.display().to_string(),
+    ]);
+    assert!(out.status.success(), "{}", all(&out));
+    let c: Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
+    let hooks = c["node"]["hooks"].to_string();
+    assert!(
+        hooks.contains(r#""dev":"veth10","hook":"xdp","kind":"generic""#),
+        "{hooks}"
+    );
+    assert!(
+        hooks.contains(r#""dev":"veth11","hook":"tc ingress","kind":"bpf""#),
+        "{hooks}"
+    );
+    let name = lab_name("rpbpf");
+    let up = cnilab(&[
+        "lab",
+        "up",
+        "--name",
+        &name,
+        "--capture",
+        &file.display().to_string(),
+    ]);
+    let _lab = Up(name.clone());
+    let said = all(&up);
+    assert!(up.status.success(), "{said}");
+    for object in [
+        "link veth10: XDP program id",
+        "link veth11: tc ingress filter bpf",
+    ] {
+        assert!(
+            said.lines().any(|l| l.contains("not made here")
+                && l.contains(object)
+                && l.contains("verdicts do not cover")),
+            "{object}: {said}"
+        );
+    }
+    let show = all(&cnilab(&["lab", "show", "--name", &name]));
+    assert!(
+        show.lines().any(|l| l.starts_with("not made here: ")
+            && l.contains("link veth10: XDP program id")
+            && l.contains("(generic mode)")),
+        "{show}"
+    );
+    let (_, r, text) = check(&name);
+    let listed = r["not_made"].to_string();
+    assert!(
+        listed.contains("XDP program") && listed.contains("tc ingress filter bpf"),
+        "{text}"
+    );
+}
+
 /// `ip -n NS ARGS`' standard output.
 fn ip_in(ns: &str, args: &[&str]) -> String {
     let out = std::process::Command::new("ip")

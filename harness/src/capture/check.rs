@@ -203,6 +203,17 @@ fn namespace(at: &str, ns: &Namespace, roles: &[&str]) -> Result<(), String> {
             word(&format!("{at}.qdiscs[{k}].{name}"), w)?;
         }
     }
+    for (k, h) in ns.hooks.iter().enumerate() {
+        ifname(&format!("{at}.hooks[{k}].dev"), &h.dev)?;
+        if !["xdp", "tc ingress", "tc egress"].contains(&h.hook.as_str()) {
+            return refuse(
+                &format!("{at}.hooks[{k}].hook"),
+                &h.hook,
+                "must be xdp, tc ingress or tc egress",
+            );
+        }
+        word(&format!("{at}.hooks[{k}].kind"), &h.kind)?;
+    }
     firewall(at, ns)
 }
 

@@ -255,6 +255,9 @@ fn show(name: &str, format: Format) -> CliResult {
     if format == Format::Table {
         report::print_human(&model.to_text());
         let state = crate::lab::state::load_state(name)?;
+        for n in &state.not_made {
+            report::print_human(&format!("not made here: {n}\n"));
+        }
         report::print_human(&captured_pods(&state.captured_pods));
     } else {
         // The model is its own document (versioned by its own

@@ -98,6 +98,7 @@
 //! (a node that joins or leaves: `tests/tests/lab_model.rs`).
 
 pub mod apply;
+mod bpf;
 pub(crate) mod firewall;
 pub mod identity;
 pub mod placeholder;
@@ -169,6 +170,22 @@ pub struct Namespace {
     /// cannot translate; `iptables-nft-restore` takes this text whole).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub iptables: Vec<IptablesSave>,
+    /// Programs and filters on links' hooks (XDP, tc) that a replay cannot
+    /// make: read so a capture says they were there (`bpf.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<Hook>,
+}
+
+/// A program or filter on a link's hook: `hook` `xdp` with `kind` its
+/// mode (`generic`, `driver`, `offload`, `multi`) and `program` its id, or
+/// `tc ingress` / `tc egress` with `kind` the filter's (`bpf`, `u32`, …).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hook {
+    pub dev: String,
+    pub hook: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<u32>,
 }
 
 /// One family's iptables of one backend, as `ip[6]tables-{legacy,nft}-save`

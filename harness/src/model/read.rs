@@ -314,6 +314,7 @@ async fn read_netlink(
         .collect();
     ns.fdb = read_fdb(&h, &name_of, &own_macs).await?;
     ns.qdiscs = read_qdiscs(&h, &name_of).await?;
+    ns.hooks = super::bpf::read(&h, &name_of).await?;
     Ok((ns, links))
 }
 

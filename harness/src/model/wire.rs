@@ -8,8 +8,8 @@
 //! `Serialize`, flattened).
 
 use super::{
-    FdbEntry, IptablesSave, Link, LinkKind, Lower, Namespace, Neighbour, NftTable, Node, Qdisc,
-    Route, RouteType, Rule, VethPeer,
+    FdbEntry, Hook, IptablesSave, Link, LinkKind, Lower, Namespace, Neighbour, NftTable, Node,
+    Qdisc, Route, RouteType, Rule, VethPeer,
 };
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -40,6 +40,8 @@ pub(super) struct NodeWire {
     #[serde(default)]
     iptables: Vec<IptablesSave>,
     #[serde(default)]
+    hooks: Vec<Hook>,
+    #[serde(default)]
     pod_cidrs: Vec<IpNet>,
     #[serde(default)]
     pods: Vec<Namespace>,
@@ -59,6 +61,7 @@ impl From<NodeWire> for Node {
                 sysctls: w.sysctls,
                 qdiscs: w.qdiscs,
                 iptables: w.iptables,
+                hooks: w.hooks,
             },
             pod_cidrs: w.pod_cidrs,
             pods: w.pods,

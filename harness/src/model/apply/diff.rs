@@ -126,6 +126,7 @@ fn only_in(a: &Namespace, b: &Namespace, sysctls: bool) -> Namespace {
         },
         qdiscs: missing(&a.qdiscs, &b.qdiscs),
         iptables: missing(&a.iptables, &b.iptables),
+        hooks: missing(&a.hooks, &b.hooks),
     }
 }
 
@@ -140,4 +141,5 @@ fn holds_nothing(ns: &Namespace) -> bool {
         && ns.sysctls.is_empty()
         && ns.qdiscs.is_empty()
         && ns.iptables.is_empty()
+        && ns.hooks.is_empty()
 }

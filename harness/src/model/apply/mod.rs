@@ -303,6 +303,14 @@ impl Steps<'_> {
             out.extend(objects::add(t, &made_links, &macs, replace)?);
             out.extend(tables::firewall(t)?);
             out.extend(objects::qdiscs(t, &made_links)?);
+            out.extend(t.model.hooks.iter().map(|h| {
+                let (object, reason) = super::bpf::not_replayed(h);
+                NotMade {
+                    namespace: t.model.name.clone(),
+                    object,
+                    reason,
+                }
+            }));
             Ok(out)
         })?;
         not_made.extend(rest.into_iter().flatten());
