@@ -295,7 +295,8 @@ fn a_missing_tool_is_a_warning() {
 
 /// Pod names come from the CRI where a socket answers: a standing
 /// containerd lab's node, captured with its node's CRI socket, names each
-/// pod by its sandbox (the lab's pod name) and records its pause pid.
+/// pod by its sandbox as kubectl does (`<namespace>/<name>`: the lab's
+/// sandboxes are in namespace `cnilab`) and records its pause pid.
 #[test]
 fn pods_are_named_by_the_cri() {
     let _host = host_untouched();
@@ -324,7 +325,7 @@ fn pods_are_named_by_the_cri() {
         })
         .unwrap_or_default();
     named.sort();
-    let want = |p: &str| (format!("\"{p}\""), format!("\"{p}\""));
+    let want = |p: &str| (format!("\"cnilab/{p}\""), format!("\"cnilab/{p}\""));
     assert_eq!(
         named,
         [want("node1-pod0"), want("node1-pod1")],
@@ -340,7 +341,7 @@ fn pods_are_named_by_the_cri() {
         "the pause process holds each: {}",
         c["pods"]
     );
-    let pod = pod_named(&c, "node1-pod0");
+    let pod = pod_named(&c, "cnilab/node1-pod0");
     assert!(link(pod, "eth0")["addresses"][0]
         .as_str()
         .is_some_and(|a| a.starts_with("10.244.1.")));
@@ -348,7 +349,7 @@ fn pods_are_named_by_the_cri() {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|l| l["veth"]["namespace"] == "node1-pod0")
+        .filter(|l| l["veth"]["namespace"] == "cnilab/node1-pod0")
         .count();
     assert_eq!(
         cali_like, 1,

@@ -189,6 +189,78 @@ fn a_replayed_calico_cluster_passes_lab_check() {
     );
 }
 
+/// Pods named by their CRI sandboxes, as `capture` names them where the
+/// node's CRI answers (`<namespace>/<name>`, here written into the captures
+/// of a flannel cluster in place of their `cni-<uuid>` names): the replay
+/// probes them under those names and passes, `lab show` lists them, and
+/// `lab trace` takes them as FROM and TO.
+#[test]
+fn pods_with_cri_names_replay_under_those_names() {
+    let _host = host_untouched();
+    let k = flannel();
+    const CRI: [[&str; 2]; 2] = [
+        [
+            "kube-system/coredns-5d78c9869d-x2x7k",
+            "default/web-7c5ddbdf54-9wv2q",
+        ],
+        [
+            "kube-system/coredns-5d78c9869d-pq8zn",
+            "monitoring/node-exporter-h4m2t",
+        ],
+    ];
+    let dir = tempfile::tempdir().expect("dir");
+    let mut files = Vec::new();
+    for (i, n) in k.nodes.iter().enumerate() {
+        let file = dir.path().join(format!("flannel{}.json", i + 1));
+        let out = cnilab(&[
+            "capture",
+            "--netns",
+            &n.path().display().to_string(),
+            "--node-name",
+            &format!("flannel{}", i + 1),
+            "-o",
+            &file.display().to_string(),
+        ]);
+        assert!(out.status.success(), "{}", all(&out));
+        let mut text = std::fs::read_to_string(&file).expect("read");
+        for (p, cri) in k.pods[i].iter().zip(CRI[i]) {
+            assert!(text.contains(p.name()), "{} not in the capture", p.name());
+            text = text.replace(p.name(), cri);
+        }
+        let mut c: Value = serde_json::from_str(&text).expect("json");
+        for p in c["pods"].as_array_mut().into_iter().flatten() {
+            p["cri"] = p["name"].clone();
+        }
+        std::fs::write(&file, c.to_string()).expect("write");
+        files.push(file.display().to_string());
+    }
+    let name = lab_name("rpcri");
+    let mut args = vec!["lab", "up", "--name", &name, "--capture"];
+    args.extend(files.iter().map(String::as_str));
+    let up = cnilab(&args);
+    let _lab = Up(name.clone());
+    assert!(up.status.success(), "{}", all(&up));
+    let (code, r, text) = check(&name);
+    assert_eq!(code, Some(0), "{text}");
+    let show = all(&cnilab(&["lab", "show", "--name", &name]));
+    for pod in CRI.iter().flatten() {
+        assert!(text.contains(&format!("\"{pod}\"")), "{pod} not in {text}");
+        assert!(
+            show.lines()
+                .any(|l| l.contains(&format!("{pod} on ")) && l.ends_with(": probed")),
+            "{show}"
+        );
+    }
+    assert!(r["groups"].as_array().is_some_and(|g| !g.is_empty()), "{r}");
+    let trace = cnilab(&["lab", "trace", "--name", &name, CRI[0][0], CRI[1][1]]);
+    let said = all(&trace);
+    assert!(trace.status.success(), "{said}");
+    assert!(
+        said.contains(CRI[0][0]) && said.contains(CRI[1][1]),
+        "{said}"
+    );
+}
+
 /// Pods held only by processes, one also under a Docker-style mount: both
 /// are found, probed under `pid:<n>` and the mount's id, and pass.
 #[test]

@@ -320,11 +320,13 @@ pub(super) fn cri_names(
             });
             match inode {
                 Ok(i) => {
-                    out.insert(i, s.name);
+                    out.insert(i, s.pod_name());
                 }
-                Err(e) => {
-                    warnings.push(format!("CRI {} sandbox {}: {e}", socket.display(), s.name))
-                }
+                Err(e) => warnings.push(format!(
+                    "CRI {} sandbox {}: {e}",
+                    socket.display(),
+                    s.pod_name()
+                )),
             }
         }
     }

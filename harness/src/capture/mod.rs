@@ -46,10 +46,10 @@
 //! it has a veth, macvlan or ipvlan whose other end (or lower device) is in
 //! the node's namespace, none of those is a bridge port, and it has no such
 //! link into a third namespace (those join the node to others: `peers`).
-//! A pod's name is its CRI sandbox name where a socket answers, else its
-//! `/run/netns` name, else the name of the file it is mounted at, else
-//! `pid:<n>`. Whether a replay probes it is decided by evidence, never by
-//! that name (`evidence.rs`).
+//! A pod's name is its CRI sandbox's `<namespace>/<name>` where a socket
+//! answers, else its `/run/netns` name, else the name of the file it is
+//! mounted at, else `pid:<n>`. Whether a replay probes it is decided by
+//! evidence, never by that name (`evidence.rs`).
 //!
 //! Capture only reads: netlink dumps, `/proc/sys`, `nft list ruleset`,
 //! `iptables-legacy-save` only where `/proc/net/ip_tables_names` lists

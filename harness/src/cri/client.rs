@@ -39,7 +39,20 @@ pub struct Cri {
 pub struct Sandbox {
     pub id: String,
     pub name: String,
+    /// The pod's Kubernetes namespace (`kube-system`).
+    pub namespace: String,
     pub ready: bool,
+}
+
+impl Sandbox {
+    /// `<namespace>/<name>`, as kubectl names a pod (the name alone where
+    /// the sandbox has no namespace).
+    pub fn pod_name(&self) -> String {
+        match self.namespace.is_empty() {
+            true => self.name.clone(),
+            false => format!("{}/{}", self.namespace, self.name),
+        }
+    }
 }
 
 impl Cri {
@@ -194,10 +207,17 @@ impl Cri {
         })?;
         Ok(r.items
             .into_iter()
-            .map(|s| Sandbox {
-                ready: s.state == cri::PodSandboxState::SandboxReady as i32,
-                name: s.metadata.map(|m| m.name).unwrap_or_default(),
-                id: s.id,
+            .map(|s| {
+                let (name, namespace) = s
+                    .metadata
+                    .map(|m| (m.name, m.namespace))
+                    .unwrap_or_default();
+                Sandbox {
+                    ready: s.state == cri::PodSandboxState::SandboxReady as i32,
+                    name,
+                    namespace,
+                    id: s.id,
+                }
             })
             .collect())
     }
