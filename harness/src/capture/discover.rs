@@ -103,7 +103,9 @@ fn candidates(skip: &[Inode], warnings: &mut Vec<String>) -> BTreeMap<Inode, (Po
         let path = entry.path().join("ns/net");
         let inode = match inode_of(&path) {
             Ok(i) => i,
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            // pid 1 holds the machine's own namespace, never a pod (a
+            // container's init may be unreadable even to root).
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && pid != 1 => {
                 denied += 1;
                 continue;
             }
@@ -129,8 +131,12 @@ fn candidates(skip: &[Inode], warnings: &mut Vec<String>) -> BTreeMap<Inode, (Po
         }
     }
     if denied > 0 {
+        let fix = match nix::unistd::geteuid().is_root() {
+            true => "they belong to another user namespace or are not dumpable",
+            false => "run as root",
+        };
         warnings.push(format!(
-            "the network namespace of {denied} processes was not readable (permission): pods held only by them are missing; run as root"
+            "the network namespace of {denied} processes was not readable (permission): pods held only by them are missing; {fix}"
         ));
     }
     for s in skip {

@@ -345,6 +345,30 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_without_an_address_is_listed_and_not_probed() {
+        let mut n = node();
+        n.pods[0].links[0].addresses.clear();
+        let n = n.clone();
+        let j = judge(
+            &n,
+            &n.pods[0],
+            &["the node's CRI lists it as sandbox a/b".into()],
+        );
+        assert_eq!(j.evidence.len(), 2, "{j:?}");
+        assert_eq!(
+            j.skipped.as_deref(),
+            Some("it has no address yet: listed, not probed")
+        );
+        let gw = judge(&n, &n.pods[1], &[]);
+        assert!(
+            gw.skipped.is_some_and(|s| s.contains("goes through it")),
+            "the gateway's counter-evidence wins"
+        );
+        let healthy = node();
+        assert_eq!(judge(&healthy, &healthy.pods[0], &[]).skipped, None);
+    }
+
+    #[test]
     fn a_namespace_without_evidence_has_none() {
         let mut n = node();
         n.net.links.retain(|l| l.name != "cni0");
