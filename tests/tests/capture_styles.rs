@@ -289,8 +289,38 @@ fn a_kube_router_cluster_with_pods_held_by_processes_is_captured() {
     let _host = host_untouched();
     let k = kube_router();
     for i in 0..2 {
-        let c = k.capture(i, &[]);
         let me = i + 1;
+        // The node's files as kube-router and libcni leave them: its
+        // conflist (the bridge plugin, host-local on the node's pod CIDR)
+        // and an ADD result for the first pod.
+        let files = tempfile::tempdir().expect("dir");
+        let (conf, cache) = (files.path().join("net.d"), files.path().join("results"));
+        std::fs::create_dir_all(&conf).expect("mkdir");
+        std::fs::create_dir_all(&cache).expect("mkdir");
+        let conflist = json!({
+            "cniVersion": "0.3.0", "name": "mynet",
+            "plugins": [
+                {"bridge": "kube-bridge", "ipam": {"subnet": format!("10.244.{me}.0/24"), "type": "host-local"},
+                 "isDefaultGateway": true, "name": "kubernetes", "type": "bridge"},
+                {"capabilities": {"portMappings": true, "snat": true}, "type": "portmap"}
+            ]
+        });
+        std::fs::write(conf.join("10-kuberouter.conflist"), conflist.to_string()).expect("write");
+        let id = "9d3c1f6a2b7e4c8d0a5f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b";
+        let entry = json!({
+            "kind": "cniCacheV1", "containerId": id, "ifName": "eth0", "networkName": "mynet",
+            "config": "", "result": {"cniVersion": "0.3.0", "ips": [{"version": "4", "address": format!("10.244.{me}.2/24")}]}
+        });
+        std::fs::write(cache.join(format!("mynet-{id}-eth0")), entry.to_string()).expect("write");
+        let c = k.capture(
+            i,
+            &[
+                "--cni-conf-dir",
+                &conf.display().to_string(),
+                "--cni-cache",
+                &cache.display().to_string(),
+            ],
+        );
         let addrs: Vec<String> = (2..4).map(|h| format!("10.244.{me}.{h}/24")).collect();
         k.assert_pods(&c, i, &addrs);
         let mounted = &k.names[i][0];
@@ -308,6 +338,21 @@ fn a_kube_router_cluster_with_pods_held_by_processes_is_captured() {
             let evidence = p["evidence"].to_string();
             assert!(
                 evidence.contains("leads into the node") && evidence.contains("kube-bridge"),
+                "{p}"
+            );
+            assert!(
+                evidence.contains(&format!(
+                    "subnet 10.244.{me}.0/24 of the node's CNI config 10-kuberouter.conflist (network mynet: bridge, portmap)"
+                )),
+                "{p}"
+            );
+            let first = pod_named(&c, &k.names[i][0])["links"].to_string();
+            let cached = first.contains(&format!("10.244.{me}.2/24"));
+            assert_eq!(
+                evidence.contains(
+                    "CNI cache has network mynet's ADD result for container 9d3c1f6a2b7e"
+                ),
+                p["name"] == k.names[i][0].as_str() && cached,
                 "{p}"
             );
             assert!(p.get("skipped").is_none(), "{p}");

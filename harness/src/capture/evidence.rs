@@ -19,7 +19,9 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::Path;
 
-/// The node's CNI cache, as libcni writes it.
+/// The node's CNI cache, as libcni writes it (read by default only when
+/// the capture is of the machine itself: another namespace's node has its
+/// own, given with `--cni-cache`).
 pub const CNI_CACHE: &str = "/var/lib/cni/results";
 
 /// What the model says about `pod` (one of `node.pods`): the evidence that
@@ -223,11 +225,13 @@ fn parse_cache_entry(text: &str) -> Option<CacheEntry> {
     })
 }
 
-/// The capture-time evidence of each pod (by name): its CRI sandbox and
-/// the CNI cache entries that hold one of its addresses.
+/// The capture-time evidence of each pod (by name): its CRI sandbox, the
+/// CNI cache entries that hold one of its addresses and the CNI configs
+/// whose subnets do.
 pub fn recorded(
     pods: &[(String, Option<String>, Vec<IpNet>)],
     cache: &[CacheEntry],
+    confs: &[super::cni_conf::Conf],
 ) -> BTreeMap<String, Vec<String>> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (name, cri, addrs) in pods {
@@ -242,6 +246,7 @@ pub fn recorded(
                     .filter(|e| e.ips.contains(&a.addr()))
                     .map(|e| e.evidence(a.addr())),
             );
+            ev.extend(confs.iter().filter_map(|c| c.evidence(a.addr())));
         }
         out.insert(name.clone(), ev);
     }
@@ -407,7 +412,7 @@ mod tests {
             None,
             vec!["10.244.1.5/24".parse().expect("net")],
         )];
-        let ev = recorded(&pods, &cache);
+        let ev = recorded(&pods, &cache, &[]);
         assert_eq!(
             ev["cni-1f0e"],
             vec!["the node's CNI cache has network cbr0's ADD result for container 5f1c0a9e8d7b (eth0 10.244.1.5)"]

@@ -56,6 +56,7 @@
 //! tables. The root tests assert each namespace is the same before and after.
 
 mod check;
+pub mod cni_conf;
 mod discover;
 pub mod evidence;
 pub mod redact;
@@ -133,8 +134,13 @@ pub struct Options {
     pub cri_sockets: Vec<PathBuf>,
     /// Redact with this key.
     pub redact: Option<Vec<u8>>,
-    /// The node's CNI cache (`None`: [`evidence::CNI_CACHE`]).
+    /// The node's CNI cache (`None`: [`evidence::CNI_CACHE`] when the
+    /// node is this machine, none for `netns`).
     pub cni_cache: Option<PathBuf>,
+    /// The node's CNI configuration directory (`None`:
+    /// [`cni_conf::CNI_CONF_DIR`] when the node is this machine, none for
+    /// `netns`).
+    pub cni_conf_dir: Option<PathBuf>,
 }
 
 /// The usual CRI sockets, asked when they exist.
@@ -207,11 +213,18 @@ pub fn capture(opts: &Options) -> Result<Capture, String> {
         .nodes
         .pop()
         .ok_or_else(|| format!("node {node_name}: nothing read"))?;
-    let cache_dir = opts
-        .cni_cache
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(evidence::CNI_CACHE));
-    let cache = evidence::cni_cache(&cache_dir, &mut warnings);
+    // The machine's own files belong to a node only when it is the node.
+    let own = |given: &Option<PathBuf>, usual: &str| {
+        given
+            .clone()
+            .or_else(|| opts.netns.is_none().then(|| PathBuf::from(usual)))
+    };
+    let cache = own(&opts.cni_cache, evidence::CNI_CACHE)
+        .map(|d| evidence::cni_cache(&d, &mut warnings))
+        .unwrap_or_default();
+    let confs = own(&opts.cni_conf_dir, cni_conf::CNI_CONF_DIR)
+        .map(|d| cni_conf::read_dir(&d, &mut warnings))
+        .unwrap_or_default();
     let held: Vec<_> = pods
         .iter()
         .map(|s| {
@@ -224,7 +237,7 @@ pub fn capture(opts: &Options) -> Result<Capture, String> {
             (s.name.clone(), s.cri.clone(), addrs)
         })
         .collect();
-    let mut recorded = evidence::recorded(&held, &cache);
+    let mut recorded = evidence::recorded(&held, &cache, &confs);
     for s in &mut pods {
         s.evidence = recorded.remove(&s.name).unwrap_or_default();
     }

@@ -47,9 +47,15 @@ pub struct CaptureCmd {
     #[arg(long, value_name = "PATH")]
     pub cri_socket: Vec<PathBuf>,
     /// The node's CNI cache, whose ADD results tell pods from other
-    /// namespaces (default: /var/lib/cni/results; a missing one is empty).
+    /// namespaces (default: /var/lib/cni/results when capturing this
+    /// machine, none with --netns; a missing one is empty).
     #[arg(long, value_name = "DIR")]
     pub cni_cache: Option<PathBuf>,
+    /// The node's CNI configuration, whose subnets tell pods from other
+    /// namespaces (default: /etc/cni/net.d when capturing this machine,
+    /// none with --netns).
+    #[arg(long, value_name = "DIR")]
+    pub cni_conf_dir: Option<PathBuf>,
 }
 
 /// Where the capture goes.
@@ -97,6 +103,7 @@ impl CaptureCmd {
             cri_sockets: self.cri_socket.clone(),
             redact,
             cni_cache: self.cni_cache.clone(),
+            cni_conf_dir: self.cni_conf_dir.clone(),
         };
         // Refused before anything else is read.
         if !nix::unistd::geteuid().is_root() {
