@@ -53,6 +53,7 @@ mod check;
 mod discover;
 pub mod evidence;
 pub mod redact;
+pub mod script;
 
 use crate::model::{self, read::Layout, read::NodeLayout, Node};
 use cnilab_net::netns as plugin_netns;
@@ -172,15 +173,13 @@ pub fn capture(opts: &Options) -> Result<Capture, String> {
     let mut warnings = Vec::new();
     let found = discover::linked(&node_file, &mut warnings);
     let cri = discover::cri_names(&opts.cri_sockets, &mut warnings);
-    let mut pods: Vec<PodSource> = Vec::new();
-    let mut taken = vec![node_name.clone()];
-    for f in &found.pods {
-        let mut source = f.source.clone();
-        source.cri = cri.get(&f.inode).cloned();
-        let base = source.cri.clone().unwrap_or_else(|| source.name.clone());
-        source.name = unique(&base, &mut taken);
-        pods.push(source);
-    }
+    let pods = name_pods(
+        &node_name,
+        found
+            .pods
+            .iter()
+            .map(|f| (f.source.clone(), cri.get(&f.inode).cloned())),
+    );
     let layout = Layout {
         name: node_name.clone(),
         underlay: Vec::new(),
@@ -206,6 +205,61 @@ pub fn capture(opts: &Options) -> Result<Capture, String> {
         .clone()
         .unwrap_or_else(|| PathBuf::from(evidence::CNI_CACHE));
     let cache = evidence::cni_cache(&cache_dir, &mut warnings);
+    let read = Read {
+        node,
+        pods,
+        peers: found.peers,
+        warnings,
+    };
+    Ok(finish(
+        read,
+        &cache,
+        provenance(&node_name, opts.netns.as_deref()),
+        opts.redact.as_deref(),
+    ))
+}
+
+/// The pods found (each with its CRI sandbox name, if any), named: the
+/// sandbox name, else the namespace's, made unique beside the node's.
+pub(crate) fn name_pods(
+    node_name: &str,
+    found: impl Iterator<Item = (PodSource, Option<String>)>,
+) -> Vec<PodSource> {
+    let mut taken = vec![node_name.to_string()];
+    found
+        .map(|(mut source, cri)| {
+            source.cri = cri;
+            let base = source.cri.clone().unwrap_or_else(|| source.name.clone());
+            source.name = unique(&base, &mut taken);
+            source
+        })
+        .collect()
+}
+
+/// What a capture read of a node, however it read it (netlink here, the
+/// capture script's file in `script`).
+pub(crate) struct Read {
+    pub node: Node,
+    pub pods: Vec<PodSource>,
+    pub peers: Vec<PodSource>,
+    pub warnings: Vec<String>,
+}
+
+/// The capture of what was read: each pod's evidence (recorded: its CRI
+/// sandbox and the CNI `cache`; then judged on the file's own, redacted
+/// model), redacted with `redact` if given.
+pub(crate) fn finish(
+    read: Read,
+    cache: &[evidence::CacheEntry],
+    provenance: Provenance,
+    redact: Option<&[u8]>,
+) -> Capture {
+    let Read {
+        node,
+        mut pods,
+        peers,
+        warnings,
+    } = read;
     let held: Vec<_> = pods
         .iter()
         .map(|s| {
@@ -218,19 +272,19 @@ pub fn capture(opts: &Options) -> Result<Capture, String> {
             (s.name.clone(), s.cri.clone(), addrs)
         })
         .collect();
-    let mut recorded = evidence::recorded(&held, &cache);
+    let mut recorded = evidence::recorded(&held, cache);
     for s in &mut pods {
         s.evidence = recorded.remove(&s.name).unwrap_or_default();
     }
     let mut capture = Capture {
         schema_version: SCHEMA_VERSION,
-        provenance: provenance(&node_name, opts.netns.as_deref()),
+        provenance,
         node,
         pods,
-        peers: found.peers,
+        peers,
         warnings,
     };
-    if let Some(key) = &opts.redact {
+    if let Some(key) = redact {
         redact::Redactor::new(key).capture(&mut capture);
     }
     // What the model says, read from the file's own (redacted) model.
@@ -242,7 +296,7 @@ pub fn capture(opts: &Options) -> Result<Capture, String> {
             s.skipped = judged.skipped;
         }
     }
-    Ok(capture)
+    capture
 }
 
 /// `base`, or `base#2`, `base#3`… when taken.
@@ -387,6 +441,13 @@ struct Version {
 /// (`check.rs`).
 pub fn load(path: &Path) -> Result<Capture, String> {
     let shown = path.display();
+    // The capture script's file (`cnilab capture --script`) by its first line.
+    let mut first = [0u8; 32];
+    let n = std::io::Read::read(&mut open_capped(path)?, &mut first)
+        .map_err(|e| format!("{shown}: {e}"))?;
+    if script::is_script(&first[..n]) {
+        return script::convert(path, &script::Options::default());
+    }
     let newer = |v: u64| {
         format!("{shown}: schemaVersion {v} is newer than this cnilab's {SCHEMA_VERSION}; use a newer cnilab")
     };
