@@ -24,7 +24,9 @@ mod capture_common;
 use capture_common::all;
 use capture_common::styles::{self, Cluster};
 use cnilab_net::testing::network_of;
-use cnilab_tests::{cnilab, host_untouched, lab_namespaces, output_text, require_root};
+use cnilab_tests::{
+    cnilab, host_untouched, lab_namespaces, output_text, require_root, StandingLab,
+};
 use rstest::rstest;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -183,27 +185,10 @@ fn forget_lone_pids(a: &mut Value, b: &mut Value) {
 fn assert_same(native: &Value, script: &Value, what: &str) {
     let (mut a, mut b) = (comparable(native), comparable(script));
     forget_lone_pids(&mut a, &mut b);
-    if a == b {
-        return;
-    }
     let text = |v: &Value| serde_json::to_string_pretty(v).expect("json");
-    let (ta, tb) = (text(&a), text(&b));
-    let (la, lb): (Vec<&str>, Vec<&str>) = (ta.lines().collect(), tb.lines().collect());
-    let diff: Vec<String> = la
-        .iter()
-        .filter(|l| !lb.contains(l))
-        .map(|l| format!("- {l}"))
-        .chain(
-            lb.iter()
-                .filter(|l| !la.contains(l))
-                .map(|l| format!("+ {l}")),
-        )
-        .take(40)
-        .collect();
-    panic!(
-        "{what}: the script's capture differs from the native one (- native, + script):\n{}",
-        diff.join("\n")
-    );
+    if let Some(diff) = cnilab_tests::line_diff(&text(&a), &text(&b), 40) {
+        panic!("{what}: the script's capture differs from the native one (- native, + script):\n{diff}");
+    }
 }
 
 /// Native and scripted captures of each node of `cluster`, compared; no
@@ -255,15 +240,6 @@ fn kube_proxy_nodes_capture_the_same_by_script() {
     style_round(&c, "kube-proxy", &[Shell::Dash]);
 }
 
-/// A standing lab taken down when dropped (also after a failed assert).
-struct Up(String);
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        let _ = cnilab(&["lab", "down", "--name", &self.0]);
-    }
-}
-
 #[rstest]
 fn every_topology_captures_the_same_by_script(#[files("../lab/topologies/*.toml")] path: PathBuf) {
     let _host = host_untouched();
@@ -282,7 +258,7 @@ fn every_topology_captures_the_same_by_script(#[files("../lab/topologies/*.toml"
         "--topology",
         &path.display().to_string(),
     ]);
-    let _lab = Up(name.clone());
+    let _lab = StandingLab(name.clone());
     assert!(out.status.success(), "lab up {stem}: {}", output_text(&out));
     let state = cnilab_harness::lab::state::load_state(&name).expect("lab state");
     let dir = tempfile::tempdir().expect("dir");
@@ -401,7 +377,7 @@ fn a_hostile_script_file_is_refused_naming_the_section() {
             "--capture",
             &bad.display().to_string(),
         ]);
-        let _gone = Up(lab.clone());
+        let _gone = StandingLab(lab.clone());
         assert_eq!(
             up.status.code(),
             Some(2),
@@ -419,4 +395,50 @@ fn a_hostile_script_file_is_refused_naming_the_section() {
         );
     }
     drop(node);
+}
+
+/// The script's files of both flannel nodes stand up as a lab
+/// (`lab up --capture`, the format told by the first line), each captured
+/// pod a namespace of the lab; and convert (`--from-script`) to the
+/// native capture's pods.
+#[test]
+fn script_files_stand_up_as_a_lab() {
+    let _host = host_untouched();
+    let c = styles::flannel();
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = dir.path().join("empty-cache");
+    std::fs::create_dir_all(&cache).expect("dir");
+    let mut files = Vec::new();
+    let mut pods = 0;
+    for (i, node) in c.nodes.iter().enumerate() {
+        let sub = dir.path().join(format!("n{i}"));
+        std::fs::create_dir_all(&sub).expect("dir");
+        let (file, capture) = scripted(Shell::Dash, node.path(), &cache, &sub);
+        pods += capture["pods"].as_array().map_or(0, Vec::len);
+        files.push(file.display().to_string());
+    }
+    assert_eq!(pods, c.pods.iter().map(Vec::len).sum::<usize>());
+    let lab = format!("screp{}", std::process::id() % 100_000);
+    let mut args = vec!["lab", "up", "--name", &lab, "--capture"];
+    args.extend(files.iter().map(String::as_str));
+    let up = cnilab(&args);
+    let _down = StandingLab(lab.clone());
+    assert!(
+        up.status.success(),
+        "lab up --capture: {}",
+        output_text(&up)
+    );
+    let said = format!("{} nodes, {pods} pods", c.nodes.len());
+    assert!(
+        output_text(&up).contains(&said),
+        "lab up --capture: {}",
+        output_text(&up)
+    );
+    let made = lab_namespaces(&lab);
+    assert!(
+        made.len() >= c.nodes.len() + pods,
+        "{} namespaces for {} nodes and {pods} pods: {made:?}",
+        made.len(),
+        c.nodes.len()
+    );
 }

@@ -7,7 +7,11 @@
 //! (`discover.rs`), reads node and pods with the lab model's reader
 //! ([`crate::model::read::read_with_warnings`]: one netlink session per
 //! namespace on a dedicated thread inside it) and adds provenance;
-//! `redact.rs` maps addresses and names for posting in public.
+//! `redact.rs` maps addresses and names for posting in public; `script/`
+//! is the capture of a node without cnilab (`cnilab capture --script`: a
+//! `sh` script's file of `ip -j` and friends, read into the same
+//! [`Capture`] through [`name_pods`] and [`finish`], as [`capture`] reads
+//! netlink).
 //!
 //! # The file (schemaVersion 1)
 //! One JSON object:
@@ -434,7 +438,8 @@ struct Version {
     schema_version: serde_json::Value,
 }
 
-/// Reads a capture file: JSON of a schema this cnilab knows, at most
+/// Reads a capture file: the capture script's file (told by its first
+/// line, read by [`script::convert`]), or JSON of a schema this cnilab knows, at most
 /// [`MAX_BYTES`], streamed into the typed capture (never whole into
 /// memory, never into a `serde_json::Value`; a value nested where none is due refused at its first
 /// byte, nesting deeper than serde_json's 128 levels refused), then every field checked

@@ -223,11 +223,7 @@ type Links = (Vec<crate::model::read::RawLink>, Vec<ip::End>);
 
 /// The links of namespace `k` (`None`: it was gone when the script came
 /// to it; the node must be there).
-fn read_links(
-    a: &Archive,
-    k: usize,
-    place: &Place,
-) -> Result<Option<Links>, String> {
+fn read_links(a: &Archive, k: usize, place: &Place) -> Result<Option<Links>, String> {
     let label = format!("section `{k} link`");
     match json_of(a, k, "link")? {
         Some(v) => ip::links(&v).map(Some).map_err(|e| format!("{label}: {e}")),
