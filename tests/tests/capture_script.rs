@@ -233,6 +233,28 @@ fn calico_nodes_capture_the_same_by_script() {
     style_round(&c, "calico", &[Shell::Dash]);
 }
 
+/// capture.rs's Calico node: two `cali` pods, a macvlan of the node's
+/// `eth0` in a namespace of its own, legacy iptables.
+#[test]
+fn a_macvlan_and_legacy_iptables_capture_the_same_by_script() {
+    let _host = host_untouched();
+    let c = capture_common::calico();
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = cache_copy(dir.path());
+    let cache_arg = cache.display().to_string();
+    let mut every: Vec<&cnilab_net::netns::Netns> = vec![&c.node, &c.macvlan];
+    every.extend(c.pods.iter());
+    let native = capture_common::capture(&c.node, &["--cni-cache", &cache_arg], &every);
+    let (_, script) = scripted(Shell::Dash, c.node.path(), &cache, dir.path());
+    assert_same(&native, &script, "calico with a macvlan");
+    let mv = capture_common::pod_named(&script, c.macvlan.name());
+    assert_eq!(
+        capture_common::link(mv, "mv0")["lower"]["namespace"],
+        native["node"]["name"],
+        "{mv}"
+    );
+}
+
 #[test]
 fn kube_proxy_nodes_capture_the_same_by_script() {
     let _host = host_untouched();

@@ -10,8 +10,11 @@
 //!
 //! Where the two can differ, and why: the netlink reader asks the kernel
 //! which namespace a peer's `link_netnsid` is; the file tells it from
-//! `ip netns list-id` and the veth pairs, so a lone macvlan into an
-//! unnamed namespace keeps its peer as `netnsid N` (a warning says so).
+//! `ip netns list-id` and the veth pairs (`nsid.rs`); a namespace whose
+//! only untold id has only macvlans or ipvlans behind it takes that id for
+//! the node when the node has their lower indexes. An id nothing tells
+//! stays `netnsid N`, as the netlink reader names a namespace it was not
+//! given.
 
 mod archive;
 mod ip;

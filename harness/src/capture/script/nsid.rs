@@ -58,7 +58,41 @@ pub fn resolve(all: &BTreeMap<usize, Dumped>) -> BTreeMap<(usize, i32), usize> {
             }
         }
         if !told {
+            lowers_into_the_node(all, &mut known);
             return known;
+        }
+    }
+}
+
+/// A namespace whose only id left untold has only macvlans or ipvlans
+/// behind it (a lower device names an index, which many namespaces have):
+/// that id is the node's when the node has a device at each of those
+/// indexes and is not told yet in that namespace. The node is the
+/// namespace a pod's lower device is in on every node where pods get a
+/// macvlan or ipvlan of the node's uplink.
+fn lowers_into_the_node(all: &BTreeMap<usize, Dumped>, known: &mut BTreeMap<(usize, i32), usize>) {
+    let Some(node) = all.get(&0) else {
+        return;
+    };
+    for (k, d) in all.iter().filter(|(k, _)| **k != 0) {
+        let untold: BTreeSet<i32> = d
+            .ends
+            .iter()
+            .filter_map(|e| e.netnsid)
+            .filter(|id| !known.contains_key(&(*k, *id)))
+            .collect();
+        let node_told = known.iter().any(|((from, _), to)| from == k && *to == 0);
+        let [id] = untold.into_iter().collect::<Vec<_>>()[..] else {
+            continue;
+        };
+        let mut behind = d.ends.iter().filter(|e| e.netnsid == Some(id));
+        let lowers = behind.clone().all(|e| {
+            matches!(e.kind, LinkKind::Macvlan | LinkKind::Ipvlan)
+                && e.link_index
+                    .is_some_and(|i| node.ends.iter().any(|n| n.index == i))
+        });
+        if lowers && !node_told && behind.next().is_some() {
+            known.insert((*k, id), 0);
         }
     }
 }
@@ -174,6 +208,61 @@ mod tests {
         assert_eq!(ids.get(&(0, 0)), Some(&1));
         assert_eq!(ids.get(&(1, 0)), Some(&0));
         assert_eq!(ids.get(&(2, 0)), Some(&0));
+    }
+
+    #[test]
+    fn a_lone_macvlan_leads_into_the_node() {
+        let mut all = BTreeMap::new();
+        let dev = |index| End {
+            index,
+            kind: LinkKind::Device,
+            link_index: None,
+            netnsid: None,
+            port: false,
+        };
+        all.insert(
+            0,
+            Dumped {
+                ends: vec![dev(1), dev(2)],
+                listed: BTreeMap::new(),
+            },
+        );
+        let mv = End {
+            index: 3,
+            kind: LinkKind::Macvlan,
+            link_index: Some(2),
+            netnsid: Some(0),
+            port: false,
+        };
+        all.insert(
+            1,
+            Dumped {
+                ends: vec![mv.clone()],
+                listed: BTreeMap::new(),
+            },
+        );
+        // Another namespace with an index 2 does not make it ambiguous;
+        // a lower index the node lacks leaves the id untold.
+        all.insert(
+            2,
+            Dumped {
+                ends: vec![dev(2)],
+                listed: BTreeMap::new(),
+            },
+        );
+        all.insert(
+            3,
+            Dumped {
+                ends: vec![End {
+                    link_index: Some(9),
+                    ..mv
+                }],
+                listed: BTreeMap::new(),
+            },
+        );
+        let ids = resolve(&all);
+        assert_eq!(ids.get(&(1, 0)), Some(&0));
+        assert_eq!(ids.get(&(3, 0)), None);
     }
 
     #[test]
