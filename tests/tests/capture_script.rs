@@ -338,7 +338,7 @@ fn a_hostile_script_file_is_refused_naming_the_section() {
         .expect("a boundary line")
         .to_string();
     let close = format!("--{boundary}--\n");
-    let link_open = format!("--{boundary} 0 link 0 \n");
+    let link_open = format!("--{boundary} 0 link - \n");
     let at = good.find(&link_open).expect("the node's link section") + link_open.len();
     let cases = [
         (

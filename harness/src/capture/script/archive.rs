@@ -2,7 +2,9 @@
 //! `node.sh`): every line that starts with `--<boundary>` opens a section
 //! (`--<boundary> <namespace number or -> <what> <status> [<argument>]`)
 //! or, as `--<boundary>--`, ends the file; the newline before a boundary
-//! line belongs to it, not to the section. Anything else is refused,
+//! line belongs to it, not to the section. A section streamed before its
+//! command ended has status `-` and is followed by a section
+//! `<what>.status` whose status is its own. Anything else is refused,
 //! naming the line: a file cut short, a boundary other than the header's,
 //! a section of a namespace never declared.
 
@@ -157,7 +159,7 @@ fn split(rest: &str, boundary: &str, first_line: usize) -> Result<Vec<Section>, 
             "cut short: no closing boundary `--{boundary}--` (the last whole part is {last}); run the script again and copy the whole file"
         ));
     }
-    Ok(sections)
+    statuses(sections)
 }
 
 /// `<ns> <what> <status> [<arg>]`; a namespace's number must be declared
@@ -177,7 +179,11 @@ fn section_header(text: &str, line_no: usize, before: &[Section]) -> Result<Sect
     if what.is_empty() || !what.chars().all(plain) {
         return Err(bad("no section name"));
     }
-    let status = status.parse::<i32>().map_err(|_| bad("no exit status"))?;
+    // `-`: told by the `<what>.status` section after it.
+    let status = match status {
+        "-" => None,
+        s => Some(s.parse::<i32>().map_err(|_| bad("no exit status"))?),
+    };
     if let Some(n) = ns {
         let declared = n == 0
             || before
@@ -196,10 +202,38 @@ fn section_header(text: &str, line_no: usize, before: &[Section]) -> Result<Sect
     Ok(Section {
         ns,
         what,
-        status,
+        status: status.unwrap_or(PENDING),
         arg,
         body: String::new(),
     })
+}
+
+/// The status of a section whose `.status` section is still to come.
+const PENDING: i32 = i32::MIN;
+
+/// Each `<what>.status` section's status onto its section, which must
+/// be the one before it; every section then has one.
+fn statuses(sections: Vec<Section>) -> Result<Vec<Section>, String> {
+    let mut out: Vec<Section> = Vec::with_capacity(sections.len());
+    for s in sections {
+        let Some(of) = s.what.strip_suffix(".status") else {
+            if let Some(last) = out.last().filter(|l| l.status == PENDING) {
+                return Err(format!("{}: no exit status after it", last.label()));
+            }
+            out.push(s);
+            continue;
+        };
+        match out.last_mut() {
+            Some(last) if last.what == of && last.ns == s.ns && last.status == PENDING => {
+                last.status = s.status;
+            }
+            _ => return Err(format!("{}: the status of no section before it", s.label())),
+        }
+    }
+    match out.last().filter(|l| l.status == PENDING) {
+        Some(last) => Err(format!("{}: no exit status after it", last.label())),
+        None => Ok(out),
+    }
 }
 
 /// At most 80 characters of `s`, for an error.
@@ -224,7 +258,7 @@ mod tests {
     #[test]
     fn sections_keep_their_text_but_the_boundary_newline() {
         let text = file(&format!(
-            "--{B} 0 link 0 \n[1]\n\n--{B} 1 namespace 0 /run/netns/a\n4:5\n--{B} 1 nft 127 \n\n--{B}--\n"
+            "--{B} 0 link - \n[1]\n\n--{B} 0 link.status 0 \n--{B} 1 namespace 0 /run/netns/a\n4:5\n--{B} 1 nft 127 \n\n--{B}--\n"
         ));
         let a = parse(&text).expect("parses");
         assert_eq!(a.field("hostname"), Ok("n1"));
@@ -242,6 +276,12 @@ mod tests {
             ]
         );
         assert_eq!(a.get(Some(1), "nft").map(|s| s.status), Some(127));
+        assert_eq!(a.get(Some(0), "link").map(|s| s.status), Some(0));
+        let lost = file(&format!(
+            "--{B} 0 link - \n[1]\n--{B} 0 addr 0 \n[]\n--{B}--\n"
+        ));
+        let e = parse(&lost).expect_err("no status");
+        assert!(e.contains("section `0 link`: no exit status"), "{e}");
     }
 
     #[test]

@@ -16,8 +16,10 @@
 #
 # The file: a header (format, boundary, hostname, kernel, time), then one
 # section per command, each opened by a line
-#   --BOUNDARY <namespace number or -> <what> <exit status> [<argument>]
-# and its output, then a newline; `--BOUNDARY--` ends the file.
+#   --BOUNDARY <namespace number or -> <what> - [<argument>]
+# and its output, then a newline, then a line
+#   --BOUNDARY <namespace number or -> <what>.status <exit status> [<argument>]
+# and `--BOUNDARY--` ends the file.
 set -u
 
 if [ "$#" -gt 0 ]; then
@@ -42,18 +44,19 @@ conf6_keys='@CONF6_KEYS@'
 link4_keys='@LINK4_KEYS@'
 link6_keys='@LINK6_KEYS@'
 
-# section NS WHAT ARG CMD...: one section with CMD's output and status; its
-# error output, when any, as a section WHAT.stderr beside it.
+# section NS WHAT ARG CMD...: one section with CMD's output, streamed (no
+# copy through a file), then its status as a section WHAT.status; its
+# error output, when any, as a section WHAT.stderr.
 section() {
   s_ns=$1
   s_what=$2
   s_arg=$3
   shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"
+  printf -- '--%s %s %s - %s\n' "$boundary" "$s_ns" "$s_what" "$s_arg"
+  # Never the script's stdin: `sh -s` reads the script from it.
+  "$@" </dev/null 2>"$tmp/err"
   s_rc=$?
-  printf -- '--%s %s %s %s %s\n' "$boundary" "$s_ns" "$s_what" "$s_rc" "$s_arg"
-  cat "$tmp/out"
-  printf '\n'
+  printf '\n--%s %s %s.status %s %s\n' "$boundary" "$s_ns" "$s_what" "$s_rc" "$s_arg"
   if [ -s "$tmp/err" ]; then
     printf -- '--%s %s %s.stderr 0 %s\n' "$boundary" "$s_ns" "$s_what" "$s_arg"
     head -c 65536 "$tmp/err"
@@ -94,6 +97,18 @@ inns() {
   nsenter --net="$ns_path" "$@"
 }
 
+# TOOL ARGS... (ip, bridge, tc) inside the namespace: by the tool's own -n
+# where the namespace is named under /run/netns (one process, not two),
+# else through nsenter.
+inn() {
+  i_tool=$1
+  shift
+  case $ns_path in
+  /run/netns/*) "$i_tool" -n "${ns_path#/run/netns/}" "$@" ;;
+  *) nsenter --net="$ns_path" "$i_tool" "$@" ;;
+  esac
+}
+
 # OUT ERR [STATUS]: what a command printed before, again as a section's
 # command.
 again() {
@@ -106,32 +121,33 @@ again() {
 namespace() {
   n=$1
   ns_path=$2
-  section "$n" link "" inns ip -N -d -j link show
+  inn ip -N -d -j link show >"$tmp/link" 2>"$tmp/link.err" </dev/null
+  section "$n" link "" again "$tmp/link" "$tmp/link.err" "$?"
   # A namespace with no link into another is no pod and no peer: its
   # links are enough to say so (the node's is read whole).
-  if [ "$n" != 0 ] && ! grep -q '"link_netnsid"' "$tmp/out"; then
+  if [ "$n" != 0 ] && ! grep -q '"link_netnsid"' "$tmp/link"; then
     return 0
   fi
-  section "$n" addr "" inns ip -j addr show
-  section "$n" route4 "" inns ip -N -d -j -4 route show table all
-  section "$n" route6 "" inns ip -N -d -j -6 route show table all
-  section "$n" rule4 "" inns ip -N -d -j -4 rule show
-  section "$n" rule6 "" inns ip -N -d -j -6 rule show
-  section "$n" neigh "" inns ip -j neigh show nud permanent
-  section "$n" nsid "" inns ip -j netns list-id
+  section "$n" addr "" inn ip -j addr show
+  section "$n" route4 "" inn ip -N -d -j -4 route show table all
+  section "$n" route6 "" inn ip -N -d -j -6 route show table all
+  section "$n" rule4 "" inn ip -N -d -j -4 rule show
+  section "$n" rule6 "" inn ip -N -d -j -6 rule show
+  section "$n" neigh "" inn ip -j neigh show nud permanent
+  section "$n" nsid "" inn ip -j netns list-id
   if have bridge; then
-    section "$n" fdb "" inns bridge -j fdb show
+    section "$n" fdb "" inn bridge -j fdb show
   else
     section "$n" fdb "" missing bridge
   fi
   if have tc; then
-    section "$n" qdisc "" inns tc -j qdisc show
+    section "$n" qdisc "" inn tc -j qdisc show
   else
     section "$n" qdisc "" missing tc
   fi
   section "$n" sysctl "" inns sh -c "$sysctls" sysctl "$global_keys" "$conf4_keys" "$conf6_keys" "$link4_keys" "$link6_keys"
   if have nft; then
-    inns nft -s list ruleset >"$tmp/nft" 2>"$tmp/nft.err"
+    inns nft -s list ruleset >"$tmp/nft" 2>"$tmp/nft.err" </dev/null
     nft_rc=$?
     section "$n" nft "" again "$tmp/nft" "$tmp/nft.err" "$nft_rc"
   else
@@ -141,7 +157,7 @@ namespace() {
   for v in "" 6; do
     # Legacy tables where the kernel lists some; iptables-nft's where nft
     # lists a table of theirs.
-    inns cat "/proc/net/ip${v}_tables_names" >"$tmp/names" 2>/dev/null
+    inns cat "/proc/net/ip${v}_tables_names" >"$tmp/names" 2>/dev/null </dev/null
     if [ -s "$tmp/names" ]; then
       section "$n" "ip${v}_tables_names" "" cat "$tmp/names"
       if have "ip${v}tables-legacy-save"; then
