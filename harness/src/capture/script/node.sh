@@ -10,7 +10,7 @@
 # /proc/PID/ns/net) as the node instead of the script's own.
 # CNILAB_CNI_CACHE=DIR reads the CNI cache there (default /var/lib/cni/results).
 #
-# Needs sh, coreutils or busybox (stat, od, tr, sort, cat, head, mktemp),
+# Needs sh, coreutils or busybox (stat, od, tr, sort, cat, head, grep, mktemp),
 # nsenter, iproute2's ip (JSON: -j), bridge and tc; nft, iptables-*-save and
 # crictl where present. It only reads: nothing on the node is changed.
 #
