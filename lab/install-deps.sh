@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the system packages cnilab's lab and tests use (Debian/Ubuntu, as
 # root): iproute2, nftables, iptables, ping, the reference CNI plugins (for
-# comparisons), python3 (a test plugin), util-linux (setpriv) and strace
-# (a test counts the netlink requests of one ADD); for
+# comparisons), python3 (a test plugin), util-linux (setpriv), strace
+# (a test counts the netlink requests of one ADD), dash, busybox and shellcheck
+# (the capture script's tests run it under both shells and lint it); for
 # `lab --runtime containerd`, containerd and runc (kept as they are when
 # already installed, e.g. Docker's containerd.io on GitHub's runners), and
 # protobuf-compiler, whose protoc the CRI client crate (k8s-cri) needs at
@@ -21,7 +22,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 need=()
-for pkg in iproute2 nftables iptables iputils-ping containernetworking-plugins procps kmod python3 util-linux strace; do
+for pkg in iproute2 nftables iptables iputils-ping containernetworking-plugins procps kmod python3 util-linux strace busybox shellcheck dash; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 command -v protoc >/dev/null || need+=(protobuf-compiler)

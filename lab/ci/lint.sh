@@ -3,7 +3,8 @@
 #   - actionlint on every workflow in .github/workflows (and, through it,
 #     ShellCheck on their `run:` blocks);
 #   - yamllint --strict on workflows, lab/**/*.y*ml and .yamllint itself;
-#   - ShellCheck on every *.sh under lab/ and on .ci/run;
+#   - ShellCheck on every *.sh under lab/, on .ci/run and on the capture
+#     script (harness/src/capture/script/node.sh);
 #   - `vagrant validate` on the Vagrantfile, without a box or a provider.
 #
 # Works from any directory. Needs yamllint, shellcheck, vagrant (Debian
@@ -163,7 +164,7 @@ check_yaml() {
 
 check_shell() {
   local -a files
-  mapfile -t files < <(list_files ':(glob)lab/**/*.sh' '.ci/run')
+  mapfile -t files < <(list_files ':(glob)lab/**/*.sh' '.ci/run' 'harness/src/capture/script/node.sh')
   say "==> shellcheck (${#files[@]} scripts)"
   require_tool shellcheck shellcheck || return 0
   if ((${#files[@]} == 0)); then

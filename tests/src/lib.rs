@@ -227,6 +227,27 @@ pub fn output_text(o: &Output) -> String {
     )
 }
 
+/// Where two texts differ, line by line (`- ` lines only in `a`, `+ `
+/// lines only in `b`, at most `max`), or `None` when they are equal.
+pub fn line_diff(a: &str, b: &str, max: usize) -> Option<String> {
+    if a == b {
+        return None;
+    }
+    let (al, bl): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
+    let diff: Vec<String> = al
+        .iter()
+        .filter(|l| !bl.contains(l))
+        .map(|l| format!("- {l}"))
+        .chain(
+            bl.iter()
+                .filter(|l| !al.contains(l))
+                .map(|l| format!("+ {l}")),
+        )
+        .take(max)
+        .collect();
+    Some(diff.join("\n"))
+}
+
 /// The namespaces of standing lab `name` that exist (`cnilab-lab-<name>-…`).
 pub fn lab_namespaces(name: &str) -> Vec<String> {
     let prefix = format!("cnilab-lab-{name}-");

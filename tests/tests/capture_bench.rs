@@ -14,7 +14,13 @@
 //! iptables-nft chains for one Service per pod (KUBE-SVC/KUBE-SEP with
 //! DNAT and comments), in throwaway namespaces. `cnilab capture --netns`
 //! runs three times, plain and `--redact`; the times and the file size
-//! are printed.
+//! are printed. The same node captured by the capture script
+//! (`cnilab capture --script`, run under `dash` with `CNILAB_NETNS`), three
+//! times: its run time, its file's size, and the time of
+//! `cnilab capture --from-script` reading it; the script's capture holds
+//! the same pods. The script reads every namespace on the machine (those
+//! with no link out only by their links), so its figure grows with what
+//! else runs there.
 
 mod capture_common;
 
@@ -72,10 +78,8 @@ fn timed_capture(node: &Netns, file: &std::path::Path, extra: &[&str]) -> Durati
     took
 }
 
-#[test]
-#[ignore]
-fn bench_capture_of_a_110_pod_node() {
-    let _host = host_untouched();
+/// The 110-pod node with kube-proxy's Services (see the header).
+fn bench_node() -> (Netns, Vec<Netns>, tempfile::TempDir) {
     let n = node("cap-bench", "198.18.11.1/24");
     run(&n, "ip", &["route add blackhole 10.65.1.0/24 proto bird"]);
     let pods: Vec<Netns> = (0..PODS)
@@ -85,7 +89,14 @@ fn bench_capture_of_a_110_pod_node() {
     let rules = dir.path().join("services.txt");
     std::fs::write(&rules, services(PODS)).expect("write the rules");
     run_args(&n, "iptables-nft-restore", &[&rules.display().to_string()]);
+    (n, pods, dir)
+}
 
+#[test]
+#[ignore]
+fn bench_capture_of_a_110_pod_node() {
+    let _host = host_untouched();
+    let (n, pods, dir) = bench_node();
     let file = dir.path().join("node.json");
     for (label, extra) in [("plain", &[][..]), ("--redact", &["--redact-key", "k"][..])] {
         let times: Vec<Duration> = (0..3).map(|_| timed_capture(&n, &file, extra)).collect();
@@ -109,4 +120,57 @@ fn bench_capture_of_a_110_pod_node() {
             size as f64 / 1e6
         );
     }
+}
+
+#[test]
+#[ignore]
+fn bench_script_capture_of_a_110_pod_node() {
+    let _host = host_untouched();
+    let (n, pods, dir) = bench_node();
+    let script = dir.path().join("node.sh");
+    let printed = Command::new(cnilab_bin())
+        .args(["capture", "--script"])
+        .output()
+        .expect("cnilab runs");
+    assert!(printed.status.success(), "{}", all(&printed));
+    std::fs::write(&script, &printed.stdout).expect("write the script");
+    let file = dir.path().join("node.capture");
+    let json = dir.path().join("node.json");
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let out = Command::new("dash")
+            .arg(&script)
+            .arg(&file)
+            .env("CNILAB_NETNS", n.path())
+            .output()
+            .expect("dash runs");
+        let ran = started.elapsed();
+        assert!(out.status.success(), "{}", all(&out));
+        let started = Instant::now();
+        let conv = Command::new(cnilab_bin())
+            .args(["capture", "--from-script", &file.display().to_string()])
+            .args(["-o", &json.display().to_string()])
+            .output()
+            .expect("cnilab runs");
+        let read = started.elapsed();
+        assert!(conv.status.success(), "{}", all(&conv));
+        runs.push((ran, read));
+    }
+    let c: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("file")).expect("JSON");
+    assert_conforms(&c);
+    assert_eq!(c["pods"].as_array().map(Vec::len), Some(pods.len()));
+    let text = iptables_text(&c["node"], "nft");
+    assert_eq!(text.matches("-j DNAT").count(), PODS);
+    let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+    let ms = |d: Duration| format!("{:.0}", d.as_secs_f64() * 1000.0);
+    let namespaces = std::fs::read_dir("/run/netns").map_or(0, |d| d.count());
+    println!(
+        "capture script (dash) of a node with {} pods and {PODS} Services, {namespaces} namespaces under /run/netns on the machine: script {} ms, file {size} bytes ({:.2} MB); capture --from-script {} ms",
+        pods.len(),
+        runs.iter().map(|r| ms(r.0)).collect::<Vec<_>>().join(" / "),
+        size as f64 / 1e6,
+        runs.iter().map(|r| ms(r.1)).collect::<Vec<_>>().join(" / "),
+    );
 }

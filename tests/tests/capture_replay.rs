@@ -598,7 +598,15 @@ fn odd_states_come_back_in_the_replay_or_are_said_not_made() {
         .filter(|l| l.starts_with("not made here: "))
         .collect();
     let mut lost = Vec::new();
-    for field in ["links", "routes", "rules", "neighbours", "fdb", "nftables", "iptables"] {
+    for field in [
+        "links",
+        "routes",
+        "rules",
+        "neighbours",
+        "fdb",
+        "nftables",
+        "iptables",
+    ] {
         for object in a[field].as_array().into_iter().flatten() {
             let back = b[field].as_array().is_some_and(|l| l.contains(object));
             if !back {
@@ -608,12 +616,19 @@ fn odd_states_come_back_in_the_replay_or_are_said_not_made() {
     }
     for (key, value) in a["sysctls"].as_object().into_iter().flatten() {
         if b["sysctls"][key] != *value {
-            lost.push(format!("sysctl {key} = {value}, replayed {}", b["sysctls"][key]));
+            lost.push(format!(
+                "sysctl {key} = {value}, replayed {}",
+                b["sysctls"][key]
+            ));
         }
     }
     let unsaid: Vec<&String> = lost
         .iter()
-        .filter(|l| !not_made.iter().any(|m| l.contains(m.trim_start_matches("not made here: "))))
+        .filter(|l| {
+            !not_made
+                .iter()
+                .any(|m| l.contains(m.trim_start_matches("not made here: ")))
+        })
         .collect();
     assert!(
         unsaid.is_empty(),
@@ -624,7 +639,11 @@ fn odd_states_come_back_in_the_replay_or_are_said_not_made() {
     for t in ["unreachable", "prohibit", "throw", "blackhole"] {
         assert!(routes.contains(&format!("\"type\":\"{t}\"")), "{routes}");
     }
-    assert!(a["links"].to_string().contains("\"promisc\""), "{}", a["links"]);
+    assert!(
+        a["links"].to_string().contains("\"promisc\""),
+        "{}",
+        a["links"]
+    );
 }
 
 /// Loads the smallest eBPF program, an XDP program that passes every packet

@@ -341,22 +341,7 @@ fn capture_lab(lab: &str, dir: &Path) -> Vec<(String, PathBuf)> {
 
 /// Where two normalised captures differ (at most 30 lines), or `None`.
 fn capture_diff(a: &str, b: &str) -> Option<String> {
-    if a == b {
-        return None;
-    }
-    let (al, bl): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
-    let diff: Vec<String> = al
-        .iter()
-        .filter(|l| !bl.contains(l))
-        .map(|l| format!("- {l}"))
-        .chain(
-            bl.iter()
-                .filter(|l| !al.contains(l))
-                .map(|l| format!("+ {l}")),
-        )
-        .take(30)
-        .collect();
-    Some(diff.join("\n"))
+    cnilab_tests::line_diff(a, b, 30)
 }
 
 /// Every scenario of `lab/scenarios/` stood up in its faulted state

@@ -7,7 +7,11 @@
 //! (`discover.rs`), reads node and pods with the lab model's reader
 //! ([`crate::model::read::read_with_warnings`]: one netlink session per
 //! namespace on a dedicated thread inside it) and adds provenance;
-//! `redact.rs` maps addresses and names for posting in public.
+//! `redact.rs` maps addresses and names for posting in public; `script/`
+//! is the capture of a node without cnilab (`cnilab capture --script`: a
+//! `sh` script's file of `ip -j` and friends, read into the same
+//! [`Capture`] through [`name_pods`] and [`finish`], as [`capture`] reads
+//! netlink).
 //!
 //! # The file (schemaVersion 1)
 //! One JSON object:
@@ -60,6 +64,7 @@ pub mod cni_conf;
 mod discover;
 pub mod evidence;
 pub mod redact;
+pub mod script;
 
 use crate::model::{self, read::Layout, read::NodeLayout, Node};
 use cnilab_net::netns as plugin_netns;
@@ -184,15 +189,13 @@ pub fn capture(opts: &Options) -> Result<Capture, String> {
     let mut warnings = Vec::new();
     let found = discover::linked(&node_file, &mut warnings);
     let cri = discover::cri_names(&opts.cri_sockets, &mut warnings);
-    let mut pods: Vec<PodSource> = Vec::new();
-    let mut taken = vec![node_name.clone()];
-    for f in &found.pods {
-        let mut source = f.source.clone();
-        source.cri = cri.get(&f.inode).cloned();
-        let base = source.cri.clone().unwrap_or_else(|| source.name.clone());
-        source.name = unique(&base, &mut taken);
-        pods.push(source);
-    }
+    let pods = name_pods(
+        &node_name,
+        found
+            .pods
+            .iter()
+            .map(|f| (f.source.clone(), cri.get(&f.inode).cloned())),
+    );
     let layout = Layout {
         name: node_name.clone(),
         underlay: Vec::new(),
@@ -225,6 +228,61 @@ pub fn capture(opts: &Options) -> Result<Capture, String> {
     let confs = own(&opts.cni_conf_dir, cni_conf::CNI_CONF_DIR)
         .map(|d| cni_conf::read_dir(&d, &mut warnings))
         .unwrap_or_default();
+    let read = Read {
+        node,
+        pods,
+        peers: found.peers,
+        warnings,
+    };
+    Ok(finish(
+        read,
+        (&cache, &confs),
+        provenance(&node_name, opts.netns.as_deref()),
+        opts.redact.as_deref(),
+    ))
+}
+
+/// The pods found (each with its CRI sandbox name, if any), named: the
+/// sandbox name, else the namespace's, made unique beside the node's.
+pub(crate) fn name_pods(
+    node_name: &str,
+    found: impl Iterator<Item = (PodSource, Option<String>)>,
+) -> Vec<PodSource> {
+    let mut taken = vec![node_name.to_string()];
+    found
+        .map(|(mut source, cri)| {
+            source.cri = cri;
+            let base = source.cri.clone().unwrap_or_else(|| source.name.clone());
+            source.name = unique(&base, &mut taken);
+            source
+        })
+        .collect()
+}
+
+/// What a capture read of a node, however it read it (netlink here, the
+/// capture script's file in `script`).
+pub(crate) struct Read {
+    pub node: Node,
+    pub pods: Vec<PodSource>,
+    pub peers: Vec<PodSource>,
+    pub warnings: Vec<String>,
+}
+
+/// The capture of what was read: each pod's evidence (recorded: its CRI
+/// sandbox, the CNI cache and configuration `files`; then judged on the
+/// file's own, redacted model), redacted with `redact` if given.
+pub(crate) fn finish(
+    read: Read,
+    (cache, confs): (&[evidence::CacheEntry], &[cni_conf::Conf]),
+    provenance: Provenance,
+    redact: Option<&[u8]>,
+) -> Capture {
+    let Read {
+        node,
+        mut pods,
+        peers,
+        warnings,
+    } = read;
     let held: Vec<_> = pods
         .iter()
         .map(|s| {
@@ -237,19 +295,19 @@ pub fn capture(opts: &Options) -> Result<Capture, String> {
             (s.name.clone(), s.cri.clone(), addrs)
         })
         .collect();
-    let mut recorded = evidence::recorded(&held, &cache, &confs);
+    let mut recorded = evidence::recorded(&held, cache, confs);
     for s in &mut pods {
         s.evidence = recorded.remove(&s.name).unwrap_or_default();
     }
     let mut capture = Capture {
         schema_version: SCHEMA_VERSION,
-        provenance: provenance(&node_name, opts.netns.as_deref()),
+        provenance,
         node,
         pods,
-        peers: found.peers,
+        peers,
         warnings,
     };
-    if let Some(key) = &opts.redact {
+    if let Some(key) = redact {
         redact::Redactor::new(key).capture(&mut capture);
     }
     // What the model says, read from the file's own (redacted) model.
@@ -261,7 +319,7 @@ pub fn capture(opts: &Options) -> Result<Capture, String> {
             s.skipped = judged.skipped;
         }
     }
-    Ok(capture)
+    capture
 }
 
 /// `base`, or `base#2`, `base#3`… when taken.
@@ -399,13 +457,21 @@ struct Version {
     schema_version: serde_json::Value,
 }
 
-/// Reads a capture file: JSON of a schema this cnilab knows, at most
+/// Reads a capture file: the capture script's file (told by its first
+/// line, read by [`script::convert`]), or JSON of a schema this cnilab knows, at most
 /// [`MAX_BYTES`], streamed into the typed capture (never whole into
 /// memory, never into a `serde_json::Value`; a value nested where none is due refused at its first
 /// byte, nesting deeper than serde_json's 128 levels refused), then every field checked
 /// (`check.rs`).
 pub fn load(path: &Path) -> Result<Capture, String> {
     let shown = path.display();
+    // The capture script's file (`cnilab capture --script`) by its first line.
+    let mut first = [0u8; 32];
+    let n = std::io::Read::read(&mut open_capped(path)?, &mut first)
+        .map_err(|e| format!("{shown}: {e}"))?;
+    if script::is_script(&first[..n]) {
+        return script::convert(path, &script::Options::default());
+    }
     let newer = |v: u64| {
         format!("{shown}: schemaVersion {v} is newer than this cnilab's {SCHEMA_VERSION}; use a newer cnilab")
     };

@@ -12,7 +12,10 @@ use std::process::ExitCode;
 #[command(after_help = concat!("Examples:\n  \
     cnilab capture -o node1.json\n  \
     cnilab capture --redact --redact-key \"$KEY\" -o node1.json\n  \
-    cnilab capture --netns cnilab-lab-demo-node1 -o json\n\n\
+    cnilab capture --netns cnilab-lab-demo-node1 -o json\n  \
+    cnilab capture --script > node.sh; ssh node1 sudo sh -s < node.sh > node1.capture\n  \
+    cnilab capture --from-script node1.capture -o node1.json\n\n\
+    A node without cnilab: docs/src/capture-script.md.\n\
     The file's schema: `cnilab schema capture` (docs/src/capture-format.md).\n\n",
     crate::exit_codes_help!()))]
 pub struct CaptureCmd {
@@ -56,6 +59,15 @@ pub struct CaptureCmd {
     /// none with --netns).
     #[arg(long, value_name = "DIR")]
     pub cni_conf_dir: Option<PathBuf>,
+    /// Print a POSIX sh script that captures a node without cnilab on it
+    /// (sh, coreutils or busybox, nsenter, iproute2), into one file that
+    /// `lab up --capture` and `--from-script` read; nothing else is done.
+    #[arg(long, conflicts_with_all = ["from_script", "netns", "redact", "redact_key", "cri_socket", "cni_cache", "cni_conf_dir", "node_name"])]
+    pub script: bool,
+    /// Read the file the capture script wrote (instead of this machine)
+    /// into a capture.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["netns", "cri_socket", "cni_cache", "cni_conf_dir"])]
+    pub from_script: Option<PathBuf>,
 }
 
 /// Where the capture goes.
@@ -68,6 +80,10 @@ enum Sink {
 
 impl CaptureCmd {
     pub fn run(self) -> CliResult {
+        if self.script {
+            print!("{}", capture::script::script());
+            return Ok(ExitCode::SUCCESS);
+        }
         let sink = match self.output.as_str() {
             "table" => Sink::Table,
             "json" => Sink::Json,
@@ -97,6 +113,13 @@ impl CaptureCmd {
             (None, true) => Some(capture::redact::random_key()?),
             (None, false) => None,
         };
+        if let Some(file) = &self.from_script {
+            let opts = capture::script::Options {
+                node_name: self.node_name.clone(),
+                redact,
+            };
+            return Ok(capture::script::convert(file, &opts)?);
+        }
         let opts = Options {
             netns: self.netns.as_deref().map(capture::netns_path),
             node_name: self.node_name.clone(),

@@ -25,7 +25,8 @@ pub(crate) fn read_nft(file: &File) -> Result<Vec<NftTable>, String> {
     Ok(tables_of(&out))
 }
 
-fn tables_of(ruleset: &str) -> Vec<NftTable> {
+/// `nft -s list ruleset` text, one entry per table.
+pub(crate) fn tables_of(ruleset: &str) -> Vec<NftTable> {
     snapshot::nft_tables(ruleset)
         .into_iter()
         .map(|(family, name, text)| NftTable { family, name, text })
@@ -64,10 +65,16 @@ pub(crate) fn legacy_table_names() -> Vec<(String, Vec<String>)> {
         .filter_map(|(family, file)| {
             // `/proc/net` is the process's namespace; `thread-self` this thread's.
             let text = std::fs::read_to_string(format!("/proc/thread-self/net/{file}")).ok()?;
-            let names: Vec<String> = text.split_whitespace().map(str::to_string).collect();
-            (!names.is_empty()).then(|| (family.to_string(), names))
+            legacy_names_of(family, &text)
         })
         .collect()
+}
+
+/// The table names of one family's `ip{,6}_tables_names` text (`None`:
+/// none).
+pub(crate) fn legacy_names_of(family: &str, text: &str) -> Option<(String, Vec<String>)> {
+    let names: Vec<String> = text.split_whitespace().map(str::to_string).collect();
+    (!names.is_empty()).then(|| (family.to_string(), names))
 }
 
 /// The tables iptables-nft makes (`ip filter`, `ip6 nat`, …) among `nft`'s,
@@ -97,6 +104,23 @@ pub(crate) fn read_iptables(
     legacy: &[(String, Vec<String>)],
     nft: &[NftTable],
 ) -> (Vec<IptablesSave>, Vec<String>) {
+    iptables_with(legacy, nft, |tool| {
+        cnilab_net::nft::run(std::path::Path::new(tool), Some(file), &[], None).map_err(|e| match e
+        {
+            cnilab_net::nft::NftError::Failed { stderr, .. } => stderr,
+            other => other.to_string(),
+        })
+    })
+}
+
+/// [`read_iptables`] with `save` running a tool (`iptables-legacy-save`…)
+/// in the namespace: its output, or why it failed. The capture script's
+/// reader gives what the script's run of the tool printed.
+pub(crate) fn iptables_with(
+    legacy: &[(String, Vec<String>)],
+    nft: &[NftTable],
+    mut save: impl FnMut(&str) -> Result<String, String>,
+) -> (Vec<IptablesSave>, Vec<String>) {
     let mut out = Vec::new();
     let mut warnings = Vec::new();
     let nft = iptables_nft_names(nft);
@@ -107,12 +131,7 @@ pub(crate) fn read_iptables(
     for (backend, (family, tables)) in all {
         let v6 = if family == "ipv6" { "6" } else { "" };
         let tool = format!("ip{v6}tables-{backend}-save");
-        let done = cnilab_net::nft::run(std::path::Path::new(&tool), Some(file), &[], None)
-            .map_err(|e| match e {
-                cnilab_net::nft::NftError::Failed { stderr, .. } => stderr,
-                other => other.to_string(),
-            });
-        match done {
+        match save(&tool) {
             Ok(text) => out.push(IptablesSave {
                 backend,
                 family: family.clone(),

@@ -19,7 +19,7 @@ use rtnetlink::packet_route::link::{
     LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
 };
 use rtnetlink::packet_route::neighbour::{NeighbourAddress, NeighbourAttribute};
-use rtnetlink::packet_route::route::{RouteAttribute, RouteFlags, RouteType as NlRouteType};
+use rtnetlink::packet_route::route::{RouteAttribute, RouteFlags};
 use rtnetlink::packet_route::rule::{RuleAction, RuleAttribute, RuleFlags};
 use rtnetlink::packet_route::AddressFamily;
 use std::collections::BTreeMap;
@@ -48,22 +48,23 @@ pub struct NodeLayout<'a> {
 const NUD_NOARP: u16 = 0x40;
 const NUD_PERMANENT: u16 = 0x80;
 
-/// A link as read, before veth peers are resolved across namespaces.
-struct RawLink {
-    index: u32,
-    link: Link,
-    controller: Option<u32>,
+/// A link as read, before veth peers are resolved across namespaces
+/// (netlink here; `ip -j` text in `crate::capture::script`).
+pub(crate) struct RawLink {
+    pub index: u32,
+    pub link: Link,
+    pub controller: Option<u32>,
     /// The peer's index, and the role of its namespace (`None`: this one).
-    peer: Option<(u32, Option<String>)>,
-    vxlan_dev: Option<u32>,
+    pub peer: Option<(u32, Option<String>)>,
+    pub vxlan_dev: Option<u32>,
     /// A macvlan's or ipvlan's mode.
-    mode: Option<String>,
+    pub mode: Option<String>,
 }
 
-struct RawNamespace {
-    ns: Namespace,
-    links: Vec<RawLink>,
-    warnings: Vec<String>,
+pub(crate) struct RawNamespace {
+    pub ns: Namespace,
+    pub links: Vec<RawLink>,
+    pub warnings: Vec<String>,
 }
 
 /// Reads every namespace of `layout` into a model (sorted); what a tool
@@ -94,10 +95,17 @@ pub fn read_with_warnings(layout: &Layout) -> Result<(LabModel, Vec<String>), St
         |(role, file)| read_namespace(role, file, &others),
         || Err("reader thread panicked".to_string()),
     );
+    let read = read.into_iter().collect::<Result<Vec<_>, String>>()?;
+    let (done, warnings) = resolve_all(read);
+    Ok((assemble(layout, done), warnings))
+}
+
+/// Namespaces read apart, their veth peers, controllers and VXLAN devices
+/// named across them; and their warnings.
+pub(crate) fn resolve_all(read: Vec<RawNamespace>) -> (BTreeMap<String, Namespace>, Vec<String>) {
     let mut raw: BTreeMap<String, RawNamespace> = BTreeMap::new();
     let mut warnings = Vec::new();
-    for r in read {
-        let mut r = r?;
+    for mut r in read {
         warnings.append(&mut r.warnings);
         raw.insert(r.ns.name.clone(), r);
     }
@@ -109,10 +117,15 @@ pub fn read_with_warnings(layout: &Layout) -> Result<(LabModel, Vec<String>), St
                 .map(|l| ((r.ns.name.clone(), l.index), l.link.name.clone()))
         })
         .collect();
-    let mut done: BTreeMap<String, Namespace> = raw
+    let done = raw
         .into_values()
         .map(|r| (r.ns.name.clone(), resolve(r, &names)))
         .collect();
+    (done, warnings)
+}
+
+/// The model of `layout` from its namespaces read and resolved (sorted).
+pub(crate) fn assemble(layout: &Layout, mut done: BTreeMap<String, Namespace>) -> LabModel {
     let mut take = |role: &str| done.remove(role).unwrap_or_else(|| Namespace::new(role));
     let mut model = LabModel {
         schema_version: SCHEMA_VERSION,
@@ -129,7 +142,7 @@ pub fn read_with_warnings(layout: &Layout) -> Result<(LabModel, Vec<String>), St
             .collect(),
     };
     model.sort();
-    Ok((model, warnings))
+    model
 }
 
 /// One namespace read alone (a tracer reads only the namespaces it
@@ -161,7 +174,7 @@ pub fn read_one(
 }
 
 /// Names instead of indexes: controllers, veth peers, VXLAN devices.
-fn resolve(raw: RawNamespace, names: &BTreeMap<(String, u32), String>) -> Namespace {
+pub(crate) fn resolve(raw: RawNamespace, names: &BTreeMap<(String, u32), String>) -> Namespace {
     let me = raw.ns.name.clone();
     let local = |i: u32| names.get(&(me.clone(), i)).cloned();
     let mut ns = raw.ns;
@@ -214,7 +227,7 @@ fn read_namespace(
     let link_names: Vec<String> = links.iter().map(|l| l.link.name.clone()).collect();
     let (sysctls, legacy_names, nft_tables) = plugin_netns::run_in(file, || {
         (
-            read_sysctls(&link_names),
+            super::sysctl::read_sysctls(&link_names),
             firewall::legacy_table_names(),
             cnilab_net::nftnl::any_table_here(),
         )
@@ -307,11 +320,7 @@ async fn read_netlink(
     }
     // `lo`'s all-zeros address is no own address: a VXLAN device's
     // default-destination entry uses it.
-    let own_macs: Vec<String> = links
-        .iter()
-        .filter(|l| l.link.kind != LinkKind::Loopback)
-        .filter_map(|l| l.link.mac.clone())
-        .collect();
+    let own_macs = own_macs(&links);
     ns.fdb = read_fdb(&h, &name_of, &own_macs).await?;
     ns.qdiscs = read_qdiscs(&h, &name_of).await?;
     ns.hooks = super::bpf::read(&h, &name_of).await?;
@@ -504,11 +513,11 @@ fn named(table: &[(u8, &str)], n: u8) -> String {
         .map_or_else(|| n.to_string(), |(_, name)| name.to_string())
 }
 
-fn proto_name(p: u8) -> String {
+pub(crate) fn proto_name(p: u8) -> String {
     named(PROTOCOLS, p)
 }
 
-fn scope_name(s: u8) -> String {
+pub(crate) fn scope_name(s: u8) -> String {
     named(SCOPES, s)
 }
 
@@ -516,17 +525,7 @@ fn scope_name(s: u8) -> String {
 /// (the local table, local/broadcast/multicast types, protocol kernel).
 fn model_route(r: &nl::Route, name_of: &impl Fn(u32) -> Option<String>) -> Option<Route> {
     let h = &r.message.header;
-    let kind = match h.kind {
-        NlRouteType::Unicast => RouteType::Unicast,
-        NlRouteType::BlackHole => RouteType::Blackhole,
-        NlRouteType::Unreachable => RouteType::Unreachable,
-        NlRouteType::Prohibit => RouteType::Prohibit,
-        NlRouteType::Throw => RouteType::Throw,
-        _ => return None,
-    };
-    if r.table == 255 || r.protocol == 2 {
-        return None;
-    }
+    let kind = kept_route(u8::from(h.kind), r.table, r.protocol)?;
     let mut src = None;
     let mut nexthops = Vec::new();
     for a in &r.message.attributes {
@@ -564,6 +563,21 @@ fn model_route(r: &nl::Route, name_of: &impl Fn(u32) -> Option<String>) -> Optio
         src,
         nexthops,
     })
+}
+
+/// The model's type of a route of kernel type `kind` (`RTN_*`) in `table`
+/// made by `protocol`, or `None` for what the kernel makes from addresses
+/// (the local table, local/broadcast/multicast types, protocol kernel).
+pub(crate) fn kept_route(kind: u8, table: u32, protocol: u8) -> Option<RouteType> {
+    let kind = match kind {
+        1 => RouteType::Unicast,
+        6 => RouteType::Blackhole,
+        7 => RouteType::Unreachable,
+        8 => RouteType::Prohibit,
+        9 => RouteType::Throw,
+        _ => return None,
+    };
+    (table != 255 && protocol != 2).then_some(kind)
 }
 
 fn route_ip(a: &rtnetlink::packet_route::route::RouteAddress) -> Option<IpAddr> {
@@ -687,8 +701,7 @@ async fn read_fdb(
             }
         }
         let Some(mac) = mac else { continue };
-        let multicast = u8::from_str_radix(mac.get(..2).unwrap_or("00"), 16).unwrap_or(0) & 1 == 1;
-        if multicast || own_macs.contains(&mac) {
+        if !fdb_kept(&mac, own_macs) {
             continue;
         }
         out.push(FdbEntry {
@@ -699,6 +712,22 @@ async fn read_fdb(
         });
     }
     Ok(out)
+}
+
+/// Whether an FDB entry for `mac` is configuration's: not multicast, not
+/// one of the namespace's own link addresses (`lo`'s left out of them).
+pub(crate) fn fdb_kept(mac: &str, own_macs: &[String]) -> bool {
+    let multicast = u8::from_str_radix(mac.get(..2).unwrap_or("00"), 16).unwrap_or(0) & 1 == 1;
+    !multicast && !own_macs.iter().any(|m| m == mac)
+}
+
+/// The addresses an FDB entry may not be (see [`fdb_kept`]).
+pub(crate) fn own_macs(links: &[RawLink]) -> Vec<String> {
+    links
+        .iter()
+        .filter(|l| l.link.kind != LinkKind::Loopback)
+        .filter_map(|l| l.link.mac.clone())
+        .collect()
 }
 
 /// Qdiscs with a handle (the ones the kernel attaches by itself have none).
@@ -737,48 +766,4 @@ async fn read_qdiscs(
         });
     }
     Ok(out)
-}
-
-/// The sysctls that decide forwarding and filtering, global and per link;
-/// a key the kernel does not have here (no `br_netfilter`) is left out.
-/// Values with whitespace are read with single spaces.
-fn read_sysctls(links: &[String]) -> BTreeMap<String, String> {
-    let mut keys: Vec<String> = [
-        "net/ipv4/ip_forward",
-        "net/ipv4/ping_group_range",
-        "net/bridge/bridge-nf-call-iptables",
-        "net/bridge/bridge-nf-call-ip6tables",
-        "net/bridge/bridge-nf-call-arptables",
-    ]
-    .iter()
-    .map(|k| k.to_string())
-    .collect();
-    const V4: &[&str] = &[
-        "forwarding",
-        "rp_filter",
-        "proxy_arp",
-        "arp_ignore",
-        "arp_announce",
-        "arp_notify",
-        "accept_local",
-        "route_localnet",
-    ];
-    const V6: &[&str] = &["forwarding", "disable_ipv6", "accept_dad"];
-    // Per link, the ones that differ between links on real nodes (Calico:
-    // proxy_arp and forwarding on each cali* veth).
-    const V4_LINK: &[&str] = &["forwarding", "rp_filter", "proxy_arp", "route_localnet"];
-    const V6_LINK: &[&str] = &["forwarding", "disable_ipv6"];
-    let confs = ["all", "default"]
-        .into_iter()
-        .map(|c| (c, V4, V6))
-        .chain(links.iter().map(|l| (l.as_str(), V4_LINK, V6_LINK)));
-    for (conf, v4, v6) in confs {
-        keys.extend(v4.iter().map(|k| format!("net/ipv4/conf/{conf}/{k}")));
-        keys.extend(v6.iter().map(|k| format!("net/ipv6/conf/{conf}/{k}")));
-    }
-    let mut tree = super::sysctl::Tree::new();
-    keys.into_iter()
-        .filter_map(|k| Some((tree.read(&k).ok()?, k)))
-        .map(|(v, k)| (k, v))
-        .collect()
 }

@@ -7,11 +7,14 @@
 //! `net/ipv4/conf/eth0/forwarding` per key were most of a capture's and
 //! a replay's kernel time. The `/proc/sys` handle comes from the
 //! process's private procfs instance (`netns::sysctl_dir`), whose entries
-//! are only this process's. Used by `read.rs` (capture) and `apply`.
+//! are only this process's. Used by `read.rs` (capture) and `apply`;
+//! the keys the model holds are listed here ([`GLOBAL_SYSCTLS`] and the
+//! per-`conf` lists), for the reader and for the capture script
+//! (`crate::capture::script`).
 
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
@@ -73,6 +76,58 @@ impl Tree {
     pub(crate) fn write(&mut self, key: &str, value: &str) -> io::Result<()> {
         self.file(key, OFlag::O_WRONLY)?.write_all(value.as_bytes())
     }
+}
+
+/// The sysctls that decide forwarding and filtering, global and per link;
+/// a key the kernel does not have here (no `br_netfilter`) is left out.
+/// Values with whitespace are read with single spaces.
+pub(crate) fn read_sysctls(links: &[String]) -> BTreeMap<String, String> {
+    let mut tree = Tree::new();
+    sysctl_keys(links)
+        .into_iter()
+        .filter_map(|k| Some((tree.read(&k).ok()?, k)))
+        .map(|(v, k)| (k, v))
+        .collect()
+}
+
+/// The sysctls the model holds, beside the per-link ones.
+pub(crate) const GLOBAL_SYSCTLS: &[&str] = &[
+    "net/ipv4/ip_forward",
+    "net/ipv4/ping_group_range",
+    "net/bridge/bridge-nf-call-iptables",
+    "net/bridge/bridge-nf-call-ip6tables",
+    "net/bridge/bridge-nf-call-arptables",
+];
+/// `net/ipv4/conf/{all,default}/…`.
+pub(crate) const CONF_V4: &[&str] = &[
+    "forwarding",
+    "rp_filter",
+    "proxy_arp",
+    "arp_ignore",
+    "arp_announce",
+    "arp_notify",
+    "accept_local",
+    "route_localnet",
+];
+/// `net/ipv6/conf/{all,default}/…`.
+pub(crate) const CONF_V6: &[&str] = &["forwarding", "disable_ipv6", "accept_dad"];
+/// Per link, the ones that differ between links on real nodes (Calico:
+/// proxy_arp and forwarding on each cali* veth).
+pub(crate) const LINK_V4: &[&str] = &["forwarding", "rp_filter", "proxy_arp", "route_localnet"];
+pub(crate) const LINK_V6: &[&str] = &["forwarding", "disable_ipv6"];
+
+/// Every sysctl key the model reads in a namespace with these links.
+fn sysctl_keys(links: &[String]) -> Vec<String> {
+    let mut keys: Vec<String> = GLOBAL_SYSCTLS.iter().map(|k| k.to_string()).collect();
+    let confs = ["all", "default"]
+        .into_iter()
+        .map(|c| (c, CONF_V4, CONF_V6))
+        .chain(links.iter().map(|l| (l.as_str(), LINK_V4, LINK_V6)));
+    for (conf, v4, v6) in confs {
+        keys.extend(v4.iter().map(|k| format!("net/ipv4/conf/{conf}/{k}")));
+        keys.extend(v6.iter().map(|k| format!("net/ipv6/conf/{conf}/{k}")));
+    }
+    keys
 }
 
 #[cfg(test)]
