@@ -196,13 +196,6 @@ fn unescape_mountinfo(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// What one namespace is to the node.
-enum Relation {
-    None,
-    Pod,
-    Peer,
-}
-
 /// The namespaces linked to `node`: pods and peers (see the module header
 /// of `capture`).
 pub(super) fn linked(node: &File, warnings: &mut Vec<String>) -> Linked {
@@ -277,21 +270,39 @@ async fn relation(h: rtnetlink::Handle, node_fd: i32) -> Result<Relation, rtnetl
     if linked.is_empty() {
         return Ok(Relation::None);
     }
-    let Some(node_id) = netnsid_of(&h, node_fd).await? else {
-        return Ok(Relation::None);
+    let node_id = netnsid_of(&h, node_fd).await?;
+    Ok(relation_of(&linked, node_id))
+}
+
+/// What one namespace is to the node.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Relation {
+    None,
+    Pod,
+    Peer,
+}
+
+/// What a namespace is to the node, from its `linked` links (veths,
+/// macvlans, ipvlans: the namespace id of their other end, and whether
+/// that end is a bridge port) and the node's id in it: a pod has ends only
+/// in the node and none of them a bridge port; a namespace that also links
+/// elsewhere, or whose end is a port (a switch), is a peer.
+pub(crate) fn relation_of(linked: &[(i32, bool)], node_id: Option<i32>) -> Relation {
+    let Some(node_id) = node_id.filter(|_| !linked.is_empty()) else {
+        return Relation::None;
     };
     let ends: Vec<bool> = linked
         .iter()
         .filter(|(id, _)| *id == node_id)
         .map(|(_, port)| *port)
         .collect();
-    Ok(if ends.is_empty() {
+    if ends.is_empty() {
         Relation::None
     } else if ends.iter().any(|p| *p) || linked.iter().any(|(id, _)| *id != node_id) {
         Relation::Peer
     } else {
         Relation::Pod
-    })
+    }
 }
 
 /// Sandbox names by namespace inode, from every CRI socket that answers

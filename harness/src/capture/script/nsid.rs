@@ -120,34 +120,9 @@ fn pairs(d: &Dumped, id: i32, other: &Dumped) -> bool {
     all && any_veth
 }
 
-/// What one namespace is to the node, as `discover.rs` decides it from
-/// netlink: `linked` are its veths, macvlans and ipvlans with a peer
-/// namespace (that namespace's id here, whether the link is a bridge
-/// port); `node_id` this namespace's id for the node.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Relation {
-    None,
-    Pod,
-    Peer,
-}
-
-pub fn relation(linked: &[(i32, bool)], node_id: Option<i32>) -> Relation {
-    let Some(node_id) = node_id.filter(|_| !linked.is_empty()) else {
-        return Relation::None;
-    };
-    let ends: Vec<bool> = linked
-        .iter()
-        .filter(|(id, _)| *id == node_id)
-        .map(|(_, port)| *port)
-        .collect();
-    if ends.is_empty() {
-        Relation::None
-    } else if ends.iter().any(|p| *p) || linked.iter().any(|(id, _)| *id != node_id) {
-        Relation::Peer
-    } else {
-        Relation::Pod
-    }
-}
+/// What one namespace is to the node: decided as the native capture
+/// decides it (`discover.rs`), from the links `linked` gives.
+pub(crate) use crate::capture::discover::{relation_of as relation, Relation};
 
 /// The links `relation` weighs: veths, macvlans and ipvlans with a peer
 /// namespace.
