@@ -5,20 +5,24 @@
 //! they were there; `apply` makes none of them and lists each as not made,
 //! with what that means for a verdict.
 
-use super::Hook;
+use super::{Hook, Qdisc};
 use futures_util::TryStreamExt;
-use rtnetlink::packet_route::link::{LinkAttribute, LinkXdp, XdpAttached};
+use rtnetlink::packet_route::link::{LinkAttribute, LinkMessage, LinkXdp, XdpAttached};
 use rtnetlink::packet_route::tc::TcAttribute;
 
-/// The XDP programs and tc filters of the namespace behind `h`, by link
-/// (`name_of`: a link's name by index).
+/// The XDP programs and tc filters of the namespace behind `h`, by link:
+/// XDP from the namespace's link dump `links`, tc filters asked only of the
+/// links whose `qdiscs` include an `ingress` or `clsact` one (the only
+/// places a filter on those hooks can hang), so a namespace without them
+/// costs no request. `name_of`: a link's name by index.
 pub(super) async fn read(
     h: &rtnetlink::Handle,
+    links: &[LinkMessage],
+    qdiscs: &[Qdisc],
     name_of: &impl Fn(u32) -> Option<String>,
 ) -> Result<Vec<Hook>, rtnetlink::Error> {
-    let links: Vec<_> = h.link().get().execute().try_collect().await?;
     let mut out = Vec::new();
-    for m in &links {
+    for m in links {
         let dev = name_of(m.header.index).unwrap_or_default();
         for a in &m.attributes {
             if let LinkAttribute::Xdp(xdp) = a {
@@ -27,10 +31,18 @@ pub(super) async fn read(
                 }
             }
         }
-        let Ok(index) = i32::try_from(m.header.index) else {
+        let hooked = qdiscs
+            .iter()
+            .filter(|q| q.dev == dev)
+            .find(|q| q.kind == "clsact" || q.kind == "ingress");
+        let (Some(q), Ok(index)) = (hooked, i32::try_from(m.header.index)) else {
             continue;
         };
-        for (side, ingress) in [("tc ingress", true), ("tc egress", false)] {
+        let sides: &[(&str, bool)] = match q.kind.as_str() {
+            "clsact" => &[("tc ingress", true), ("tc egress", false)],
+            _ => &[("tc ingress", true)],
+        };
+        for &(side, ingress) in sides {
             let req = h.traffic_filter(index).get();
             let req = if ingress { req.ingress() } else { req.egress() };
             // A link without a clsact or ingress qdisc has no such hook.

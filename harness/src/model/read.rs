@@ -323,7 +323,7 @@ async fn read_netlink(
     let own_macs = own_macs(&links);
     ns.fdb = read_fdb(&h, &name_of, &own_macs).await?;
     ns.qdiscs = read_qdiscs(&h, &name_of).await?;
-    ns.hooks = super::bpf::read(&h, &name_of).await?;
+    ns.hooks = super::bpf::read(&h, &msgs, &ns.qdiscs, &name_of).await?;
     Ok((ns, links))
 }
 
