@@ -59,6 +59,7 @@ pub mod plan;
 pub mod probe;
 pub mod profile;
 pub mod replay;
+mod replay_pods;
 pub mod routes;
 pub mod services;
 pub mod state;
