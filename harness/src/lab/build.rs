@@ -102,7 +102,7 @@ impl Lab {
         let started = Instant::now();
         lab.start_all_containerd()?;
         lab.attach_pods()?;
-        lab.settle_pod_links(Duration::from_secs(5));
+        lab.settle_pod_links();
         lab.install_services(&compiled)?;
         lab.phases.push(("attach".into(), started.elapsed()));
         Ok(lab)
@@ -322,30 +322,29 @@ impl Lab {
         }
     }
 
-    /// Waits, at most `limit`, until every veth the plugin made (each
-    /// pod's, and the node's ends that are up) has its carrier. A runtime
-    /// does not wait, but a lab's first check would race the kernel's link
-    /// watcher, which gives a new veth its carrier up to a second later
-    /// (more on a loaded machine): until then a bridge port forwards
-    /// nothing, and every probe of a check right after `lab up` timed out.
-    /// A link that never comes up is left for the check to find.
-    fn settle_pod_links(&self, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        let namespaces = self
+    /// Waits ([`wait_oper_up`]: at most 5 s) until every veth the plugin
+    /// made (each pod's, and the node's ends that are up) has its carrier.
+    /// A runtime does not wait, but a lab's first check would race the
+    /// kernel's link watcher, which gives a new veth its carrier up to a
+    /// second later (more on a loaded machine): until then a bridge port
+    /// forwards nothing, and every probe of a check right after `lab up`
+    /// timed out. Never an error: a link that never comes up is left for the
+    /// check to find.
+    fn settle_pod_links(&self) {
+        let veths: Vec<(&crate::netns::Netns, String)> = self
             .nodes
             .iter()
-            .flat_map(|n| std::iter::once(&n.ns).chain(n.pods.iter().map(|p| &p.ns)));
-        for ns in namespaces {
-            let Ok(links) = ns.links() else { continue };
-            let veths = links
-                .iter()
-                .filter(|l| l.up && l.kind.as_deref() == Some("veth"));
-            for l in veths {
-                while !ns.oper_up(&l.name).unwrap_or(true) && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
-        }
+            .flat_map(|n| std::iter::once(&n.ns).chain(n.pods.iter().map(|p| &p.ns)))
+            .flat_map(|ns| {
+                let links = ns.links().unwrap_or_default().into_iter();
+                links
+                    .filter(|l| l.up && l.kind.as_deref() == Some("veth"))
+                    .map(move |l| (ns, l.name))
+            })
+            .collect();
+        let named: Vec<(&crate::netns::Netns, &str)> =
+            veths.iter().map(|(ns, l)| (*ns, l.as_str())).collect();
+        let _ = wait_oper_up(&named, "the plugin's veths");
     }
 
     /// Creates and ADDs the pods of every node: all nodes at once, on a

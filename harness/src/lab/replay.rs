@@ -517,22 +517,7 @@ pub fn build(
             .to_string()
     });
     let not_made = applied.not_made.clone();
-    let mut lab = into_lab(applied, topo, opts, &plugin_dir, found)?;
-    // The pods' addresses, as a lab's pods carry them (probes go to them).
-    for node in lab.nodes.iter_mut() {
-        let spec = model.nodes.iter().find(|m| m.net.name == node.spec.name);
-        for pod in node.pods.iter_mut() {
-            let role = found
-                .iter()
-                .find(|f| f.node == node.spec.name && f.name == pod.name)
-                .map(|f| f.role.as_str());
-            pod.ips = pod_addresses(
-                spec.into_iter()
-                    .flat_map(|m| &m.pods)
-                    .filter(|p| Some(p.name.as_str()) == role),
-            );
-        }
-    }
+    let mut lab = into_lab(applied, topo, opts, &plugin_dir, (model, found))?;
     lab.phases.push(("apply".into(), elapsed));
     Ok((lab, not_made))
 }
@@ -542,7 +527,7 @@ fn into_lab(
     topo: Topology,
     opts: UpOptions,
     plugin_dir: &str,
-    found: &[FoundPod],
+    (model, found): (&LabModel, &[FoundPod]),
 ) -> Result<Lab, LabError> {
     let (mut switch, mut external) = (None, None);
     let mut extra = Vec::new();
@@ -584,10 +569,16 @@ fn into_lab(
             let pod = found
                 .iter()
                 .find(|f| f.node == n.name && f.role == role && f.skipped.is_none());
+            // The pod's addresses, as a lab's pods carry them (probes go
+            // to them).
+            let ips = || {
+                let captured = model.nodes.iter().filter(|m| m.net.name == n.name);
+                pod_addresses(captured.flat_map(|m| &m.pods).filter(|p| p.name == role))
+            };
             match pod {
                 Some(f) => pods.push(Pod {
                     container_id: format!("cnilab-{role}"),
-                    ips: Vec::new(),
+                    ips: ips(),
                     name: f.name.clone(),
                     ns,
                 }),

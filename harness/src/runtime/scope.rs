@@ -252,12 +252,10 @@ fn forked_not_execd(pid: i32, own: u32, own_exe: Option<(u64, u64)>) -> bool {
     parent == Some(own) && own_exe.is_some() && exe_id(&dir) == own_exe
 }
 
-/// The parent pid in a `/proc/<pid>/stat` line: the second field after the
-/// command name, which is in parentheses and may itself hold spaces and
-/// parentheses (hence the last ')').
+/// The parent pid in a `/proc/<pid>/stat` line.
 fn parent_of(stat: &str) -> Option<u32> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(1)?.parse().ok()
+    let field = cnilab_net::netns::owner::stat_field(stat.as_bytes(), 1)?;
+    std::str::from_utf8(field).ok()?.parse().ok()
 }
 
 fn holds_any(fd_dir: &Path, inodes: &[u64]) -> bool {

@@ -20,16 +20,21 @@ pub fn start_time(pid: u32) -> Option<u64> {
     start_time_of_stat(&stat)
 }
 
-/// Field 22 of a `/proc/<pid>/stat` line. The command name (field 2) is in
+/// Field `3 + n` of a `/proc/<pid>/stat` line (`n` 0: the state, 1: the
+/// parent pid, 19: the start time). The command name (field 2) is in
 /// parentheses and may hold spaces or `)`, so fields are counted after the
 /// last `)`. Allocation-free: it also runs between fork and exec.
-pub fn start_time_of_stat(stat: &[u8]) -> Option<u64> {
+pub fn stat_field(stat: &[u8], n: usize) -> Option<&[u8]> {
     let close = stat.iter().rposition(|&b| b == b')')?;
-    // Fields 3.. follow: field 22 is the 20th of them.
-    let field = stat[close + 1..]
+    stat[close + 1..]
         .split(|b| b.is_ascii_whitespace())
         .filter(|w| !w.is_empty())
-        .nth(19)?;
+        .nth(n)
+}
+
+/// Field 22 of a `/proc/<pid>/stat` line (see [`stat_field`]).
+pub fn start_time_of_stat(stat: &[u8]) -> Option<u64> {
+    let field = stat_field(stat, 19)?;
     if field.is_empty() || field.len() > 19 || !field.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -40,12 +45,7 @@ pub fn start_time_of_stat(stat: &[u8]) -> Option<u64> {
 /// gone).
 pub fn running(pid: u32, start: u64) -> bool {
     let stat = std::fs::read(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat.iter().rposition(|&b| b == b')').and_then(|i| {
-        stat[i + 1..]
-            .split(u8::is_ascii_whitespace)
-            .find(|w| !w.is_empty())
-    });
-    let zombie = matches!(state, Some(b"Z") | Some(b"X"));
+    let zombie = matches!(stat_field(&stat, 0), Some(b"Z") | Some(b"X"));
     start_time_of_stat(&stat) == Some(start) && !zombie
 }
 

@@ -323,12 +323,7 @@ impl Netns {
             name: name.to_string(),
             reason,
         };
-        let usable = name.len() <= 64
-            && !name.starts_with('.')
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-        if !usable || name.is_empty() || self.deleted {
+        if !name_chars_ok(name, 64) || self.deleted {
             return Err(NetnsError::BadLabel(name.to_string()));
         }
         super::owner::record_self().map_err(fail)?;
