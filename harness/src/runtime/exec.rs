@@ -373,7 +373,7 @@ pub fn collect_child(
             .map(|p| p.as_raw_fd())
             .collect();
         let exited_already = matches!(child.try_wait(), Ok(Some(_)));
-        scope.kill(pid, &pipes);
+        scope.kill(pid, exited_already, &pipes);
         if !pipes.is_empty() && exited_already {
             leftover = Some(format!(
                 "the plugin exited but a process it left held its output open past the deadline; killed through {}",

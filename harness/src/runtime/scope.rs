@@ -134,12 +134,13 @@ impl CallScope {
         }
     }
 
-    /// Kills everything of the call: the cgroup, the process group `pgid`
+    /// Kills everything of the call: the cgroup, the process group `pgid`,
+    /// its leader (the plugin this process started, unless `leader_reaped`)
     /// and every process holding one of `pipes` (the read ends this process
-    /// has of the call's stdout and stderr). All three, whatever the scope:
-    /// a plugin running as root can move itself, or what it started, out of
-    /// its cgroup, and out of its process group with `setsid`.
-    pub fn kill(&self, pgid: u32, pipes: &[RawFd]) {
+    /// has of the call's stdout and stderr). All of them, whatever the
+    /// scope: a plugin running as root can move itself, or what it started,
+    /// out of its cgroup, and out of its process group with `setsid`.
+    pub fn kill(&self, pgid: u32, leader_reaped: bool, pipes: &[RawFd]) {
         if let Some(cgroup) = &self.cgroup {
             if let Ok(mut f) = std::fs::OpenOptions::new()
                 .write(true)
@@ -149,10 +150,11 @@ impl CallScope {
             }
         }
         if let Ok(pgid) = i32::try_from(pgid) {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pgid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            let pgid = nix::unistd::Pid::from_raw(pgid);
+            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+            if !leader_reaped {
+                let _ = nix::sys::signal::kill(pgid, nix::sys::signal::Signal::SIGKILL);
+            }
         }
         for pid in pipe_holders(pipes) {
             let _ = nix::sys::signal::kill(
@@ -210,12 +212,16 @@ fn remove_stale(parent: &Path) {
     }
 }
 
-/// Processes (other than this one) with an fd on the same pipe as one of
-/// `pipes`, leaving out this process's own children that have not exec'd
-/// yet: between fork and exec a child holds every descriptor of this
-/// process, the other calls' pipes included (close-on-exec closes them
-/// only at the exec), so another call starting at that moment is not the
-/// plugin's leftover and must not be killed.
+/// Processes with an fd on the same pipe as one of `pipes`, leaving out
+/// this process and its own children. A plugin's leftovers are never this
+/// process's children (the plugin is; what the plugin starts is its child,
+/// and goes to init or a subreaper when the plugin exits), and the plugin
+/// itself is killed by pid. Every other child of this process is another
+/// call (or a tool it runs) that may be between its fork and its exec: it
+/// then holds every descriptor of this process, this call's pipes
+/// included, until close-on-exec closes them at the exec. Its parent is the
+/// one thing about it that does not change across that exec, so the rule
+/// holds wherever the exec lands while `/proc` is read.
 fn pipe_holders(pipes: &[RawFd]) -> Vec<i32> {
     let own = std::process::id();
     let inodes: Vec<u64> = pipes
@@ -223,7 +229,6 @@ fn pipe_holders(pipes: &[RawFd]) -> Vec<i32> {
         .filter_map(|fd| std::fs::metadata(format!("/proc/self/fd/{fd}")).ok())
         .map(|m| m.ino())
         .collect();
-    let own_exe = exe_id(Path::new("/proc/self"));
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -231,25 +236,18 @@ fn pipe_holders(pipes: &[RawFd]) -> Vec<i32> {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| u32::try_from(*pid).is_ok_and(|p| p != own))
+        .filter(|pid| !child_of(*pid, own))
         .filter(|pid| holds_any(Path::new(&format!("/proc/{pid}/fd")), &inodes))
-        .filter(|pid| !forked_not_execd(*pid, own, own_exe))
         .collect()
 }
 
-/// The (device, inode) of the program a process runs.
-fn exe_id(proc_dir: &Path) -> Option<(u64, u64)> {
-    let m = std::fs::metadata(proc_dir.join("exe")).ok()?;
-    Some((m.dev(), m.ino()))
-}
-
-/// Whether `pid` is a child of this process still running this process's
-/// own program: one forked by another thread that has not exec'd yet.
-fn forked_not_execd(pid: i32, own: u32, own_exe: Option<(u64, u64)>) -> bool {
-    let dir = Path::new("/proc").join(pid.to_string());
-    let parent = std::fs::read_to_string(dir.join("stat"))
+/// Whether `pid` is a child of process `parent` (read from its `stat`; a
+/// process that is gone is no one's child).
+fn child_of(pid: i32, parent: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|stat| parent_of(&stat));
-    parent == Some(own) && own_exe.is_some() && exe_id(&dir) == own_exe
+        .and_then(|stat| parent_of(&stat))
+        == Some(parent)
 }
 
 /// The parent pid in a `/proc/<pid>/stat` line.
@@ -275,7 +273,7 @@ fn holds_any(fd_dir: &Path, inodes: &[u64]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{forked_not_execd, parent_of, pipe_holders, remove_stale};
+    use super::{parent_of, pipe_holders, remove_stale};
     use std::os::fd::AsRawFd;
 
     #[test]
@@ -285,14 +283,13 @@ mod tests {
         assert_eq!(parent_of("garbage"), None);
     }
 
-    /// A child of this process that holds a call's pipe is its leftover once
-    /// it runs another program, and is spared while it still runs this
-    /// process's own (forked by another thread, not yet exec'd).
+    /// A process the plugin left (reparented away from this process) that
+    /// holds a call's pipe is a holder; a child of this process holding it
+    /// is another call, caught between its fork and its exec, and is spared
+    /// before and after that exec alike.
     #[test]
-    fn a_sibling_call_between_fork_and_exec_is_not_a_pipe_holder() {
+    fn only_processes_that_are_not_this_ones_children_are_pipe_holders() {
         let (read, write) = nix::unistd::pipe().expect("pipe");
-        let own = std::process::id();
-        let own_exe = super::exe_id(std::path::Path::new("/proc/self"));
         // A forked child that does not exec: it holds both ends, like a
         // sibling call caught in the window.
         // SAFETY: the child only sleeps and exits (async-signal-safe calls).
@@ -303,23 +300,39 @@ mod tests {
             },
             nix::unistd::ForkResult::Parent { child } => child,
         };
-        // A child that exec'd a program with the pipe as its stdout: a
-        // plugin's leftover.
-        let mut leftover = std::process::Command::new("sleep")
+        // A child that exec'd a program with the pipe as its stdout: still
+        // this process's child, so another call's plugin, not a leftover.
+        let mut sibling = std::process::Command::new("sleep")
             .arg("30")
             .stdout(std::process::Stdio::from(write.try_clone().expect("dup")))
             .spawn()
             .expect("spawn sleep");
+        // A leftover: started by a shell that exits at once, so it is no
+        // longer this process's child; it names itself on stderr.
+        let shell = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 2>/dev/null & echo $! >&2"])
+            .stdout(std::process::Stdio::from(write.try_clone().expect("dup")))
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run sh");
+        let leftover: i32 = String::from_utf8_lossy(&shell.stderr)
+            .trim()
+            .parse()
+            .expect("the shell named its background sleep");
         let holders = pipe_holders(&[read.as_raw_fd()]);
-        let forked_spared = forked_not_execd(forked.as_raw(), own, own_exe);
-        let _ = nix::sys::signal::kill(forked, nix::sys::signal::Signal::SIGKILL);
+        for pid in [forked.as_raw(), leftover] {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
         let _ = nix::sys::wait::waitpid(forked, None);
-        let _ = leftover.kill();
-        let _ = leftover.wait();
-        let leftover_pid = i32::try_from(leftover.id()).expect("pid");
-        assert!(forked_spared, "the forked child was not recognised");
+        let _ = sibling.kill();
+        let _ = sibling.wait();
+        let sibling_pid = i32::try_from(sibling.id()).expect("pid");
+        assert!(holders.contains(&leftover), "{holders:?}");
         assert!(!holders.contains(&forked.as_raw()), "{holders:?}");
-        assert!(holders.contains(&leftover_pid), "{holders:?}");
+        assert!(!holders.contains(&sibling_pid), "{holders:?}");
     }
 
     #[test]
