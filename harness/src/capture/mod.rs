@@ -59,6 +59,7 @@
 //! `iptables-legacy-save` only where `/proc/net/ip_tables_names` lists
 //! tables. The root tests assert each namespace is the same before and after.
 
+pub mod bundle;
 mod check;
 pub mod cni_conf;
 mod discover;
@@ -323,7 +324,7 @@ pub(crate) fn finish(
 }
 
 /// `base`, or `base#2`, `base#3`… when taken.
-fn unique(base: &str, taken: &mut Vec<String>) -> String {
+pub(crate) fn unique(base: &str, taken: &mut Vec<String>) -> String {
     let mut name = base.to_string();
     let mut n = 1;
     while taken.contains(&name) {
@@ -359,7 +360,7 @@ fn provenance(node_name: &str, netns: Option<&Path>) -> Provenance {
 }
 
 /// `2026-11-25T00:14:28Z`.
-fn rfc3339(t: std::time::SystemTime) -> String {
+pub(crate) fn rfc3339(t: std::time::SystemTime) -> String {
     let secs = t
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -393,26 +394,27 @@ pub const MAX_BYTES: u64 = 64 << 20;
 struct Capped<R> {
     inner: R,
     read: u64,
+    limit: u64,
 }
 
 impl<R: std::io::Read> std::io::Read for Capped<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
         self.read += n as u64;
-        if self.read > MAX_BYTES {
+        if self.read > self.limit {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                format!("larger than the {} MiB a capture may be", MAX_BYTES >> 20),
+                format!("larger than the {} MiB a capture may be", self.limit >> 20),
             ));
         }
         Ok(n)
     }
 }
 
-/// The file's bytes as a stream: a regular file of at most [`MAX_BYTES`]
+/// The file's bytes as a stream: a regular file of at most `limit` bytes
 /// (opened without blocking, so a FIFO is refused rather than waited on),
 /// or a scenario's built-in copy (`crate::assets`).
-fn open_capped(path: &Path) -> Result<impl std::io::Read, String> {
+fn open_capped(path: &Path, limit: u64) -> Result<impl std::io::Read, String> {
     use std::os::unix::fs::OpenOptionsExt;
     let shown = path.display();
     let opened = std::fs::OpenOptions::new()
@@ -427,11 +429,11 @@ fn open_capped(path: &Path) -> Result<impl std::io::Read, String> {
                     "{shown}: not a regular file; give a capture file (cnilab capture -o FILE)"
                 ));
             }
-            if meta.len() > MAX_BYTES {
+            if meta.len() > limit {
                 return Err(format!(
                     "{shown}: {} bytes, larger than the {} MiB a capture may be",
                     meta.len(),
-                    MAX_BYTES >> 20
+                    limit >> 20
                 ));
             }
             Box::new(file)
@@ -445,7 +447,11 @@ fn open_capped(path: &Path) -> Result<impl std::io::Read, String> {
     // serde_json reads a byte at a time: the buffer is outermost.
     Ok(std::io::BufReader::with_capacity(
         1 << 16,
-        Capped { inner, read: 0 },
+        Capped {
+            inner,
+            read: 0,
+            limit,
+        },
     ))
 }
 
@@ -467,7 +473,7 @@ pub fn load(path: &Path) -> Result<Capture, String> {
     let shown = path.display();
     // The capture script's file (`cnilab capture --script`) by its first line.
     let mut first = [0u8; 32];
-    let n = std::io::Read::read(&mut open_capped(path)?, &mut first)
+    let n = std::io::Read::read(&mut open_capped(path, MAX_BYTES)?, &mut first)
         .map_err(|e| format!("{shown}: {e}"))?;
     if script::is_script(&first[..n]) {
         return script::convert(path, &script::Options::default());
@@ -475,12 +481,13 @@ pub fn load(path: &Path) -> Result<Capture, String> {
     let newer = |v: u64| {
         format!("{shown}: schemaVersion {v} is newer than this cnilab's {SCHEMA_VERSION}; use a newer cnilab")
     };
-    let parsed: Result<Capture, _> = serde_json::from_reader(open_capped(path)?);
+    let parsed: Result<Capture, _> = serde_json::from_reader(open_capped(path, MAX_BYTES)?);
     let capture = match parsed {
         Ok(c) => c,
         Err(e) => {
             // A newer file may differ anywhere: say so rather than the field.
-            let version: Option<Version> = serde_json::from_reader(open_capped(path)?).ok();
+            let version: Option<Version> =
+                serde_json::from_reader(open_capped(path, MAX_BYTES)?).ok();
             let v = version.and_then(|v| v.schema_version.as_u64()).unwrap_or(0);
             if v > u64::from(SCHEMA_VERSION) {
                 return Err(newer(v));
@@ -498,6 +505,20 @@ pub fn load(path: &Path) -> Result<Capture, String> {
     }
     check::check(&capture).map_err(|e| format!("{shown}: {e}"))?;
     Ok(capture)
+}
+
+/// Reads a file of one or more captures: a node's capture ([`load`]: the
+/// script's file or JSON), or a cluster's bundle ([`bundle::load`]: each
+/// node's capture in it).
+pub fn load_all(path: &Path) -> Result<Vec<Capture>, String> {
+    let mut first = [0u8; 32];
+    let n = std::io::Read::read(&mut open_capped(path, bundle::MAX_BYTES)?, &mut first)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if !script::is_script(&first[..n]) && bundle::is_bundle(path)? {
+        let b = bundle::load(path)?;
+        return bundle::captures(b).map_err(|e| format!("{}: {e}", path.display()));
+    }
+    Ok(vec![load(path)?])
 }
 
 #[cfg(test)]
@@ -573,6 +594,7 @@ mod tests {
         let grows = Capped {
             inner: std::io::repeat(b' ').take(MAX_BYTES + 10),
             read: 0,
+            limit: MAX_BYTES,
         };
         let e = serde_json::from_reader::<_, Capture>(grows).expect_err("endless");
         assert!(e.to_string().contains("64 MiB"), "{e}");

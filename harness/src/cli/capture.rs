@@ -14,7 +14,9 @@ use std::process::ExitCode;
     cnilab capture --redact --redact-key \"$KEY\" -o node1.json\n  \
     cnilab capture --netns cnilab-lab-demo-node1 -o json\n  \
     cnilab capture --script > node.sh; ssh node1 sudo sh -s < node.sh > node1.capture\n  \
-    cnilab capture --from-script node1.capture -o node1.json\n\n\
+    cnilab capture --from-script node1.capture -o node1.json\n  \
+    cnilab capture --kubeconfig --nodes kind-worker,kind-worker2 -o cluster.json\n  \
+    cnilab lab run --capture cluster.json\n\n\
     A node without cnilab: docs/src/capture-script.md.\n\
     The file's schema: `cnilab schema capture` (docs/src/capture-format.md).\n\n",
     crate::exit_codes_help!()))]
@@ -68,6 +70,33 @@ pub struct CaptureCmd {
     /// into a capture.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["netns", "cri_socket", "cni_cache", "cni_conf_dir"])]
     pub from_script: Option<PathBuf>,
+    /// Capture a whole cluster through its API server into one bundle: a
+    /// privileged pod on each node runs the capture script (nothing is
+    /// installed on the nodes). Without FILE: $KUBECONFIG, else
+    /// ~/.kube/config, as kubectl finds it.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "",
+          conflicts_with_all = ["script", "from_script", "netns", "cri_socket", "cni_cache", "cni_conf_dir", "node_name"])]
+    pub kubeconfig: Option<String>,
+    /// With --kubeconfig: the context (default: the current one).
+    #[arg(long, value_name = "NAME", requires = "kubeconfig")]
+    pub context: Option<String>,
+    /// With --kubeconfig: only these nodes (comma-separated Kubernetes
+    /// node names; default: every node).
+    #[arg(
+        long,
+        value_name = "NODE,...",
+        value_delimiter = ',',
+        requires = "kubeconfig"
+    )]
+    pub nodes: Vec<String>,
+    /// With --kubeconfig: the namespace of the capture pods (it must allow
+    /// privileged pods).
+    #[arg(long, value_name = "NS", default_value = "default")]
+    pub namespace: String,
+    /// With --kubeconfig: the capture pods' image (any with `sleep` and
+    /// `chroot`; the script runs the node's own tools).
+    #[arg(long, value_name = "IMAGE", default_value = crate::e2e::capture::DEFAULT_POD_IMAGE)]
+    pub image: String,
 }
 
 /// Where the capture goes.
@@ -92,6 +121,9 @@ impl CaptureCmd {
                 Sink::File(path, staged)
             }
         };
+        if self.kubeconfig.is_some() {
+            return self.cluster(sink);
+        }
         // A failed capture drops the staged file, which removes it.
         let c = self.capture()?;
         match sink {
@@ -106,13 +138,63 @@ impl CaptureCmd {
         Ok(ExitCode::SUCCESS)
     }
 
-    fn capture(&self) -> Result<Capture, Box<dyn std::error::Error>> {
-        let redact = match (&self.redact_key, self.redact) {
+    fn redact_key(&self) -> Result<Option<Vec<u8>>, Box<dyn std::error::Error>> {
+        Ok(match (&self.redact_key, self.redact) {
             (Some(k), _) if k.is_empty() => return Err("--redact-key is empty".into()),
             (Some(k), _) => Some(k.as_bytes().to_vec()),
             (None, true) => Some(capture::redact::random_key()?),
             (None, false) => None,
+        })
+    }
+
+    /// `--kubeconfig`: every chosen node through the API server, one
+    /// bundle. Exit 2 when a node could not be captured (the bundle holds
+    /// the others, and says why).
+    fn cluster(&self, sink: Sink) -> CliResult {
+        crate::e2e::check_namespace(&self.namespace)?;
+        let access = crate::e2e::check::access::Access {
+            kubeconfig: self
+                .kubeconfig
+                .as_deref()
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from),
+            context: self.context.clone(),
         };
+        let opts = crate::e2e::collect::CollectOptions {
+            nodes: self.nodes.clone(),
+            namespace: self.namespace.clone(),
+            image: self.image.clone(),
+            start_timeout: std::time::Duration::from_secs(180),
+            redact: self.redact_key()?,
+            context: String::new(),
+            server: String::new(),
+        };
+        let b = crate::e2e::collect::collect_blocking(&access, opts)?;
+        let text = bundle_summary(&b);
+        match sink {
+            Sink::Json => println!("{}", serde_json::to_string_pretty(&b)?),
+            Sink::Table => report::print_human(&text),
+            Sink::File(path, staged) => {
+                let done = serde_json::to_vec_pretty(&b)
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| staged.commit(&t).map_err(|e| e.to_string()));
+                done.map_err(|e| format!("-o {}: {e}", path.display()))?;
+                report::print_human(&format!("{text}written to {}\n", path.display()));
+            }
+        }
+        let failed = b.nodes.iter().filter(|n| n.capture.is_none()).count();
+        if failed > 0 {
+            eprintln!(
+                "cnilab capture: {failed} of {} nodes could not be captured (see above)",
+                b.nodes.len()
+            );
+            return Ok(ExitCode::from(2));
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+
+    fn capture(&self) -> Result<Capture, Box<dyn std::error::Error>> {
+        let redact = self.redact_key()?;
         if let Some(file) = &self.from_script {
             let opts = capture::script::Options {
                 node_name: self.node_name.clone(),
@@ -205,6 +287,33 @@ fn summary(c: &Capture) -> String {
         out.push_str(&format!("   linked, not pods: {}\n", peers.join(", ")));
     }
     for w in &c.warnings {
+        out.push_str(&format!("⚠️  {w}\n"));
+    }
+    out
+}
+
+/// Each node's summary (or why it was not captured), then the API's facts.
+fn bundle_summary(b: &capture::bundle::Bundle) -> String {
+    let mut out = format!(
+        "☸️  cluster {} ({}): {} nodes, {} pods, {} Services, {} EndpointSlices in the API\n",
+        b.cluster.context,
+        b.cluster.server,
+        b.nodes.len(),
+        b.pods.len(),
+        b.services.len(),
+        b.endpoint_slices.len()
+    );
+    for n in &b.nodes {
+        match (&n.capture, &n.error) {
+            (Some(c), _) => out.push_str(&summary(c)),
+            (None, e) => out.push_str(&format!(
+                "❌ node {}: not captured: {}\n",
+                n.name,
+                e.as_deref().unwrap_or("no capture")
+            )),
+        }
+    }
+    for w in &b.warnings {
         out.push_str(&format!("⚠️  {w}\n"));
     }
     out

@@ -26,6 +26,7 @@
 pub mod capture;
 pub mod check;
 pub mod cluster;
+pub mod collect;
 pub mod manifests;
 pub mod options;
 pub mod plan;

@@ -65,42 +65,44 @@ fn setup(msg: impl Into<String>) -> LabError {
 /// (name, uplink address, pod CIDRs).
 type Subnet = (IpNet, Option<IpAddr>, Vec<(String, IpAddr, Vec<IpNet>)>);
 
-/// Reads every file; refuses a newer schema, JSON that does not parse
+/// Reads every file (a node's capture, or a cluster's bundle of them);
+/// refuses a newer schema, JSON that does not parse
 /// (with its line and column), two nodes of one name or one uplink
 /// address, and a node or pod whose objects name a missing device.
 pub fn load(paths: &[PathBuf]) -> Result<Vec<Loaded>, LabError> {
     let mut out: Vec<Loaded> = Vec::new();
     for path in paths {
-        let capture = capture::load(path).map_err(setup)?;
-        let name = capture.node.net.name.clone();
-        let ok = !name.is_empty()
-            && name.len() <= 30
-            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-        if !ok {
-            return Err(setup(format!(
+        for capture in capture::load_all(path).map_err(setup)? {
+            let name = capture.node.net.name.clone();
+            let ok = !name.is_empty()
+                && name.len() <= 30
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+            if !ok {
+                return Err(setup(format!(
                 "{}: node name {name:?}: use 1-30 characters of [A-Za-z0-9-] (capture again with --node-name)",
                 path.display()
             )));
-        }
-        if let Some(other) = out.iter().find(|o| o.capture.node.net.name == name) {
-            return Err(setup(format!(
+            }
+            if let Some(other) = out.iter().find(|o| o.capture.node.net.name == name) {
+                return Err(setup(format!(
                 "{}: node {name} is also the node of {}; capture one of them again with another --node-name",
                 path.display(),
                 other.path.display()
             )));
+            }
+            let single = LabModel {
+                schema_version: crate::model::SCHEMA_VERSION,
+                name: name.clone(),
+                underlay: Vec::new(),
+                nodes: vec![capture.node.clone()],
+            };
+            apply::check(&single).map_err(|e| setup(format!("{}: {e}", path.display())))?;
+            let loaded = Loaded {
+                path: path.clone(),
+                capture,
+            };
+            out.push(loaded);
         }
-        let single = LabModel {
-            schema_version: crate::model::SCHEMA_VERSION,
-            name: name.clone(),
-            underlay: Vec::new(),
-            nodes: vec![capture.node.clone()],
-        };
-        apply::check(&single).map_err(|e| setup(format!("{}: {e}", path.display())))?;
-        let loaded = Loaded {
-            path: path.clone(),
-            capture,
-        };
-        out.push(loaded);
     }
     super::uplinks::uplinks(&out)?;
     Ok(out)

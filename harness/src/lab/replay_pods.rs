@@ -5,7 +5,7 @@
 use super::compile::PING_GROUP_RANGE;
 use super::state::FoundPod;
 use crate::capture::{self, Loaded};
-use crate::model::{Namespace, Node as ModelNode};
+use crate::model::Node as ModelNode;
 use std::collections::BTreeMap;
 
 /// The probes' ICMP sockets need `ping_group_range` open in the node and
@@ -83,37 +83,6 @@ pub(super) fn renamed(node: &ModelNode) -> (ModelNode, BTreeMap<String, String>)
         taken.push(new.clone());
         names.insert(p.name.clone(), new);
     }
-    let rename = |ns: &mut Namespace| {
-        if let Some(new) = names.get(&ns.name) {
-            ns.name = new.clone();
-        }
-        for l in &mut ns.links {
-            let peers = l
-                .veth
-                .iter_mut()
-                .chain(l.lower.iter_mut().map(|x| &mut x.link));
-            for p in peers {
-                if let Some(new) = p.namespace.as_ref().and_then(|n| names.get(n)) {
-                    p.namespace = Some(new.clone());
-                }
-            }
-        }
-        let refs = ns
-            .neighbours
-            .iter_mut()
-            .filter_map(|n| n.mac.as_mut())
-            .chain(ns.fdb.iter_mut().map(|f| &mut f.mac));
-        for mac in refs {
-            if let Some((old, link)) = mac.strip_prefix('@').and_then(|m| m.split_once('/')) {
-                if let Some(new) = names.get(old) {
-                    *mac = format!("@{new}/{link}");
-                }
-            }
-        }
-    };
-    rename(&mut node.net);
-    for p in &mut node.pods {
-        rename(p);
-    }
+    node.rename_pods(&names);
     (node, names)
 }

@@ -518,6 +518,46 @@ impl Namespace {
     }
 }
 
+impl Node {
+    /// Renames pods (`names`: old name → new), and every reference to them:
+    /// a veth's or a lower device's namespace, and a neighbour's or an FDB
+    /// entry's MAC written as `@<namespace>/<link>`.
+    pub fn rename_pods(&mut self, names: &std::collections::BTreeMap<String, String>) {
+        let rename = |ns: &mut Namespace| {
+            if let Some(new) = names.get(&ns.name) {
+                ns.name = new.clone();
+            }
+            for l in &mut ns.links {
+                let peers = l
+                    .veth
+                    .iter_mut()
+                    .chain(l.lower.iter_mut().map(|x| &mut x.link));
+                for p in peers {
+                    if let Some(new) = p.namespace.as_ref().and_then(|n| names.get(n)) {
+                        p.namespace = Some(new.clone());
+                    }
+                }
+            }
+            let refs = ns
+                .neighbours
+                .iter_mut()
+                .filter_map(|n| n.mac.as_mut())
+                .chain(ns.fdb.iter_mut().map(|f| &mut f.mac));
+            for mac in refs {
+                if let Some((old, link)) = mac.strip_prefix('@').and_then(|m| m.split_once('/')) {
+                    if let Some(new) = names.get(old) {
+                        *mac = format!("@{new}/{link}");
+                    }
+                }
+            }
+        };
+        rename(&mut self.net);
+        for p in &mut self.pods {
+            rename(p);
+        }
+    }
+}
+
 impl LabModel {
     /// Every namespace: underlay, nodes, pods.
     pub fn namespaces(&self) -> impl Iterator<Item = &Namespace> {

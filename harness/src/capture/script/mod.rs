@@ -58,12 +58,18 @@ pub struct Options {
 pub fn convert(path: &Path, opts: &Options) -> Result<Capture, String> {
     let shown = path.display();
     let mut bytes = Vec::new();
-    std::io::Read::read_to_end(&mut super::open_capped(path)?, &mut bytes)
+    std::io::Read::read_to_end(&mut super::open_capped(path, super::MAX_BYTES)?, &mut bytes)
         .map_err(|e| format!("{shown}: {e}"))?;
     let text = String::from_utf8(bytes).map_err(|e| format!("{shown}: not text: {e}"))?;
-    let archive = archive::parse(&text).map_err(|e| format!("{shown}: {e}"))?;
-    let c = from_archive(&archive, opts).map_err(|e| format!("{shown}: {e}"))?;
-    super::check::check(&c).map_err(|e| format!("{shown}: {e}"))?;
+    from_text(&text, opts).map_err(|e| format!("{shown}: {e}"))
+}
+
+/// Reads the script's output `text` (a file's, or what `cnilab capture
+/// --kubeconfig` collected from a node) into a capture, checked.
+pub fn from_text(text: &str, opts: &Options) -> Result<Capture, String> {
+    let archive = archive::parse(text)?;
+    let c = from_archive(&archive, opts)?;
+    super::check::check(&c)?;
     Ok(c)
 }
 

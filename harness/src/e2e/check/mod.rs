@@ -102,6 +102,8 @@ pub trait PodExec: Send + Sync {
 pub struct PodCommand {
     pub namespace: String,
     pub pod: String,
+    /// The container (`probe` unless [`PodCommand::in_container`]).
+    pub container: String,
     pub command: Vec<String>,
 }
 
@@ -110,8 +112,15 @@ impl PodCommand {
         Self {
             namespace: namespace.to_string(),
             pod: pod.to_string(),
+            container: "probe".to_string(),
             command,
         }
+    }
+
+    /// The same command in another container of the pod.
+    pub fn in_container(mut self, container: &str) -> Self {
+        self.container = container.to_string();
+        self
     }
 }
 
@@ -126,7 +135,7 @@ impl PodExec for KubeExec {
         Box::pin(async move {
             let api: Api<Pod> = Api::namespaced(self.client.clone(), &call.namespace);
             let params = AttachParams::default()
-                .container("probe")
+                .container(call.container.as_str())
                 .stdout(true)
                 .stderr(true);
             let run = async {
@@ -217,17 +226,22 @@ pub fn dry_run(opts: &CheckOptions) -> String {
     out
 }
 
-/// Loads the kubeconfig, runs the check, writes the reports. `Ok(true)`
-/// iff every probe passed.
-pub fn run_blocking(opts: &CheckOptions) -> Result<bool, E2eError> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+/// The runtime an API client runs on (two workers).
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, E2eError> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| E2eError::Io {
             what: "cannot start the tokio runtime".into(),
             source: e,
-        })?;
+        })
+}
+
+/// Loads the kubeconfig, runs the check, writes the reports. `Ok(true)`
+/// iff every probe passed.
+pub fn run_blocking(opts: &CheckOptions) -> Result<bool, E2eError> {
+    let rt = runtime()?;
     rt.block_on(async {
         let resolved = access::resolve(&opts.access)?;
         eprintln!("cnilab e2e check: {}", resolved.describe());
@@ -273,7 +287,7 @@ pub(crate) fn emit(report: &Report, opts: &CheckOptions) -> Result<(), E2eError>
     Ok(())
 }
 
-fn kube_err(what: &str) -> impl Fn(kube::Error) -> E2eError + '_ {
+pub(crate) fn kube_err(what: &str) -> impl Fn(kube::Error) -> E2eError + '_ {
     move |e| E2eError::Kube(format!("{what}: {e}"))
 }
 
@@ -576,7 +590,7 @@ fn pod_ready(pod: &Pod) -> bool {
 }
 
 /// Why a pod is not running yet: the waiting reason of its container, else its phase.
-fn pod_state(pod: &Pod) -> String {
+pub(crate) fn pod_state(pod: &Pod) -> String {
     let status = pod.status.as_ref();
     let waiting = status
         .and_then(|s| s.container_statuses.as_ref())
