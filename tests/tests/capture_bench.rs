@@ -18,7 +18,8 @@
 //! (`cnilab capture --script`, run under `dash` with `CNILAB_NETNS`), three
 //! times: its run time, its file's size, and the time of
 //! `cnilab capture --from-script` reading it; the script's capture holds
-//! the same pods. The script reads every namespace on the machine (those
+//! the same pods. Then the script's file replayed (`lab up --capture`)
+//! and checked (`lab check`, which must pass), each timed once. The script reads every namespace on the machine (those
 //! with no link out only by their links), so its figure grows with what
 //! else runs there.
 
@@ -44,9 +45,18 @@ fn cnilab_bin() -> PathBuf {
 
 /// kube-proxy's nat chains for one Service per pod, as iptables-save text.
 fn services(pods: usize) -> String {
-    let mut chains = String::from("*nat\n:KUBE-SERVICES - [0:0]\n");
+    let mut chains = String::from(
+        "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n:KUBE-POSTROUTING - [0:0]\n",
+    );
+    // The hairpin: a pod reaching its own Service is masqueraded, or its
+    // answer would come from its own address to itself.
     let mut rules = String::from(
-        "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n",
+        "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+         -A POSTROUTING -m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING\n\
+         -A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000\n\
+         -A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN\n\
+         -A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0\n\
+         -A KUBE-POSTROUTING -m comment --comment \"kubernetes service traffic requiring SNAT\" -j MASQUERADE --random-fully\n",
     );
     for i in 0..pods {
         let (svc, sep) = (
@@ -58,6 +68,7 @@ fn services(pods: usize) -> String {
         rules.push_str(&format!(
             "-A KUBE-SERVICES -d {vip}/32 -p tcp -m comment --comment \"bench/svc{i}:http cluster IP\" -m tcp --dport 80 -j {svc}\n\
              -A {svc} -m comment --comment \"bench/svc{i}:http -> {ep}:8080\" -j {sep}\n\
+             -A {sep} -s {ep}/32 -m comment --comment \"bench/svc{i}:http\" -j KUBE-MARK-MASQ\n\
              -A {sep} -p tcp -m comment --comment \"bench/svc{i}:http\" -m tcp -j DNAT --to-destination {ep}:8080\n"
         ));
     }
@@ -82,6 +93,8 @@ fn timed_capture(node: &Netns, file: &std::path::Path, extra: &[&str]) -> Durati
 fn bench_node() -> (Netns, Vec<Netns>, tempfile::TempDir) {
     let n = node("cap-bench", "198.18.11.1/24");
     run(&n, "ip", &["route add blackhole 10.65.1.0/24 proto bird"]);
+    // A Calico node forwards (the replay's check needs it).
+    sysctl(&n, "net/ipv4/ip_forward", "1");
     let pods: Vec<Netns> = (0..PODS)
         .map(|i| calico_pod(&n, &format!("cali{i:03}"), &format!("10.65.1.{}", i + 2)))
         .collect();
@@ -166,6 +179,7 @@ fn bench_script_capture_of_a_110_pod_node() {
     let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
     let ms = |d: Duration| format!("{:.0}", d.as_secs_f64() * 1000.0);
     let namespaces = std::fs::read_dir("/run/netns").map_or(0, |d| d.count());
+    let (up, check) = timed_replay(&file, pods.len());
     println!(
         "capture script (dash) of a node with {} pods and {PODS} Services, {namespaces} namespaces under /run/netns on the machine: script {} ms, file {size} bytes ({:.2} MB); capture --from-script {} ms",
         pods.len(),
@@ -173,4 +187,35 @@ fn bench_script_capture_of_a_110_pod_node() {
         size as f64 / 1e6,
         runs.iter().map(|r| ms(r.1)).collect::<Vec<_>>().join(" / "),
     );
+    println!(
+        "replay of the script's file: lab up --capture {} ms, lab check {} ms (exit 0)",
+        ms(up),
+        ms(check)
+    );
+}
+
+/// `lab up --capture FILE` and `lab check` of the replay (which must pass
+/// with every pod up), timed; the lab is taken down after.
+fn timed_replay(file: &std::path::Path, pods: usize) -> (Duration, Duration) {
+    let lab = format!("cbench{}", std::process::id() % 100_000);
+    let run = |args: &[&str]| {
+        let started = Instant::now();
+        let out = Command::new(cnilab_bin())
+            .args(args)
+            .output()
+            .expect("cnilab runs");
+        (out, started.elapsed())
+    };
+    let path = file.display().to_string();
+    let (up, up_took) = run(&["lab", "up", "--name", &lab, "--capture", &path]);
+    let _down = cnilab_tests::StandingLab(lab.clone());
+    assert!(up.status.success(), "{}", all(&up));
+    assert!(
+        all(&up).contains(&format!("1 nodes, {pods} pods")),
+        "{}",
+        all(&up)
+    );
+    let (check, check_took) = run(&["lab", "check", "--name", &lab]);
+    assert!(check.status.success(), "{}", all(&check));
+    (up_took, check_took)
 }

@@ -314,8 +314,14 @@ fn a_replayed_kube_proxy_cluster_passes_lab_check() {
 
 /// Makes `fault` in `k` by hand, captures and replays it: `lab check`
 /// fails (exit 1) and a diagnosis or traced cause names every word of
-/// `names` (the node and the object) in one message.
-fn assert_fault_named(k: Cluster, style: &str, fault: impl FnOnce(&Cluster), names: &[&str]) {
+/// `names` (the node and the object) in one message. Returns the check's
+/// whole output.
+fn assert_fault_named(
+    k: Cluster,
+    style: &str,
+    fault: impl FnOnce(&Cluster),
+    names: &[&str],
+) -> String {
     let _host = host_untouched();
     fault(&k);
     let name = lab_name(&format!("rf{}", &style[..2]));
@@ -323,17 +329,18 @@ fn assert_fault_named(k: Cluster, style: &str, fault: impl FnOnce(&Cluster), nam
     let _lab = replay(&k, style, &name, dir.path());
     let (code, r, text) = check(&name);
     assert_eq!(code, Some(1), "{style}: the replay of the fault: {text}");
-    let messages: Vec<&str> = r["failures"]
+    let messages: Vec<String> = r["failures"]
         .as_array()
         .into_iter()
         .flatten()
         .flat_map(|f| f["diagnoses"].as_array().into_iter().flatten())
-        .filter_map(|d| d["message"].as_str())
+        .filter_map(|d| d["message"].as_str().map(str::to_string))
         .collect();
     assert!(
         messages.iter().any(|m| names.iter().all(|n| m.contains(n))),
         "{style}: no diagnosis names {names:?}: {messages:#?}"
     );
+    text
 }
 
 #[test]
@@ -411,6 +418,28 @@ fn a_calico_proxy_arp_turned_off_before_capture_is_named_in_the_replay() {
             sysctl(&k.nodes[0], "net/ipv4/conf/cali10f00d/proxy_arp", "0");
         },
         &["calico1", "cali10f00d", "proxy_arp"],
+    );
+}
+
+/// A Calico node whose pods' veths stopped forwarding: the pods' packets
+/// enter the node by their `cali*` veth's proxy ARP for 169.254.1.1 (so
+/// the gateway is no wrong next hop), and the veth's forwarding is named.
+#[test]
+fn a_calico_node_that_stopped_forwarding_before_capture_is_named_in_the_replay() {
+    let text = assert_fault_named(
+        calico_cluster(),
+        "calico",
+        |k| {
+            // The pods' veths only: the node's own ip_forward stays on.
+            for c in ["cali10f00d", "cali11f00d"] {
+                sysctl(&k.nodes[0], &format!("net/ipv4/conf/{c}/forwarding"), "0");
+            }
+        },
+        &["calico1", "f00d/forwarding = 0"],
+    );
+    assert!(
+        !text.contains("does not own the next hop 169.254.1.1"),
+        "the gateway that proxy ARP answers was blamed: {text}"
     );
 }
 

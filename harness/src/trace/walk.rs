@@ -534,11 +534,20 @@ fn enter(
         return Ok((ns.to_string(), link.to_string()));
     }
     // Calico's pods reach their gateway 169.254.1.1 by the proxy ARP of
-    // the node's `cali*` veth: off, nothing answers for the next hop.
-    let proxy_arp = world
-        .namespace(ns)
-        .and_then(|n| n.sysctls.get(&format!("net/ipv4/conf/{link}/proxy_arp")))
-        .filter(|v| v.as_str() == "0" && nexthop.is_ipv4())
+    // the node's `cali*` veth (the kernel answers when the link's or `all`'s
+    // proxy_arp is on): on, the packet enters there; off, nothing answers
+    // for the next hop.
+    let sysctl = |dev: &str| {
+        world
+            .namespace(ns)
+            .and_then(|n| n.sysctls.get(&format!("net/ipv4/conf/{dev}/proxy_arp")))
+            .map(String::as_str)
+    };
+    if nexthop.is_ipv4() && (sysctl(link) == Some("1") || sysctl("all") == Some("1")) {
+        return Ok((ns.to_string(), link.to_string()));
+    }
+    let proxy_arp = sysctl(link)
+        .filter(|v| *v == "0" && nexthop.is_ipv4())
         .map(|_| format!("; proxy_arp is off on {ns}/{link} (net.ipv4.conf.{link}.proxy_arp = 0), so nothing answers ARP for {nexthop} there"))
         .unwrap_or_default();
     Err(wrong_next_hop(
