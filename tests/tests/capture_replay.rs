@@ -389,6 +389,68 @@ fn a_flannel_bridge_down_before_capture_stays_down_in_the_replay() {
     );
 }
 
+/// A pod with a second interface, as Multus attaches one (`net1`, a
+/// macvlan of the node's second NIC `eth1`, on that NIC's network; a
+/// macvlan of the node's own uplink could not reach the node, on a real
+/// node as in a replay): the capture keeps both of its links, the replay
+/// makes both, and the replay passes `lab check`.
+#[test]
+fn a_multus_pod_keeps_its_second_interface_in_the_replay() {
+    let _host = host_untouched();
+    let k = flannel();
+    let pod = &k.pods[0][0];
+    run(
+        &k.nodes[0],
+        "ip",
+        &[
+            "link add eth1 type veth peer name eth1p",
+            "link set eth1p up",
+            "link set eth1 up",
+            "addr add 198.51.100.1/24 dev eth1",
+            "link add net1 link eth1 type macvlan mode bridge",
+            &format!("link set net1 netns {}", pod.name()),
+        ],
+    );
+    run(
+        pod,
+        "ip",
+        &["link set net1 up", "addr add 198.51.100.101/24 dev net1"],
+    );
+    let name = lab_name("rpmu");
+    let dir = tempfile::tempdir().expect("dir");
+    let _lab = replay(&k, "flannel", &name, dir.path());
+    let file = dir.path().join("flannel1.json");
+    let c: Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("capture")).expect("JSON");
+    let captured = c["node"]["pods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == k.names[0][0].as_str())
+        .expect("the Multus pod is captured");
+    let kinds: Vec<(&str, &str)> = captured["links"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| Some((l["name"].as_str()?, l["kind"].as_str()?)))
+        .collect();
+    assert!(kinds.contains(&("eth0", "veth")), "{kinds:?}");
+    assert!(kinds.contains(&("net1", "macvlan")), "{kinds:?}");
+    let made = cnilab_tests::lab_namespaces(&name)
+        .into_iter()
+        .filter(|ns| {
+            let shown = ip_in(ns, &["-o", "addr", "show"]);
+            shown.contains("net1") && shown.contains("198.51.100.101/24") && shown.contains("eth0")
+        })
+        .count();
+    assert_eq!(
+        made, 1,
+        "one replayed pod holds eth0 and net1 at 198.51.100.101/24"
+    );
+    let (code, _, text) = check(&name);
+    assert_eq!(code, Some(0), "lab check of the replay: {text}");
+}
+
 #[test]
 fn a_calico_pod_route_removed_before_capture_is_named_in_the_replay() {
     assert_fault_named(
