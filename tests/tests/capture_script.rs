@@ -9,7 +9,9 @@
 //! `capture_common/styles.rs` (flannel, Calico, kube-proxy's
 //! iptables-nft). The script passes `shellcheck -s sh` and changes no
 //! namespace; a hostile file is refused with the section named, exit 2,
-//! nothing made.
+//! nothing made. Where `crictl` is (a stand-in printing what crictl prints:
+//! Debian has no crictl), pods are named `<namespace>/<name>` as the native
+//! capture names them from the CRI socket.
 //!
 //! What is normalised before comparing, and why: `provenance` (the time
 //! differs between the two runs; the rest is compared) and the warning
@@ -463,4 +465,127 @@ fn script_files_stand_up_as_a_lab() {
         made.len(),
         c.nodes.len()
     );
+}
+
+/// `crictl` as the script runs it (`crictl pods -o json`, `crictl pods -q
+/// --state ready`, `crictl inspectp -o json ID`), printing what crictl
+/// prints for the given sandboxes: Debian has no crictl package, and
+/// containerd's CRI socket is what the native capture asks instead.
+fn crictl_stand_in(dir: &Path, sandboxes: &[(String, String, u32)]) -> PathBuf {
+    let bin = dir.join("crictl-bin");
+    let data = dir.join("crictl-data");
+    std::fs::create_dir_all(&bin).expect("dir");
+    std::fs::create_dir_all(&data).expect("dir");
+    let mut items = Vec::new();
+    let mut ids = String::new();
+    for (k, (namespace, name, pid)) in sandboxes.iter().enumerate() {
+        let id = format!("{:064x}", 0xc0ffee_u64 + k as u64);
+        let metadata = serde_json::json!({
+            "name": name, "uid": format!("5f0c1e2d-0000-4000-8000-{k:012}"),
+            "namespace": namespace, "attempt": 0
+        });
+        items.push(serde_json::json!({
+            "id": id, "metadata": metadata, "state": "SANDBOX_READY",
+            "createdAt": "1764345600000000000", "labels": { "io.kubernetes.pod.name": name },
+            "annotations": {}, "runtimeHandler": ""
+        }));
+        let inspect = serde_json::json!({
+            "status": {
+                "id": id, "metadata": metadata, "state": "SANDBOX_READY",
+                "createdAt": "2026-11-28T16:00:00.000000000Z",
+                "network": { "additionalIps": [], "ip": "" },
+                "linux": { "namespaces": { "options": { "ipc": "POD", "network": "POD", "pid": "CONTAINER" } } },
+                "labels": {}, "annotations": {}, "runtimeHandler": ""
+            },
+            "info": {
+                "pid": pid, "processStatus": "running", "netNamespaceClosed": false,
+                "image": "registry.k8s.io/pause:3.10", "snapshotKey": id, "snapshotter": "overlayfs",
+                "runtimeHandler": "", "runtimeType": "io.containerd.runc.v2"
+            }
+        });
+        std::fs::write(data.join(format!("{id}.json")), inspect.to_string()).expect("write");
+        ids.push_str(&id);
+        ids.push('\n');
+    }
+    let pods = serde_json::json!({ "items": items });
+    std::fs::write(data.join("pods.json"), pods.to_string()).expect("write");
+    std::fs::write(data.join("ids"), ids).expect("write");
+    let stub = format!(
+        "#!/bin/sh\nd={}\ncase \"$1 $2\" in\n\"pods -o\") cat \"$d/pods.json\" ;;\n\"pods -q\") cat \"$d/ids\" ;;\n\"inspectp -o\") cat \"$d/$4.json\" ;;\n*) echo \"crictl stand-in: $*\" >&2; exit 1 ;;\nesac\n",
+        data.display()
+    );
+    let crictl = bin.join("crictl");
+    std::fs::write(&crictl, stub).expect("write");
+    std::fs::set_permissions(&crictl, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    bin
+}
+
+/// Where `crictl` is, the script names each sandbox's pod as the native
+/// capture names it from the CRI socket, `<namespace>/<name>`, by its
+/// pause process (pods held only by a process, kube-router style), with
+/// the CRI as evidence.
+#[test]
+fn crictl_names_pods_held_by_a_sandbox_process() {
+    let _host = host_untouched();
+    let k = styles::kube_router();
+    let dir = tempfile::tempdir().expect("dir");
+    let sandboxes: Vec<(String, String, u32)> = k.names[0]
+        .iter()
+        .filter_map(|n| n.strip_prefix("pid:")?.parse().ok())
+        .enumerate()
+        .map(|(j, pid)| {
+            (
+                "kube-system".to_string(),
+                format!("coredns-5d78c9869d-x2x7{j}"),
+                pid,
+            )
+        })
+        .collect();
+    assert!(!sandboxes.is_empty(), "{:?}", k.names[0]);
+    let bin = crictl_stand_in(dir.path(), &sandboxes);
+    let script = script_file(dir.path());
+    let file = dir.path().join("node.capture");
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).expect("dir");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("dash")
+        .arg(&script)
+        .arg(&file)
+        .env("PATH", path)
+        .env("CNILAB_NETNS", k.nodes[0].path())
+        .env("CNILAB_CNI_CACHE", &empty)
+        .output()
+        .expect("dash runs");
+    assert!(out.status.success(), "{}", all(&out));
+    let json = dir.path().join("node.json");
+    let conv = cnilab(&[
+        "capture",
+        "--from-script",
+        &file.display().to_string(),
+        "-o",
+        &json.display().to_string(),
+    ]);
+    assert!(conv.status.success(), "{}", output_text(&conv));
+    let c: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
+    for (ns, name, _) in &sandboxes {
+        let want = format!("{ns}/{name}");
+        let pod = c["pods"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"] == want.as_str())
+            .unwrap_or_else(|| panic!("no pod {want}: {}", c["pods"]));
+        assert_eq!(pod["cri"], want.as_str(), "{pod}");
+        let evidence = pod["evidence"].to_string();
+        assert!(
+            evidence.contains(&format!("the node's CRI lists it as sandbox {want}")),
+            "{pod}"
+        );
+    }
 }

@@ -369,12 +369,17 @@ fn cri_names(
                 continue;
             }
         };
-        let name = v["status"]["metadata"]["name"].as_str().unwrap_or_default();
+        // As the native capture names it (`crate::cri::Sandbox::pod_name`).
+        let meta = &v["status"]["metadata"];
+        let name = match (meta["namespace"].as_str(), meta["name"].as_str()) {
+            (Some(ns), Some(n)) if !ns.is_empty() => format!("{ns}/{n}"),
+            (_, n) => n.unwrap_or_default().to_string(),
+        };
         let pid = v["info"]["pid"].as_u64().unwrap_or(0);
         let at = format!("/proc/{pid}/ns/net");
         match procs.iter().find(|(_, p)| *p == at) {
             Some((inode, _)) if !name.is_empty() => {
-                out.insert(*inode, name.to_string());
+                out.insert(*inode, name);
             }
             _ => warnings.push(format!(
                 "CRI sandbox {name}: its pause process {pid} was not listed"
