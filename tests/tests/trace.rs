@@ -243,6 +243,23 @@ fn lab_check_names_what_no_rule_explains_by_a_trace() {
         "{v:#}"
     );
     assert!(!flat.contains("undiagnosed"), "{v:#}");
+    // One root cause, one entry: every probe the route kills, whatever
+    // its pair, protocol or group, counted under it.
+    let causes = v["causes"].as_array().expect("causes");
+    let blackhole: Vec<&Value> = causes.iter().filter(|c| c["id"] == "blackhole").collect();
+    assert_eq!(blackhole.len(), 1, "{:#}", v["causes"]);
+    let failed = v["failures"].as_array().map_or(0, Vec::len);
+    assert_eq!(
+        blackhole[0]["count"].as_u64(),
+        Some(failed as u64),
+        "{:#}",
+        v["causes"]
+    );
+    assert!(
+        blackhole[0]["protocols"].as_array().map_or(0, Vec::len) > 1,
+        "{:#}",
+        v["causes"]
+    );
     lab.assert_no_trace_tables();
 }
 

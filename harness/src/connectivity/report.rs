@@ -238,6 +238,9 @@ impl Report {
                     "  ↳ {} ×{}: {}\n      e.g. [{}] {}",
                     c.id, c.count, c.message, c.example_group, c.example
                 );
+                if let Some(spread) = c.spread() {
+                    let _ = writeln!(s, "      in {spread}");
+                }
             }
             if self.causes.len() > MAX_CAUSES {
                 let _ = writeln!(
@@ -528,12 +531,15 @@ impl Report {
         for c in &self.causes {
             let _ = write!(
                 causes,
-                "<tr class=\"bad\"><td><b>{}</b></td><td>{}</td><td>{}</td><td>[{}] {}</td></tr>",
+                "<tr class=\"bad\"><td><b>{}</b></td><td>{}</td><td>{}</td><td>[{}] {}{}</td></tr>",
                 xml(c.id),
                 c.count,
                 xml(&c.message),
                 xml(&c.example_group),
-                xml(&c.example)
+                xml(&c.example),
+                c.spread()
+                    .map(|s| format!("<br>in {}", xml(&s)))
+                    .unwrap_or_default()
             );
         }
         for w in &self.warnings {

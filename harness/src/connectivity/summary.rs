@@ -11,6 +11,8 @@ use std::fmt::Write as _;
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Cause {
     pub id: &'static str,
+    /// The first message given (for a traced cause, about one probe; the
+    /// others differ only in their source, destination or protocol).
     pub message: String,
     /// Failed probes this diagnosis was given to.
     pub count: usize,
@@ -18,39 +20,101 @@ pub struct Cause {
     pub example: String,
     /// The example's check group.
     pub example_group: String,
+    /// Every check group with probes it explains, and how many.
+    pub groups: std::collections::BTreeMap<String, usize>,
+    /// The protocols of the probes it explains.
+    pub protocols: std::collections::BTreeSet<&'static str>,
 }
 
-/// The failures grouped by diagnosis (same id and message), most frequent
-/// first; ties keep the order in which they were first seen.
+/// The root a diagnosis names: for a traced cause, where the packet (or
+/// its answer) died, the cause and the object (`died at node1:
+/// blackhole-route route 10.244.2.0/24`), the same for every probe it
+/// killed whatever the probe's source, destination, protocol or group;
+/// else the whole message.
+fn root(d: &Diagnosis) -> String {
+    let m = d.message.as_str();
+    let Some(at) = m.find("died at ") else {
+        return m.to_string();
+    };
+    let answer = if m[..at].ends_with("its answer ") {
+        "answer "
+    } else {
+        ""
+    };
+    let rest = &m[at..];
+    // `died at NS: CAUSE OBJECT: evidence…`: up to the second `: `.
+    let end = rest.find(": ").and_then(|first| {
+        let after = first + 2;
+        rest[after..].find(": ").map(|second| after + second)
+    });
+    match end {
+        Some(end) => format!("{answer}{}", &rest[..end]),
+        None => m.to_string(),
+    }
+}
+
+/// The failures grouped by root cause (same id and root: one entry however
+/// many groups, protocols and pairs it explains), most frequent first;
+/// ties keep the order in which they were first seen.
 pub fn causes(failures: &[Failure]) -> Vec<Cause> {
-    let mut out: Vec<Cause> = Vec::new();
+    let mut out: Vec<(String, Cause)> = Vec::new();
     for f in failures {
         for d in &f.diagnoses {
             // Unexplained failures are one cause ("nothing matched"); the
             // example names a probe, JSON has each.
-            let message = if d.id == Diagnosis::UNDIAGNOSED {
-                "no known cause matched".to_string()
+            let (key, message) = if d.id == Diagnosis::UNDIAGNOSED {
+                let m = "no known cause matched".to_string();
+                (m.clone(), m)
             } else {
-                d.message.clone()
+                (root(d), d.message.clone())
             };
-            match out
-                .iter_mut()
-                .find(|c| c.id == d.id && c.message == message)
-            {
-                Some(c) => c.count += 1,
-                None => out.push(Cause {
-                    id: d.id,
-                    message,
-                    count: 1,
-                    example: f.outcome.describe(),
-                    example_group: f.outcome.spec.group.to_string(),
-                }),
-            }
+            let group = f.outcome.spec.group.to_string();
+            let proto = f.outcome.spec.proto.as_str();
+            let at = out.iter().position(|(k, c)| c.id == d.id && *k == key);
+            let c = match at {
+                Some(i) => &mut out[i].1,
+                None => {
+                    out.push((
+                        key,
+                        Cause {
+                            id: d.id,
+                            message,
+                            count: 0,
+                            example: f.outcome.describe(),
+                            example_group: group.clone(),
+                            groups: Default::default(),
+                            protocols: Default::default(),
+                        },
+                    ));
+                    let last = out.len() - 1;
+                    &mut out[last].1
+                }
+            };
+            c.count += 1;
+            *c.groups.entry(group).or_default() += 1;
+            c.protocols.insert(proto);
         }
     }
     // Stable: equal counts keep their first-seen order.
+    let mut out: Vec<Cause> = out.into_iter().map(|(_, c)| c).collect();
     out.sort_by_key(|c| std::cmp::Reverse(c.count));
     out
+}
+
+impl Cause {
+    /// `service/cluster-ip ×12100, pod-to-pod/same-node ×330; icmp, tcp,
+    /// udp`: where it was seen, when that is more than one group or
+    /// protocol.
+    pub fn spread(&self) -> Option<String> {
+        if self.groups.len() < 2 && self.protocols.len() < 2 {
+            return None;
+        }
+        let mut groups: Vec<(&String, &usize)> = self.groups.iter().collect();
+        groups.sort_by_key(|(_, n)| std::cmp::Reverse(**n));
+        let groups: Vec<String> = groups.iter().map(|(g, n)| format!("{g} ×{n}")).collect();
+        let protocols: Vec<&str> = self.protocols.iter().copied().collect();
+        Some(format!("{}; {}", groups.join(", "), protocols.join(", ")))
+    }
 }
 
 /// Probes between the nodes (and their pods) of one family, as a square
@@ -296,6 +360,68 @@ mod tests {
         );
         assert_eq!((got[1].id, got[1].count), ("rp-filter", 1));
         assert!(got[1].example.contains("IPv6"), "{:?}", got[1]);
+    }
+
+    /// A 3-node lab with one blackhole route on node1: every probe it
+    /// kills, whatever its pair, protocol or group, is one cause on that
+    /// route; a death elsewhere, or of the answer, is another.
+    #[test]
+    fn one_root_cause_is_one_entry_across_pairs_protocols_and_groups() {
+        let traced = |from: &str, to: &str, at: &str, object: &str, proto: &str| {
+            format!(
+                "traced {from} → {to}: died at {at}: blackhole-route {object}:                  ip route get 10.244.2.2 from 10.244.1.2 iif veth1: EINVAL; reproduce:                  cnilab lab trace --name l {from} {to}{proto}"
+            )
+        };
+        let mut failures = Vec::new();
+        for (k, proto) in [
+            (Proto::Icmp, ""),
+            (Proto::Tcp, " --proto tcp"),
+            (Proto::Udp, " --proto udp"),
+        ] {
+            for (from, to, group) in [
+                ("node1/a", "node2/b", "pod-to-pod/cross-node"),
+                ("node1/c", "node3/d", "pod-to-pod/cross-node"),
+                ("node1/a", "node2", "pod-to-node"),
+            ] {
+                let mut o = outcome(0, 1, "10.244.2.2", false);
+                o.spec.proto = k;
+                o.spec.group = group;
+                let m = traced(from, to, "node1", "route 10.244.2.0/24", proto);
+                failures.push(failure(o, "blackhole-route", &m));
+            }
+        }
+        let elsewhere = traced("node2/b", "node3/d", "node2", "route 10.244.3.0/24", "");
+        failures.push(failure(
+            outcome(1, 2, "10.244.3.2", false),
+            "blackhole-route",
+            &elsewhere,
+        ));
+        let answer = "traced node3 → node1/a: it arrived, and its answer died at node1: kernel-drop dev veth1: the answer was dropped; reproduce: x";
+        failures.push(failure(
+            outcome(2, 0, "10.244.1.2", false),
+            "kernel-drop",
+            answer,
+        ));
+        let got = causes(&failures);
+        assert_eq!(got.len(), 3, "{got:#?}");
+        assert_eq!((got[0].id, got[0].count), ("blackhole-route", 9));
+        assert_eq!(got[0].groups.get("pod-to-pod/cross-node"), Some(&6));
+        assert_eq!(got[0].groups.get("pod-to-node"), Some(&3));
+        assert_eq!(got[0].protocols.len(), 3);
+        let spread = got[0].spread().expect("spread");
+        assert_eq!(
+            spread,
+            "pod-to-pod/cross-node ×6, pod-to-node ×3; icmp, tcp, udp"
+        );
+        assert_eq!(
+            root(&failures[9].diagnoses[0]),
+            "died at node2: blackhole-route route 10.244.3.0/24"
+        );
+        assert_eq!(
+            root(&failures[10].diagnoses[0]),
+            "answer died at node1: kernel-drop dev veth1"
+        );
+        assert!(got[1].spread().is_none());
     }
 
     #[test]
