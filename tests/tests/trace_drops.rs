@@ -172,3 +172,51 @@ fn forwarding_off_shows_the_kernels_reason() {
     assert_kernel_drop(&t.1, "IP_INADDRERRORS", "node1", "cnilab0");
     assert_eq!(t.1["kernelDrop"]["function"], "ip_error", "{:#}", t.1);
 }
+
+/// A blackhole route on node2 to node1's pods: node1's probe arrives and
+/// its answer dies on node2. The kernel says where the answer was dropped;
+/// the answer's own walk names the route that killed it, and `lab check`
+/// (whose first failures are node1's probes, whose answers die) counts
+/// those answers under the same root cause as the requests from node2.
+#[test]
+fn an_answer_killed_by_a_route_names_the_route() {
+    let _host = host_untouched();
+    let lab = Standing::up("tdan", &[]);
+    lab.sh(
+        "node2",
+        "ip",
+        &["route", "replace", "blackhole", "10.244.1.0/24"],
+    );
+    let (code, v) = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_eq!(
+        (code, &v["verdict"]),
+        (Some(0), &Value::from("arrived")),
+        "{v:#}"
+    );
+    assert_eq!(v["replyDrop"]["namespace"], "node2", "{v:#}");
+    assert_eq!(v["replyDeath"]["namespace"], "node2", "{v:#}");
+    assert_eq!(v["replyDeath"]["cause"], "blackhole", "{v:#}");
+    let object = v["replyDeath"]["object"].as_str().unwrap_or_default();
+    assert!(object.contains("10.244.1.0/24"), "{v:#}");
+    let out = cnilab_tests::cnilab(&["lab", "check", "--name", &lab.0, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
+    let r: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", output_text(&out)));
+    let answers: Vec<&str> = r["failures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|f| f["diagnoses"].as_array().into_iter().flatten())
+        .filter_map(|d| d["message"].as_str())
+        .filter(|m| m.contains("its answer died at node2: blackhole"))
+        .collect();
+    assert!(!answers.is_empty(), "{r:#}");
+    let blackhole = r["causes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["id"] == "blackhole")
+        .count();
+    assert_eq!(blackhole, 1, "{:#}", r["causes"]);
+    lab.assert_no_trace_tables();
+}

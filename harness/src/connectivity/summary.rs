@@ -27,19 +27,14 @@ pub struct Cause {
 }
 
 /// The root a diagnosis names: for a traced cause, where the packet (or
-/// its answer) died, the cause and the object (`died at node1:
-/// blackhole-route route 10.244.2.0/24`), the same for every probe it
-/// killed whatever the probe's source, destination, protocol or group;
-/// else the whole message.
+/// its answer: the same route kills both) died, the cause and the object
+/// (`died at node1: blackhole-route route 10.244.2.0/24`), the same for
+/// every probe it killed whatever the probe's source, destination,
+/// protocol or group; else the whole message.
 fn root(d: &Diagnosis) -> String {
     let m = d.message.as_str();
     let Some(at) = m.find("died at ") else {
         return m.to_string();
-    };
-    let answer = if m[..at].ends_with("its answer ") {
-        "answer "
-    } else {
-        ""
     };
     let rest = &m[at..];
     // `died at NS: CAUSE OBJECT: evidence…`: up to the second `: `.
@@ -48,7 +43,7 @@ fn root(d: &Diagnosis) -> String {
         rest[after..].find(": ").map(|second| after + second)
     });
     match end {
-        Some(end) => format!("{answer}{}", &rest[..end]),
+        Some(end) => rest[..end].to_string(),
         None => m.to_string(),
     }
 }
@@ -419,7 +414,7 @@ mod tests {
         );
         assert_eq!(
             root(&failures[10].diagnoses[0]),
-            "answer died at node1: kernel-drop dev veth1"
+            "died at node1: kernel-drop dev veth1"
         );
         assert!(got[1].spread().is_none());
     }

@@ -383,6 +383,24 @@ fn answer_dropped(t: &trace::Trace) -> Finding {
     let Some(r) = &t.reply_drop else {
         return Finding::Note(format!("the trace saw the packet arrive ({})", t.to), true);
     };
+    // The object that killed the answer, where its walk names one.
+    if let Some(d) = &t.reply_death {
+        return Finding::Cause(crate::connectivity::Diagnosis {
+            id: trace::cause_id(&d.cause),
+            message: format!(
+                "traced {} → {}: it arrived, and its answer died at {}: {} {}: {}; the kernel: the answer was {}; \
+                 reproduce: {}",
+                t.from,
+                t.to,
+                d.namespace,
+                d.cause,
+                d.object,
+                d.evidence,
+                r.describe(),
+                t.reproduce.join("; ")
+            ),
+        });
+    }
     Finding::Cause(crate::connectivity::Diagnosis {
         id: trace::KERNEL_DROP,
         message: format!(

@@ -250,6 +250,10 @@ pub struct Trace {
     /// probe that arrived).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reply_drop: Option<drops::KernelDrop>,
+    /// Where the routing walk of that answer (from where the probe arrived
+    /// back to its source) ends, when it dies: the object that killed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply_death: Option<Death>,
     /// Why the kernel's account is missing (a SKIP: no tracefs, no drop
     /// reasons on this kernel).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -307,6 +311,7 @@ pub fn run(world: &World, req: &Request) -> Trace {
         devices: Vec::new(),
         kernel_drop: None,
         reply_drop: None,
+        reply_death: None,
         drop_reasons_skipped: None,
         verdict: Verdict::Inconclusive,
         death: None,
@@ -314,6 +319,7 @@ pub fn run(world: &World, req: &Request) -> Trace {
         reproduce: vec![req.command.clone()],
     };
     let to_ns = world.owner(walked.dst).unwrap_or_else(|| req.to_ns.clone());
+    let answer = (walked.dst, walked.sent_src);
     let kernel = kernel.finish(world, &path, &to_ns);
     match &kernel.0 {
         Ok(f) => {
@@ -333,7 +339,19 @@ pub fn run(world: &World, req: &Request) -> Trace {
     );
     let end = reasons::settle(end, &kernel);
     match end {
-        End::Arrived(_) => trace.verdict = Verdict::Arrived,
+        End::Arrived(_) => {
+            trace.verdict = Verdict::Arrived;
+            if trace.reply_drop.is_some() {
+                trace.reply_death = answer_death(world, &to_ns, answer, size);
+                if let Some(d) = &trace.reply_death {
+                    trace.reproduce.push(format!(
+                        "nsenter --net={} {}",
+                        world.path(&d.namespace),
+                        d.check
+                    ));
+                }
+            }
+        }
         End::Died(mut d) => {
             d.node = world.node_of(&d.namespace);
             if d.node.is_none() {
@@ -360,6 +378,27 @@ pub fn run(world: &World, req: &Request) -> Trace {
         }
     }
     trace
+}
+
+/// The answer of a probe that arrived (from `at`, the address it arrived
+/// at, back to the address it came from), walked through the same model:
+/// where that walk dies, with the command that shows it.
+fn answer_death(
+    world: &World,
+    at: &str,
+    (arrived_at, back_to): (IpAddr, Option<IpAddr>),
+    size: u32,
+) -> Option<Death> {
+    let back_to = back_to?;
+    let answer = walk::walk(world, at, (Some(arrived_at), back_to), size, &[]);
+    let End::Died(mut d) = answer.end else {
+        return None;
+    };
+    d.node = world.node_of(&d.namespace);
+    if d.check.is_empty() {
+        d.check = default_check(&d, back_to);
+    }
+    Some(*d)
 }
 
 /// The events of the probe itself, without those of the VXLAN outer
