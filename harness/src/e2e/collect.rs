@@ -137,11 +137,9 @@ pub fn pod_name(node: &str, tag: &str) -> String {
 
 /// What the capture pod runs: the script, under `chroot /host`.
 pub fn command() -> Vec<String> {
-    ["chroot", "/host", "sh", "-c"]
-        .into_iter()
+    ["chroot", "/host", "sh", "-c", &script::script()]
         .map(String::from)
-        .chain(std::iter::once(script::script()))
-        .collect()
+        .to_vec()
 }
 
 /// The nodes `wanted` names (every node when empty), or which are unknown.
@@ -604,7 +602,7 @@ mod tests {
     #[test]
     fn the_command_runs_the_script_on_the_nodes_root() {
         let c = command();
-        assert_eq!(&c[..4], ["chroot", "/host", "sh", "-c"]);
+        assert_eq!(c, ["chroot", "/host", "sh", "-c", &script::script()]);
         assert!(c[4].starts_with("#!/bin/sh"));
     }
 }

@@ -307,18 +307,29 @@ mod tests {
             .stdout(std::process::Stdio::from(write.try_clone().expect("dup")))
             .spawn()
             .expect("spawn sleep");
-        // A leftover: started by a shell that exits at once, so it is no
-        // longer this process's child; it names itself on stderr.
-        let shell = std::process::Command::new("sh")
-            .args(["-c", "sleep 30 2>/dev/null & echo $! >&2"])
-            .stdout(std::process::Stdio::from(write.try_clone().expect("dup")))
-            .stderr(std::process::Stdio::piped())
-            .output()
-            .expect("run sh");
-        let leftover: i32 = String::from_utf8_lossy(&shell.stderr)
-            .trim()
-            .parse()
-            .expect("the shell named its background sleep");
+        // A leftover: a grandchild whose parent exits at once, so it is no
+        // longer this process's child; the parent names it on a pipe.
+        let (named, name) = nix::unistd::pipe().expect("pipe");
+        // SAFETY: both children make only async-signal-safe calls.
+        let middle = match unsafe { nix::unistd::fork() }.expect("fork") {
+            nix::unistd::ForkResult::Child => unsafe {
+                let grandchild = nix::libc::fork();
+                if grandchild == 0 {
+                    nix::libc::sleep(30);
+                    nix::libc::_exit(0)
+                }
+                let bytes = grandchild.to_ne_bytes();
+                nix::libc::write(name.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+                nix::libc::_exit(0)
+            },
+            nix::unistd::ForkResult::Parent { child } => child,
+        };
+        drop(name);
+        let _ = nix::sys::wait::waitpid(middle, None);
+        let mut bytes = [0u8; 4];
+        nix::unistd::read(&named, &mut bytes).expect("the grandchild's pid");
+        let leftover = i32::from_ne_bytes(bytes);
+        assert!(leftover > 0, "the middle child could not fork");
         let holders = pipe_holders(&[read.as_raw_fd()]);
         for pid in [forked.as_raw(), leftover] {
             let _ = nix::sys::signal::kill(
