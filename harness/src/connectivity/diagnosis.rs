@@ -25,6 +25,16 @@ impl Diagnosis {
     /// Id of the diagnosis given to a failed probe that no rule explains.
     pub const UNDIAGNOSED: &'static str = "undiagnosed";
 
+    /// Whether a host limit (the host's neighbour table full, a backlog
+    /// dropping, ENOBUFS) could be what this diagnosis saw: none, an
+    /// unresolved neighbour, or the kernel's drop for one (`NEIGH_*`).
+    pub fn could_be_host_limit(&self) -> bool {
+        matches!(
+            self.id,
+            Diagnosis::UNDIAGNOSED | "neighbour-failed" | "neighbour-missing" | "stale-neighbour"
+        ) || (self.id == "kernel-drop" && self.message.contains("NEIGH_"))
+    }
+
     /// For a failed probe that no rule explains: says so, with the probe and
     /// its error, so that the failure is never reported without a cause line.
     pub fn undiagnosed(o: &ProbeOutcome) -> Diagnosis {

@@ -132,14 +132,16 @@ impl Report {
 
     /// Makes the report INCONCLUSIVE for `why` (a host limit that may have
     /// caused the failures) when there are failures and none has a named
-    /// cause: a diagnosis made from the kernel's state stands whatever
-    /// else happened on the host. An earlier reason is kept.
+    /// cause that the host limit cannot have made: a diagnosis made from
+    /// the kernel's state (a route, a rule, a sysctl) stands whatever else
+    /// happened on the host, and the report FAILs. An earlier reason is
+    /// kept.
     pub fn inconclusive_unless_explained(&mut self, why: Option<String>) {
         let unexplained = !self.failures.is_empty()
             && self
                 .failures
                 .iter()
-                .all(|f| f.diagnoses.iter().all(|d| d.id == Diagnosis::UNDIAGNOSED));
+                .all(|f| f.diagnoses.iter().all(Diagnosis::could_be_host_limit));
         if unexplained && self.inconclusive.is_none() {
             self.inconclusive = why;
         }
@@ -690,6 +692,35 @@ mod tests {
         explained.inconclusive_unless_explained(Some("backlog dropped 3".into()));
         assert_eq!(explained.exit_code(), crate::report::exit::FAIL);
         assert!(explained.inconclusive.is_none());
+        // The neighbour table full: a named cause still FAILs; a neighbour
+        // that never resolved may be the full table's doing.
+        let full = "the host's IPv4 (ARP) neighbour table overflowed 2 time(s)";
+        let mut named = failed_report();
+        named.failures[0].diagnoses = vec![Diagnosis {
+            id: "blackhole",
+            message: "route blackhole 10.244.2.0/24".into(),
+        }];
+        named.inconclusive_unless_explained(Some(full.into()));
+        assert_eq!(named.exit_code(), crate::report::exit::FAIL);
+        for (id, message) in [
+            ("neighbour-failed", "10.244.2.2 stayed FAILED"),
+            (
+                "kernel-drop",
+                "dropped in node1 on eth0: NEIGH_FAILED (neigh_invalidate)",
+            ),
+        ] {
+            let mut unresolved = failed_report();
+            unresolved.failures[0].diagnoses = vec![Diagnosis {
+                id,
+                message: message.into(),
+            }];
+            unresolved.inconclusive_unless_explained(Some(full.into()));
+            assert_eq!(
+                unresolved.exit_code(),
+                crate::report::exit::INCONCLUSIVE,
+                "{id}"
+            );
+        }
     }
 
     /// Failures while the simulator hit a host limit are INCONCLUSIVE

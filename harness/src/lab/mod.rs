@@ -229,7 +229,8 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
     // "Address already in use"). Bounded: a stuck probe cannot hang the run.
     rt.shutdown_timeout(Duration::from_secs(5));
     let mut report = checks::report(lab, outcomes, failures);
-    report.inconclusive = inconclusive;
+    // A host limit is the verdict only where no named cause explains.
+    report.inconclusive_unless_explained(inconclusive);
     report.inconclusive_unless_explained(backlog);
     report.warnings = diagnose_path::detours(lab);
     report
