@@ -28,6 +28,8 @@ pub struct Swept {
     pub containerds: Vec<(PathBuf, Teardown)>,
     /// tracefs instances of traces whose process is gone.
     pub trace_instances: Vec<String>,
+    /// nftables tables of traces whose process is gone.
+    pub trace_tables: Vec<String>,
 }
 
 /// Whether the process that made run dir `dir` is gone: its owner pidfile
@@ -149,6 +151,7 @@ pub fn sweep(root: &Path, prefix: &str) -> Result<Swept, Box<dyn std::error::Err
     }
     swept.namespaces.extend(crate::netns::sweep(prefix)?);
     swept.trace_instances = crate::trace::drops::sweep(|pid| Identity::of(pid).is_some());
+    swept.trace_tables = crate::trace::sweep_tables(|pid| Identity::of(pid).is_some());
     for dir in dead_dirs {
         remove_dir(&dir, &mut swept)?;
     }

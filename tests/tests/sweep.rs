@@ -342,3 +342,56 @@ fn a_sigterm_while_nft_hangs_leaves_no_nft_and_no_run_dir() {
     let left = namespaces_of(&name);
     assert!(left.is_empty(), "namespaces left: {left:?}");
 }
+
+/// The tables in `ns` (`nft list tables`).
+fn tables_in(ns: &str) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "list", "tables"])
+        .output()
+        .expect("nft runs");
+    assert!(out.status.success(), "{}", output_text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A trace killed with SIGKILL on a live node leaves its nftables table in
+/// the namespaces it crossed: `cnilab sweep` removes the table of a dead
+/// trace process, in a namespace named as a runtime names a pod's, and
+/// keeps a live process's and any table not of a trace's shape.
+#[test]
+fn trace_tables_of_dead_processes_are_swept() {
+    let _host = host_untouched();
+    require_root();
+    let dead = dead_pid();
+    let ns = format!(
+        "cni-{:08x}-5b1e-4c7a-9d2f-{:012x}",
+        std::process::id(),
+        dead
+    );
+    let _guard = by_hand(&ns);
+    let tables = [
+        format!("cnilab_trace_{dead}_1"),
+        format!("cnilab_trace_{}_1", std::process::id()),
+        "cnilab_trace_x".to_string(),
+    ];
+    for t in &tables {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns, "nft", "add", "table", "inet", t])
+            .output()
+            .expect("nft runs");
+        assert!(out.status.success(), "{}", output_text(&out));
+    }
+    let sweep = cnilab(&["sweep", "-o", "json"]);
+    assert!(sweep.status.success(), "{}", output_text(&sweep));
+    let report: serde_json::Value = serde_json::from_slice(&sweep.stdout).expect("JSON");
+    let listed = report["trace_tables"].to_string();
+    assert!(
+        listed.contains(&format!("{ns}: inet {}", tables[0])),
+        "{listed}"
+    );
+    let left = tables_in(&ns);
+    assert!(!left.contains(&tables[0]), "{left}");
+    assert!(
+        left.contains(&tables[1]) && left.contains(&tables[2]),
+        "{left}"
+    );
+}

@@ -23,6 +23,8 @@ pub(super) struct Found {
     pub source: PodSource,
     pub inode: Inode,
     pub file: File,
+    /// Where it was opened (`/run/netns/…`, a mount, `/proc/<pid>/ns/net`).
+    pub path: PathBuf,
 }
 
 #[derive(Default)]
@@ -227,12 +229,13 @@ pub(super) fn linked(node: &File, warnings: &mut Vec<String>) -> Linked {
         || Err("discovery thread panicked".to_string()),
     );
     let mut out = Linked::default();
-    for ((inode, (source, _)), answer) in all.into_iter().zip(asked) {
+    for ((inode, (source, path)), answer) in all.into_iter().zip(asked) {
         match answer {
             Ok(Some((Relation::Pod, file))) => out.pods.push(Found {
                 source,
                 inode,
                 file,
+                path,
             }),
             Ok(Some((Relation::Peer, _))) => out.peers.push(source),
             Ok(_) => {}

@@ -182,41 +182,9 @@ pub fn open_node(netns: Option<&Path>) -> Result<std::fs::File, String> {
 
 /// Captures the node and its pods (see the module's header).
 pub fn capture(opts: &Options) -> Result<Capture, String> {
-    let node_file = open_node(opts.netns.as_deref())?;
-    let node_name = opts.node_name.clone().unwrap_or_else(|| match &opts.netns {
-        Some(p) => discover::name_of_path(p),
-        None => hostname(),
-    });
-    let mut warnings = Vec::new();
-    let found = discover::linked(&node_file, &mut warnings);
-    let cri = discover::cri_names(&opts.cri_sockets, &mut warnings);
-    let pods = name_pods(
-        &node_name,
-        found
-            .pods
-            .iter()
-            .map(|f| (f.source.clone(), cri.get(&f.inode).cloned())),
-    );
-    let layout = Layout {
-        name: node_name.clone(),
-        underlay: Vec::new(),
-        nodes: vec![NodeLayout {
-            name: node_name.clone(),
-            ns: &node_file,
-            pod_cidrs: Vec::new(),
-            pods: pods
-                .iter()
-                .zip(&found.pods)
-                .map(|(s, f)| (s.name.clone(), &f.file))
-                .collect(),
-        }],
-    };
-    let (mut read, read_warnings) = model::read::read_with_warnings(&layout)?;
-    warnings.extend(read_warnings);
-    let node = read
-        .nodes
-        .pop()
-        .ok_or_else(|| format!("node {node_name}: nothing read"))?;
+    let found = discover_node(opts)?;
+    let (node, mut warnings) = read_node(&found)?;
+    warnings.extend(found.warnings);
     // The machine's own files belong to a node only when it is the node.
     let own = |given: &Option<PathBuf>, usual: &str| {
         given
@@ -231,16 +199,135 @@ pub fn capture(opts: &Options) -> Result<Capture, String> {
         .unwrap_or_default();
     let read = Read {
         node,
-        pods,
-        peers: found.peers,
+        pods: found.pods,
+        peers: found.linked.peers,
         warnings,
     };
     Ok(finish(
         read,
         (&cache, &confs),
-        provenance(&node_name, opts.netns.as_deref()),
+        provenance(&found.name, opts.netns.as_deref()),
         opts.redact.as_deref(),
     ))
+}
+
+/// A node's namespace and the pods linked to it, named, not yet read.
+struct Discovered {
+    file: std::fs::File,
+    name: String,
+    linked: discover::Linked,
+    /// `linked.pods`, named as a capture names them.
+    pods: Vec<PodSource>,
+    warnings: Vec<String>,
+}
+
+fn discover_node(opts: &Options) -> Result<Discovered, String> {
+    let file = open_node(opts.netns.as_deref())?;
+    let name = opts.node_name.clone().unwrap_or_else(|| match &opts.netns {
+        Some(p) => discover::name_of_path(p),
+        None => hostname(),
+    });
+    let mut warnings = Vec::new();
+    let linked = discover::linked(&file, &mut warnings);
+    let cri = discover::cri_names(&opts.cri_sockets, &mut warnings);
+    let pods = name_pods(
+        &name,
+        linked
+            .pods
+            .iter()
+            .map(|f| (f.source.clone(), cri.get(&f.inode).cloned())),
+    );
+    Ok(Discovered {
+        file,
+        name,
+        linked,
+        pods,
+        warnings,
+    })
+}
+
+/// The node and its pods read into the model, with what could not be read.
+fn read_node(found: &Discovered) -> Result<(Node, Vec<String>), String> {
+    let layout = Layout {
+        name: found.name.clone(),
+        underlay: Vec::new(),
+        nodes: vec![NodeLayout {
+            name: found.name.clone(),
+            ns: &found.file,
+            pod_cidrs: Vec::new(),
+            pods: found
+                .pods
+                .iter()
+                .zip(&found.linked.pods)
+                .map(|(s, f)| (s.name.clone(), &f.file))
+                .collect(),
+        }],
+    };
+    let (mut read, warnings) = model::read::read_with_warnings(&layout)?;
+    let node = read
+        .nodes
+        .pop()
+        .ok_or_else(|| format!("node {}: nothing read", found.name))?;
+    Ok((node, warnings))
+}
+
+/// A live node as the tracer opens it: the node's namespace and each
+/// pod's, by path, with the pods' addresses as read.
+pub struct LiveNode {
+    pub name: String,
+    pub path: PathBuf,
+    pub pods: Vec<LivePod>,
+    pub warnings: Vec<String>,
+}
+
+pub struct LivePod {
+    pub source: PodSource,
+    pub path: PathBuf,
+    pub addresses: Vec<std::net::IpAddr>,
+}
+
+/// The node and its pods, found as [`capture`] finds them, for tracing
+/// in place.
+pub fn live(opts: &Options) -> Result<LiveNode, String> {
+    let found = discover_node(opts)?;
+    let (node, mut warnings) = read_node(&found)?;
+    warnings.extend(found.warnings.iter().cloned());
+    let pods = found
+        .pods
+        .iter()
+        .zip(&found.linked.pods)
+        .map(|(source, f)| LivePod {
+            source: source.clone(),
+            path: f.path.clone(),
+            addresses: node
+                .pods
+                .iter()
+                .find(|p| p.name == source.name)
+                .map(|p| evidence::addresses(p).iter().map(|a| a.addr()).collect())
+                .unwrap_or_default(),
+        })
+        .collect();
+    let path = match &opts.netns {
+        Some(p) => p.clone(),
+        None => own_namespace_path(),
+    };
+    Ok(LiveNode {
+        name: found.name,
+        path,
+        pods,
+        warnings,
+    })
+}
+
+/// A path to this process's namespace that a user can give `nsenter`:
+/// pid 1's when it is the same.
+fn own_namespace_path() -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let id = |p: &str| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    match id("/proc/1/ns/net") {
+        Some(one) if Some(one) == id("/proc/self/ns/net") => PathBuf::from("/proc/1/ns/net"),
+        _ => PathBuf::from(format!("/proc/{}/ns/net", std::process::id())),
+    }
 }
 
 /// The pods found (each with its CRI sandbox name, if any), named: the

@@ -231,22 +231,14 @@ fn trace(
     (proto, port, size, invalid): (crate::trace::Proto, Option<u16>, Option<u32>, bool),
     format: Format,
 ) -> CliResult {
-    if invalid && proto != crate::trace::Proto::Tcp {
-        return Err("--invalid needs --proto tcp (conntrack classes TCP segments)".into());
-    }
-    if port.is_some() && proto == crate::trace::Proto::Icmp {
-        return Err("--port needs --proto tcp or udp".into());
-    }
-    if size.is_some() && proto != crate::trace::Proto::Icmp {
-        return Err("--size needs --proto icmp (the default)".into());
-    }
+    super::trace::check_probe(crate::trace::live::Probe {
+        proto,
+        port,
+        size,
+        invalid,
+    })?;
     let t = crate::lab::trace::run(name, from, to, (proto, port, size), invalid)?;
-    if format == Format::Table {
-        report::print_human(&crate::trace::render(&t));
-    } else {
-        println!("{}", serde_json::to_string_pretty(&t)?);
-    }
-    Ok(ExitCode::from(t.verdict.exit_code()))
+    super::trace::print(&t, format)
 }
 
 /// `cnilab lab show`: the standing lab read back into the lab model.

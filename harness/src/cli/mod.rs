@@ -19,6 +19,7 @@ pub mod scenario;
 pub mod schema;
 pub mod soak;
 pub mod sweep;
+pub mod trace;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -55,6 +56,7 @@ pub enum Cmd {
     Schema(schema::Schema),
     Soak(soak::Soak),
     Sweep(sweep::Sweep),
+    Trace(trace::TraceCmd),
     E2e(e2e::E2e),
     Completions(completions::Completions),
 }
@@ -71,6 +73,7 @@ impl Cli {
             Cmd::Schema(c) => c.run(),
             Cmd::Soak(c) => c.run(),
             Cmd::Sweep(c) => c.run(),
+            Cmd::Trace(c) => c.run(),
             Cmd::E2e(c) => c.run(),
             Cmd::Completions(c) => c.run(),
         }

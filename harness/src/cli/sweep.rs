@@ -41,6 +41,7 @@ struct Swept {
     run_dirs: Vec<PathBuf>,
     scratch_dirs: Vec<PathBuf>,
     trace_instances: Vec<String>,
+    trace_tables: Vec<String>,
 }
 
 impl Sweep {
@@ -79,6 +80,7 @@ impl Sweep {
             run_dirs: swept.dirs,
             scratch_dirs: scratch,
             trace_instances: swept.trace_instances,
+            trace_tables: swept.trace_tables,
         };
         if self.output.output != Format::Table {
             println!("{}", report::json("SweepReport", &out));
@@ -90,6 +92,7 @@ impl Sweep {
             && out.run_dirs.is_empty()
             && out.scratch_dirs.is_empty()
             && out.trace_instances.is_empty()
+            && out.trace_tables.is_empty()
         {
             println!(
                 "nothing to sweep: no {}* namespace, run directory, agent or scratch directory of a dead process",
@@ -125,6 +128,9 @@ impl Sweep {
         }
         for name in &out.trace_instances {
             println!("removed tracefs instance {name}");
+        }
+        for table in &out.trace_tables {
+            println!("removed trace table {table}");
         }
         Ok(report::verdict(true))
     }

@@ -154,6 +154,11 @@ impl Instance {
             std::fs::write(&path, value).map_err(|e| format!("{}: {e}", path.display()))
         };
         set("buffer_size_kb", BUFFER_KB)?;
+        // The default clock (`local`) is per CPU and not in step across
+        // them: a probe sent on after ARP resolves (on another CPU) could
+        // sort before the crossings that led to it. A kernel without it
+        // keeps the default.
+        let _ = set("trace_clock", "global");
         set(
             "events/net/netif_receive_skb/filter",
             &format!("len == {len}"),

@@ -21,6 +21,9 @@
 //! (the devices it crossed, the kernel's drop reason and function) and
 //! `reasons.rs` places those devices in the walk's namespaces and turns a
 //! drop nothing else explains into the death (`kernel-drop`);
+//! `policy.rs` names the policy rule that decided a lookup;
+//! `ports.rs` says what a bridge port refuses; `exit.rs` where a packet
+//! leaves a live node (`live.rs`: `cnilab trace` outside any lab);
 //! `neighbour.rs` explains a next hop that never resolved;
 //! `probe.rs` sends the probe; `text.rs` prints a trace.
 //!
@@ -43,10 +46,14 @@
 
 mod counters;
 pub mod drops;
+mod exit;
 mod fdb;
+pub mod live;
 mod nat;
 mod neighbour;
 mod nftrace;
+mod policy;
+mod ports;
 mod probe;
 mod reasons;
 pub mod route;
@@ -55,7 +62,8 @@ mod vxlan;
 mod walk;
 mod world;
 
-pub use nftrace::{Event, EventKind, TABLE_PREFIX};
+pub use exit::Exit;
+pub use nftrace::{sweep as sweep_tables, Event, EventKind, TABLE_PREFIX};
 pub use reasons::KERNEL_DROP;
 pub use world::{Addresses, World};
 
@@ -63,9 +71,9 @@ use serde::Serialize;
 use std::fs::File;
 use std::net::IpAddr;
 
-/// Version of the trace's JSON form (2: the devices the kernel saw the
-/// probe cross, and its drop reason).
-pub const SCHEMA_VERSION: u32 = 2;
+/// Version of the trace's JSON form (3: the verdict `left` and where, for
+/// a live node's packet that leaves it).
+pub const SCHEMA_VERSION: u32 = 3;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -174,21 +182,27 @@ pub enum End {
     Arrived(String),
     Died(Box<Death>),
     Inconclusive(String),
+    /// It leaves a world of one node ([`World::one_node`]) by a link whose
+    /// far end is outside it.
+    Left(Box<Exit>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Arrived,
+    /// It left the node a live trace reads, nothing on it having dropped
+    /// it (the kernel saw it queued on the way out).
+    Left,
     Died,
     Inconclusive,
 }
 
 impl Verdict {
-    /// 0 arrived, 1 died, 3 inconclusive.
+    /// 0 arrived (or left the traced node), 1 died, 3 inconclusive.
     pub fn exit_code(self) -> u8 {
         match self {
-            Verdict::Arrived => 0,
+            Verdict::Arrived | Verdict::Left => 0,
             Verdict::Died => 1,
             Verdict::Inconclusive => 3,
         }
@@ -263,6 +277,9 @@ pub struct Trace {
     pub death: Option<Death>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Where it left the node (verdict `left`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub left: Option<Exit>,
     /// Commands that reproduce the finding.
     pub reproduce: Vec<String>,
 }
@@ -316,6 +333,7 @@ pub fn run(world: &World, req: &Request) -> Trace {
         verdict: Verdict::Inconclusive,
         death: None,
         reason: None,
+        left: None,
         reproduce: vec![req.command.clone()],
     };
     let to_ns = world.owner(walked.dst).unwrap_or_else(|| req.to_ns.clone());
@@ -368,6 +386,16 @@ pub fn run(world: &World, req: &Request) -> Trace {
             trace.verdict = Verdict::Died;
             trace.death = Some(*d);
         }
+        End::Left(exit) => match exit::evidence(&exit, &trace) {
+            Ok(()) => {
+                trace.verdict = Verdict::Left;
+                trace.left = Some(*exit);
+            }
+            Err(why) => {
+                trace.verdict = Verdict::Inconclusive;
+                trace.reason = Some(why);
+            }
+        },
         End::Inconclusive(mut reason) => {
             let unread = world.read_errors();
             if !unread.is_empty() {

@@ -41,6 +41,57 @@ pub fn table_name() -> String {
 /// Every trace table starts with this (a test checks none is left).
 pub const TABLE_PREFIX: &str = "cnilab_trace_";
 
+/// The pid in a trace table's name (`cnilab_trace_<pid>_<n>`).
+fn table_pid(table: &str) -> Option<u32> {
+    let (pid, n) = table.strip_prefix(TABLE_PREFIX)?.split_once('_')?;
+    n.parse::<u64>().ok()?;
+    pid.parse().ok()
+}
+
+/// `cnilab sweep`: removes the trace tables of processes that are gone (a
+/// trace killed with SIGKILL on a live node) from the machine's own
+/// namespace and every one named under `/run/netns`. Returns them as
+/// `<namespace>: <family> <table>`.
+pub fn sweep(alive: impl Fn(u32) -> bool) -> Vec<String> {
+    let mut places: Vec<(String, Option<File>)> = vec![("host".into(), None)];
+    let named = std::fs::read_dir(netns::NETNS_DIR)
+        .into_iter()
+        .flatten()
+        .flatten();
+    for entry in named {
+        if let Ok(f) = netns::open_network_namespace(entry.path()) {
+            places.push((entry.file_name().to_string_lossy().into_owned(), Some(f)));
+        }
+    }
+    let mut removed = Vec::new();
+    for (name, file) in &places {
+        let Ok(listed) = nft::run(Path::new("nft"), file.as_ref(), &["list", "tables"], None)
+        else {
+            continue;
+        };
+        for line in listed.lines() {
+            let mut words = line.split_whitespace();
+            let (Some("table"), Some(family), Some(table)) =
+                (words.next(), words.next(), words.next())
+            else {
+                continue;
+            };
+            if table_pid(table).is_some_and(|pid| !alive(pid))
+                && nft::run(
+                    Path::new("nft"),
+                    file.as_ref(),
+                    &["delete", "table", family, table],
+                    None,
+                )
+                .is_ok()
+            {
+                removed.push(format!("{name}: {family} {table}"));
+            }
+        }
+    }
+    removed
+}
+
 /// One line of `nft monitor trace` that is not the trace's own table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Event {

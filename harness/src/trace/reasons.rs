@@ -50,12 +50,30 @@ impl Recording {
         let back: Vec<String> = path.iter().rev().cloned().collect();
         let followed = records.map(|records| {
             let from = path.first().map(String::as_str).unwrap_or_default();
-            drops::follow(&records, (from, to_ns), |prev, dev, rx, reply| {
+            let mut f = drops::follow(&records, (from, to_ns), |prev, dev, rx, reply| {
                 let path = if reply { &back } else { path };
                 place(world, path, prev, dev, rx)
-            })
+            });
+            if world.is_one_node() {
+                beyond_the_node(&mut f);
+            }
+            f
         });
         Kernel(followed)
+    }
+}
+
+/// In a world of one node, the kernel's account ends where the probe left
+/// it: a device it then crossed is in no namespace the trace knows (`?`),
+/// and what is freed there is no object of this node (nor surely the
+/// probe: once the probe is consumed elsewhere, its skb's address is soon
+/// another packet's).
+fn beyond_the_node(f: &mut Followed) {
+    if let Some(cut) = f.devices.iter().position(|d| d.namespace == "?") {
+        f.devices.truncate(cut);
+        if f.drop.as_ref().is_some_and(|d| d.namespace == "?") {
+            f.drop = None;
+        }
     }
 }
 
@@ -105,6 +123,10 @@ pub(super) fn settle(end: End, kernel: &Kernel) -> End {
     };
     match end {
         End::Inconclusive(why) => End::Died(Box::new(death(drop, &why))),
+        End::Left(exit) => End::Died(Box::new(death(
+            drop,
+            &format!("routing sends it out of {}", exit.describe()),
+        ))),
         End::Died(mut d) => {
             d.evidence
                 .push_str(&format!("; the kernel: {}", drop.describe()));
@@ -206,4 +228,50 @@ pub(super) fn entry_devices(
             devices
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hop(ns: &str, dev: &str, direction: &'static str) -> DeviceHop {
+        DeviceHop {
+            namespace: ns.into(),
+            device: dev.into(),
+            direction,
+        }
+    }
+
+    #[test]
+    fn a_one_node_account_ends_where_the_probe_left_the_node() {
+        let drop = |ns: &str| KernelDrop {
+            namespace: ns.into(),
+            device: "eth0".into(),
+            reason: "IP_INNOROUTES".into(),
+            function: "ip_error".into(),
+        };
+        let mut f = Followed {
+            devices: vec![
+                hop("pod", "eth0", "out"),
+                hop("node", "cali1", "in"),
+                hop("node", "eth0", "out"),
+                hop("?", "up0", "in"),
+                hop("?", "eth0", "in"),
+            ],
+            drop: Some(drop("?")),
+            ..Default::default()
+        };
+        beyond_the_node(&mut f);
+        assert_eq!(f.devices.len(), 3);
+        assert_eq!(f.devices[2], hop("node", "eth0", "out"));
+        assert!(f.drop.is_none());
+        // A drop on the node itself stays.
+        let mut f = Followed {
+            devices: vec![hop("pod", "eth0", "out"), hop("node", "cali1", "in")],
+            drop: Some(drop("node")),
+            ..Default::default()
+        };
+        beyond_the_node(&mut f);
+        assert_eq!(f.drop, Some(drop("node")));
+    }
 }

@@ -117,6 +117,9 @@ async fn message(
 ) -> Result<RouteMessage, rtnetlink::Error> {
     let mut msg = RouteMessage::default();
     msg.header.address_family = family(q.dst);
+    // Without it the kernel answers table main whichever table (a policy
+    // rule's) the route came from.
+    msg.header.flags |= RouteFlags::LookupTable;
     msg.header.destination_prefix_length = if q.dst.is_ipv4() { 32 } else { 128 };
     msg.attributes
         .push(RouteAttribute::Destination(RouteAddress::from(q.dst)));

@@ -84,6 +84,17 @@ pub fn render(t: &Trace) -> String {
         (Verdict::Arrived, _, _) => {
             let _ = writeln!(s, "ARRIVED at {}", t.to);
         }
+        (Verdict::Left, _, _) if t.left.is_some() => {
+            if let Some(e) = &t.left {
+                let _ = writeln!(
+                    s,
+                    "LEFT {}: nothing on {} dropped the probe; follow it with `cnilab trace` on the node of {}",
+                    e.describe(),
+                    e.namespace,
+                    e.next_hop
+                );
+            }
+        }
         (_, _, reason) => {
             let _ = writeln!(
                 s,

@@ -8,6 +8,8 @@
 //! to an end other than the next hop's are passed by unread).
 
 use super::nat::{Change, Rewrite};
+use super::policy;
+use super::ports::{isolation, peer_up, port_forwards};
 use super::route::{self, Answer, Question};
 use super::vxlan;
 use super::{Death, End, Hop, World};
@@ -239,7 +241,8 @@ fn step(
     };
     let via = gateway.map(|g| format!(" via {g}")).unwrap_or_default();
     let with_mtu = mtu.map(|m| format!(" mtu {m}")).unwrap_or_default();
-    hop.evidence = format!("{asked}: {dst}{via} dev {oif} table {table}{with_mtu}");
+    let rule = policy::chosen_by(world.namespace(ns), &q, table);
+    hop.evidence = format!("{asked}: {dst}{via} dev {oif} table {table}{with_mtu}{rule}");
     if let Some(death) = route_mtu((ns, file), &q, w.size, mtu, &asked) {
         hop.decision = "died: mtu".into();
         w.hops.push(hop);
@@ -314,6 +317,12 @@ fn refusal(world: &World, ns: &str, q: &Question, code: i32, asked: &str) -> Dea
                 return Death::new(ns, "forwarding-off", &key, &format!("{errno}; {key} = 0"));
             }
         }
+    }
+    if let Some(d) = world
+        .namespace(ns)
+        .and_then(|n| policy::refusal(ns, n, q, &errno))
+    {
+        return d;
     }
     if let Some(r) = world.refusing_route(ns, dst) {
         let kind = match &r.kind {
@@ -444,15 +453,17 @@ fn leave(
     if let Some(wrong) = world.wrong_permanent_neighbour(ns, oif, nexthop) {
         return Err(End::Died(Box::new(wrong)));
     }
+    let left = || super::Exit::end(ns, oif, nexthop);
     match link.kind {
-        LinkKind::Veth => {
-            let (peer_ns, peer) = world.peer(ns, oif).ok_or_else(|| {
-                End::Inconclusive(format!(
-                    "{ns}: the other end of veth {oif} is in no namespace the model holds"
-                ))
-            })?;
-            enter(world, w, &peer_ns, &peer, nexthop, 0)
-        }
+        LinkKind::Veth => match world.peer(ns, oif) {
+            Some((to, peer)) if world.file(&to).is_some() => {
+                enter(world, w, &to, &peer, nexthop, 0)
+            }
+            _ if world.is_one_node() => Err(left()),
+            _ => Err(End::Inconclusive(format!(
+                "{ns}: the other end of veth {oif} is in no namespace the model holds"
+            ))),
+        },
         LinkKind::Bridge => switch(world, w, ns, oif, None, nexthop, 0),
         LinkKind::Vxlan => {
             let encap = vxlan::encapsulate(world, ns, link, nexthop)?;
@@ -472,9 +483,14 @@ fn leave(
             }
             match outer.end {
                 End::Arrived(remote) => vxlan::decapsulate(&remote, world, encap.vni),
+                End::Left(mut exit) => {
+                    exit.encapsulated_by = Some(oif.to_string());
+                    Err(End::Left(exit))
+                }
                 other => Err(other),
             }
         }
+        _ if world.is_one_node() => Err(left()),
         ref other => Err(End::Inconclusive(format!(
             "{ns}: the packet leaves by {oif} (kind {other:?}), which the trace does not follow yet"
         ))),
@@ -731,67 +747,6 @@ fn live<'a>(
     Ok(l)
 }
 
-/// The other end of a bridge's veth port, down: named there (the port
-/// then has no carrier, and the bridge disables it, which is only what
-/// follows).
-fn peer_up(
-    world: &World,
-    (ns, port): (&str, &str),
-    (peer_ns, peer): (&str, &str),
-) -> Result<(), End> {
-    match world.link(peer_ns, peer) {
-        Some(l) if !l.up => Err(died(
-            peer_ns,
-            "link-down",
-            &format!("link {peer}"),
-            &format!(
-                "{peer} (the other end of {ns}/{port}) is down: {port} has no carrier and \
-                 its bridge forwards nothing to it (ip link set {peer} up)"
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// A bridge port whose STP state is not `forwarding` drops what it gets.
-fn port_forwards(ns: &str, bridge: &str, port: &crate::model::Link) -> Result<(), End> {
-    match port.port.as_ref().and_then(|p| p.state.as_deref()) {
-        Some(state) if state != "forwarding" => Err(died(
-            ns,
-            "bridge-port-blocked",
-            &format!("port {} of {bridge}", port.name),
-            &format!("STP state {state}"),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// A bridge forwards nothing from an isolated port to another isolated port.
-fn isolation(
-    world: &World,
-    ns: &str,
-    bridge: &str,
-    in_port: Option<&str>,
-    out: &crate::model::Link,
-) -> Result<(), End> {
-    let isolated = |l: &crate::model::Link| l.port.as_ref().is_some_and(|p| p.isolated);
-    let Some(inp) = in_port.and_then(|p| world.link(ns, p)) else {
-        return Ok(());
-    };
-    if isolated(inp) && isolated(out) {
-        return Err(died(
-            ns,
-            "bridge-port-isolated",
-            &format!("port {} of {bridge}", out.name),
-            &format!(
-                "{} and {} are both isolated: {bridge} forwards nothing between them",
-                inp.name, out.name
-            ),
-        ));
-    }
-    Ok(())
-}
-
-fn died(ns: &str, cause: &str, object: &str, evidence: &str) -> End {
+pub(super) fn died(ns: &str, cause: &str, object: &str, evidence: &str) -> End {
     End::Died(Box::new(Death::new(ns, cause, object, evidence)))
 }

@@ -46,6 +46,8 @@ pub struct World {
     /// node followed by its own namespaces.
     order: Vec<String>,
     read: BTreeMap<String, OnceLock<Result<Loaded, String>>>,
+    /// A world of one node: what leaves it is followed no further.
+    one_node: bool,
 }
 
 impl World {
@@ -84,7 +86,21 @@ impl World {
             addresses,
             order,
             read,
+            one_node: false,
         })
+    }
+
+    /// The world as one node of a cluster seen from inside it (a live
+    /// node and its pods): a packet sent by a link whose far end is in no
+    /// namespace of the world has left the node ([`super::End::Left`]),
+    /// rather than gone where the trace cannot follow.
+    pub fn one_node(mut self) -> World {
+        self.one_node = true;
+        self
+    }
+
+    pub(super) fn is_one_node(&self) -> bool {
+        self.one_node
     }
 
     pub(crate) fn file(&self, ns: &str) -> Option<&File> {

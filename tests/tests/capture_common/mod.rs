@@ -134,12 +134,17 @@ pub fn capture(node: &Netns, extra: &[&str], same: &[&Netns]) -> Value {
 
 /// `c` matches the schema `cnilab schema capture` prints.
 pub fn assert_conforms(c: &Value) {
-    let text = cnilab_harness::report::schema::schema("capture").expect("the capture schema");
+    assert_conforms_to("capture", c);
+}
+
+/// `v` matches the schema `cnilab schema KIND` prints.
+pub fn assert_conforms_to(kind: &str, v: &Value) {
+    let text = cnilab_harness::report::schema::schema(kind).expect("the schema");
     let schema: Value = serde_json::from_str(text).expect("the schema is JSON");
-    let errors = cnilab_harness::report::schema::validate(&schema, c);
+    let errors = cnilab_harness::report::schema::validate(&schema, v);
     assert!(
         errors.is_empty(),
-        "the capture breaks its schema: {errors:#?}"
+        "the {kind} breaks its schema: {errors:#?}"
     );
 }
 

@@ -118,7 +118,7 @@ pub fn assert_arrived(t: &(Option<i32>, Value), to: &str) {
         .cloned()
         .unwrap_or_default();
     assert_eq!(last["namespace"], to, "{v:#}");
-    assert_eq!(v["schemaVersion"], 2);
+    assert_eq!(v["schemaVersion"], 3);
 }
 
 /// `lab check` on the lab FAILs (exit 1) and names the cause: its id, the
@@ -246,5 +246,5 @@ pub fn assert_kernel_drop(v: &Value, reason: &str, namespace: &str, device: &str
         .unwrap_or_default();
     assert_eq!(last["namespace"], namespace, "{v:#}");
     assert_eq!(last["device"], device, "{v:#}");
-    assert_eq!(v["schemaVersion"], 2);
+    assert_eq!(v["schemaVersion"], 3);
 }
