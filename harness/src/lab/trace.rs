@@ -380,15 +380,18 @@ pub fn explain(lab: &Lab, failures: &mut [crate::connectivity::report::Failure])
 /// A probe that arrived and whose answer the kernel dropped on the way
 /// back: the answer's drop is the cause.
 fn answer_dropped(t: &trace::Trace) -> Finding {
-    let Some(r) = &t.reply_drop else {
-        return Finding::Note(format!("the trace saw the packet arrive ({})", t.to), true);
-    };
-    // The object that killed the answer, where its walk names one.
+    // The object that killed the answer, where its walk names one (with
+    // the kernel's word when it recorded the drop).
     if let Some(d) = &t.reply_death {
+        let kernel = t
+            .reply_drop
+            .as_ref()
+            .map(|r| format!("; the kernel: the answer was {}", r.describe()))
+            .unwrap_or_default();
         return Finding::Cause(crate::connectivity::Diagnosis {
             id: trace::cause_id(&d.cause),
             message: format!(
-                "traced {} → {}: it arrived, and its answer died at {}: {} {}: {}; the kernel: the answer was {}; \
+                "traced {} → {}: it arrived, and its answer died at {}: {} {}: {}{kernel}; \
                  reproduce: {}",
                 t.from,
                 t.to,
@@ -396,11 +399,13 @@ fn answer_dropped(t: &trace::Trace) -> Finding {
                 d.cause,
                 d.object,
                 d.evidence,
-                r.describe(),
                 t.reproduce.join("; ")
             ),
         });
     }
+    let Some(r) = &t.reply_drop else {
+        return Finding::Note(format!("the trace saw the packet arrive ({})", t.to), true);
+    };
     Finding::Cause(crate::connectivity::Diagnosis {
         id: trace::KERNEL_DROP,
         message: format!(
@@ -492,7 +497,7 @@ fn finding(traced: Result<trace::Trace, String>) -> Finding {
             })
         }
         (None, Some(reason)) => Finding::Note(format!("trace INCONCLUSIVE: {reason}"), false),
-        (None, None) if t.reply_drop.is_some() => answer_dropped(&t),
+        (None, None) if t.reply_drop.is_some() || t.reply_death.is_some() => answer_dropped(&t),
         (None, None) => Finding::Note(
             format!(
                 "the trace saw the packet arrive ({}): {}",

@@ -359,7 +359,14 @@ pub fn run(world: &World, req: &Request) -> Trace {
     match end {
         End::Arrived(_) => {
             trace.verdict = Verdict::Arrived;
-            if trace.reply_drop.is_some() {
+            // The answer's way back, walked through the model where the
+            // kernel dropped it, and also where its record says nothing
+            // but no NAT changed the probe's source (the answer then goes
+            // back to the address the walk goes back to).
+            let masqueraded = rewrites
+                .iter()
+                .any(|r| matches!(r.change, nat::Change::Snat(_)));
+            if trace.reply_drop.is_some() || !masqueraded {
                 trace.reply_death = answer_death(world, &to_ns, answer, size);
                 if let Some(d) = &trace.reply_death {
                     trace.reproduce.push(format!(
