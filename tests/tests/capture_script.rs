@@ -162,21 +162,25 @@ fn comparable(c: &Value) -> Value {
     })
 }
 
-/// A pod's `pid` that only one side has: a process holding the pod's
-/// namespace (the lowest pid) that started or ended between the two runs.
-/// Both sides' pids are compared where both have one.
+/// A pod's or a peer's `pid` that only one side has: a process holding its
+/// namespace (the lowest pid) that started or ended between the two runs
+/// (a sandbox's, or any tool entering the namespace for a moment, as
+/// `cnilab sweep` does to list its tables). Both sides' pids are compared
+/// where both have one.
 fn forget_lone_pids(a: &mut Value, b: &mut Value) {
-    let (Some(pa), Some(pb)) = (a["pods"].as_array_mut(), b["pods"].as_array_mut()) else {
-        return;
-    };
-    for x in pa.iter_mut() {
-        let Some(y) = pb.iter_mut().find(|y| y["name"] == x["name"]) else {
+    for list in ["pods", "peers"] {
+        let (Some(pa), Some(pb)) = (a[list].as_array_mut(), b[list].as_array_mut()) else {
             continue;
         };
-        if x.get("pid").is_some() != y.get("pid").is_some() {
-            for p in [&mut *x, y] {
-                if let Some(o) = p.as_object_mut() {
-                    o.remove("pid");
+        for x in pa.iter_mut() {
+            let Some(y) = pb.iter_mut().find(|y| y["name"] == x["name"]) else {
+                continue;
+            };
+            if x.get("pid").is_some() != y.get("pid").is_some() {
+                for p in [&mut *x, y] {
+                    if let Some(o) = p.as_object_mut() {
+                        o.remove("pid");
+                    }
                 }
             }
         }
