@@ -1,8 +1,8 @@
 //! What a bridge port refuses on the walk: a veth port whose other end is
-//! down, an STP state that does not forward, isolation.
+//! down, an STP state that does not forward, isolation; and [`died`], the
+//! walk's end for a named death.
 
-use super::walk::died;
-use super::{End, World};
+use super::{Death, End, World};
 
 /// The other end of a bridge's veth port, down: named there (the port
 /// then has no carrier, and the bridge disables it, which is only what
@@ -63,4 +63,9 @@ pub(super) fn isolation(
         ));
     }
     Ok(())
+}
+
+/// A death of `cause` at `object` in `ns` as the walk's end.
+pub(super) fn died(ns: &str, cause: &str, object: &str, evidence: &str) -> End {
+    End::Died(Box::new(Death::new(ns, cause, object, evidence)))
 }

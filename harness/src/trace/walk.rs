@@ -9,7 +9,7 @@
 
 use super::nat::{Change, Rewrite};
 use super::policy;
-use super::ports::{isolation, peer_up, port_forwards};
+use super::ports::{died, isolation, peer_up, port_forwards};
 use super::route::{self, Answer, Question};
 use super::vxlan;
 use super::{Death, End, Hop, World};
@@ -745,8 +745,4 @@ fn live<'a>(
         return Err(died(ns, "link-down", &format!("{what} {name}"), down));
     }
     Ok(l)
-}
-
-pub(super) fn died(ns: &str, cause: &str, object: &str, evidence: &str) -> End {
-    End::Died(Box::new(Death::new(ns, cause, object, evidence)))
 }
