@@ -176,17 +176,10 @@ fn command(
     to: &str,
     (proto, port, size): (Proto, Option<u16>, Option<u32>),
 ) -> String {
-    let mut command = format!("cnilab lab trace --name {name} {from} {to}");
-    if proto != Proto::Icmp {
-        command.push_str(&format!(" --proto {}", format!("{proto:?}").to_lowercase()));
-    }
-    if let Some(p) = port {
-        command.push_str(&format!(" --port {p}"));
-    }
-    if let Some(s) = size {
-        command.push_str(&format!(" --size {s}"));
-    }
-    command
+    format!(
+        "cnilab lab trace --name {name} {from} {to}{}",
+        trace::probe_flags(proto, port, size)
+    )
 }
 
 /// Every namespace of the lab by role (its path under `/run/netns`), and

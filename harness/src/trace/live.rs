@@ -213,18 +213,7 @@ fn command(opts: &Options, from: &str, to: &str, probe: Probe) -> String {
     if let Some(n) = &opts.node_name {
         c.push_str(&format!(" --node-name {}", quote(n)));
     }
-    if probe.proto != Proto::Icmp {
-        c.push_str(&format!(
-            " --proto {}",
-            format!("{:?}", probe.proto).to_lowercase()
-        ));
-    }
-    if let Some(p) = probe.port {
-        c.push_str(&format!(" --port {p}"));
-    }
-    if let Some(s) = probe.size {
-        c.push_str(&format!(" --size {s}"));
-    }
+    c.push_str(&super::probe_flags(probe.proto, probe.port, probe.size));
     if probe.invalid {
         c.push_str(" --invalid");
     }

@@ -198,6 +198,22 @@ pub enum Verdict {
     Inconclusive,
 }
 
+/// The probe's flags of a command that repeats a trace (`--proto`,
+/// `--port`, `--size`), as `lab trace` and `trace` both take them.
+pub fn probe_flags(proto: Proto, port: Option<u16>, size: Option<u32>) -> String {
+    let mut s = String::new();
+    if proto != Proto::Icmp {
+        s.push_str(&format!(" --proto {}", format!("{proto:?}").to_lowercase()));
+    }
+    if let Some(p) = port {
+        s.push_str(&format!(" --port {p}"));
+    }
+    if let Some(n) = size {
+        s.push_str(&format!(" --size {n}"));
+    }
+    s
+}
+
 impl Verdict {
     /// 0 arrived (or left the traced node), 1 died, 3 inconclusive.
     pub fn exit_code(self) -> u8 {
