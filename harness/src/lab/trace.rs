@@ -131,11 +131,6 @@ fn world_of(lab: &Lab) -> Result<World, String> {
 /// What to trace for a failed probe `o`.
 fn request(lab: &Lab, world: &World, o: &ProbeOutcome) -> Result<Request, String> {
     let (from, to) = (&o.spec.from, &o.spec.to);
-    let owner = |ip: IpAddr| {
-        world
-            .owner(ip)
-            .ok_or_else(|| format!("{ip} is in no namespace of the lab"))
-    };
     // A DF probe is as large as the pods' MTU: traced as a ping of that
     // size with DF, which crosses the same links.
     let (proto, size) = match o.spec.proto {
@@ -148,7 +143,9 @@ fn request(lab: &Lab, world: &World, o: &ProbeOutcome) -> Result<Request, String
     let name = lab.opts.persistent.as_deref().unwrap_or(&lab.topo.name);
     Ok(Request {
         from: from.name.clone(),
-        from_ns: owner(from.ip)?,
+        from_ns: world
+            .sender(from.ip)
+            .ok_or_else(|| format!("{} is in no namespace of the lab", from.ip))?,
         to: to.name.clone(),
         // A Service VIP is no namespace's: the DNAT on the way decides.
         to_ns: world.owner(to.ip).unwrap_or_else(|| to.ip.to_string()),
@@ -257,7 +254,11 @@ fn endpoint(
     if let Ok(ip) = what.parse::<IpAddr>() {
         // A TO no namespace holds (a Service VIP) is where a DNAT on the
         // way decides; a FROM must be sent from somewhere.
-        let ns = match (world.owner(ip), like) {
+        let owner = match like {
+            None => world.owner(ip),
+            Some(_) => world.sender(ip),
+        };
+        let ns = match (owner, like) {
             (Some(ns), _) => ns,
             (None, None) => ip.to_string(),
             (None, Some(_)) => {

@@ -58,6 +58,7 @@ mod probe;
 mod reasons;
 pub mod route;
 mod text;
+mod twins;
 mod vxlan;
 mod walk;
 mod world;
@@ -155,6 +156,9 @@ pub const CAUSES: &[&str] = &[
     "conntrack-invalid",
     "wrong-next-hop",
     "wrong-device",
+    "duplicate-address",
+    "duplicate-mac",
+    "address-missing",
     "neighbour-wrong-mac",
     "neighbour-missing",
     "neighbour-failed",
@@ -316,7 +320,7 @@ pub fn run(world: &World, req: &Request) -> Trace {
     let mut walked = walk::walk(world, &req.from_ns, (req.src, req.dst), size, &[]);
     let mut pass = probe_pass(world, req, &walked, &[req.dst], &[]);
     let rewrites = match &pass.1 {
-        Ok(t) => nat::rewrites(&inner(&t.events, &walked.outer)),
+        Ok(t) => nat::rewrites(&nftrace::inner(&t.events, &walked.outer)),
         Err(_) => Vec::new(),
     };
     if !rewrites.is_empty() {
@@ -371,7 +375,12 @@ pub fn run(world: &World, req: &Request) -> Trace {
         &to_ns,
         &mut trace,
     );
-    let end = reasons::settle(end, &kernel);
+    let end = twins::settle(
+        world,
+        reasons::settle(end, &kernel),
+        &trace.hops,
+        walked.dst,
+    );
     match end {
         End::Arrived(_) => {
             trace.verdict = Verdict::Arrived;
@@ -442,7 +451,7 @@ fn answer_death(
 ) -> Option<Death> {
     let back_to = back_to?;
     let answer = walk::walk(world, at, (Some(arrived_at), back_to), size, &[]);
-    let End::Died(mut d) = answer.end else {
+    let End::Died(mut d) = twins::settle(world, answer.end, &answer.hops, back_to) else {
         return None;
     };
     d.node = world.node_of(&d.namespace);
@@ -450,30 +459,6 @@ fn answer_death(
         d.check = default_check(&d, back_to);
     }
     Some(*d)
-}
-
-/// The events of the probe itself, without those of the VXLAN outer
-/// packets that carry it (a NAT rule an outer packet met rewrites no
-/// address of the probe). An event belongs to the packet whose `packet:`
-/// line came last in its namespace (nftables prints each chain's packet
-/// line before its rules).
-fn inner(events: &[Event], outer: &[(Option<IpAddr>, IpAddr, u16)]) -> Vec<Event> {
-    let is_outer = |p: &str| {
-        outer.iter().any(|(_, vtep, port)| {
-            p.contains(&format!("daddr {vtep} ")) && p.contains(&format!("udp dport {port}"))
-        })
-    };
-    let mut current: std::collections::BTreeMap<&str, bool> = Default::default();
-    events
-        .iter()
-        .filter(|e| {
-            if let EventKind::Packet(p) = &e.what {
-                current.insert(&e.namespace, is_outer(p));
-            }
-            !current.get(e.namespace.as_str()).copied().unwrap_or(false)
-        })
-        .cloned()
-        .collect()
 }
 
 /// For a death in a namespace of no node (the underlay: a router, an
@@ -785,9 +770,9 @@ mod tests {
         let vtep: IpAddr = "10.250.0.2".parse().unwrap();
         let all = nat::rewrites(&events);
         assert_eq!(all.len(), 2, "{all:?}");
-        let own = nat::rewrites(&inner(&events, &[(None, vtep, 8472)]));
+        let own = nat::rewrites(&nftrace::inner(&events, &[(None, vtep, 8472)]));
         assert_eq!(own.len(), 1, "{own:?}");
         assert!(matches!(own[0].change, nat::Change::Dnat(..)), "{own:?}");
-        assert_eq!(nat::rewrites(&inner(&events, &[])).len(), 2);
+        assert_eq!(nat::rewrites(&nftrace::inner(&events, &[])).len(), 2);
     }
 }

@@ -503,6 +503,33 @@ fn marker(
     ))
 }
 
+/// The events of the probe itself, without those of the VXLAN outer
+/// packets that carry it (a NAT rule an outer packet met rewrites no
+/// address of the probe). An event belongs to the packet whose `packet:`
+/// line came last in its namespace (nftables prints each chain's packet
+/// line before its rules).
+pub(super) fn inner(
+    events: &[Event],
+    outer: &[(Option<std::net::IpAddr>, std::net::IpAddr, u16)],
+) -> Vec<Event> {
+    let is_outer = |p: &str| {
+        outer.iter().any(|(_, vtep, port)| {
+            p.contains(&format!("daddr {vtep} ")) && p.contains(&format!("udp dport {port}"))
+        })
+    };
+    let mut current: std::collections::BTreeMap<&str, bool> = Default::default();
+    events
+        .iter()
+        .filter(|e| {
+            if let EventKind::Packet(p) = &e.what {
+                current.insert(&e.namespace, is_outer(p));
+            }
+            !current.get(e.namespace.as_str()).copied().unwrap_or(false)
+        })
+        .cloned()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -182,7 +182,9 @@ fn step(
     let (kind, oif, gateway, prefsrc, table, mtu) = match answer {
         Answer::Error(code) => {
             let mut death = refusal(world, ns, &q, code, &asked);
-            death.check = asked.clone();
+            if death.check.is_empty() {
+                death.check = asked.clone();
+            }
             hop.decision = format!("died: {}", death.cause);
             hop.evidence = format!("{asked}: {}", route::errno_text(code));
             w.hops.push(hop);
@@ -308,6 +310,12 @@ fn refusal(world: &World, ns: &str, q: &Question, code: i32, asked: &str) -> Dea
     let errno = format!("{asked}: {}", route::errno_text(code));
     if let (EINVAL | EXDEV, Some(iif), Some(src)) = (code, iif, q.src) {
         if let Some(death) = martian_source(world, ns, iif, src, &errno) {
+            return death;
+        }
+    }
+    if let (None, Some(src)) = (iif, q.src) {
+        if let Some(mut death) = super::twins::unheld_source(world, ns, src) {
+            death.evidence.push_str(&format!(" ({errno})"));
             return death;
         }
     }
@@ -634,6 +642,9 @@ fn switch(
         super::fdb::reaches(world, ns, bridge, port, nexthop)?;
         fits(ns, port, w.size)?;
         return enter(world, w, &peer_ns, &peer, nexthop, depth);
+    }
+    if let Some(d) = super::twins::on_bridge(world, ns, bridge, nexthop) {
+        return Err(End::Died(Box::new(d)));
     }
     Err(wrong_next_hop(
         world,

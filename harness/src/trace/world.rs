@@ -221,15 +221,33 @@ impl World {
             .iter()
             .filter(|r| !self.addresses.ends.contains(*r))
             .collect();
+        self.read_all(candidates.iter().copied());
+        candidates.into_iter().find(|r| self.owns(r, ip)).cloned()
+    }
+
+    /// Reads each namespace of `roles` not read yet, all at once.
+    pub(crate) fn read_all<'a>(&self, roles: impl IntoIterator<Item = &'a String>) {
         crate::util::parallel_map(
-            candidates.iter(),
+            roles,
             crate::util::A_THREAD_EACH,
             |r| {
                 self.loaded(r);
             },
             || (),
         );
-        candidates.into_iter().find(|r| self.owns(r, ip)).cloned()
+    }
+
+    /// The role the caller knows to hold `ip` (not checked).
+    pub(crate) fn expected(&self, ip: IpAddr) -> Option<&str> {
+        self.addresses.known.get(&ip).map(String::as_str)
+    }
+
+    /// Where a packet from `ip` is sent: its owner, or else the role known
+    /// by it (a pod that lost its address still sends from its namespace,
+    /// and the trace says what it holds instead).
+    pub fn sender(&self, ip: IpAddr) -> Option<String> {
+        self.owner(ip)
+            .or_else(|| self.expected(ip).map(str::to_string))
     }
 
     /// Whether entering `ns` by `link` reaches `ip`'s owner (itself, or

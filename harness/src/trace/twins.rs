@@ -1,0 +1,289 @@
+//! Two ends behind one bridge that answer as one: two veth peers holding
+//! the same address (the bridge's node reaches whichever answered ARP
+//! last) or the same MAC (the bridge's FDB follows whichever sent last),
+//! and an end that does not hold the address it is known by. Asked where
+//! no port of a bridge leads to a next hop, where a namespace sends from
+//! an address the kernel says is not its own, and where a packet arrived
+//! behind a bridge (the kernel may have taken it to the twin).
+
+use super::{Death, End, Hop, World};
+use crate::model::LinkKind;
+use std::net::IpAddr;
+
+/// An end behind a port of a bridge: the veth peer of the port.
+struct Behind {
+    ns: String,
+    link: String,
+    port: String,
+    addrs: Vec<IpAddr>,
+    mac: Option<String>,
+}
+
+impl Behind {
+    fn named(&self) -> String {
+        format!(
+            "{}/{} (MAC {}, port {})",
+            self.ns,
+            self.link,
+            self.mac.as_deref().unwrap_or("?"),
+            self.port
+        )
+    }
+
+    fn same_mac(&self, other: &Behind) -> bool {
+        match (&self.mac, &other.mac) {
+            (Some(a), Some(b)) => a.eq_ignore_ascii_case(b),
+            _ => false,
+        }
+    }
+}
+
+/// Link-local addresses are each link's own business.
+fn link_local(ip: &IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+    }
+}
+
+/// The ends behind the veth ports of `bridge` in `ns` (read all at once).
+fn behind(world: &World, ns: &str, bridge: &str) -> Vec<Behind> {
+    let ports: Vec<String> = world
+        .ports(ns, bridge)
+        .iter()
+        .filter(|p| p.kind == LinkKind::Veth)
+        .map(|p| p.name.clone())
+        .collect();
+    let far: Vec<String> = ports
+        .iter()
+        .filter_map(|p| world.peer_namespace(ns, p))
+        .filter(|p| p != ns)
+        .collect();
+    world.read_all(&far);
+    ports
+        .into_iter()
+        .filter_map(|port| {
+            let (peer_ns, peer) = world.peer(ns, &port)?;
+            let l = world.link(&peer_ns, &peer).filter(|_| peer_ns != ns)?;
+            Some(Behind {
+                addrs: l
+                    .addresses
+                    .iter()
+                    .map(|a| a.addr())
+                    .filter(|a| !link_local(a))
+                    .collect(),
+                mac: l.mac.clone(),
+                ns: peer_ns,
+                link: peer,
+                port,
+            })
+        })
+        .collect()
+}
+
+/// What behind `bridge` of `ns` makes `ip` answer as another end, or not
+/// at all: two ends holding it (`duplicate-address`); its one holder
+/// sharing its MAC with another end (`duplicate-mac`); nobody holding it,
+/// while the end known by it is behind the bridge holding an address
+/// another end holds (`duplicate-address`) or not (`address-missing`).
+pub(super) fn on_bridge(world: &World, ns: &str, bridge: &str, ip: IpAddr) -> Option<Death> {
+    let ends = behind(world, ns, bridge);
+    let holders: Vec<&Behind> = ends.iter().filter(|b| b.addrs.contains(&ip)).collect();
+    match holders.as_slice() {
+        [] => missing(world, (ns, bridge), &ends, ip),
+        [one] => {
+            let twin = ends
+                .iter()
+                .find(|b| b.port != one.port && one.same_mac(b))?;
+            let mac = one.mac.as_deref().unwrap_or_default();
+            let mut d = Death::new(
+                ns,
+                "duplicate-mac",
+                &format!("MAC {mac} on bridge {bridge}"),
+                &format!(
+                    "{ip} is on {}, and {} has the same MAC: {bridge} learns the MAC on \
+                     whichever port sent last and delivers every frame for it there",
+                    one.named(),
+                    twin.named()
+                ),
+            );
+            d.check = format!("bridge fdb show br {bridge}");
+            Some(d)
+        }
+        many => Some(duplicate(ns, bridge, ip, many, "")),
+    }
+}
+
+fn duplicate(ns: &str, bridge: &str, ip: IpAddr, holders: &[&Behind], why: &str) -> Death {
+    let named: Vec<String> = holders.iter().map(|b| b.named()).collect();
+    let mut d = Death::new(
+        ns,
+        "duplicate-address",
+        &format!("address {ip} on bridge {bridge}"),
+        &format!(
+            "{ip} is held by {}: {ns} reaches whichever answered ARP last{why}",
+            named.join(" and ")
+        ),
+    );
+    d.check = format!("ip neigh show {ip} dev {bridge}");
+    d
+}
+
+/// Nobody behind the bridge holds `ip`: the end known by it, if it is
+/// behind the bridge, either took another end's address or has none.
+fn missing(
+    world: &World,
+    (ns, bridge): (&str, &str),
+    ends: &[Behind],
+    ip: IpAddr,
+) -> Option<Death> {
+    let known = world.expected(ip)?;
+    let end = ends.iter().find(|b| b.ns == known)?;
+    for held in &end.addrs {
+        let holders: Vec<&Behind> = ends.iter().filter(|b| b.addrs.contains(held)).collect();
+        if holders.len() > 1 {
+            let why = format!("; {known} is known by {ip}, which it does not hold");
+            return Some(duplicate(ns, bridge, *held, &holders, &why));
+        }
+    }
+    Some(unheld(&end.ns, &end.link, ip, &end.addrs))
+}
+
+fn unheld(ns: &str, link: &str, ip: IpAddr, held: &[IpAddr]) -> Death {
+    let held: Vec<String> = held.iter().map(IpAddr::to_string).collect();
+    let mut d = Death::new(
+        ns,
+        "address-missing",
+        &format!("address {ip}"),
+        &format!(
+            "{ns} is known by {ip}, but no link of it holds it ({link} holds: {})",
+            if held.is_empty() {
+                "nothing".to_string()
+            } else {
+                held.join(", ")
+            }
+        ),
+    );
+    d.check = "ip -br address show".into();
+    d
+}
+
+/// `ns` sends from `src`, which the kernel says is not its own: a twin
+/// behind the bridge its veth leads to, or the address missing.
+pub(super) fn unheld_source(world: &World, ns: &str, src: IpAddr) -> Option<Death> {
+    if world.owns(ns, src) {
+        return None;
+    }
+    let links = &world.namespace(ns)?.links;
+    for l in links.iter().filter(|l| l.veth.is_some()) {
+        let Some((node, port)) = world.peer(ns, &l.name) else {
+            continue;
+        };
+        let Some(bridge) = world.link(&node, &port).and_then(|p| p.controller.clone()) else {
+            continue;
+        };
+        if let Some(d) = on_bridge(world, &node, &bridge, src) {
+            return Some(d);
+        }
+    }
+    let (link, held) = links
+        .iter()
+        .find(|l| l.veth.is_some())
+        .map(|l| {
+            (
+                l.name.as_str(),
+                l.addresses.iter().map(|a| a.addr()).collect(),
+            )
+        })
+        .unwrap_or(("eth0", Vec::new()));
+    Some(unheld(ns, link, src, &held))
+}
+
+/// The last bridge the walk crossed, and the address it delivered to
+/// there (the next hop the route before it chose).
+fn last_bridge(world: &World, hops: &[Hop], dst: IpAddr) -> Option<(String, String, IpAddr)> {
+    let i = hops
+        .iter()
+        .rposition(|h| h.decision.starts_with("bridge ") && h.oif.is_some())?;
+    let h = &hops[i];
+    let port = world.link(&h.namespace, h.oif.as_deref()?)?;
+    let bridge = port.controller.clone()?;
+    let to = hops[..i]
+        .iter()
+        .rev()
+        .find_map(|h| h.next_hop)
+        .unwrap_or(dst);
+    Some((h.namespace.clone(), bridge, to))
+}
+
+/// A walk that reached `dst` behind a bridge (or ended where the trace
+/// cannot tell, where the kernel dropped it unexplained, or where the
+/// next hop never answered ARP) dies at a twin of the end it reached,
+/// when there is one.
+pub(super) fn settle(world: &World, end: End, hops: &[Hop], dst: IpAddr) -> End {
+    let open = match &end {
+        End::Arrived(_) | End::Inconclusive(_) => true,
+        // What a twin makes happen: the kernel drops what reached the
+        // wrong one, and an ARP answer sent to a MAC the asker shares
+        // never gets back to it.
+        End::Died(d) => {
+            [super::reasons::KERNEL_DROP, "neighbour-failed"].contains(&d.cause.as_str())
+        }
+        End::Left(_) => false,
+    };
+    if !open {
+        return end;
+    }
+    match last_bridge(world, hops, dst).and_then(|(ns, br, to)| on_bridge(world, &ns, &br, to)) {
+        Some(d) => End::Died(Box::new(d)),
+        None => end,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn end(ns: &str, port: &str, addrs: &[&str], mac: &str) -> Behind {
+        Behind {
+            ns: ns.into(),
+            link: "eth0".into(),
+            port: port.into(),
+            addrs: addrs.iter().filter_map(|a| a.parse().ok()).collect(),
+            mac: Some(mac.into()),
+        }
+    }
+
+    #[test]
+    fn link_local_addresses_are_no_twins() {
+        assert!(link_local(&"fe80::1".parse().unwrap()));
+        assert!(link_local(&"169.254.1.1".parse().unwrap()));
+        assert!(!link_local(&"fd00::1".parse().unwrap()));
+        assert!(!link_local(&"10.244.2.3".parse().unwrap()));
+    }
+
+    #[test]
+    fn macs_match_whatever_their_case() {
+        let a = end("cni-1", "veth1", &["10.0.0.2"], "0a:58:0a:00:00:02");
+        let b = end("cni-2", "veth2", &["10.0.0.3"], "0A:58:0A:00:00:02");
+        let c = end("cni-3", "veth3", &["10.0.0.4"], "0a:58:0a:00:00:04");
+        assert!(a.same_mac(&b));
+        assert!(!a.same_mac(&c));
+    }
+
+    #[test]
+    fn a_duplicate_names_both_holders_and_the_bridge() {
+        let a = end("cni-1", "veth1", &["10.0.0.2"], "0a:58:0a:00:00:02");
+        let b = end("cni-2", "veth2", &["10.0.0.2"], "0a:58:0a:00:00:03");
+        let d = duplicate("node", "cni0", "10.0.0.2".parse().unwrap(), &[&a, &b], "");
+        assert_eq!(d.cause, "duplicate-address");
+        assert_eq!(d.object, "address 10.0.0.2 on bridge cni0");
+        assert!(d
+            .evidence
+            .contains("cni-1/eth0 (MAC 0a:58:0a:00:00:02, port veth1)"));
+        assert!(d
+            .evidence
+            .contains("cni-2/eth0 (MAC 0a:58:0a:00:00:03, port veth2)"));
+        assert_eq!(d.check, "ip neigh show 10.0.0.2 dev cni0");
+    }
+}
