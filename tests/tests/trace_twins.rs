@@ -7,61 +7,11 @@
 
 mod trace_common;
 
-use cnilab_tests::{cnilab, host_untouched, output_text, StandingLab as Standing};
-use serde_json::Value;
-use trace_common::{address, assert_died, Lab};
-
-/// `lab check -o json`: its exit code and document (one check at a time
-/// in this process: its probes time out after 1 s).
-fn check(lab: &Standing) -> (Option<i32>, Value) {
-    static ONE_CHECK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = ONE_CHECK.lock().unwrap_or_else(|e| e.into_inner());
-    let out = cnilab(&["lab", "check", "--name", &lab.0, "-o", "json"]);
-    let v = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", output_text(&out)));
-    (out.status.code(), v)
-}
-
-/// `lab check` FAILs and every failing probe has the one cause, named at
-/// `node` with `object`; no probe is left `undiagnosed`.
-fn assert_every_failure_is(lab: &Standing, cause: &str, node: &str, object: &str) {
-    let (code, v) = check(lab);
-    assert_eq!(code, Some(1), "{v:#}");
-    let failures = v["failures"].as_array().cloned().unwrap_or_default();
-    assert!(!failures.is_empty(), "{v:#}");
-    for f in &failures {
-        let ids: Vec<&str> = f["diagnoses"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|d| d["id"].as_str())
-            .collect();
-        assert_eq!(ids, [cause], "{f:#}");
-        let msg = f["diagnoses"][0]["message"].as_str().unwrap_or_default();
-        assert!(msg.contains(&format!("died at {node}")), "{msg}");
-        assert!(msg.contains(object), "{msg}");
-    }
-    let causes: Vec<&str> = v["causes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c["id"].as_str())
-        .collect();
-    assert_eq!(causes, [cause], "one root cause, one entry: {v:#}");
-    lab.assert_no_trace_tables();
-}
-
-fn assert_check_passes(lab: &Standing) {
-    let (code, v) = check(lab);
-    assert_eq!(code, Some(0), "{v:#}");
-}
-
-fn flush_neighbours(lab: &Standing) {
-    lab.sh("node2", "ip", &["neigh", "flush", "dev", "cnilab0"]);
-    for pod in ["node2-pod0", "node2-pod1"] {
-        lab.sh(pod, "ip", &["neigh", "flush", "dev", "eth0"]);
-    }
-}
+use cnilab_tests::{host_untouched, StandingLab as Standing};
+use trace_common::{
+    address, address_cidr, assert_check_passes, assert_died, assert_every_failure_is,
+    flush_neighbours, Lab,
+};
 
 fn mac(lab: &Standing, role: &str) -> String {
     let out = lab.sh(role, "ip", &["-o", "link", "show", "dev", "eth0"]);
@@ -164,6 +114,40 @@ fn a_pod_with_another_pods_mac_is_named_at_the_bridge() {
     // The fix: the pod's own MAC back, and the neighbour entries that
     // learned the twin's MAC flushed.
     set(&own);
+    flush_neighbours(&lab);
+    assert_check_passes(&lab);
+}
+
+/// node2's bridge without its address (no connected route to its pods,
+/// and their gateway gone), then with another address than the pods'
+/// gateway: both named at node2, every failing probe under the one cause.
+#[test]
+fn a_bridge_without_the_pods_gateway_is_named() {
+    let _host = host_untouched();
+    let lab = Standing::sized("twbr", 2, 2, &[]);
+    let own = address_cidr(&lab, "node2", "-4", "cnilab0");
+    let gateway = own.split('/').next().unwrap_or_default().to_string();
+    let other = format!(
+        "{}.254/24",
+        gateway.rsplit_once('.').map(|(n, _)| n).unwrap_or_default()
+    );
+    let bridge = |verb: &str, a: &str| {
+        lab.sh("node2", "ip", &["addr", verb, a, "dev", "cnilab0"]);
+    };
+    bridge("del", &own);
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "node2", "bridge-address-missing", "bridge cnilab0");
+    let evidence = t.1["death"]["evidence"].to_string();
+    assert!(evidence.contains("holds no address on"), "{evidence}");
+    assert_every_failure_is(&lab, "bridge-address-missing", "node2", "bridge cnilab0");
+    bridge("add", &other);
+    let object = format!("address {gateway} on bridge cnilab0");
+    let t = lab.trace("node2-pod0", "node1-pod0", &[]);
+    assert_died(&t, "node2", "address-missing", &object);
+    assert_every_failure_is(&lab, "address-missing", "node2", &object);
+    // The fix: the bridge's own address back.
+    bridge("del", &other);
+    bridge("add", &own);
     flush_neighbours(&lab);
     assert_check_passes(&lab);
 }

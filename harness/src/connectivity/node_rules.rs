@@ -258,7 +258,7 @@ pub fn diagnose_nodes(network: &Network, facts: &[NodeFacts], o: &ProbeOutcome) 
             }
         }
     }
-    masquerade_rules(&mut out, network, o, src);
+    masquerade_rules(&mut out, network, o, (src, dst));
     out
 }
 
@@ -364,7 +364,7 @@ fn masquerade_rules(
     out: &mut Vec<Diagnosis>,
     network: &Network,
     o: &ProbeOutcome,
-    src: Option<&NodeFacts>,
+    (src, dst): (Option<&NodeFacts>, Option<&NodeFacts>),
 ) {
     let spec = &o.spec;
     if spec.to.external {
@@ -397,10 +397,16 @@ fn masquerade_rules(
         // (or its answer went to) the wrong pod.
         let a_pods = network.pods.iter().any(|(_, ips)| ips.contains(&seen));
         if seen != want && !a_pods {
-            // One line per cause: the source node and its rules at fault,
-            // not the probe (each probe's addresses are in its failure).
+            // One line per cause: the node and its rules at fault, not the
+            // probe (each probe's addresses are in its failure).
             let cluster: Vec<String> = network.cluster_cidr.iter().map(|c| c.to_string()).collect();
-            let (node, rules) = match src {
+            // The source's node, unless only the peer's node has a rule
+            // that rewrites pod traffic (a masquerade on the way in).
+            let at_fault = [src, dst]
+                .into_iter()
+                .flatten()
+                .find(|n| !masquerade_without_exclusion(&n.ruleset).is_empty());
+            let (node, rules) = match at_fault.or(src) {
                 Some(a) => {
                     let faulty = masquerade_without_exclusion(&a.ruleset);
                     let rules = if faulty.is_empty() {

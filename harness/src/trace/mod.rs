@@ -44,6 +44,7 @@
 //! UDP port), so a rule dropping those is named too; NAT rewrites are
 //! read from the probe's own events only (`inner`).
 
+mod answer;
 mod counters;
 pub mod drops;
 mod exit;
@@ -159,6 +160,9 @@ pub const CAUSES: &[&str] = &[
     "duplicate-address",
     "duplicate-mac",
     "address-missing",
+    "echo-ignored",
+    "dnat-nowhere",
+    "bridge-address-missing",
     "neighbour-wrong-mac",
     "neighbour-missing",
     "neighbour-failed",
@@ -357,7 +361,7 @@ pub fn run(world: &World, req: &Request) -> Trace {
         reproduce: vec![req.command.clone()],
     };
     let to_ns = world.owner(walked.dst).unwrap_or_else(|| req.to_ns.clone());
-    let answer = (walked.dst, walked.sent_src);
+    let answer = (walked.dst, walked.src, walked.sent_src);
     let kernel = kernel.finish(world, &path, &to_ns);
     match &kernel.0 {
         Ok(f) => {
@@ -381,25 +385,25 @@ pub fn run(world: &World, req: &Request) -> Trace {
         &trace.hops,
         walked.dst,
     );
+    let end = answer::silent(world, end, req.proto, walked.dst);
+    let end = nat::nowhere(world, end, &trace.hops);
     match end {
         End::Arrived(_) => {
             trace.verdict = Verdict::Arrived;
-            // The answer's way back, walked through the model where the
-            // kernel dropped it, and also where its record says nothing
-            // but no NAT changed the probe's source (the answer then goes
-            // back to the address the walk goes back to).
-            let masqueraded = rewrites
+            // The answer's way back, walked through the model (back to
+            // the masqueraded source, then, where conntrack reverses it,
+            // on to the probe's own).
+            let snat = rewrites
                 .iter()
-                .any(|r| matches!(r.change, nat::Change::Snat(_)));
-            if trace.reply_drop.is_some() || !masqueraded {
-                trace.reply_death = answer_death(world, &to_ns, answer, size);
-                if let Some(d) = &trace.reply_death {
-                    trace.reproduce.push(format!(
-                        "nsenter --net={} {}",
-                        world.path(&d.namespace),
-                        d.check
-                    ));
-                }
+                .find(|r| matches!(r.change, nat::Change::Snat(_)))
+                .map(|r| r.namespace.as_str());
+            trace.reply_death = answer::death(world, &to_ns, answer, snat, size);
+            if let Some(d) = &trace.reply_death {
+                trace.reproduce.push(format!(
+                    "nsenter --net={} {}",
+                    world.path(&d.namespace),
+                    d.check
+                ));
             }
         }
         End::Died(mut d) => {
@@ -438,27 +442,6 @@ pub fn run(world: &World, req: &Request) -> Trace {
         }
     }
     trace
-}
-
-/// The answer of a probe that arrived (from `at`, the address it arrived
-/// at, back to the address it came from), walked through the same model:
-/// where that walk dies, with the command that shows it.
-fn answer_death(
-    world: &World,
-    at: &str,
-    (arrived_at, back_to): (IpAddr, Option<IpAddr>),
-    size: u32,
-) -> Option<Death> {
-    let back_to = back_to?;
-    let answer = walk::walk(world, at, (Some(arrived_at), back_to), size, &[]);
-    let End::Died(mut d) = twins::settle(world, answer.end, &answer.hops, back_to) else {
-        return None;
-    };
-    d.node = world.node_of(&d.namespace);
-    if d.check.is_empty() {
-        d.check = default_check(&d, back_to);
-    }
-    Some(*d)
 }
 
 /// For a death in a namespace of no node (the underlay: a router, an

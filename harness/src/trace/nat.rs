@@ -90,6 +90,60 @@ fn address(s: &str) -> Option<(IpAddr, Option<u16>)> {
     Some((ip.parse().ok()?, port.parse().ok()))
 }
 
+/// A walk that a DNAT sent to an address no namespace holds, and that
+/// died for want of it (or ended where the trace cannot tell): the DNAT is
+/// the cause, named where it happened, with its rule.
+pub(super) fn nowhere(world: &super::World, end: super::End, hops: &[super::Hop]) -> super::End {
+    use super::End;
+    let lost = match &end {
+        End::Died(d) => NOBODY_THERE.contains(&d.cause.as_str()),
+        End::Inconclusive(_) => true,
+        _ => false,
+    };
+    let Some(h) = hops.iter().rev().find(|h| h.decision.starts_with("dnat: ")) else {
+        return end;
+    };
+    let to = h
+        .decision
+        .split_whitespace()
+        .nth(3)
+        .and_then(|a| a.parse::<IpAddr>().ok());
+    let Some(to) = to.filter(|to| lost && world.owner(*to).is_none()) else {
+        return end;
+    };
+    let mut d = super::Death::new(
+        &h.namespace,
+        "dnat-nowhere",
+        &format!("dnat to {to}"),
+        &format!(
+            "{}: {to} is held by no namespace, so what the rule rewrites goes nowhere ({})",
+            h.decision, h.evidence
+        ),
+    );
+    // `ip natx pre: rule …` → its chain.
+    let chain: Vec<&str> = h
+        .evidence
+        .split(':')
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    d.check = match chain.as_slice() {
+        [family, table, chain] => format!("nft -a list chain {family} {table} {chain}"),
+        _ => "nft -a list ruleset".into(),
+    };
+    End::Died(Box::new(d))
+}
+
+/// The deaths of a packet sent to an address nobody holds.
+const NOBODY_THERE: &[&str] = &[
+    "address-missing",
+    "wrong-next-hop",
+    "no-route",
+    "neighbour-failed",
+    super::reasons::KERNEL_DROP,
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

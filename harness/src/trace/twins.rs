@@ -8,6 +8,7 @@
 
 use super::{Death, End, Hop, World};
 use crate::model::LinkKind;
+use ipnet::IpNet;
 use std::net::IpAddr;
 
 /// An end behind a port of a bridge: the veth peer of the port.
@@ -16,6 +17,8 @@ struct Behind {
     link: String,
     port: String,
     addrs: Vec<IpAddr>,
+    /// The subnets of those addresses.
+    nets: Vec<IpNet>,
     mac: Option<String>,
 }
 
@@ -65,13 +68,14 @@ fn behind(world: &World, ns: &str, bridge: &str) -> Vec<Behind> {
         .filter_map(|port| {
             let (peer_ns, peer) = world.peer(ns, &port)?;
             let l = world.link(&peer_ns, &peer).filter(|_| peer_ns != ns)?;
+            let own: Vec<&IpNet> = l
+                .addresses
+                .iter()
+                .filter(|a| !link_local(&a.addr()))
+                .collect();
             Some(Behind {
-                addrs: l
-                    .addresses
-                    .iter()
-                    .map(|a| a.addr())
-                    .filter(|a| !link_local(a))
-                    .collect(),
+                addrs: own.iter().map(|a| a.addr()).collect(),
+                nets: own.iter().map(|a| a.trunc()).collect(),
                 mac: l.mac.clone(),
                 ns: peer_ns,
                 link: peer,
@@ -137,8 +141,25 @@ fn missing(
     ends: &[Behind],
     ip: IpAddr,
 ) -> Option<Death> {
-    let known = world.expected(ip)?;
-    let end = ends.iter().find(|b| b.ns == known)?;
+    let Some(end) = world
+        .expected(ip)
+        .and_then(|known| ends.iter().find(|b| b.ns == known))
+    else {
+        // No end is known by it: an address on the ends' subnet (their
+        // gateway, say) that the bridge itself holds, or should, where
+        // the bridge's namespace routes (a node; a switch holds none).
+        if !routes_beyond(world, ns, bridge) {
+            return None;
+        }
+        let net = ends
+            .iter()
+            .flat_map(|b| &b.nets)
+            .find(|n| n.contains(&ip))?;
+        let why = format!("{ip} is on {net}, where the ends behind it are");
+        return unaddressed(world, (ns, bridge), *net, &why)
+            .or_else(|| nobody_holds(world, (ns, bridge), ip, net));
+    };
+    let known = end.ns.as_str();
     for held in &end.addrs {
         let holders: Vec<&Behind> = ends.iter().filter(|b| b.addrs.contains(held)).collect();
         if holders.len() > 1 {
@@ -147,6 +168,97 @@ fn missing(
         }
     }
     Some(unheld(&end.ns, &end.link, ip, &end.addrs))
+}
+
+/// `bridge` of `ns` holds no address on `net`, where ends behind it are:
+/// nothing in `ns` reaches them, nor they their gateway.
+fn unaddressed(world: &World, (ns, bridge): (&str, &str), net: IpNet, why: &str) -> Option<Death> {
+    let held = &world.link(ns, bridge)?.addresses;
+    if held.iter().any(|a| a.trunc() == net) {
+        return None;
+    }
+    let held: Vec<String> = held
+        .iter()
+        .filter(|a| !link_local(&a.addr()))
+        .map(IpNet::to_string)
+        .collect();
+    let held = if held.is_empty() {
+        "it holds none".to_string()
+    } else {
+        format!("it holds {}", held.join(", "))
+    };
+    let mut d = Death::new(
+        ns,
+        "bridge-address-missing",
+        &format!("bridge {bridge}"),
+        &format!(
+            "{bridge} holds no address on {net} ({held}), so {ns} has no connected route to \
+             it: {why}"
+        ),
+    );
+    d.check = format!("ip address show dev {bridge}");
+    Some(d)
+}
+
+/// Whether `ns` has an addressed link other than `bridge` and its ports
+/// (and loopback): somewhere to route the ends' packets to.
+fn routes_beyond(world: &World, ns: &str, bridge: &str) -> bool {
+    world.namespace(ns).is_some_and(|n| {
+        n.links.iter().any(|l| {
+            l.name != bridge
+                && l.name != "lo"
+                && l.controller.as_deref() != Some(bridge)
+                && l.addresses.iter().any(|a| !link_local(&a.addr()))
+        })
+    })
+}
+
+/// `ip`, on the subnet of the ends behind `bridge`, is held by none of
+/// them nor by the bridge, which is on that subnet with another address.
+fn nobody_holds(
+    world: &World,
+    (ns, bridge): (&str, &str),
+    ip: IpAddr,
+    net: &IpNet,
+) -> Option<Death> {
+    let held: Vec<String> = world
+        .link(ns, bridge)?
+        .addresses
+        .iter()
+        .filter(|a| a.trunc() == *net)
+        .map(IpNet::to_string)
+        .collect();
+    let mut d = Death::new(
+        ns,
+        "address-missing",
+        &format!("address {ip} on bridge {bridge}"),
+        &format!(
+            "the packet is sent to {ip} on {net}, which neither {bridge} (it holds {}) nor any \
+             end behind it holds",
+            held.join(", ")
+        ),
+    );
+    d.check = format!("ip address show dev {bridge}");
+    Some(d)
+}
+
+/// `ns` has no route to `dst`, which an end behind one of its bridges
+/// holds: the bridge without an address on that end's subnet.
+pub(super) fn unrouted(world: &World, ns: &str, dst: IpAddr) -> Option<Death> {
+    let bridges: Vec<String> = world
+        .namespace(ns)?
+        .links
+        .iter()
+        .filter(|l| l.kind == LinkKind::Bridge)
+        .map(|l| l.name.clone())
+        .collect();
+    bridges.iter().find_map(|bridge| {
+        let ends = behind(world, ns, bridge);
+        let end = ends.iter().find(|b| b.addrs.contains(&dst))?;
+        let net = end.nets.iter().find(|n| n.contains(&dst))?;
+        let why = format!("{dst} is on {} behind it", end.named());
+        unaddressed(world, (ns, bridge), *net, &why)
+    })
 }
 
 fn unheld(ns: &str, link: &str, ip: IpAddr, held: &[IpAddr]) -> Death {
@@ -250,6 +362,7 @@ mod tests {
             link: "eth0".into(),
             port: port.into(),
             addrs: addrs.iter().filter_map(|a| a.parse().ok()).collect(),
+            nets: Vec::new(),
             mac: Some(mac.into()),
         }
     }

@@ -346,6 +346,12 @@ fn refusal(world: &World, ns: &str, q: &Question, code: i32, asked: &str) -> Dea
             &errno,
         );
     }
+    if code == ENETUNREACH {
+        if let Some(mut death) = super::twins::unrouted(world, ns, dst) {
+            death.evidence.push_str(&format!(" ({errno})"));
+            return death;
+        }
+    }
     let cause = match code {
         ENETUNREACH => "no-route",
         EINVAL => "blackhole",

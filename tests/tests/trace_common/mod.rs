@@ -151,16 +151,9 @@ pub fn assert_check_says(lab: &Standing, words: &[&str]) {
 
 /// `lab check -o json` on the lab, which must exit 1.
 fn failing_check(lab: &Standing) -> Value {
-    // One check at a time in this test process: a check's probes time out
-    // after 1 s and its traces read counters around a probe, so the checks
-    // of the other tests' labs beside it on a 2-core machine starved a
-    // Service probe's trace into a diagnosis no fault made.
-    static ONE_CHECK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = ONE_CHECK.lock().unwrap_or_else(|e| e.into_inner());
-    let out = cnilab(&["lab", "check", "--name", &lab.0, "-o", "json"]);
-    assert_eq!(out.status.code(), Some(1), "{}", all(&out));
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    let (code, v) = check(lab);
+    assert_eq!(code, Some(1), "{v:#}");
+    v
 }
 
 fn diagnoses(v: &Value) -> impl Iterator<Item = &Value> {
@@ -171,8 +164,14 @@ fn diagnoses(v: &Value) -> impl Iterator<Item = &Value> {
         .flat_map(|f| f["diagnoses"].as_array().into_iter().flatten())
 }
 
-/// The address of `role`'s `dev` in `family` (`-4` or `-6`, global).
+/// The first global address of `role`/`dev` in `family` (`-4`, `-6`).
 pub fn address(lab: &Standing, role: &str, family: &str, dev: &str) -> String {
+    let cidr = address_cidr(lab, role, family, dev);
+    cidr.split('/').next().unwrap_or_default().to_string()
+}
+
+/// [`address`] with its prefix length (`10.244.2.1/24`).
+pub fn address_cidr(lab: &Standing, role: &str, family: &str, dev: &str) -> String {
     let out = lab.sh(
         role,
         "ip",
@@ -180,7 +179,6 @@ pub fn address(lab: &Standing, role: &str, family: &str, dev: &str) -> String {
     );
     out.split_whitespace()
         .nth(3)
-        .and_then(|a| a.split('/').next())
         .map(str::to_string)
         .unwrap_or_else(|| panic!("no {family} address on {role}/{dev}: {out}"))
 }
@@ -247,4 +245,62 @@ pub fn assert_kernel_drop(v: &Value, reason: &str, namespace: &str, device: &str
     assert_eq!(last["namespace"], namespace, "{v:#}");
     assert_eq!(last["device"], device, "{v:#}");
     assert_eq!(v["schemaVersion"], 3);
+}
+
+/// `lab check -o json`: its exit code and document.
+pub fn check(lab: &Standing) -> (Option<i32>, Value) {
+    // One check at a time in this test process: a check's probes time out
+    // after 1 s and its traces read counters around a probe, so the checks
+    // of the other tests' labs beside it on a 2-core machine starved a
+    // Service probe's trace into a diagnosis no fault made.
+    static ONE_CHECK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_CHECK.lock().unwrap_or_else(|e| e.into_inner());
+    let out = cnilab(&["lab", "check", "--name", &lab.0, "-o", "json"]);
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", all(&out)));
+    (out.status.code(), v)
+}
+
+/// `lab check` FAILs and every failing probe has the one cause, named at
+/// `node` with `object`; no probe is left `undiagnosed`.
+pub fn assert_every_failure_is(lab: &Standing, cause: &str, node: &str, object: &str) {
+    let (code, v) = check(lab);
+    assert_eq!(code, Some(1), "{v:#}");
+    let failures = v["failures"].as_array().cloned().unwrap_or_default();
+    assert!(!failures.is_empty(), "{v:#}");
+    for f in &failures {
+        let ids: Vec<&str> = f["diagnoses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|d| d["id"].as_str())
+            .collect();
+        assert_eq!(ids, [cause], "{f:#}");
+        let msg = f["diagnoses"][0]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(&format!("died at {node}")), "{msg}");
+        assert!(msg.contains(object), "{msg}");
+    }
+    let causes: Vec<&str> = v["causes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert_eq!(causes, [cause], "one root cause, one entry: {v:#}");
+    lab.assert_no_trace_tables();
+}
+
+/// `lab check` passes (after a fault's fix).
+pub fn assert_check_passes(lab: &Standing) {
+    let (code, v) = check(lab);
+    assert_eq!(code, Some(0), "{v:#}");
+}
+
+/// The neighbour entries of node2's bridge and of its two pods flushed:
+/// what a fix that gives back an address or a MAC must do too.
+pub fn flush_neighbours(lab: &Standing) {
+    lab.sh("node2", "ip", &["neigh", "flush", "dev", "cnilab0"]);
+    for pod in ["node2-pod0", "node2-pod1"] {
+        lab.sh(pod, "ip", &["neigh", "flush", "dev", "eth0"]);
+    }
 }
