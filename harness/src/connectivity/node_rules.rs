@@ -65,7 +65,9 @@ fn rules_in_place(ruleset: &str) -> Vec<(String, String, String)> {
 /// The forward-hook chains with policy drop that accept nothing: no rule
 /// of theirs, nor of a chain they jump or go to (in the same table, at any
 /// depth), accepts other than by conntrack state. An accept chain such as
-/// flannel's `FLANNEL-FWD` (iptables-nft) clears its FORWARD chain.
+/// flannel's `FLANNEL-FWD` (iptables-nft) clears its FORWARD chain. A
+/// bridge-family chain is none of them: its forward hook is the bridge's
+/// own, which routed traffic and `bridge-nf-call-iptables` never reach.
 pub fn chains_with_drop_policy(ruleset: &str) -> Vec<String> {
     let lines = rules_in_place(ruleset);
     let accepts = |table: &str, start: &str| {
@@ -91,7 +93,9 @@ pub fn chains_with_drop_policy(ruleset: &str) -> Vec<String> {
     };
     lines
         .iter()
-        .filter(|(_, _, t)| t.contains("hook forward") && t.contains("policy drop"))
+        .filter(|(table, _, t)| {
+            !table.starts_with("bridge ") && t.contains("hook forward") && t.contains("policy drop")
+        })
         .filter(|(table, chain, _)| !accepts(table, chain))
         .map(|(table, chain, t)| format!("table {table} chain {chain}: {t}"))
         .collect()
@@ -445,6 +449,14 @@ mod tests {
         let found = chains_with_drop_policy(ruleset);
         assert_eq!(found.len(), 1);
         assert!(found[0].contains("table ip filter chain FORWARD"));
+    }
+
+    #[test]
+    fn a_bridge_family_forward_chain_is_no_forward_chain() {
+        let ruleset = "table bridge f {\n\tchain forward {\n\t\ttype filter hook forward priority filter; policy drop;\n\t}\n}\n";
+        assert_eq!(chains_with_drop_policy(ruleset), Vec::<String>::new());
+        let inet = ruleset.replace("table bridge f", "table inet f");
+        assert_eq!(chains_with_drop_policy(&inet).len(), 1);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 /// kernel could not resolve (its neighbour entry INCOMPLETE or FAILED).
 pub(super) fn unresolved(world: &World, hops: &[Hop], src: Option<IpAddr>) -> Option<Death> {
     use rtnetlink::packet_route::neighbour::NeighbourState;
-    hops.iter().find_map(|h| {
+    hops.iter().enumerate().find_map(|(i, h)| {
         let (oif, next) = (h.oif.as_deref()?, h.next_hop?);
         let file = world.file(&h.namespace)?;
         let oif_name = oif.to_string();
@@ -31,6 +31,9 @@ pub(super) fn unresolved(world: &World, hops: &[Hop], src: Option<IpAddr>) -> Op
                 return d;
             }
             if let Some(d) = arp_announced(world, h, (&owner, next), src) {
+                return d;
+            }
+            if let Some(d) = bridge_filtered(world, &hops[i..], next) {
                 return d;
             }
             // The device and, for a bridge, its ports (where a request leaves).
@@ -136,4 +139,83 @@ fn arp_announced(
     );
     d.check = format!("sysctl {}", key.replace('/', "."));
     Some(d)
+}
+
+/// A bridge the ARP/NDP requests cross (a bridge hop of the walk from the
+/// asking namespace on) whose bridge-family chain on the forward or
+/// prerouting hook has policy drop and no rule that accepts: it drops the
+/// requests, and the probe behind them. Named as the chain's policy, as
+/// the firewall trace names the probe's own drop there.
+fn bridge_filtered(world: &World, hops: &[Hop], next: IpAddr) -> Option<Death> {
+    hops.iter()
+        .filter(|h| h.decision.starts_with("bridge "))
+        .find_map(|h| {
+            let tables = &world.namespace(&h.namespace)?.nftables;
+            tables
+                .iter()
+                .filter(|t| t.family == "bridge")
+                .find_map(|t| {
+                    let (chain, policy) = dropping_chain(&t.text)?;
+                    let object = format!("bridge {} {chain} policy {policy}", t.name);
+                    let mut d = Death::new(
+                        &h.namespace,
+                        "firewall-policy",
+                        &object,
+                        &format!(
+                            "chain {chain} policy {policy}: no rule accepted the ARP/NDP requests \
+                         for {next}, which cross its bridge, so {next} never resolves"
+                        ),
+                    );
+                    d.check = format!("nft -a list chain bridge {} {chain}", t.name);
+                    Some(d)
+                })
+        })
+}
+
+/// The first chain of a table's text on the forward or prerouting hook
+/// whose policy drops and none of whose rules accepts: (chain, policy).
+fn dropping_chain(text: &str) -> Option<(String, &'static str)> {
+    let mut chain: Option<String> = None;
+    let mut dropping = false;
+    let mut accepts = false;
+    for line in text
+        .lines()
+        .map(str::trim)
+        .chain(std::iter::once("chain -"))
+    {
+        if let Some(name) = line.strip_prefix("chain ") {
+            if let (Some(c), true, false) = (&chain, dropping, accepts) {
+                return Some((c.clone(), "drop"));
+            }
+            chain = Some(name.trim_end_matches(" {").to_string());
+            (dropping, accepts) = (false, false);
+        } else if line.starts_with("type filter hook") {
+            let hooked = line.contains("hook forward") || line.contains("hook prerouting");
+            dropping = hooked && line.contains("policy drop");
+        } else if line.ends_with("accept") {
+            accepts = true;
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dropping_chain;
+
+    #[test]
+    fn a_forward_chain_that_drops_and_accepts_nothing_is_found() {
+        let text = "table bridge f {\n\tchain input {\n\t\ttype filter hook input priority filter; policy drop;\n\t}\n\tchain forward {\n\t\ttype filter hook forward priority filter; policy drop;\n\t}\n}\n";
+        assert_eq!(dropping_chain(text), Some(("forward".into(), "drop")));
+        let accepting = text.replace(
+            "policy drop;\n\t}\n}",
+            "policy drop;\n\t\tether type arp accept\n\t}\n}",
+        );
+        assert_eq!(dropping_chain(&accepting), None);
+        let open = text.replace(
+            "forward priority filter; policy drop",
+            "forward priority filter; policy accept",
+        );
+        assert_eq!(dropping_chain(&open), None);
+    }
 }
