@@ -175,10 +175,7 @@ fn node_address(world: &World, node: &str) -> Option<IpAddr> {
         .filter(|l| l.kind != crate::model::LinkKind::Loopback)
         .flat_map(|l| &l.addresses)
         .map(|a| a.addr())
-        .find(|a| match a {
-            IpAddr::V4(v4) => !v4.is_loopback() && !v4.is_link_local(),
-            IpAddr::V6(v6) => !v6.is_loopback() && !v6.is_unicast_link_local(),
-        })
+        .find(|a| !a.is_loopback() && !super::world::link_local(a))
 }
 
 /// What FROM and TO may name here, for an error.

@@ -101,6 +101,14 @@ pub struct Hop {
     pub evidence: String,
 }
 
+impl Hop {
+    /// A bridge's choice of the port it sends the packet out of (the
+    /// walk's `bridge B: to port P`).
+    pub(crate) fn crosses_bridge(&self) -> bool {
+        self.oif.is_some() && self.decision.starts_with("bridge ")
+    }
+}
+
 /// Where and why the packet died.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Death {

@@ -147,29 +147,27 @@ fn arp_announced(
 /// requests, and the probe behind them. Named as the chain's policy, as
 /// the firewall trace names the probe's own drop there.
 fn bridge_filtered(world: &World, hops: &[Hop], next: IpAddr) -> Option<Death> {
-    hops.iter()
-        .filter(|h| h.decision.starts_with("bridge "))
-        .find_map(|h| {
-            let tables = &world.namespace(&h.namespace)?.nftables;
-            tables
-                .iter()
-                .filter(|t| t.family == "bridge")
-                .find_map(|t| {
-                    let (chain, policy) = dropping_chain(&t.text)?;
-                    let object = format!("bridge {} {chain} policy {policy}", t.name);
-                    let mut d = Death::new(
-                        &h.namespace,
-                        "firewall-policy",
-                        &object,
-                        &format!(
-                            "chain {chain} policy {policy}: no rule accepted the ARP/NDP requests \
+    hops.iter().filter(|h| h.crosses_bridge()).find_map(|h| {
+        let tables = &world.namespace(&h.namespace)?.nftables;
+        tables
+            .iter()
+            .filter(|t| t.family == "bridge")
+            .find_map(|t| {
+                let (chain, policy) = dropping_chain(&t.text)?;
+                let object = format!("bridge {} {chain} policy {policy}", t.name);
+                let mut d = Death::new(
+                    &h.namespace,
+                    "firewall-policy",
+                    &object,
+                    &format!(
+                        "chain {chain} policy {policy}: no rule accepted the ARP/NDP requests \
                          for {next}, which cross its bridge, so {next} never resolves"
-                        ),
-                    );
-                    d.check = format!("nft -a list chain bridge {} {chain}", t.name);
-                    Some(d)
-                })
-        })
+                    ),
+                );
+                d.check = format!("nft -a list chain bridge {} {chain}", t.name);
+                Some(d)
+            })
+    })
 }
 
 /// The first chain of a table's text on the forward or prerouting hook

@@ -6,6 +6,7 @@
 //! an address the kernel says is not its own, and where a packet arrived
 //! behind a bridge (the kernel may have taken it to the twin).
 
+use super::world::link_local;
 use super::{Death, End, Hop, World};
 use crate::model::LinkKind;
 use ipnet::IpNet;
@@ -38,14 +39,6 @@ impl Behind {
             (Some(a), Some(b)) => a.eq_ignore_ascii_case(b),
             _ => false,
         }
-    }
-}
-
-/// Link-local addresses are each link's own business.
-fn link_local(ip: &IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => v4.is_link_local(),
-        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
     }
 }
 
@@ -314,9 +307,7 @@ pub(super) fn unheld_source(world: &World, ns: &str, src: IpAddr) -> Option<Deat
 /// The last bridge the walk crossed, and the address it delivered to
 /// there (the next hop the route before it chose).
 fn last_bridge(world: &World, hops: &[Hop], dst: IpAddr) -> Option<(String, String, IpAddr)> {
-    let i = hops
-        .iter()
-        .rposition(|h| h.decision.starts_with("bridge ") && h.oif.is_some())?;
+    let i = hops.iter().rposition(Hop::crosses_bridge)?;
     let h = &hops[i];
     let port = world.link(&h.namespace, h.oif.as_deref()?)?;
     let bridge = port.controller.clone()?;

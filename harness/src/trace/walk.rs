@@ -700,7 +700,7 @@ fn wrong_device(world: &World, w: &Walk, hop: &Hop, nexthop: IpAddr) -> Option<D
     if let Some(n) = node.as_deref().and_then(|n| world.namespace(n)) {
         let same = |a: &&ipnet::IpNet| {
             let ip = a.addr();
-            let link_local = matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80);
+            let link_local = ip.is_ipv6() && super::world::link_local(&ip);
             ip.is_ipv4() == nexthop.is_ipv4() && !ip.is_loopback() && !link_local
         };
         let on_node = n.links.iter().flat_map(|l| l.addresses.iter().filter(same));

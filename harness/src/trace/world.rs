@@ -18,6 +18,15 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+/// A link-local address (169.254/16, fe80::/10): each link's own, never
+/// one to find an owner or a twin by.
+pub(crate) fn link_local(ip: &IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => v6.is_unicast_link_local(),
+    }
+}
+
 /// What the caller knows of addresses before anything is read.
 #[derive(Clone, Debug, Default)]
 pub struct Addresses {
