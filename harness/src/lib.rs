@@ -45,6 +45,7 @@ pub mod lab;
 pub mod lifecycle;
 pub mod model;
 pub mod netns;
+pub mod perf;
 pub mod report;
 pub mod rng;
 pub mod runtime;

@@ -86,6 +86,10 @@ fn every_report_the_suite_produces_matches_its_schema() {
         ),
         ("SweepReport", with(&["sweep"], &[])),
         (
+            "PerfReport",
+            with(&["lab", "perf", "--rounds", "2", "--duration", "20"], &[]),
+        ),
+        (
             "LabStatus",
             with(&["lab", "up", "--name", &lab, "--pods-per-node", "1"], &[]),
         ),

@@ -502,6 +502,16 @@ impl<R: std::io::Read> std::io::Read for Capped<R> {
 /// (opened without blocking, so a FIFO is refused rather than waited on),
 /// or a scenario's built-in copy (`crate::assets`).
 fn open_capped(path: &Path, limit: u64) -> Result<impl std::io::Read, String> {
+    open_capped_as(path, limit, ("a capture", "cnilab capture -o FILE"))
+}
+
+/// [`open_capped`] for a file of another kind: `what` it is and the
+/// command that writes one, for the messages.
+pub fn open_capped_as(
+    path: &Path,
+    limit: u64,
+    (what, writer): (&str, &str),
+) -> Result<impl std::io::Read, String> {
     use std::os::unix::fs::OpenOptionsExt;
     let shown = path.display();
     let opened = std::fs::OpenOptions::new()
@@ -513,12 +523,12 @@ fn open_capped(path: &Path, limit: u64) -> Result<impl std::io::Read, String> {
             let meta = file.metadata().map_err(|e| format!("{shown}: {e}"))?;
             if !meta.is_file() {
                 return Err(format!(
-                    "{shown}: not a regular file; give a capture file (cnilab capture -o FILE)"
+                    "{shown}: not a regular file; give {what} file ({writer})"
                 ));
             }
             if meta.len() > limit {
                 return Err(format!(
-                    "{shown}: {} bytes, larger than the {} MiB a capture may be",
+                    "{shown}: {} bytes, larger than the {} MiB {what} may be",
                     meta.len(),
                     limit >> 20
                 ));

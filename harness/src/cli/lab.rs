@@ -167,6 +167,25 @@ pub enum LabCmd {
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// How fast each path of a lab is (same node, across nodes, node to
+    /// pod, through a Service, out through the masquerade) as a ratio to
+    /// the underlay between its nodes, with spreads over interleaved
+    /// rounds; against a saved result (`--baseline`) it FAILs a regression
+    /// and names the path and the metric (exit 0, 1 regression or no
+    /// traffic, 3 too noisy for a verdict).
+    #[command(after_help = concat!("Examples:\n  \
+        cnilab lab perf --nodes 2 --pods-per-node 2\n  \
+        cnilab lab perf --save perf.json && cnilab lab perf --baseline perf.json\n  \
+        cnilab lab perf --vs-plugin-dir /usr/lib/cni --vs-config lab/configs/lab-reference.conflist.tmpl\n  \
+        cnilab lab perf --vxlan --report perf.html -o json > perf.json\n  \
+        cnilab lab perf --name demo --rounds 9\n\n",
+        crate::exit_codes_help!()))]
+    Perf {
+        #[command(flatten)]
+        topology: TopologyFlags,
+        #[command(flatten)]
+        perf: super::lab_perf::PerfFlags,
+    },
     /// Remove a standing lab.
     #[command(after_help = concat!("Examples:\n  \
         cnilab lab down --name demo\n\n",
@@ -218,6 +237,7 @@ impl Lab {
                 (proto, port, size, invalid),
                 output.output,
             ),
+            LabCmd::Perf { topology, perf } => super::lab_perf::run(topology, &perf),
             LabCmd::Down { name } => down(&name),
         }
     }

@@ -13,7 +13,7 @@ use crate::lab::plan::Plan;
 use crate::lab::topology::Topology;
 use std::path::{Path, PathBuf};
 
-#[derive(clap::Args, Default)]
+#[derive(clap::Args, Clone, Default)]
 pub struct TopologyFlags {
     /// Topology file (TOML; examples in lab/topologies/).
     #[arg(long, conflicts_with = "nodes")]

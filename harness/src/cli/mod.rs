@@ -13,6 +13,7 @@ pub mod conform;
 pub mod e2e;
 pub mod e2e_vagrant;
 pub mod lab;
+mod lab_perf;
 mod lab_prep;
 pub mod lifecycle;
 pub mod scenario;

@@ -66,6 +66,16 @@ fn backends(lab: &Lab) -> Vec<(usize, IpAddr)> {
         .collect()
 }
 
+/// The ClusterIP of node `i`'s own backend Service (`web-<node>`), if
+/// node `i` has a backend.
+pub fn backend_service(lab: &Lab, i: usize) -> Option<IpAddr> {
+    let spec = lab.topo.service.as_ref()?;
+    backends(lab)
+        .iter()
+        .any(|(n, _)| *n == i)
+        .then(|| pinned_ip(spec, i))
+}
+
 /// The ClusterIP of node `i`'s backend Service.
 fn pinned_ip(spec: &ServiceSpec, i: usize) -> IpAddr {
     IpAddr::V4(Ipv4Addr::from(u32::from(spec.cluster_ip) + 1 + i as u32))

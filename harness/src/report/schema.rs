@@ -20,6 +20,7 @@ pub const KINDS: &[(&str, &str)] = &[
     ),
     ("LabReport", include_str!("../../schemas/LabReport.json")),
     ("LabStatus", include_str!("../../schemas/LabStatus.json")),
+    ("PerfReport", include_str!("../../schemas/PerfReport.json")),
     (
         "LifecycleReport",
         include_str!("../../schemas/LifecycleReport.json"),
