@@ -52,6 +52,23 @@ pub struct Judged {
     pub reason: String,
 }
 
+impl Judged {
+    /// A verdict with no figures (yet): a path without traffic, a cell the
+    /// baseline lacks, or the start of [`judge`].
+    fn bare(path: &str, metric: Metric, verdict: Verdict, reason: String) -> Judged {
+        Judged {
+            path: path.to_string(),
+            metric,
+            verdict,
+            baseline: None,
+            current: None,
+            worse_by: None,
+            allowed: None,
+            reason,
+        }
+    }
+}
+
 /// The compared figure of a cell and its spread (in the figure's terms).
 fn figure(c: &Cell) -> Option<(f64, f64)> {
     if c.metric.is_ratio() {
@@ -64,16 +81,7 @@ fn figure(c: &Cell) -> Option<(f64, f64)> {
 /// One cell against its baseline.
 pub fn judge(path: &str, base: &Cell, cur: &Cell, tolerance: f64) -> Judged {
     let metric = cur.metric;
-    let mut j = Judged {
-        path: path.to_string(),
-        metric,
-        verdict: Verdict::Inconclusive,
-        baseline: None,
-        current: None,
-        worse_by: None,
-        allowed: None,
-        reason: String::new(),
-    };
+    let mut j = Judged::bare(path, metric, Verdict::Inconclusive, String::new());
     let (Some((b, bs)), Some((c, cs))) = (figure(base), figure(cur)) else {
         j.reason = "no ratio to the underlay in one of the runs".into();
         return j;
@@ -121,16 +129,7 @@ pub fn against(base: &Matrix, cur: &Matrix, tolerance: f64) -> Vec<Judged> {
         .iter()
         .filter(|p| p.path != super::paths::BASELINE)
     {
-        let judged = |metric: Metric, verdict: Verdict, reason: String| Judged {
-            path: p.path.clone(),
-            metric,
-            verdict,
-            baseline: None,
-            current: None,
-            worse_by: None,
-            allowed: None,
-            reason,
-        };
+        let judged = |metric, verdict, reason| Judged::bare(&p.path, metric, verdict, reason);
         if let Some(e) = &p.error {
             out.push(judged(
                 Metric::Throughput,
@@ -259,16 +258,7 @@ mod tests {
 
     #[test]
     fn the_worst_verdict_wins() {
-        let j = |verdict| Judged {
-            path: "p".into(),
-            metric: Metric::Throughput,
-            verdict,
-            baseline: None,
-            current: None,
-            worse_by: None,
-            allowed: None,
-            reason: String::new(),
-        };
+        let j = |verdict| Judged::bare("p", Metric::Throughput, verdict, String::new());
         assert_eq!(
             overall(&[j(Verdict::Pass), j(Verdict::Inconclusive)]),
             Verdict::Inconclusive
