@@ -69,6 +69,7 @@
 mod trace_common;
 
 use cnilab_tests::{cnilab, host_untouched, output_text as all, StandingLab as Standing};
+use std::process::Command;
 use trace_common::{address, assert_arrived, assert_check_names_on, assert_died, up_topology, Lab};
 
 /// The Service VIP the lab pins to node2-pod0, and how to probe it.
@@ -247,6 +248,32 @@ fn l2_each_class_is_named_by_lab_check_on_every_path_it_breaks() {
         },
     ];
     each_fault_named_by_check(&lab, &faults);
+    // The same queue once the pod's own entry for its gateway has failed
+    // (the answers to its ARP requests are what the queue drops): a Service
+    // probe from the pod never leaves it, and is named at that queue, not
+    // at a route to the VIP where the probe never got.
+    run(
+        &lab,
+        "node2",
+        &format!("tc qdisc add dev {veth} root pfifo limit 0"),
+    );
+    run(&lab, "node2-pod0", "ip neigh flush dev eth0");
+    let gateway = address(&lab, "node2", "-4", "cnilab0");
+    let ping = Command::new("ip")
+        .args(["netns", "exec", &lab.netns("node2-pod0")])
+        .args(["ping", "-n", "-c", "1", "-W", "1", &gateway])
+        .output()
+        .expect("ip netns exec runs");
+    assert!(!ping.status.success(), "{}", all(&ping));
+    let to_node1 = ("node2-pod0", "10.96.0.11", &VIP[1..]);
+    each_path_names(
+        &lab,
+        &[to_node1],
+        "node2",
+        "qdisc-drop",
+        &format!("dev {veth}"),
+    );
+    run(&lab, "node2", &format!("tc qdisc del dev {veth} root"));
 }
 
 /// Traces `paths` `(from, to, extra)`; each dies at `at` of `cause`, its

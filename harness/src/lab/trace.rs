@@ -65,6 +65,10 @@ pub fn run(
     Ok(trace::run(&world, &req))
 }
 
+/// How many more times a failed probe to a Service is traced while its
+/// trace's probe takes a backend that answers.
+const AGAIN_FOR_A_FAILING_BACKEND: usize = 4;
+
 /// For `lab check`: traces failed probes of a lab this process holds
 /// (standing or not), through one [`World`] read once for all, several at
 /// once ([`trace::run_many`]). Each is `Err` when its ends are in no
@@ -81,7 +85,20 @@ pub fn failed_probes(lab: &Lab, probes: &[&ProbeOutcome]) -> Vec<Result<trace::T
         .filter_map(|r| r.as_ref().ok())
         .cloned()
         .collect();
-    let mut traced = trace::run_many(&world, &ok).into_iter();
+    let mut traced = trace::run_many(&world, &ok);
+    // A failed probe to a Service of several backends took one that fails;
+    // a trace's probe may take one that answers: traced again, one by one,
+    // until it finds a backend that does not (or gives up).
+    for (t, req) in traced.iter_mut().zip(&ok) {
+        for _ in 0..AGAIN_FOR_A_FAILING_BACKEND {
+            let rewritten = t.hops.iter().any(|h| h.decision.starts_with("dnat: "));
+            if t.verdict != trace::Verdict::Arrived || t.reply_death.is_some() || !rewritten {
+                break;
+            }
+            *t = trace::run(&world, req);
+        }
+    }
+    let mut traced = traced.into_iter();
     reqs.into_iter()
         .map(|r| {
             r.and_then(|_| {

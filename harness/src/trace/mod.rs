@@ -25,7 +25,8 @@
 //! `ports.rs` says what a bridge port refuses; `exit.rs` where a packet
 //! leaves a live node (`live.rs`: `cnilab trace` outside any lab);
 //! `neighbour.rs` explains a next hop that never resolved;
-//! `probe.rs` sends the probe; `text.rs` prints a trace.
+//! `probe.rs` sends the probe; `text.rs` prints a trace; `combine.rs`
+//! puts the halves together.
 //!
 //! # How the halves combine
 //! The routing walk ends ARRIVED, DIED (a named cause) or INCONCLUSIVE.
@@ -35,7 +36,12 @@
 //! counter that moved there (whichever namespace comes first). When routing says
 //! it arrives and no firewall rule dropped it, the verdict is ARRIVED only
 //! if the trace's own chain in the destination saw the probe; otherwise it
-//! is INCONCLUSIVE, with what was seen (the trace never guesses).
+//! is INCONCLUSIVE, with what was seen (the trace never guesses). A route
+//! lookup that refuses it in a namespace the probe never reached is not
+//! where it died: a next hop on the way that never resolved is, when there
+//! is one (a queue dropping the answers to the pod's own ARP requests).
+//! A Service of several backends sends each probe to any of them: the walk
+//! follows the backend its probe took, and probes again until one does.
 //!
 //! The probe carries mark 0, like the traffic it stands for (a mark would
 //! change what fwmark rules select, and veths clear it between
@@ -45,6 +51,7 @@
 //! read from the probe's own events only (`inner`).
 
 mod answer;
+mod combine;
 mod counters;
 pub mod drops;
 mod exit;
@@ -315,6 +322,9 @@ pub struct Trace {
     /// Commands that reproduce the finding.
     pub reproduce: Vec<String>,
 }
+/// How many probes a trace sends at most to follow one Service backend.
+const PROBES_TO_PIN: usize = 6;
+
 /// Traces `req` through `world`: the routing walk, then the firewall trace
 /// with one real probe. When that trace shows a NAT rule rewriting the
 /// probe (a Service's DNAT, a masquerade), the walk is made again with the
@@ -331,11 +341,18 @@ pub fn run(world: &World, req: &Request) -> Trace {
         .unwrap_or_else(|| probe::default_size(req.dst, req.proto));
     let mut walked = walk::walk(world, &req.from_ns, (req.src, req.dst), size, &[]);
     let mut pass = probe_pass(world, req, &walked, &[req.dst], &[]);
-    let rewrites = match &pass.1 {
+    let seen = |pass: &Pass, walked: &walk::Walk| match &pass.1 {
         Ok(t) => nat::rewrites(&nftrace::inner(&t.events, &walked.outer)),
         Err(_) => Vec::new(),
     };
-    if !rewrites.is_empty() {
+    let mut rewrites = seen(&pass, &walked);
+    // A Service of several backends sends each probe to any of them: the
+    // walk follows the backend a probe took, and a probe that took another
+    // is sent again (each is traced along the walk made for the last).
+    for attempt in 1..=PROBES_TO_PIN {
+        if rewrites.is_empty() {
+            break;
+        }
         walked = walk::walk(world, &req.from_ns, (req.src, req.dst), size, &rewrites);
         let ports: Vec<u16> = rewrites
             .iter()
@@ -345,6 +362,18 @@ pub fn run(world: &World, req: &Request) -> Trace {
             })
             .collect();
         pass = probe_pass(world, req, &walked, &[req.dst, walked.dst], &ports);
+        let now = seen(&pass, &walked);
+        if now.is_empty() || nat::same_dnats(&now, &rewrites) {
+            rewrites.extend(
+                now.into_iter()
+                    .filter(|r| !rewrites.contains(r))
+                    .collect::<Vec<_>>(),
+            );
+            break;
+        }
+        if attempt < PROBES_TO_PIN {
+            rewrites = now;
+        }
     }
     let (path, traced, counted, kernel) = pass;
     let mut trace = Trace {
@@ -379,7 +408,7 @@ pub fn run(world: &World, req: &Request) -> Trace {
         }
         Err(e) => trace.drop_reasons_skipped = Some(e.clone()),
     }
-    let end = combine(
+    let end = combine::combine(
         world,
         &path,
         walked.end,
@@ -589,132 +618,6 @@ fn probe_pass(
     );
     let counted = counters::moved(&before, &after, &path);
     (path, traced, counted, recording)
-}
-
-/// The routing walk's end, corrected by what the firewall trace saw and
-/// by the drop counters that moved (qdiscs, legacy iptables).
-fn combine(
-    world: &World,
-    path: &[String],
-    end: End,
-    (traced, counted): (Result<nftrace::Traced, String>, Vec<Death>),
-    to_ns: &str,
-    trace: &mut Trace,
-) -> End {
-    let index = |ns: &str| path.iter().position(|p| p == ns).unwrap_or(path.len());
-    let routing_at = match &end {
-        End::Died(d) => index(&d.namespace),
-        _ => path.len(),
-    };
-    let counted = counted
-        .into_iter()
-        .find(|d| index(&d.namespace) < routing_at);
-    let traced = match traced {
-        Ok(t) => t,
-        Err(e) => {
-            return match (counted, end) {
-                (Some(c), _) => End::Died(Box::new(c)),
-                (None, End::Arrived(ns)) => End::Inconclusive(format!(
-                    "the kernel's routes deliver it to {ns}, but the firewall trace failed: {e}"
-                )),
-                (None, other) => other,
-            }
-        }
-    };
-    trace.firewall = traced
-        .events
-        .iter()
-        .filter(|e| !matches!(e.what, EventKind::Packet(_)))
-        .map(|e| FirewallHop {
-            namespace: e.namespace.clone(),
-            table: format!("{} {}", e.family, e.table),
-            chain: e.chain.clone(),
-            what: text::event(e),
-        })
-        .collect();
-    let kill = traced
-        .events
-        .iter()
-        .find(|e| e.kills())
-        .filter(|kill| index(&kill.namespace) < routing_at);
-    match (kill, counted) {
-        (Some(k), Some(c)) if index(&c.namespace) < index(&k.namespace) => {
-            return End::Died(Box::new(c))
-        }
-        (Some(k), _) => return End::Died(Box::new(firewall_death(k))),
-        (None, Some(c)) => return End::Died(Box::new(c)),
-        (None, None) => {}
-    }
-    match end {
-        End::Arrived(ns) if !traced.seen.contains(&ns) => {
-            match neighbour::unresolved(world, &trace.hops, trace.src) {
-                Some(d) => End::Died(Box::new(d)),
-                None => End::Inconclusive(format!(
-            "the kernel's routes deliver it to {ns} and no firewall rule dropped it, but the probe \
-             was never seen in {ns} (seen in: {}); what dropped it is something this trace does \
-             not read yet (bridge filtering, tc actions other than drop, eBPF)",
-            if traced.seen.is_empty() {
-                "none".to_string()
-            } else {
-                traced.seen.join(", ")
-            }
-        )),
-            }
-        }
-        End::Arrived(ns) if ns != to_ns => End::Inconclusive(format!(
-            "the packet is delivered in {ns}, not in {to_ns} where {} is",
-            trace.dst
-        )),
-        other => other,
-    }
-}
-
-fn firewall_death(e: &Event) -> Death {
-    let (cause, object, evidence, check) = match &e.what {
-        EventKind::Rule {
-            text,
-            handle,
-            verdict,
-        } => {
-            let reject = text.split_whitespace().any(|w| w == "reject");
-            let handle = handle.map(|h| format!(" handle {h}")).unwrap_or_default();
-            let invalid = text.contains("ct state invalid");
-            (
-                if invalid {
-                    "conntrack-invalid"
-                } else if reject {
-                    "firewall-reject"
-                } else {
-                    "firewall-drop"
-                },
-                format!("{} {} {}{handle}", e.family, e.table, e.chain),
-                format!(
-                    "{}rule `{text}` (verdict {verdict})",
-                    if invalid {
-                        "conntrack classed the probe INVALID here: "
-                    } else {
-                        ""
-                    }
-                ),
-                format!("nft -a list chain {} {} {}", e.family, e.table, e.chain),
-            )
-        }
-        EventKind::Policy(p) => (
-            "firewall-policy",
-            format!("{} {} {} policy {p}", e.family, e.table, e.chain),
-            format!("chain {} policy {p}: no rule accepted it", e.chain),
-            format!("nft -a list chain {} {} {}", e.family, e.table, e.chain),
-        ),
-        _ => (
-            "firewall-drop",
-            e.table.clone(),
-            String::new(),
-            String::new(),
-        ),
-    };
-    let mut d = Death::new(&e.namespace, cause, &object, &evidence);
-    d.check = check;
-    d
 }
 
 /// A command that shows a death's object.

@@ -56,6 +56,18 @@ pub fn rewrites(events: &[Event]) -> Vec<Rewrite> {
     out
 }
 
+/// Whether two probes' rewrites sent them to the same place (the same
+/// DNATs in the same namespaces).
+pub fn same_dnats(a: &[Rewrite], b: &[Rewrite]) -> bool {
+    let dnats = |l: &[Rewrite]| -> Vec<(String, Change)> {
+        l.iter()
+            .filter(|r| matches!(r.change, Change::Dnat(..)))
+            .map(|r| (r.namespace.clone(), r.change.clone()))
+            .collect()
+    };
+    dnats(a) == dnats(b)
+}
+
 /// The change a rule's text makes (`… dnat to 10.244.2.2:7777`, `… dnat ip
 /// to [fd00::2]:80`, `… snat to 10.0.0.1`, `… masquerade …`).
 fn change(text: &str) -> Option<Change> {
@@ -168,5 +180,26 @@ mod tests {
             Some(Change::Snat(None))
         );
         assert_eq!(change("ip daddr 10.0.0.0/8 counter drop"), None);
+    }
+
+    /// Two probes went the same way when their DNATs agree, whatever the
+    /// SNATs they met (the second may have gone further and met more).
+    #[test]
+    fn probes_to_one_backend_are_told_from_probes_to_another() {
+        let rw = |ns: &str, text: &str| Rewrite {
+            namespace: ns.into(),
+            change: change(text).expect("a rewrite"),
+            evidence: text.into(),
+        };
+        let to_a = [rw("node1", "dnat to 10.244.1.2:7777")];
+        let to_b = [rw("node1", "dnat to 10.244.2.2:7777")];
+        let masq = [rw("node1", "masquerade fully-random")];
+        let elsewhere = [rw("node2", "dnat to 10.244.1.2:7777")];
+        let to_a_masq = [to_a[0].clone(), masq[0].clone()];
+        assert!(same_dnats(&to_a, &to_a_masq));
+        assert!(!same_dnats(&to_a, &to_b));
+        assert!(!same_dnats(&to_a, &masq));
+        assert!(!same_dnats(&to_a, &elsewhere));
+        assert!(same_dnats(&masq, &[]));
     }
 }

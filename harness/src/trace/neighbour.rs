@@ -45,19 +45,7 @@ pub(super) fn unresolved(world: &World, hops: &[Hop], src: Option<IpAddr>) -> Op
                         .map(|l| l.name.clone()),
                 )
                 .collect();
-            if let Some((object, drops, check)) =
-                counters::dropping_qdisc(&h.namespace, file, &devs)
-            {
-                let mut d = Death::new(
-                    &h.namespace,
-                    "qdisc-drop",
-                    &object,
-                    &format!(
-                        "{next} on {oif} stays {state}: {object} has dropped {drops} packets, \
-                         its ARP/NDP requests among them"
-                    ),
-                );
-                d.check = check;
+            if let Some(d) = dropping_queue(world, (&h.namespace, file), &devs, oif, next, state) {
                 return d;
             }
             let announce = world.sysctl(&h.namespace, &format!("net/ipv4/conf/{oif}/arp_announce"));
@@ -74,6 +62,42 @@ pub(super) fn unresolved(world: &World, hops: &[Hop], src: Option<IpAddr>) -> Op
             d
         })
     })
+}
+
+/// A queue that drops what resolving `next` on `oif` needs: on the way out
+/// (`devs`: the device and, for a bridge, its ports, where the requests
+/// leave) or on the way back (the veth peer of `oif`, where the answers
+/// leave its owner's side).
+fn dropping_queue(
+    world: &World,
+    (ns, file): (&str, &std::fs::File),
+    devs: &[String],
+    oif: &str,
+    next: IpAddr,
+    state: impl std::fmt::Display,
+) -> Option<Death> {
+    let out = counters::dropping_qdisc(ns, file, devs).map(|(object, drops, check)| {
+        let why = format!(
+            "{next} on {oif} stays {state}: {object} has dropped {drops} packets, \
+             its ARP/NDP requests among them"
+        );
+        (ns.to_string(), object, why, check)
+    });
+    let back = || {
+        let (peer_ns, peer) = world.peer(ns, oif)?;
+        let peer_file = world.file(&peer_ns)?;
+        let (object, drops, check) =
+            counters::dropping_qdisc(&peer_ns, peer_file, std::slice::from_ref(&peer))?;
+        let why = format!(
+            "{next} on {oif} stays {state}: the answers leave {peer_ns} through {peer}, \
+             where {object} has dropped {drops} packets"
+        );
+        Some((peer_ns, object, why, check))
+    };
+    let (at, object, why, check) = out.or_else(back)?;
+    let mut d = Death::new(&at, "qdisc-drop", &object, &why);
+    d.check = check;
+    Some(d)
 }
 
 /// The owner of an IPv4 next hop that ignores every ARP request
