@@ -7,14 +7,17 @@
 # `lab --runtime containerd`, containerd and runc (kept as they are when
 # already installed, e.g. Docker's containerd.io on GitHub's runners), and
 # protobuf-compiler, whose protoc the CRI client crate (k8s-cri) needs at
-# build time. Safe to run again.
+# build time; QEMU, xz-utils and zstd for `cnilab vm` and `cnilab matrix`
+# (microVMs on Debian's kernels: the kernels' modules are compressed). One
+# way for QEMU on Debian 12: bookworm-backports (10.0.2, the source is added
+# when missing; it also serves the 6.12 kernels), so that a backports
+# qemu-utils some images ship is never replaced by bookworm's 7.2 (mixing
+# them makes apt remove one); elsewhere (Ubuntu) the distribution's QEMU.
+# Safe to run again.
 #
 # --vagrant adds what `cnilab e2e vagrant` and lab/vagrant/build-box.sh need:
 # vagrant with vagrant-libvirt, libvirt (daemons and virsh), dnsmasq,
-# mmdebstrap, QEMU. One way for QEMU on Debian 12: bookworm-backports (10.0.2,
-# the source is added when missing), so that a backports qemu-utils some
-# images ship is never replaced by bookworm's 7.2 (mixing them makes apt
-# remove one); elsewhere (Ubuntu) the distribution's QEMU.
+# mmdebstrap.
 set -euo pipefail
 if [ "$(id -u)" -ne 0 ]; then
   echo "lab/install-deps.sh: run as root (sudo bash lab/install-deps.sh)" >&2
@@ -22,7 +25,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 need=()
-for pkg in iproute2 nftables iptables iputils-ping containernetworking-plugins procps kmod python3 util-linux strace busybox shellcheck dash; do
+for pkg in iproute2 nftables iptables iputils-ping containernetworking-plugins procps kmod python3 util-linux strace busybox shellcheck dash xz-utils zstd; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 command -v protoc >/dev/null || need+=(protobuf-compiler)
@@ -35,17 +38,22 @@ if [ "${#need[@]}" -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-if [ "${1:-}" = "--vagrant" ]; then
-  vagrant_pkgs=(vagrant vagrant-libvirt libvirt-daemon-system libvirt-clients dnsmasq-base mmdebstrap e2fsprogs debian-archive-keyring)
-  qemu_target=()
-  if grep -q '^VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
-    sources=/etc/apt/sources.list.d/bookworm-backports.sources
-    if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-      printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' >"$sources"
-    fi
-    qemu_target=(-t bookworm-backports)
+qemu_target=()
+if grep -q '^VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
+  sources=/etc/apt/sources.list.d/bookworm-backports.sources
+  if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' >"$sources"
+    apt-get update -qq
   fi
+  qemu_target=(-t bookworm-backports)
+fi
+if ! command -v qemu-system-x86_64 >/dev/null || ! command -v qemu-img >/dev/null; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${qemu_target[@]}" qemu-system-x86 qemu-utils >/dev/null
+fi
+
+if [ "${1:-}" = "--vagrant" ]; then
+  vagrant_pkgs=(vagrant vagrant-libvirt libvirt-daemon-system libvirt-clients dnsmasq-base mmdebstrap e2fsprogs debian-archive-keyring)
+  apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${vagrant_pkgs[@]}" >/dev/null
 fi

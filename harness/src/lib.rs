@@ -56,3 +56,4 @@ pub mod testing;
 pub mod trace;
 pub mod util;
 pub mod verdict;
+pub mod vm;

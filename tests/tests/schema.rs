@@ -90,6 +90,17 @@ fn every_report_the_suite_produces_matches_its_schema() {
             with(&["lab", "perf", "--rounds", "2", "--duration", "20"], &[]),
         ),
         (
+            "MatrixReport",
+            cnilab(
+                &[
+                    &["matrix", "--kernels", "host", "-o", "json", "--"][..],
+                    &["conform", "--only", "E1"],
+                    &PLUGIN,
+                ]
+                .concat(),
+            ),
+        ),
+        (
             "LabStatus",
             with(&["lab", "up", "--name", &lab, "--pods-per-node", "1"], &[]),
         ),

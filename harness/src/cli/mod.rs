@@ -21,6 +21,7 @@ pub mod schema;
 pub mod soak;
 pub mod sweep;
 pub mod trace;
+pub mod vm;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -58,6 +59,8 @@ pub enum Cmd {
     Soak(soak::Soak),
     Sweep(sweep::Sweep),
     Trace(trace::TraceCmd),
+    Vm(vm::Vm),
+    Matrix(vm::Matrix),
     E2e(e2e::E2e),
     Completions(completions::Completions),
 }
@@ -75,6 +78,8 @@ impl Cli {
             Cmd::Soak(c) => c.run(),
             Cmd::Sweep(c) => c.run(),
             Cmd::Trace(c) => c.run(),
+            Cmd::Vm(c) => c.run(),
+            Cmd::Matrix(c) => c.run(),
             Cmd::E2e(c) => c.run(),
             Cmd::Completions(c) => c.run(),
         }

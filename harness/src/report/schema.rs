@@ -22,6 +22,10 @@ pub const KINDS: &[(&str, &str)] = &[
     ("LabStatus", include_str!("../../schemas/LabStatus.json")),
     ("PerfReport", include_str!("../../schemas/PerfReport.json")),
     (
+        "MatrixReport",
+        include_str!("../../schemas/MatrixReport.json"),
+    ),
+    (
         "LifecycleReport",
         include_str!("../../schemas/LifecycleReport.json"),
     ),

@@ -1,0 +1,198 @@
+//! `cnilab vm` and `cnilab matrix` (root, QEMU): one kernel other than the
+//! host's is booted in a microVM (TCG where KVM cannot serve) and one
+//! conformance check of the bundled plugin runs inside it; the kernel said
+//! inside is the one asked for, a report written under the working
+//! directory comes back, and nothing of the run is left. A run killed
+//! halfway leaves no QEMU, and `cnilab sweep` removes its directory.
+//!
+//! The kernel is `CNILAB_TEST_KERNEL` (default `6.1`, from Debian's
+//! archive into the kernel cache, which later runs reuse; on a runner
+//! whose archive has no Debian kernels, its own: `/boot/vmlinuz-$(uname
+//! -r)`).
+
+use cnilab_tests::{cnilab, output_text as all, require_root};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn kernel() -> String {
+    std::env::var("CNILAB_TEST_KERNEL").unwrap_or_else(|_| "6.1".into())
+}
+
+/// The scratch directories of `cnilab vm` runs (`/tmp/cnilab-vm-<pid>-…`).
+fn vm_dirs() -> Vec<String> {
+    std::fs::read_dir(std::env::temp_dir())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("cnilab-vm-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The scratch directories of the `cnilab vm` run of process `pid` (tests
+/// run side by side: each looks at its own run only).
+fn vm_dirs_of(pid: u32) -> Vec<String> {
+    let prefix = format!("cnilab-vm-{pid}-");
+    vm_dirs()
+        .into_iter()
+        .filter(|d| d.starts_with(&prefix))
+        .collect()
+}
+
+/// QEMU processes whose command line names `needle`.
+fn qemus_with(needle: &str) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.starts_with("qemu-system") && c.contains(needle))
+        .count()
+}
+
+#[test]
+fn one_conformance_check_runs_inside_a_vm_on_another_kernel() {
+    require_root();
+    let work = tempfile::tempdir().expect("tempdir");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let plugin_dir = repo.join("target/debug");
+    let config = repo.join("harness/examples/cnilab-bridge.conflist");
+    let child = Command::new(cnilab_tests::workspace_bin("cnilab"))
+        .args(["vm", "--kernel", &kernel(), "--timeout", "15m", "--"])
+        .args(["conform", "--plugin-dir"])
+        .arg(&plugin_dir)
+        .arg("--config")
+        .arg(&config)
+        .args(["--only", "A1", "--junit", "conform.xml", "-o", "json"])
+        .current_dir(work.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cnilab vm starts");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("cnilab vm runs");
+    let text = all(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    // The kernel inside is the one asked for, not the host's.
+    let host = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("the host's release");
+    let host = host.trim();
+    let ran = text
+        .lines()
+        .find_map(|l| l.strip_prefix("cnilab vm: ran on "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no `ran on` line: {text}"));
+    assert_ne!(ran, host, "{text}");
+    if !kernel().contains('/') {
+        assert!(ran.starts_with(&format!("{}.", kernel())), "{ran}: {text}");
+    }
+    // The command's own report, from inside.
+    let report: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(report["kind"], "ConformReport", "{text}");
+    let checks = report["checks"].as_array().expect("checks");
+    assert_eq!(checks.len(), 1, "{text}");
+    assert_eq!(checks[0]["id"], "A1");
+    assert_eq!(checks[0]["verdict"], "pass", "{text}");
+    // What it wrote under the working directory came back.
+    let xml =
+        std::fs::read_to_string(work.path().join("conform.xml")).expect("conform.xml came back");
+    assert!(xml.contains("<testsuite") && xml.contains("A1"), "{xml}");
+    // Nothing of the run is left (its scratch directory carries its pid).
+    let left = vm_dirs_of(pid);
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn a_killed_run_leaves_no_vm_and_sweep_removes_its_directory() {
+    require_root();
+    let mut child = Command::new(cnilab_tests::workspace_bin("cnilab"))
+        .args([
+            "vm",
+            "--kernel",
+            &kernel(),
+            "--",
+            "lab",
+            "run",
+            "--nodes",
+            "2",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("cnilab vm starts");
+    // Its scratch directory appears; the run is killed wherever it is then
+    // (the kernel being fetched, QEMU booting, or the command running).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let pid = child.id();
+    let dir = loop {
+        if let Some(d) = vm_dirs_of(pid).first() {
+            break d.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no scratch directory after 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+    // QEMU dies with it (PR_SET_PDEATHSIG), whenever the kill landed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while qemus_with(&dir) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "QEMU of {dir} outlived its cnilab"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = cnilab(&["sweep"]);
+    assert!(out.status.success(), "{}", all(&out));
+    assert!(
+        !std::env::temp_dir().join(&dir).exists(),
+        "sweep left {dir}: {}",
+        all(&out)
+    );
+}
+
+#[test]
+fn bad_input_is_refused_before_anything_boots() {
+    require_root();
+    for (args, says) in [
+        (
+            &["vm", "--kernel", "6.1;reboot", "--", "lab", "run"][..],
+            "not a version",
+        ),
+        (
+            &["vm", "--kernel", "6.1", "--", "vm", "--kernel", "6.1"][..],
+            "not another vm",
+        ),
+        (
+            &["vm", "--kernel", "/nonexistent/vmlinuz", "--", "lab", "run"][..],
+            "/nonexistent/vmlinuz",
+        ),
+        (
+            &["matrix", "--kernels", ",", "--", "lab", "run"][..],
+            "at least one kernel",
+        ),
+    ] {
+        let child = Command::new(cnilab_tests::workspace_bin("cnilab"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("cnilab starts");
+        let pid = child.id();
+        let out = child.wait_with_output().expect("cnilab runs");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", all(&out));
+        assert!(all(&out).contains(says), "{args:?}: {}", all(&out));
+        assert!(
+            vm_dirs_of(pid).is_empty(),
+            "{args:?} made a scratch directory"
+        );
+    }
+}
