@@ -77,6 +77,12 @@ pub fn sweep_scratch() -> std::io::Result<Vec<PathBuf>> {
     Ok(removed)
 }
 
+/// Whether `program` is a file in a directory of `$PATH`.
+pub fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
+}
+
 /// Median and 95th percentile of a set of durations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Percentiles {

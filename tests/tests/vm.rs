@@ -42,6 +42,18 @@ fn vm_dirs_of(pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// Runs `cmd` to its end, its output kept: its pid (which names its scratch
+/// directory) and its output.
+fn run_with_pid(mut cmd: Command) -> (u32, std::process::Output) {
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cnilab starts");
+    let pid = child.id();
+    (pid, child.wait_with_output().expect("cnilab runs"))
+}
+
 /// QEMU processes whose command line names `needle`.
 fn qemus_with(needle: &str) -> usize {
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -61,20 +73,15 @@ fn one_conformance_check_runs_inside_a_vm_on_another_kernel() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let plugin_dir = repo.join("target/debug");
     let config = repo.join("harness/examples/cnilab-bridge.conflist");
-    let child = Command::new(cnilab_tests::workspace_bin("cnilab"))
-        .args(["vm", "--kernel", &kernel(), "--timeout", "15m", "--"])
+    let mut cmd = Command::new(cnilab_tests::workspace_bin("cnilab"));
+    cmd.args(["vm", "--kernel", &kernel(), "--timeout", "15m", "--"])
         .args(["conform", "--plugin-dir"])
         .arg(&plugin_dir)
         .arg("--config")
         .arg(&config)
         .args(["--only", "A1", "--junit", "conform.xml", "-o", "json"])
-        .current_dir(work.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("cnilab vm starts");
-    let pid = child.id();
-    let out = child.wait_with_output().expect("cnilab vm runs");
+        .current_dir(work.path());
+    let (pid, out) = run_with_pid(cmd);
     let text = all(&out);
     assert_eq!(out.status.code(), Some(0), "{text}");
     // The kernel inside is the one asked for, not the host's.
@@ -180,14 +187,9 @@ fn bad_input_is_refused_before_anything_boots() {
             "at least one kernel",
         ),
     ] {
-        let child = Command::new(cnilab_tests::workspace_bin("cnilab"))
-            .args(args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("cnilab starts");
-        let pid = child.id();
-        let out = child.wait_with_output().expect("cnilab runs");
+        let mut cmd = Command::new(cnilab_tests::workspace_bin("cnilab"));
+        cmd.args(args);
+        let (pid, out) = run_with_pid(cmd);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", all(&out));
         assert!(all(&out).contains(says), "{args:?}: {}", all(&out));
         assert!(

@@ -113,9 +113,7 @@ fn scratch() -> Result<ScratchDir, String> {
 fn preflight() -> Result<(), String> {
     crate::netns::require_root().map_err(|e| e.to_string())?;
     for tool in ["qemu-system-x86_64", "modprobe"] {
-        let found = std::env::var_os("PATH")
-            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
-        if !found {
+        if !crate::util::on_path(tool) {
             return Err(format!(
                 "{tool} not found: bash lab/install-deps.sh (qemu-system-x86, kmod, busybox, xz-utils)"
             ));

@@ -208,10 +208,9 @@ fn make_parent(path: &Path) -> Result<(), E2eError> {
 }
 
 fn preflight(tools: &[String], sysctls: &[(String, u64)]) -> Result<(), E2eError> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
     let missing: Vec<&str> = tools
         .iter()
-        .filter(|t| !std::env::split_paths(&path).any(|d| d.join(t.as_str()).is_file()))
+        .filter(|t| !crate::util::on_path(t))
         .map(String::as_str)
         .collect();
     if !missing.is_empty() {

@@ -67,11 +67,6 @@ pub fn parse_version(text: &str) -> Option<Support> {
     })
 }
 
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
-}
-
 /// Checks that containerd, its runc shim, runc and ctr are installed and
 /// that this containerd is one the lab can drive (1.6 or later). The error
 /// says what to install: an environment error, never a plugin failure.
@@ -80,7 +75,7 @@ pub fn detect() -> Result<Support, LabError> {
         "install them with `bash lab/install-deps.sh` (Debian/Ubuntu packages containerd and runc)";
     let missing: Vec<&str> = ["containerd", "containerd-shim-runc-v2", "runc", "ctr"]
         .into_iter()
-        .filter(|p| !on_path(p))
+        .filter(|p| !crate::util::on_path(p))
         .collect();
     if !missing.is_empty() {
         return Err(LabError::Setup(format!(
