@@ -3,7 +3,10 @@
 //! conformance check of the bundled plugin runs inside it; the kernel said
 //! inside is the one asked for, a report written under the working
 //! directory comes back, and nothing of the run is left. A run killed
-//! halfway leaves no QEMU, and `cnilab sweep` removes its directory.
+//! halfway leaves no QEMU, and `cnilab sweep` removes its directory. A
+//! scenario's trace names a VXLAN fault alike inside the VM and here,
+//! though the two kernels give the drop different reasons; captures replay
+//! on the kernel they name.
 //!
 //! The kernel is `CNILAB_TEST_KERNEL` (default `6.1`, from Debian's
 //! archive into the kernel cache, which later runs reuse; on a runner
@@ -166,6 +169,172 @@ fn a_killed_run_leaves_no_vm_and_sweep_removes_its_directory() {
     );
 }
 
+/// The trace step of a `scenario run -o json` report of the VXLAN
+/// scenario, after asserting the scenario passed: the trace died at node1
+/// with vxlan-fdb-missing (the step is written so), and the kernel's own
+/// account of the drop (`kernelDrop`).
+fn vxlan_drop(out: &std::process::Output, on: &str) -> Value {
+    let text = all(out);
+    assert_eq!(out.status.code(), Some(0), "{on}: {text}");
+    let report: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{on}: {e}: {text}"));
+    let scenario = &report["scenarios"][0];
+    assert_eq!(scenario["outcome"], "pass", "{on}: {text}");
+    let steps = scenario["steps"].as_array().expect("steps");
+    let trace = steps
+        .iter()
+        .find(|s| s["what"].as_str().is_some_and(|w| w.starts_with("trace ")))
+        .unwrap_or_else(|| panic!("{on}: no trace step: {text}"));
+    assert_eq!(trace["ok"], true, "{on}: {text}");
+    let detail = trace["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.starts_with("died at node1: vxlan-fdb-missing"),
+        "{on}: {detail}"
+    );
+    let drop = trace["kernelDrop"].clone();
+    assert_eq!(
+        (&drop["namespace"], &drop["device"], &drop["function"]),
+        (
+            &Value::from("node1"),
+            &Value::from("vxlan0"),
+            &Value::from("vxlan_xmit")
+        ),
+        "{on}: {text}"
+    );
+    drop
+}
+
+/// A real difference between kernels, and the rule that holds across it:
+/// a VXLAN device with no FDB entry for the peer's VTEP drops the packet
+/// in `vxlan_xmit` on every kernel, and the trace names the fault
+/// (`vxlan-fdb-missing` at node1) from the lab's own objects on each; but
+/// the kernel's drop reason differs. 6.1's vxlan frees it with no reason
+/// (`NOT_SPECIFIED`); later kernels name it (`VXLAN_NO_REMOTE`, renamed
+/// `NO_TX_TARGET`), as the host kernel's own list of reasons says.
+#[test]
+fn a_vxlan_drop_is_named_alike_on_another_kernel_though_the_kernels_word_differs() {
+    require_root();
+    let scenario = [
+        "scenario",
+        "run",
+        "vxlan-fdb-missing-after-rejoin",
+        "-o",
+        "json",
+    ];
+    let mut cmd = Command::new(cnilab_tests::workspace_bin("cnilab"));
+    cmd.args(["vm", "--kernel", &kernel(), "--timeout", "15m", "--"])
+        .args(scenario);
+    let (pid, vm) = run_with_pid(cmd);
+    let ran = all(&vm)
+        .lines()
+        .find_map(|l| l.strip_prefix("cnilab vm: ran on "))
+        .and_then(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no `ran on` line: {}", all(&vm)));
+    let there = vxlan_drop(&vm, &ran);
+    assert!(vm_dirs_of(pid).is_empty(), "the VM's directory is left");
+    let here = vxlan_drop(&cnilab(&scenario), "the host");
+    // What the host kernel calls this drop, from its own list of reasons.
+    let format = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .find_map(|t| std::fs::read_to_string(format!("{t}/events/skb/kfree_skb/format")).ok())
+        .expect("the host's skb:kfree_skb format (tracefs)");
+    let named = ["NO_TX_TARGET", "VXLAN_NO_REMOTE"]
+        .into_iter()
+        .find(|r| format.contains(&format!("\"{r}\"")))
+        .unwrap_or("NOT_SPECIFIED");
+    assert_eq!(here["reason"], named, "the host");
+    if ran.starts_with("6.1.") {
+        assert_eq!(there["reason"], "NOT_SPECIFIED", "{ran}");
+    }
+}
+
+/// The failing groups of a `lab run -o json` report.
+fn failing_groups(out: &std::process::Output, on: &str) -> Vec<String> {
+    let report: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{on}: {e}: {}", all(out)));
+    assert_eq!(report["kind"], "LabReport", "{on}: {}", all(out));
+    report["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .filter(|g| g["passed"] != g["probes"])
+        .filter_map(|g| g["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// `lab run --capture … --kernel auto` replays on the kernel the captures
+/// name: here captures of two Calico-style nodes whose provenance names a
+/// Debian release of the test kernel's series that the archive no longer
+/// has (as a node not updated for a while would), so the newest of that
+/// series replays them and says so. The replay on that kernel finds the
+/// same failing groups as the replay here.
+#[test]
+fn a_capture_replays_on_the_kernel_it_names() {
+    require_root();
+    let work = tempfile::tempdir().expect("tempdir");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let host = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("release");
+    // A kernel by path is the runner's own: the captures name it.
+    let release = match kernel() {
+        k if k.contains('/') => host.trim().to_string(),
+        k => format!("{k}.0-13-amd64"),
+    };
+    let mut files = Vec::new();
+    for node in ["node1", "node2"] {
+        let from = repo.join(format!(
+            "lab/scenarios/captures/calico-proxy-arp-off/{node}.json"
+        ));
+        let mut capture: Value =
+            serde_json::from_slice(&std::fs::read(&from).expect("the shipped capture"))
+                .expect("JSON");
+        capture["provenance"]["kernel"] = Value::from(release.clone());
+        let to = work.path().join(format!("{node}.json"));
+        std::fs::write(&to, capture.to_string()).expect("write");
+        files.push(to.to_string_lossy().into_owned());
+    }
+    let mut cmd = Command::new(cnilab_tests::workspace_bin("cnilab"));
+    cmd.args(["lab", "run", "-o", "json", "--kernel", "auto", "--capture"])
+        .args(&files)
+        .current_dir(work.path());
+    let (pid, there) = run_with_pid(cmd);
+    let text = all(&there);
+    assert_eq!(
+        there.status.code(),
+        Some(1),
+        "the captures hold a fault: {text}"
+    );
+    if release != host.trim() {
+        let ran = text
+            .lines()
+            .find_map(|l| l.strip_prefix("cnilab vm: ran on "))
+            .unwrap_or_else(|| panic!("no `ran on` line: {text}"));
+        assert!(ran.starts_with(&format!("{}.", kernel())), "{ran}");
+        if !ran.starts_with(&release) {
+            assert!(
+                text.contains(&format!("the capture's kernel {release} is neither")),
+                "the replay says it is not the captured kernel: {text}"
+            );
+        }
+        // br_netfilter is loaded in the VM, as on a node.
+        assert!(!text.contains("bridge-nf-call"), "{text}");
+    } else {
+        assert!(
+            text.contains("replaying on this machine's kernel"),
+            "{text}"
+        );
+    }
+    assert!(vm_dirs_of(pid).is_empty(), "the VM's directory is left");
+    let mut cmd = Command::new(cnilab_tests::workspace_bin("cnilab"));
+    cmd.args(["lab", "run", "-o", "json", "--capture"])
+        .args(&files)
+        .current_dir(work.path());
+    let here = cmd.output().expect("cnilab runs");
+    let failing = failing_groups(&there, &release);
+    assert!(!failing.is_empty(), "{text}");
+    assert_eq!(failing, failing_groups(&here, "here"));
+}
+
 #[test]
 fn bad_input_is_refused_before_anything_boots() {
     require_root();
@@ -185,6 +354,14 @@ fn bad_input_is_refused_before_anything_boots() {
         (
             &["matrix", "--kernels", ",", "--", "lab", "run"][..],
             "at least one kernel",
+        ),
+        (
+            &["lab", "run", "--nodes", "2", "--kernel", "6.1"][..],
+            "--capture",
+        ),
+        (
+            &["lab", "up", "--capture", "n1.json", "--kernel", "auto"][..],
+            "lab run --capture",
         ),
     ] {
         let mut cmd = Command::new(cnilab_tests::workspace_bin("cnilab"));

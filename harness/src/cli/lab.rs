@@ -54,7 +54,8 @@ pub enum LabCmd {
         cnilab lab run --topology lab/topologies/dual-stack.toml\n  \
         cnilab lab run --plugin-dir /usr/lib/cni --config lab/configs/lab-ptp.conflist.tmpl\n  \
         cnilab lab run --nodes 10 --pods-per-node 100\n  \
-        cnilab lab run --runtime containerd\n\n\
+        cnilab lab run --runtime containerd\n  \
+        cnilab lab run --capture node1.json node2.json --kernel auto\n\n\
         Large labs: the host's neighbour tables (one per family for every namespace) hold\n\
         gc_thresh3 entries; a lab that needs more gets permanent entries for its bulk probe\n\
         paths (the first pod of each node still resolves through ARP/NDP), or is refused\n\
@@ -74,6 +75,8 @@ pub enum LabCmd {
         #[arg(long)]
         tune_host: bool,
         #[command(flatten)]
+        kernel: super::vm::KernelFlags,
+        #[command(flatten)]
         output: ReportFlags,
     },
     /// Build a lab and leave it standing (namespaces cnilab-lab-NAME-*).
@@ -88,6 +91,10 @@ pub enum LabCmd {
         /// Lab name.
         #[arg(long, default_value = "default")]
         name: String,
+        /// Not for a standing lab: a lab in a microVM ends with the VM
+        /// (`lab run --capture … --kernel auto` replays and checks there).
+        #[arg(long, value_name = "auto|VERSION|PATH", requires = "capture")]
+        kernel: Option<String>,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -203,8 +210,25 @@ impl Lab {
             LabCmd::Run {
                 topology,
                 tune_host,
+                kernel,
                 output,
-            } if !topology.capture.is_empty() => replay_run(&topology.capture, tune_host, &output),
+            } if !topology.capture.is_empty() => {
+                replay_run(&topology.capture, tune_host, &kernel, &output)
+            }
+            LabCmd::Run { kernel, .. } if kernel.kernel.is_some() => Err(format!(
+                "--kernel {}: replays captures on another kernel: add --capture FILE...; \
+                 for a lab of your own there: `cnilab vm --kernel VERSION -- lab run …`",
+                kernel.kernel.unwrap_or_default()
+            )
+            .into()),
+            LabCmd::Up {
+                kernel: Some(k), ..
+            } => Err(format!(
+                "--kernel {k}: a standing lab cannot live in a microVM, which ends with its command; \
+                 replay and check there with `cnilab lab run --capture FILE... --kernel {k}`, or run a \
+                 [capture] scenario with check and trace steps in `cnilab vm --kernel VERSION -- scenario run FILE`"
+            )
+            .into()),
             LabCmd::Up { topology, name, .. } if !topology.capture.is_empty() => {
                 replay_up(&topology.capture, &name)
             }
@@ -212,11 +236,13 @@ impl Lab {
                 topology,
                 tune_host,
                 output,
+                ..
             } => run(&topology, tune_host, &output),
             LabCmd::Up {
                 topology,
                 name,
                 output,
+                ..
             } => up(&topology, &name, output.output),
             LabCmd::Check { name, output } => check(&name, &output),
             LabCmd::Status { name, output } => status(name.as_deref(), output.output),
@@ -610,10 +636,29 @@ fn replay_up(files: &[PathBuf], name: &str) -> CliResult {
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-/// `lab run --capture FILE...`: replay, check, tear down.
-fn replay_run(files: &[PathBuf], tune_host: bool, out: &ReportFlags) -> CliResult {
+/// `lab run --capture FILE...`: replay, check, tear down (with
+/// `--kernel`, in a microVM on that kernel: this command again inside).
+fn replay_run(
+    files: &[PathBuf],
+    tune_host: bool,
+    kernel: &super::vm::KernelFlags,
+    out: &ReportFlags,
+) -> CliResult {
     let groups = &out.only;
     crate::netns::require_root()?;
+    if let Some(spec) = &kernel.kernel {
+        crate::lab::checks::check_groups(groups)?;
+        let mut captured = Vec::new();
+        for f in files {
+            for c in crate::capture::load_all(f)? {
+                captured.push((c.provenance.node_name, c.provenance.kernel));
+            }
+        }
+        let modules = kernel.modules.as_deref();
+        if let Some(k) = super::vm::replay_kernel(spec, modules, &captured)? {
+            return super::vm::rerun_in_vm(&k);
+        }
+    }
     crate::lab::checks::check_groups(groups)?;
     crate::lab::cleanup_on_interrupt(None);
     let report = crate::lab::check_replayed("replay", files, groups, true, tune_host)?;

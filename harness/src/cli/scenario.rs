@@ -226,6 +226,8 @@ struct ScenarioResult {
     reason: Option<String>,
     /// The steps (or the error that stopped the scenario).
     detail: Vec<String>,
+    /// The steps as data (none when the scenario could not be set up).
+    steps: Vec<StepLog>,
 }
 
 #[derive(serde::Serialize)]
@@ -339,20 +341,21 @@ fn replay(
         )
         .map_err(|e| e.to_string())
     });
-    let (outcome, reason, detail) = match result {
+    let (outcome, reason, detail, steps) = match result {
         Ok(r) => {
             let detail = r
                 .steps
                 .iter()
                 .map(|l| format!("step {}: {} — {}", l.step, l.what, l.detail))
                 .collect();
-            match (r.passed, r.skipped) {
-                (_, Some(why)) => (Outcome::Skip, Some(why), detail),
-                (true, None) => (Outcome::Pass, None, detail),
-                (false, None) => (Outcome::Fail, None, detail),
-            }
+            let (outcome, why) = match (r.passed, r.skipped) {
+                (_, Some(why)) => (Outcome::Skip, Some(why)),
+                (true, None) => (Outcome::Pass, None),
+                (false, None) => (Outcome::Fail, None),
+            };
+            (outcome, why, detail, r.steps)
         }
-        Err(e) => (Outcome::Error, Some(e.clone()), vec![e]),
+        Err(e) => (Outcome::Error, Some(e.clone()), vec![e], Vec::new()),
     };
     ScenarioResult {
         name: s.name.clone(),
@@ -361,6 +364,7 @@ fn replay(
         outcome,
         reason,
         detail,
+        steps,
     }
 }
 

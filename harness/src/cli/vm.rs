@@ -27,6 +27,33 @@ pub struct VmFlags {
     pub timeout: Duration,
 }
 
+impl Default for VmFlags {
+    fn default() -> VmFlags {
+        VmFlags {
+            accel: Accel::Auto,
+            memory: 2048,
+            cpus: 2,
+            timeout: Duration::from_secs(30 * 60),
+        }
+    }
+}
+
+/// `lab run --capture … --kernel`: the replay on another kernel.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct KernelFlags {
+    /// Replay on another kernel, in a microVM as `cnilab vm` makes it:
+    /// `auto` the kernel the captures name (this machine's, the kernel
+    /// cache's or Debian's archive's; when that release is not to be had,
+    /// the newest of its series, said in one line), `host`, a version
+    /// (6.1, 6.12) or a path to a vmlinuz.
+    #[arg(long, value_name = "auto|host|VERSION|PATH")]
+    pub kernel: Option<String>,
+    /// With --kernel PATH: the directory whose lib/modules/<release> holds
+    /// its modules.
+    #[arg(long, value_name = "DIR", requires = "kernel")]
+    pub modules: Option<PathBuf>,
+}
+
 impl VmFlags {
     fn options(&self, stream: bool) -> vm::Options {
         vm::Options {
@@ -132,31 +159,109 @@ impl Vm {
         preflight()?;
         let (_, line) = vm::choose_accel(self.vm.accel)?;
         let kernel = kernels::resolve(&self.kernel, self.modules.as_deref())?;
-        eprintln!(
-            "cnilab vm: kernel {} ({}), {line}",
-            kernel.release,
-            if kernel.fetched {
-                format!("fetched into {}", kernels::cache_dir().display())
-            } else {
-                "cached".to_string()
-            }
-        );
-        let scratch = scratch()?;
-        let out = vm::run(
-            &kernel,
-            &argv,
-            &self.vm.options(true),
-            &scratch.path().join("run"),
-        )?;
-        eprintln!(
-            "cnilab vm: ran on {} (uname -r inside): boot to command {:.1} s, all {:.1} s, exit {}",
-            out.kernel,
-            out.boot_ms / 1000.0,
-            out.total_ms / 1000.0,
-            out.code
-        );
-        Ok(exit_code(out.code))
+        run_on(&kernel, &argv, &self.vm, &line)
     }
+}
+
+/// The kernel `lab run --capture … --kernel SPEC` replays on (`None`:
+/// this machine's own), said in a line when it is not the one asked for.
+/// `captured`: each capture's node and kernel release, as its provenance
+/// says.
+pub fn replay_kernel(
+    spec: &str,
+    modules: Option<&Path>,
+    captured: &[(String, String)],
+) -> Result<Option<kernels::Kernel>, String> {
+    let host = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|r| r.trim().to_string())
+        .map_err(|e| format!("this machine's kernel release: {e}"))?;
+    let kernel = match spec {
+        "host" => None,
+        "auto" => {
+            let (node, release) = captured.first().ok_or("no capture names its kernel")?;
+            let others: Vec<String> = captured
+                .iter()
+                .filter(|(_, r)| r != release)
+                .map(|(n, r)| format!("{n} on {}", report::human(r)))
+                .collect();
+            if !others.is_empty() {
+                eprintln!(
+                    "cnilab: the captures name more than one kernel ({}); replaying on {}'s",
+                    others.join(", "),
+                    report::human(node)
+                );
+            }
+            let (choice, why) = kernels::for_release(release, &host)?;
+            if let Some(why) = why {
+                eprintln!("cnilab: {why}");
+            }
+            match choice {
+                kernels::Choice::Host => None,
+                kernels::Choice::Vm(k) => Some(*k),
+            }
+        }
+        other => Some(kernels::resolve(other, modules)?),
+    };
+    if kernel.is_none() {
+        eprintln!("cnilab: replaying on this machine's kernel {host}");
+    }
+    Ok(kernel)
+}
+
+/// This process's command, its `--kernel` and `--modules` taken out, run
+/// in a microVM on `kernel`; its exit code.
+pub fn rerun_in_vm(kernel: &kernels::Kernel) -> CliResult {
+    let argv = cnilab_argv(&without_kernel_flags(std::env::args().skip(1)))?;
+    preflight()?;
+    let flags = VmFlags::default();
+    let (_, line) = vm::choose_accel(flags.accel)?;
+    run_on(kernel, &argv, &flags, &line)
+}
+
+/// `args` without `--kernel X`, `--kernel=X`, `--modules X`, `--modules=X`.
+fn without_kernel_flags(args: impl Iterator<Item = String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut skip = false;
+    for a in args {
+        if std::mem::take(&mut skip) {
+            continue;
+        }
+        match a.as_str() {
+            "--kernel" | "--modules" => skip = true,
+            _ if a.starts_with("--kernel=") || a.starts_with("--modules=") => {}
+            _ => out.push(a),
+        }
+    }
+    out
+}
+
+/// Runs `argv` in a microVM on `kernel`, saying which kernel and
+/// accelerator (`line`) and how long it took; the command's exit code.
+fn run_on(kernel: &kernels::Kernel, argv: &[String], flags: &VmFlags, line: &str) -> CliResult {
+    eprintln!(
+        "cnilab vm: kernel {} ({}), {line}",
+        kernel.release,
+        if kernel.fetched {
+            format!("fetched into {}", kernels::cache_dir().display())
+        } else {
+            "cached".to_string()
+        }
+    );
+    let scratch = scratch()?;
+    let out = vm::run(
+        kernel,
+        argv,
+        &flags.options(true),
+        &scratch.path().join("run"),
+    )?;
+    eprintln!(
+        "cnilab vm: ran on {} (uname -r inside): boot to command {:.1} s, all {:.1} s, exit {}",
+        out.kernel,
+        out.boot_ms / 1000.0,
+        out.total_ms / 1000.0,
+        out.code
+    );
+    Ok(exit_code(out.code))
 }
 
 /// Run one cnilab command on several kernels (each in a microVM as `cnilab

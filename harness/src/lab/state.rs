@@ -172,8 +172,20 @@ pub fn persist_with(lab: Lab, replayed: Replayed) -> Result<LabState, LabError> 
         .persistent
         .clone()
         .ok_or_else(|| LabError::Setup("only a lab made with `lab up` can persist".into()))?;
-    let state = LabState {
-        name: name.clone(),
+    let state = state_of(&lab, &name, replayed);
+    let text = serde_json::to_string_pretty(&state).map_err(|e| LabError::Setup(e.to_string()))?;
+    crate::util::write_replacing(&state_path(&name), text.as_bytes())
+        .map_err(|e| LabError::Setup(format!("write lab state: {e}")))?;
+    release(lab);
+    Ok(state)
+}
+
+/// What a standing lab's state file holds of `lab`, under the name `name`
+/// (also for a lab this process holds and will tear down: what a trace of
+/// it reads).
+pub fn state_of(lab: &Lab, name: &str, replayed: Replayed) -> LabState {
+    LabState {
+        name: name.to_string(),
         topology: lab.topo.clone(),
         plugin_dir: lab.plugin_dir.clone(),
         run_dir: lab.opts.run_dir.clone(),
@@ -202,12 +214,7 @@ pub fn persist_with(lab: Lab, replayed: Replayed) -> Result<LabState, LabError> 
         runtime: lab.opts.runtime,
         not_made: replayed.not_made,
         captured_pods: replayed.pods,
-    };
-    let text = serde_json::to_string_pretty(&state).map_err(|e| LabError::Setup(e.to_string()))?;
-    crate::util::write_replacing(&state_path(&name), text.as_bytes())
-        .map_err(|e| LabError::Setup(format!("write lab state: {e}")))?;
-    release(lab);
-    Ok(state)
+    }
 }
 
 /// Lets go of a lab without deleting anything.

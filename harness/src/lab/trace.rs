@@ -22,11 +22,35 @@ pub fn run(
     name: &str,
     from: &str,
     to: &str,
+    probe: (Proto, Option<u16>, Option<u32>),
+    invalid: bool,
+) -> Result<trace::Trace, LabError> {
+    of_state(&load_state(name)?, from, to, probe, invalid)
+}
+
+/// [`run`] in a lab this process holds (a scenario's, standing or not):
+/// what its state file would hold is read from `lab` itself.
+pub fn in_lab(
+    lab: &Lab,
+    from: &str,
+    to: &str,
+    probe: (Proto, Option<u16>, Option<u32>),
+) -> Result<trace::Trace, LabError> {
+    let name = lab.opts.persistent.as_deref().unwrap_or(&lab.topo.name);
+    let state = super::state::state_of(lab, name, Default::default());
+    of_state(&state, from, to, probe, false)
+}
+
+/// [`run`] of a lab as its state says it.
+fn of_state(
+    state: &LabState,
+    from: &str,
+    to: &str,
     (proto, port, size): (Proto, Option<u16>, Option<u32>),
     invalid: bool,
 ) -> Result<trace::Trace, LabError> {
-    let state = load_state(name)?;
-    let (paths, nodes) = namespaces(&state);
+    let name = state.name.as_str();
+    let (paths, nodes) = namespaces(state);
     let pods = state
         .nodes
         .iter()
@@ -34,11 +58,11 @@ pub fn run(
         .map(|p| (p.name.as_str(), p.ips.as_slice()));
     let addresses = addresses(state.topology.nodes.iter(), pods);
     let world = World::new(paths, nodes, addresses).map_err(LabError::Setup)?;
-    let (to_ns, dst) = endpoint(&world, &state, to, None)
+    let (to_ns, dst) = endpoint(&world, state, to, None)
         .map_err(|e| LabError::Setup(format!("TO {e}")))?
         .and_dst()
         .map_err(|e| LabError::Setup(format!("TO {e}")))?;
-    let (from_ns, src) = endpoint(&world, &state, from, Some(dst))
+    let (from_ns, src) = endpoint(&world, state, from, Some(dst))
         .map_err(|e| LabError::Setup(format!("FROM {e}")))?
         .pair();
     let port = match proto {

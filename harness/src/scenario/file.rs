@@ -2,7 +2,7 @@
 //! failure with a named diagnosis, heal, expect a pass), saved as TOML under
 //! `lab/scenarios/`; read and validated here, with every fault in words.
 //! A scenario may start from captured nodes instead (`[capture] files`,
-//! relative to the file; then only check steps).
+//! relative to the file; then only check and trace steps).
 
 use crate::lab::topology::{line_prefix, Seg, Topology};
 use crate::lab::LabError;
@@ -75,6 +75,84 @@ pub enum Step {
     Heal,
     /// Wait (for an agent to react).
     Sleep { ms: u64 },
+    /// Trace one packet (as `cnilab lab trace` does) and compare where it
+    /// ends: `expect` arrived or died, and when it died, optionally the
+    /// cause and the node. The kernel's drop reason is reported beside.
+    Trace(TraceStep),
+}
+
+/// `do = "trace"`: FROM and TO are pods, nodes or addresses of the lab.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceStep {
+    pub from: String,
+    pub to: String,
+    #[serde(default = "icmp")]
+    pub proto: crate::trace::Proto,
+    #[serde(default)]
+    pub port: Option<u16>,
+    pub expect: crate::trace::Verdict,
+    /// The cause a death must name (`cnilab lab trace`'s ids).
+    #[serde(default)]
+    pub cause: Option<String>,
+    /// The node it must die at.
+    #[serde(default)]
+    pub at: Option<String>,
+}
+
+fn icmp() -> crate::trace::Proto {
+    crate::trace::Proto::Icmp
+}
+
+impl TraceStep {
+    /// `trace node1-pod0 -> node2-pod0, expect died at node1 with
+    /// vxlan-fdb-missing`.
+    pub fn describe(&self) -> String {
+        let expect = format!("{:?}", self.expect).to_lowercase();
+        let at = self.at.as_ref().map(|n| format!(" at {n}"));
+        let cause = self.cause.as_ref().map(|c| format!(" with {c}"));
+        format!(
+            "trace {} -> {}{}, expect {expect}{}{}",
+            self.from,
+            self.to,
+            crate::trace::probe_flags(self.proto, self.port, None),
+            at.unwrap_or_default(),
+            cause.unwrap_or_default()
+        )
+    }
+
+    /// Why the step cannot be judged as written (a cause no trace names, a
+    /// node not in the lab, a cause or node on a packet expected to
+    /// arrive).
+    fn check(&self, nodes: &[String]) -> Result<(), (&'static str, String)> {
+        let dies = self.expect == crate::trace::Verdict::Died;
+        if let Some(c) = &self.cause {
+            if !crate::trace::CAUSES.contains(&c.as_str()) {
+                return Err((
+                    "cause",
+                    format!(
+                        "{c:?} is no cause a trace names (one of: {})",
+                        crate::trace::CAUSES.join(", ")
+                    ),
+                ));
+            }
+            if !dies {
+                return Err(("cause", "a cause needs expect = \"died\"".into()));
+            }
+        }
+        if let Some(n) = &self.at {
+            if !nodes.contains(n) {
+                return Err(("at", format!("no node {n:?} in this scenario's topology")));
+            }
+            if !dies {
+                return Err(("at", "a node to die at needs expect = \"died\"".into()));
+            }
+        }
+        if self.port.is_some() && self.proto == crate::trace::Proto::Icmp {
+            return Err(("port", "a port needs proto = \"tcp\" or \"udp\"".into()));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -239,10 +317,13 @@ impl Scenario {
             match step {
                 Step::Check { groups, .. } => crate::lab::checks::check_groups(groups)
                     .map_err(|e| at(&[Seg::Key("step"), Seg::Index(i)], &e))?,
+                // The captured nodes' names are known only once replayed:
+                // a trace's `at` is judged then.
+                Step::Trace(_) => {}
                 _ => {
                     return Err(at(
                         &[Seg::Key("step"), Seg::Index(i), Seg::Key("do")],
-                        &format!("step[{i}].do: a [capture] scenario holds its fault in the captures: use only check steps"),
+                        &format!("step[{i}].do: a [capture] scenario holds its fault in the captures: use only check and trace steps"),
                     ))
                 }
             }
@@ -278,6 +359,7 @@ impl Scenario {
                         }
                     }
                 }
+                Step::Trace(t) => t.check(&nodes).map_err(|(key, e)| at(key, e))?,
                 Step::Heal | Step::Sleep { .. } => {}
             }
         }
@@ -399,7 +481,11 @@ mod tests {
     #[case::unknown_node(&format!("{HEAD}[[step]]\ndo = \"fault\"\nfault = \"ip-forward-off\"\nnode = \"node9\"\n"), "node", 11)]
     #[case::unknown_peer(&format!("{HEAD}[[step]]\ndo = \"check\"\nexpect = \"pass\"\n[[step]]\ndo = \"fault\"\nfault = \"delete-route\"\nnode = \"node1\"\npeer = \"ghost\"\n"), "peer", 15)]
     #[case::topology_value(&format!("{}[[step]]\ndo = \"heal\"\n", HEAD.replace("10.250.0.1", "10.250.0.255")), "address", 6)]
-    #[case::capture_with_a_fault("name = \"s\"\nsummary = \"x\"\n[capture]\nfiles = [\"n1.json\"]\n[[step]]\ndo = \"fault\"\nfault = \"ip-forward-off\"\nnode = \"node1\"\n", "only check steps", 6)]
+    #[case::trace_cause(&format!("{HEAD}[[step]]\ndo = \"trace\"\nfrom = \"node1-pod0\"\nto = \"node1\"\nexpect = \"died\"\ncause = \"gremlins\"\n"), "no cause a trace names", 13)]
+    #[case::trace_at(&format!("{HEAD}[[step]]\ndo = \"trace\"\nfrom = \"node1-pod0\"\nto = \"node1\"\nexpect = \"died\"\nat = \"node9\"\n"), "node9", 13)]
+    #[case::trace_cause_on_arrival(&format!("{HEAD}[[step]]\ndo = \"trace\"\nfrom = \"node1-pod0\"\nto = \"node1\"\nexpect = \"arrived\"\ncause = \"no-route\"\n"), "expect = \"died\"", 13)]
+    #[case::trace_port_on_icmp(&format!("{HEAD}[[step]]\ndo = \"trace\"\nfrom = \"node1-pod0\"\nto = \"node1\"\nexpect = \"arrived\"\nport = 80\n"), "proto", 13)]
+    #[case::capture_with_a_fault("name = \"s\"\nsummary = \"x\"\n[capture]\nfiles = [\"n1.json\"]\n[[step]]\ndo = \"fault\"\nfault = \"ip-forward-off\"\nnode = \"node1\"\n", "only check and trace steps", 6)]
     #[case::capture_and_topology(&format!("{HEAD}[capture]\nfiles = [\"n1.json\"]\n[[step]]\ndo = \"heal\"\n"), "remove [topology]", 3)]
     #[case::capture_without_files("name = \"s\"\nsummary = \"x\"\n[capture]\nfiles = []\n[[step]]\ndo = \"check\"\nexpect = \"fail\"\n", "capture.files", 4)]
     fn bad_steps_name_the_field_and_line(

@@ -3,7 +3,7 @@
 //! state: through the first check expected to fail).
 
 use super::faults::{self, Undo};
-use super::file::{Expect, Scenario, ScenarioError, Step};
+use super::file::{Expect, Scenario, ScenarioError, Step, TraceStep};
 use crate::lab::base::RuntimeKind;
 use crate::lab::report::Report;
 use crate::lab::LabError;
@@ -11,11 +11,51 @@ use crate::lab::{base::UpOptions, parts::Lab};
 
 /// One step's outcome, for the log.
 #[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct StepLog {
     pub step: usize,
     pub what: String,
     pub ok: bool,
     pub detail: String,
+    /// A trace step's: where the kernel dropped the probe and why (its
+    /// drop reason), as the running kernel names it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_drop: Option<crate::trace::drops::KernelDrop>,
+}
+
+/// A trace step judged: whether the trace ended as written, the end in
+/// words with the kernel's account, and the kernel's drop.
+fn judge_trace(
+    t: &crate::trace::Trace,
+    step: &TraceStep,
+) -> (bool, String, Option<crate::trace::drops::KernelDrop>) {
+    let death = t.death.as_ref();
+    let node = death.and_then(|d| d.node.as_deref().or(Some(d.namespace.as_str())));
+    let ok = t.verdict == step.expect
+        && step
+            .cause
+            .as_ref()
+            .is_none_or(|c| death.is_some_and(|d| &d.cause == c))
+        && step.at.as_ref().is_none_or(|n| node == Some(n.as_str()));
+    let verdict = format!("{:?}", t.verdict).to_lowercase();
+    let mut detail = match death {
+        Some(d) => format!(
+            "{verdict} at {}: {} ({})",
+            node.unwrap_or("?"),
+            d.cause,
+            d.object
+        ),
+        None => match &t.reason {
+            Some(r) => format!("{verdict}: {r}"),
+            None => verdict,
+        },
+    };
+    match (&t.kernel_drop, &t.drop_reasons_skipped) {
+        (Some(k), _) => detail.push_str(&format!("; the kernel: {}", k.describe())),
+        (None, Some(why)) => detail.push_str(&format!("; the kernel's account: SKIP ({why})")),
+        (None, None) => detail.push_str("; the kernel: no drop"),
+    }
+    (ok, detail, t.kernel_drop.clone())
 }
 
 /// A failed check's diagnoses as text: each distinct diagnosis once, its id
@@ -78,6 +118,52 @@ fn planned(scenario: &Scenario, keep: bool) -> &[Step] {
     &steps[..end]
 }
 
+/// A check step: what it expects, and whether the lab's check behaved so.
+fn check_step(
+    lab: &Lab,
+    expect: &Expect,
+    diagnosis: Option<&str>,
+    groups: &[String],
+) -> (String, Result<(bool, String), LabError>) {
+    let what = format!(
+        "check, expect {}{}",
+        if *expect == Expect::Pass {
+            "pass"
+        } else {
+            "fail"
+        },
+        diagnosis
+            .as_ref()
+            .map(|d| format!(" with {d}"))
+            .unwrap_or_default()
+    );
+    let outcome = crate::lab::check(lab, groups, false).map(|report| {
+        let passed = report.passed();
+        let ids = report.diagnosis_ids();
+        let ok = match expect {
+            Expect::Pass => passed,
+            Expect::Fail => {
+                !passed
+                    && diagnosis
+                        .as_ref()
+                        .is_none_or(|d| ids.iter().any(|id| id == d))
+            }
+        };
+        let detail = if passed {
+            format!("all {} probes passed", report.probes)
+        } else {
+            format!(
+                "{}/{} probes failed; {}",
+                report.failures.len(),
+                report.probes,
+                diagnoses_text(&report)
+            )
+        };
+        (ok, detail)
+    });
+    (what, outcome)
+}
+
 /// Replays a scenario in a fresh lab whose pods `runtime` attaches
 /// (`--runtime`); `log` hears each step as it ends. The lab is torn down,
 /// except with `keep`: then only the steps up to the faulted state run
@@ -111,50 +197,13 @@ pub fn run(
     let mut skipped = None;
     for (i, step) in planned.iter().enumerate() {
         let n = i + 1;
+        let mut kernel_drop = None;
         let (what, outcome): (String, Result<(bool, String), LabError>) = match step {
             Step::Check {
                 expect,
                 diagnosis,
                 groups,
-            } => {
-                let what = format!(
-                    "check, expect {}{}",
-                    if *expect == Expect::Pass {
-                        "pass"
-                    } else {
-                        "fail"
-                    },
-                    diagnosis
-                        .as_ref()
-                        .map(|d| format!(" with {d}"))
-                        .unwrap_or_default()
-                );
-                let outcome = crate::lab::check(&lab, groups, false).map(|report| {
-                    let passed = report.passed();
-                    let ids = report.diagnosis_ids();
-                    let ok = match expect {
-                        Expect::Pass => passed,
-                        Expect::Fail => {
-                            !passed
-                                && diagnosis
-                                    .as_ref()
-                                    .is_none_or(|d| ids.iter().any(|id| id == d))
-                        }
-                    };
-                    let detail = if passed {
-                        format!("all {} probes passed", report.probes)
-                    } else {
-                        format!(
-                            "{}/{} probes failed; {}",
-                            report.failures.len(),
-                            report.probes,
-                            diagnoses_text(&report)
-                        )
-                    };
-                    (ok, detail)
-                });
-                (what, outcome)
-            }
+            } => check_step(&lab, expect, diagnosis.as_deref(), groups),
             Step::Fault { fault } => {
                 let what = format!("fault: {}", fault.describe());
                 let outcome = faults::apply(&mut lab, fault).map(|u| {
@@ -177,6 +226,15 @@ pub fn run(
                 std::thread::sleep(std::time::Duration::from_millis(*ms));
                 (format!("sleep {ms} ms"), Ok((true, String::new())))
             }
+            Step::Trace(t) => {
+                let probe = (t.proto, t.port, None);
+                let outcome = crate::lab::trace::in_lab(&lab, &t.from, &t.to, probe).map(|trace| {
+                    let (ok, detail, drop) = judge_trace(&trace, t);
+                    kernel_drop = drop;
+                    (ok, detail)
+                });
+                (t.describe(), outcome)
+            }
         };
         let entry = match outcome {
             Ok((ok, detail)) => StepLog {
@@ -184,6 +242,7 @@ pub fn run(
                 what,
                 ok,
                 detail,
+                kernel_drop,
             },
             Err(LabError::Unsupported(reason)) => {
                 skipped = Some(reason.clone());
@@ -192,6 +251,7 @@ pub fn run(
                     what,
                     ok: false,
                     detail: format!("cannot apply: {reason}"),
+                    kernel_drop: None,
                 }
             }
             Err(e) => {
@@ -205,6 +265,7 @@ pub fn run(
                     what,
                     ok: false,
                     detail: e.to_string(),
+                    kernel_drop: None,
                 }
             }
         };

@@ -303,16 +303,17 @@ pub fn parse(line: &str, symbols: &mut Symbols) -> Option<Record> {
 }
 
 /// `nft_do_chain+0x46f/0x690` → `nft_do_chain`; an address → its symbol
-/// (kept as printed when it resolves to nothing).
+/// (kept as printed when it resolves to nothing; a hashed pointer, as a
+/// kernel that prints the location with `%p` shows it, is said to be one).
 fn function(location: &str, symbols: &mut Symbols) -> String {
     let hex = location.trim_start_matches("0x");
     let is_address = !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit());
     if is_address {
-        return u64::from_str_radix(hex, 16)
-            .ok()
-            .filter(|a| *a >> 63 == 1)
-            .and_then(|a| symbols.function(a))
-            .unwrap_or_else(|| location.to_string());
+        let kernel_text = u64::from_str_radix(hex, 16).ok().filter(|a| *a >> 63 == 1);
+        return match kernel_text {
+            Some(a) => symbols.function(a).unwrap_or_else(|| location.to_string()),
+            None => format!("hashed location {location}"),
+        };
     }
     location.split('+').next().unwrap_or(location).to_string()
 }
@@ -553,7 +554,7 @@ mod tests {
 
     /// A location printed as an address is the function it falls in,
     /// from the kernel's symbols; a hashed pointer resolves to nothing and
-    /// is kept as printed.
+    /// is said to be one, with the value printed.
     #[test]
     fn a_raw_location_resolves_through_the_kernels_symbols() {
         let names = reasons();
@@ -574,7 +575,7 @@ mod tests {
         );
         assert_eq!(
             function_of("00000000a1b2c3d4", &mut symbols),
-            "00000000a1b2c3d4"
+            "hashed location 00000000a1b2c3d4"
         );
         let numeric = "  p-5 [000] ..s1. 1.0: kfree_skb: skbaddr=0x1 (1) location=0xffffffff81fbdf99 (1) rx_sk=0x0 (0) protocol=0x800 (2048) reason=0x10 (16)";
         let Some(Record::Drop {

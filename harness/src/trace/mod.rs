@@ -84,7 +84,7 @@ use std::net::IpAddr;
 /// a live node's packet that leaves it).
 pub const SCHEMA_VERSION: u32 = 3;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Proto {
     Icmp,
@@ -210,7 +210,7 @@ pub enum End {
     Left(Box<Exit>),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Arrived,

@@ -82,6 +82,86 @@ pub fn resolve(spec: &str, modules: Option<&Path>) -> Result<Kernel, String> {
     }
 }
 
+/// A release as `uname -r` prints it (`6.1.0-57-amd64`), checked before
+/// it names a directory of the cache or a package: it comes from a
+/// capture, a stranger's file.
+fn valid_release(r: &str) -> bool {
+    r.len() <= 64
+        && r.starts_with(|c: char| c.is_ascii_digit())
+        && r.chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".-+~_".contains(c))
+        && !r.contains("..")
+}
+
+/// `6.1` of `6.1.0-57-amd64`.
+fn series_of(release: &str) -> Option<String> {
+    let mut n = release.split(|c: char| !c.is_ascii_digit());
+    let (major, minor) = (n.next()?, n.next()?);
+    (!major.is_empty() && !minor.is_empty()).then(|| format!("{major}.{minor}"))
+}
+
+/// Where a capture taken on kernel `release` replays.
+#[derive(Debug)]
+pub enum Choice {
+    /// This machine's own kernel.
+    Host,
+    /// A kernel for the microVM.
+    Vm(Box<Kernel>),
+}
+
+/// The kernel a capture taken on `release` replays on (`--kernel auto`),
+/// and, when it is not that release, which it is instead and why: the
+/// release itself (this machine's, the cache's or the archive's), else
+/// the newest of its series the cache or the archive has, else this
+/// machine's own when it is of that series.
+pub fn for_release(release: &str, host: &str) -> Result<(Choice, Option<String>), String> {
+    if !valid_release(release) {
+        return Err(format!(
+            "the capture's kernel {release:?} is not a release (as `uname -r` prints it) to look up; \
+             pass --kernel VERSION|PATH|host"
+        ));
+    }
+    if release == host {
+        return Ok((Choice::Host, None));
+    }
+    let cache = cache_dir();
+    if let Some(k) = cached(&cache, release) {
+        return Ok((Choice::Vm(Box::new(k)), None));
+    }
+    let package = format!("linux-image-{release}");
+    if in_archive(&package) {
+        let k = fetch(&cache, &package, release)?;
+        return Ok((Choice::Vm(Box::new(k)), None));
+    }
+    let series = series_of(release).unwrap_or_else(|| release.to_string());
+    let not_here = format!(
+        "the capture's kernel {release} is neither this machine's, cached nor in the archive"
+    );
+    if let Ok(k) = resolve(&series, None) {
+        let why = format!(
+            "{not_here}: the newest {series} kernel there is {}",
+            k.release
+        );
+        return Ok((Choice::Vm(Box::new(k)), Some(why)));
+    }
+    if series_of(host).as_deref() == Some(series.as_str()) {
+        let why = format!("{not_here}: this machine's {host} is of its series");
+        return Ok((Choice::Host, Some(why)));
+    }
+    Err(format!(
+        "{not_here}, nor is any {series} kernel; pass --kernel VERSION|PATH (6.1, 6.12, a vmlinuz) \
+         or --kernel host to replay on this machine's {host}"
+    ))
+}
+
+/// Whether the archive's lists have `package`.
+fn in_archive(package: &str) -> bool {
+    Command::new("apt-cache")
+        .args(["show", "--no-all-versions", package])
+        .output()
+        .is_ok_and(|o| o.status.success() && !o.stdout.is_empty())
+}
+
 /// The image package of version `spec`: `linux-image-<spec>` for a full
 /// release, else the one the `linux-image-amd64` metapackage of that
 /// version depends on (the archive's newest of the series).
@@ -293,6 +373,37 @@ pub fn bzimage_release(bytes: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_captured_release_is_checked_before_it_names_anything() {
+        for good in [
+            "6.1.0-57-amd64",
+            "6.12.95+deb12-amd64",
+            "5.15.0-1034-azure",
+            "6.18.44-fc-v657",
+        ] {
+            assert!(valid_release(good), "{good}");
+        }
+        for bad in [
+            "",
+            "../../etc",
+            "6.1/../x",
+            "-o",
+            "6.1 0",
+            "6.1;reboot",
+            "x6.1",
+            "6..1",
+        ] {
+            assert!(!valid_release(bad), "{bad}");
+            let err = for_release(bad, "6.18.44-fc-v657").expect_err("refused");
+            assert!(err.contains("not a release"), "{err}");
+        }
+        assert_eq!(series_of("6.1.0-57-amd64").as_deref(), Some("6.1"));
+        assert_eq!(series_of("5.15.0-1034-azure").as_deref(), Some("5.15"));
+        assert_eq!(series_of("6").as_deref(), None);
+        let (choice, why) = for_release("6.18.44-fc-v657", "6.18.44-fc-v657").expect("the host");
+        assert!(matches!(choice, Choice::Host) && why.is_none());
+    }
 
     #[test]
     fn a_bzimage_header_gives_its_release() {

@@ -61,11 +61,27 @@ pub struct Row {
     pub differs: bool,
 }
 
+/// What each kernel said of one drop (a scenario's trace step): its drop
+/// reason and the function that freed the packet. Words, not verdicts:
+/// kernels may name one drop differently while the verdict stays.
+#[derive(Debug, Serialize)]
+pub struct WordRow {
+    /// `<scenario> step <n>`.
+    pub id: String,
+    /// `REASON (function)` on each kernel, in the columns' order (`-`: no
+    /// drop there).
+    pub words: Vec<String>,
+    pub differs: bool,
+}
+
 #[derive(Debug, Serialize)]
 pub struct MatrixReport {
     pub command: Vec<String>,
     pub columns: Vec<Column>,
     pub rows: Vec<Row>,
+    /// The kernel's own words for the drops the command's report names.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kernel_drops: Vec<WordRow>,
     /// pass, fail (a check failed on some kernel) or inconclusive (a kernel
     /// could not run the command).
     pub verdict: String,
@@ -137,6 +153,29 @@ pub fn checks_of(report: &Value) -> Vec<(String, Option<String>, String)> {
     Vec::new()
 }
 
+/// The kernel's words for the drops of a report: each step with a
+/// `kernelDrop` (a scenario's trace step) of each item of its first list,
+/// as `(<item> step <n>, REASON (function))`.
+pub fn drops_of(report: &Value) -> Vec<(String, String)> {
+    let Some(fields) = report.as_object() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for item in fields.values().filter_map(Value::as_array).flatten() {
+        let name = item["name"].as_str().unwrap_or("?");
+        for step in item["steps"].as_array().into_iter().flatten() {
+            let drop = &step["kernelDrop"];
+            if let (Some(reason), Some(function)) =
+                (drop["reason"].as_str(), drop["function"].as_str())
+            {
+                let n = step["step"].as_u64().unwrap_or(0);
+                out.push((format!("{name} step {n}"), format!("{reason} ({function})")));
+            }
+        }
+    }
+    out
+}
+
 /// The verdict of an item that counts instead of saying: `passed` true
 /// or false, or `passed` of `probes` (a lab's check group).
 fn counted(item: &Value) -> Option<String> {
@@ -194,6 +233,7 @@ pub fn assemble(command: Vec<String>, columns: Vec<Column>) -> MatrixReport {
         let first = ran.first().map(|c| &r.verdicts[*c]);
         r.differs = ran.iter().any(|c| Some(&r.verdicts[*c]) != first);
     }
+    let kernel_drops = words(&columns, &ran);
     let failed = rows
         .iter()
         .any(|r| r.verdicts.iter().any(|v| v == "fail" || v == "error"));
@@ -212,8 +252,41 @@ pub fn assemble(command: Vec<String>, columns: Vec<Column>) -> MatrixReport {
         command,
         columns,
         rows,
+        kernel_drops,
         verdict: verdict.into(),
     }
+}
+
+/// The rows of the kernel's words ([`drops_of`] of each column's report);
+/// one differs when two kernels that ran name its drop differently.
+fn words(columns: &[Column], ran: &[usize]) -> Vec<WordRow> {
+    let n = columns.len();
+    let mut rows: Vec<WordRow> = Vec::new();
+    for (c, col) in columns.iter().enumerate() {
+        let parsed: Option<Value> = col
+            .output
+            .as_ref()
+            .and_then(|o| serde_json::from_slice(o).ok());
+        for (id, word) in parsed.as_ref().map(drops_of).unwrap_or_default() {
+            let at = match rows.iter().position(|r| r.id == id) {
+                Some(at) => at,
+                None => {
+                    rows.push(WordRow {
+                        id,
+                        words: vec!["-".into(); n],
+                        differs: false,
+                    });
+                    rows.len() - 1
+                }
+            };
+            rows[at].words[c] = word;
+        }
+    }
+    for r in &mut rows {
+        let first = ran.first().map(|c| &r.words[*c]);
+        r.differs = ran.iter().any(|c| Some(&r.words[*c]) != first);
+    }
+    rows
 }
 
 /// The kernels of `--kernels`, each resolved before anything boots.
@@ -246,10 +319,18 @@ impl MatrixReport {
             .rows
             .iter()
             .map(|r| r.id.len())
+            .chain(self.kernel_drops.iter().map(|r| r.id.len()))
             .max()
             .unwrap_or(5)
             .max(5);
-        let w: Vec<usize> = heads.iter().map(|h| h.len().max(12)).collect();
+        let w: Vec<usize> = heads
+            .iter()
+            .enumerate()
+            .map(|(c, h)| {
+                let word = self.kernel_drops.iter().map(|r| r.words[c].len()).max();
+                h.len().max(12).max(word.unwrap_or(0))
+            })
+            .collect();
         let mut out = format!("{:<id_w$}  ", "check");
         for (h, w) in heads.iter().zip(&w) {
             out.push_str(&format!("{h:<w$}  "));
@@ -264,6 +345,19 @@ impl MatrixReport {
                 out.push_str("<- differs between kernels");
             }
             out.push('\n');
+        }
+        if !self.kernel_drops.is_empty() {
+            out.push_str("the kernel's drop reasons (its words; the verdicts are above):\n");
+            for r in &self.kernel_drops {
+                out.push_str(&format!("{:<id_w$}  ", r.id));
+                for (word, w) in r.words.iter().zip(&w) {
+                    out.push_str(&format!("{word:<w$}  "));
+                }
+                if r.differs {
+                    out.push_str("<- the kernels' words differ");
+                }
+                out.push('\n');
+            }
         }
         for c in &self.columns {
             let k = c.release.as_deref().unwrap_or(&c.kernel);
@@ -391,6 +485,39 @@ mod tests {
             xml.contains("D7 [host]") && xml.contains("D7 [6.1]"),
             "{xml}"
         );
+    }
+
+    /// A scenario that passes on both kernels, whose trace step's drop the
+    /// two kernels name differently: the verdict row agrees, the words'
+    /// row is marked, and the matrix passes.
+    #[test]
+    fn the_kernels_words_for_a_drop_are_shown_apart_from_the_verdicts() {
+        let report = |reason: &str| {
+            format!(
+                r#"{{"kind":"ScenarioReport","scenarios":[{{"name":"vx","outcome":"pass","steps":[{{"step":1,"what":"check","ok":true,"detail":""}},{{"step":2,"what":"trace","ok":true,"detail":"","kernelDrop":{{"namespace":"node1","device":"vxlan0","reason":"{reason}","function":"vxlan_xmit"}}}}]}}]}}"#
+            )
+        };
+        let (old, new) = (report("NOT_SPECIFIED"), report("NO_TX_TARGET"));
+        let m = assemble(
+            s(&["scenario"]),
+            vec![
+                column("6.1", Some(0), Some(old.as_bytes())),
+                column("host", Some(0), Some(new.as_bytes())),
+            ],
+        );
+        assert_eq!(m.verdict, "pass");
+        assert!(!m.rows.iter().any(|r| r.differs), "{:?}", m.rows);
+        assert_eq!(m.kernel_drops.len(), 1);
+        let row = &m.kernel_drops[0];
+        assert_eq!(row.id, "vx step 2");
+        assert_eq!(
+            row.words,
+            s(&["NOT_SPECIFIED (vxlan_xmit)", "NO_TX_TARGET (vxlan_xmit)"])
+        );
+        assert!(row.differs);
+        let table = m.table();
+        assert!(table.contains("the kernels' words differ"), "{table}");
+        assert!(!table.contains("differs between kernels"), "{table}");
     }
 
     #[test]
