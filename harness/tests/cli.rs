@@ -685,3 +685,38 @@ fn refuses_clearly_when_not_root() {
         "{err}"
     );
 }
+
+/// `lab causes`: the whole table, one cause in full, JSON, and an unknown
+/// cause refused with how to list them (no root: it reads no lab).
+#[test]
+fn lab_causes_lists_explains_and_refuses_an_unknown_cause() {
+    let all = cnilab().args(["lab", "causes"]).output().expect("runs");
+    assert!(all.status.success());
+    let table = String::from_utf8_lossy(&all.stdout);
+    for id in ["missing-route", "vxlan-fdb-missing", "qdisc-drop", "dns"] {
+        assert!(table.lines().any(|l| l.starts_with(id)), "{id}: {table}");
+    }
+    let one = cnilab()
+        .args(["lab", "causes", "vxlan-fdb-missing"])
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&one.stdout);
+    assert!(one.status.success(), "{text}");
+    assert!(text.contains("bridge fdb append"), "the fix: {text}");
+    assert!(text.contains("named by rule, trace"), "{text}");
+    let json = cnilab()
+        .args(["lab", "causes", "-o", "json"])
+        .output()
+        .expect("runs");
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(doc["kind"], "CauseList");
+    let causes = doc["causes"].as_array().expect("causes");
+    assert!(causes.len() > 60, "{}", causes.len());
+    assert!(cnilab_harness::report::schema::check_report(&doc).is_empty());
+    let unknown = cnilab()
+        .args(["lab", "causes", "gremlins"])
+        .output()
+        .expect("runs");
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("`cnilab lab causes` lists"));
+}

@@ -63,6 +63,7 @@ fn every_report_the_suite_produces_matches_its_schema() {
     };
     let mut runs: Vec<(&str, Output)> = vec![
         ("ScenarioList", with(&["scenario", "list"], &[])),
+        ("CauseList", with(&["lab", "causes"], &[])),
         (
             "ConformReport",
             with(&["conform", "--only", "E1,C1"], &PLUGIN),

@@ -193,6 +193,20 @@ pub enum LabCmd {
         #[command(flatten)]
         perf: super::lab_perf::PerfFlags,
     },
+    /// Every cause `lab check`, `lab trace` and the in-cluster check name for
+    /// a failed probe: what it means, the object that proves it, the fix.
+    #[command(after_help = concat!("Examples:\n  \
+        cnilab lab causes\n  \
+        cnilab lab causes vxlan-fdb-missing\n  \
+        cnilab lab causes -o json\n\n",
+        crate::exit_codes_help!()))]
+    Causes {
+        /// One cause's id (as a report names it).
+        #[arg(value_name = "CAUSE")]
+        id: Option<String>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
     /// Remove a standing lab.
     #[command(after_help = concat!("Examples:\n  \
         cnilab lab down --name demo\n\n",
@@ -264,6 +278,7 @@ impl Lab {
                 output.output,
             ),
             LabCmd::Perf { topology, perf } => super::lab_perf::run(topology, &perf),
+            LabCmd::Causes { id, output } => super::causes::run(id.as_deref(), output.output),
             LabCmd::Down { name } => down(&name),
         }
     }

@@ -8,6 +8,7 @@
 pub mod args;
 pub mod bench;
 pub mod capture;
+mod causes;
 pub mod completions;
 pub mod conform;
 pub mod e2e;

@@ -14,6 +14,7 @@ pub const KINDS: &[(&str, &str)] = &[
         "BenchReport",
         include_str!("../../schemas/BenchReport.json"),
     ),
+    ("CauseList", include_str!("../../schemas/CauseList.json")),
     (
         "ConformReport",
         include_str!("../../schemas/ConformReport.json"),

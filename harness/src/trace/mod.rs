@@ -646,6 +646,22 @@ pub use text::render;
 mod tests {
     use super::*;
 
+    /// Every cause a trace names is declared in the registry of causes,
+    /// as one the trace names (and `trace`, the id of one it has no id
+    /// for).
+    #[test]
+    fn every_cause_the_trace_names_is_declared() {
+        use crate::connectivity::causes::{find, Finder};
+        for id in super::CAUSES.iter().chain(&["trace"]) {
+            let c = find(id)
+                .unwrap_or_else(|| panic!("{id} is not declared in connectivity/causes.rs"));
+            assert!(
+                c.found_by.contains(&Finder::Trace),
+                "{id} is not declared as the trace's"
+            );
+        }
+    }
+
     /// A masquerade that a VXLAN outer packet met is no rewrite of the
     /// probe; the probe's own DNAT, after it in the same namespace, is.
     #[test]

@@ -188,10 +188,11 @@ fn counted(item: &Value) -> Option<String> {
 
 /// The exit code's word, for a command whose report has no checks.
 fn code_word(code: i32) -> &'static str {
-    match code {
-        0 => "pass",
-        1 => "fail",
-        3 => "inconclusive",
+    use crate::report::exit;
+    match u8::try_from(code) {
+        Ok(exit::PASS) => "pass",
+        Ok(exit::FAIL) => "fail",
+        Ok(exit::INCONCLUSIVE) => "inconclusive",
         _ => "error",
     }
 }
