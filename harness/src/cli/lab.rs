@@ -671,7 +671,7 @@ fn replay_run(
         }
         let modules = kernel.modules.as_deref();
         if let Some(k) = super::vm::replay_kernel(spec, modules, &captured)? {
-            return super::vm::rerun_in_vm(&k);
+            return super::vm::rerun_in_vm(&k, files);
         }
     }
     crate::lab::checks::check_groups(groups)?;

@@ -209,13 +209,53 @@ pub fn replay_kernel(
 }
 
 /// This process's command, its `--kernel` and `--modules` taken out, run
-/// in a microVM on `kernel`; its exit code.
-pub fn rerun_in_vm(kernel: &kernels::Kernel) -> CliResult {
-    let argv = cnilab_argv(&without_kernel_flags(std::env::args().skip(1)))?;
+/// in a microVM on `kernel`; its exit code. `files`: what the command
+/// reads, which must be where the VM sees them.
+pub fn rerun_in_vm(kernel: &kernels::Kernel, files: &[PathBuf]) -> CliResult {
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| {
+            a.into_string().map_err(|a| {
+                format!(
+                    "{}: an argument that is not UTF-8 cannot be passed into the VM; rename it",
+                    a.to_string_lossy()
+                )
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let cwd = std::env::current_dir().map_err(|e| format!("the working directory: {e}"))?;
+    for f in files {
+        unseen_inside(&cwd, f)?;
+    }
+    let argv = cnilab_argv(&without_kernel_flags(args.into_iter()))?;
     preflight()?;
     let flags = VmFlags::default();
     let (_, line) = vm::choose_accel(flags.accel)?;
     run_on(kernel, &argv, &flags, &line)
+}
+
+/// Directories the VM mounts fresh: a file there is not the host's, unless
+/// it is under the working directory (shared at its own path).
+const FRESH_INSIDE: &[&str] = &["/tmp", "/var/tmp", "/run", "/dev"];
+
+/// Refuses a file the VM would not see: under a directory it mounts fresh
+/// and outside the working directory.
+fn unseen_inside(cwd: &Path, file: &Path) -> Result<(), String> {
+    let abs = cwd.join(file);
+    // `/` as the working directory is not shared (it is the host's root,
+    // which the VM has read-only under its own fresh mounts).
+    if cwd != Path::new("/") && abs.starts_with(cwd) {
+        return Ok(());
+    }
+    match FRESH_INSIDE.iter().find(|d| abs.starts_with(d)) {
+        Some(d) => Err(format!(
+            "{}: the VM mounts {d} fresh and sees only the working directory's files there; \
+             run from {} or copy the file under the working directory",
+            file.display(),
+            abs.parent().unwrap_or(&abs).display()
+        )),
+        None => Ok(()),
+    }
 }
 
 /// `args` without `--kernel X`, `--kernel=X`, `--modules X`, `--modules=X`.
@@ -389,6 +429,38 @@ impl Matrix {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_the_vm_mounts_fresh_is_refused_unless_under_the_working_directory() {
+        let cwd = Path::new("/home/me/bug");
+        assert!(unseen_inside(cwd, Path::new("n1.json")).is_ok());
+        assert!(unseen_inside(cwd, Path::new("/home/me/caps/n1.json")).is_ok());
+        let err = unseen_inside(cwd, Path::new("/tmp/caps/n1.json")).expect_err("refused");
+        assert!(
+            err.contains("/tmp") && err.contains("run from /tmp/caps"),
+            "{err}"
+        );
+        assert!(unseen_inside(Path::new("/tmp/caps"), Path::new("/tmp/caps/n1.json")).is_ok());
+        assert!(unseen_inside(Path::new("/"), Path::new("/tmp/caps/n1.json")).is_err());
+        assert!(unseen_inside(Path::new("/"), Path::new("/srv/n1.json")).is_ok());
+    }
+
+    #[test]
+    fn the_rerun_inside_drops_only_the_kernel_flags() {
+        let args = [
+            "lab",
+            "run",
+            "--kernel",
+            "auto",
+            "--capture",
+            "a.json",
+            "--modules=/m",
+            "-o",
+            "json",
+        ];
+        let kept = without_kernel_flags(args.iter().map(|a| a.to_string()));
+        assert_eq!(kept, ["lab", "run", "--capture", "a.json", "-o", "json"]);
+    }
 
     #[test]
     fn the_command_inside_is_a_cnilab_subcommand() {
