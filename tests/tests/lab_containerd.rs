@@ -78,10 +78,23 @@ fn assert_all_gone(ids: &[Identity], context: &str) {
     while ids.iter().any(Identity::alive) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let alive: Vec<u32> = ids.iter().filter(|i| i.alive()).map(|i| i.pid).collect();
+    // Each survivor with its command line and state, to say what escaped.
+    let alive: Vec<String> = ids
+        .iter()
+        .filter(|i| i.alive())
+        .map(|i| {
+            let cmdline = std::fs::read(format!("/proc/{}/cmdline", i.pid)).unwrap_or_default();
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", i.pid)).unwrap_or_default();
+            format!(
+                "{} ({}) {stat}",
+                i.pid,
+                String::from_utf8_lossy(&cmdline).replace('\0', " ")
+            )
+        })
+        .collect();
     assert!(
         alive.is_empty(),
-        "processes of the lab still run: {alive:?}\n{context}"
+        "processes of the lab still run: {alive:#?}\n{context}"
     );
 }
 

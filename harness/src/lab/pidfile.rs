@@ -117,6 +117,37 @@ impl Identity {
         self.kill_if(|| true)
     }
 
+    /// Stops (SIGSTOP) this process if it is still the one this identity
+    /// names, and waits (up to a second) until the kernel shows it stopped:
+    /// from then on it forks nothing. Returns whether it was signalled.
+    pub fn stop_if_same(&self) -> io::Result<bool> {
+        self.stop_if(|| true)
+    }
+
+    /// [`Identity::stop_if_same`] for an identity read from a pidfile in
+    /// `dir`, proved as [`Identity::kill_if_ours`] proves it.
+    pub fn stop_if_ours(&self, dir: &Path) -> io::Result<bool> {
+        if self.pid <= 1 || self.pid == std::process::id() {
+            return Ok(false);
+        }
+        self.stop_if(|| names_dir(self.pid, dir))
+    }
+
+    fn stop_if(&self, proof: impl FnOnce() -> bool) -> io::Result<bool> {
+        if !self.signal_if(nix::libc::SIGSTOP, proof)? {
+            return Ok(false);
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while std::time::Instant::now() < deadline {
+            let stat = std::fs::read(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
+            match cnilab_net::netns::owner::stat_field(&stat, 0) {
+                Some(b"T" | b"t" | b"Z" | b"X") | None => break,
+                _ => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
+        }
+        Ok(true)
+    }
+
     /// Like [`Identity::kill_if_same`], for an identity read from a pidfile
     /// in `dir`: a pid and a start time prove nothing on their own (a
     /// pidfile can name PID 1). The process must also be one this lab
@@ -130,9 +161,13 @@ impl Identity {
         self.kill_if(|| names_dir(self.pid, dir))
     }
 
+    fn kill_if(&self, proof: impl FnOnce() -> bool) -> io::Result<bool> {
+        self.signal_if(nix::libc::SIGKILL, proof)
+    }
+
     /// The signal goes through a pidfd opened before `proof` and the start
     /// time are checked, so the process checked is the process signalled.
-    fn kill_if(&self, proof: impl FnOnce() -> bool) -> io::Result<bool> {
+    fn signal_if(&self, signal: i32, proof: impl FnOnce() -> bool) -> io::Result<bool> {
         let Ok(pid) = i32::try_from(self.pid) else {
             return Ok(false);
         };
@@ -159,7 +194,7 @@ impl Identity {
             nix::libc::syscall(
                 nix::libc::SYS_pidfd_send_signal,
                 std::os::fd::AsRawFd::as_raw_fd(&pidfd),
-                nix::libc::SIGKILL,
+                signal,
                 std::ptr::null::<nix::libc::siginfo_t>(),
                 0,
             )

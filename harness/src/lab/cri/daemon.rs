@@ -372,13 +372,44 @@ pub fn teardown(dir: &Path, id: Option<Identity>) -> Teardown {
         }
     }
     if let Some(id) = id {
-        if let Ok(true) = id.kill_if_ours(dir) {
-            done.killed.push(id.pid);
+        // containerd is its shims' subreaper: they, their containers and
+        // any plugin it runs are under it, and go with it.
+        if let Ok(true) = id.stop_if_ours(dir) {
+            done.killed.extend(kill_tree(id));
         }
-        wait_gone(&[id]);
     }
     done.killed.extend(kill_shims(&socket_path(dir)));
     done
+}
+
+/// Kills `root`, already stopped, and every process under it (each stopped
+/// before its children are listed: see [`stop_below`]), children first;
+/// waits until they are gone. Returns the pids killed.
+fn kill_tree(root: Identity) -> Vec<u32> {
+    let mut tree = vec![root];
+    stop_below(&root, &mut tree);
+    let mut killed = Vec::new();
+    let mut ids = Vec::new();
+    for p in tree.into_iter().rev() {
+        if let Ok(true) = p.kill_if_same() {
+            killed.push(p.pid);
+            ids.push(p);
+        }
+    }
+    wait_gone(&ids);
+    killed
+}
+
+/// Every process under `parent` (stopped), each stopped (SIGSTOP) before
+/// its own children are listed: a stopped process forks no more, so what
+/// is listed is the whole tree, whenever this runs. Parents first.
+fn stop_below(parent: &Identity, tree: &mut Vec<Identity>) {
+    for kid in children_of(parent.pid).into_iter().filter_map(Identity::of) {
+        if let Ok(true) = kid.stop_if_same() {
+            tree.push(kid);
+            stop_below(&kid, tree);
+        }
+    }
 }
 
 fn wait_gone(ids: &[Identity]) {
@@ -438,29 +469,20 @@ pub fn children_of(pid: u32) -> Vec<u32> {
     kids
 }
 
-/// Kills the shims serving `socket`, their children first (a shim's
-/// children are its containers' init processes); returns the pids killed.
+/// Kills the shims serving `socket` and every process under them (their
+/// containers' init processes, and for a container being created, runc
+/// and its `runc init`, which outlives a killed runc); returns the pids
+/// killed.
 pub fn kill_shims(socket: &Path) -> Vec<u32> {
     let mut killed = Vec::new();
-    let mut ids = Vec::new();
     for shim in shims_of(socket) {
         let Some(shim_id) = Identity::of(shim) else {
             continue;
         };
-        for kid in children_of(shim) {
-            if let Some(k) = Identity::of(kid) {
-                if let Ok(true) = k.kill_if_same() {
-                    killed.push(kid);
-                    ids.push(k);
-                }
-            }
-        }
-        if let Ok(true) = shim_id.kill_if_same() {
-            killed.push(shim);
-            ids.push(shim_id);
+        if let Ok(true) = shim_id.stop_if_same() {
+            killed.extend(kill_tree(shim_id));
         }
     }
-    wait_gone(&ids);
     killed
 }
 
