@@ -58,7 +58,7 @@ pub(crate) fn check(c: &Capture) -> Result<(), String> {
                     text(&format!("{list}[{k}].{field}"), v, 253)?;
                 }
             }
-            if s.evidence.len() > 64 {
+            if s.evidence.len() > super::evidence::MAX_EVIDENCE {
                 let n = s.evidence.len().to_string();
                 return refuse(&format!("{list}[{k}].evidence"), &n, "more than 64 entries");
             }

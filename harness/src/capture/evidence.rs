@@ -135,7 +135,10 @@ pub fn judge(node: &Node, pod: &Namespace, recorded: &[String]) -> Judged {
         }
         Ok(_) => None,
     };
-    Judged { evidence, skipped }
+    Judged {
+        evidence: capped(evidence, MAX_EVIDENCE),
+        skipped,
+    }
 }
 
 /// The pod's own addresses (not `lo`'s).
@@ -248,9 +251,30 @@ pub fn recorded(
             );
             ev.extend(confs.iter().filter_map(|c| c.evidence(a.addr())));
         }
-        out.insert(name.clone(), ev);
+        out.insert(name.clone(), capped(ev, RECORDED));
     }
     out
+}
+
+/// The most evidence a pod's entry holds (what a capture file may hold).
+pub const MAX_EVIDENCE: usize = 64;
+
+/// The most evidence recorded at capture, leaving room for what the model
+/// says of the pod ([`judge`] adds it).
+const RECORDED: usize = MAX_EVIDENCE - 8;
+
+/// At most `max` entries, the first ones kept (the CRI's word first); a
+/// node whose CNI cache kept many stale entries for one address says how
+/// many more there were in the last.
+fn capped(mut ev: Vec<String>, max: usize) -> Vec<String> {
+    if ev.len() > max {
+        let more = ev.len() - (max - 1);
+        ev.truncate(max - 1);
+        ev.push(format!(
+            "and {more} more entries (CNI cache entries or configs) that hold its address"
+        ));
+    }
+    ev
 }
 
 #[cfg(test)]
@@ -371,6 +395,25 @@ mod tests {
         );
         let healthy = node();
         assert_eq!(judge(&healthy, &healthy.pods[0], &[]).skipped, None);
+    }
+
+    /// A node whose CNI cache kept a hundred stale entries for one pod's
+    /// address still makes a capture that loads: the evidence is capped.
+    #[test]
+    fn stale_cache_entries_are_capped_and_counted() {
+        let ev: Vec<String> = (0..100).map(|i| format!("entry {i}")).collect();
+        let kept = capped(ev, MAX_EVIDENCE);
+        assert_eq!(kept.len(), MAX_EVIDENCE);
+        assert_eq!(kept[0], "entry 0");
+        assert!(
+            kept[MAX_EVIDENCE - 1].starts_with("and 37 more"),
+            "{:?}",
+            kept.last()
+        );
+        assert_eq!(
+            capped(vec!["one".into()], MAX_EVIDENCE),
+            vec!["one".to_string()]
+        );
     }
 
     #[test]
