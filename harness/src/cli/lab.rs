@@ -661,8 +661,8 @@ fn replay_run(
 ) -> CliResult {
     let groups = &out.only;
     crate::netns::require_root()?;
+    crate::lab::checks::check_groups(groups)?;
     if let Some(spec) = &kernel.kernel {
-        crate::lab::checks::check_groups(groups)?;
         let mut captured = Vec::new();
         for f in files {
             for c in crate::capture::load_all(f)? {
@@ -674,7 +674,6 @@ fn replay_run(
             return super::vm::rerun_in_vm(&k, files);
         }
     }
-    crate::lab::checks::check_groups(groups)?;
     crate::lab::cleanup_on_interrupt(None);
     let report = crate::lab::check_replayed("replay", files, groups, true, tune_host)?;
     for n in &report.not_made {

@@ -172,9 +172,7 @@ pub fn replay_kernel(
     modules: Option<&Path>,
     captured: &[(String, String)],
 ) -> Result<Option<kernels::Kernel>, String> {
-    let host = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|r| r.trim().to_string())
-        .map_err(|e| format!("this machine's kernel release: {e}"))?;
+    let host = host_release()?;
     let kernel = match spec {
         "host" => None,
         "auto" => {
@@ -332,14 +330,17 @@ pub struct Matrix {
     pub command: Vec<String>,
 }
 
+/// This machine's kernel release (`uname -r`).
+fn host_release() -> Result<String, String> {
+    nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .map_err(|e| format!("this machine's kernel release: {e}"))
+}
+
 /// The command on this machine's own kernel.
 fn on_host(argv: &[String]) -> matrix::Column {
     let mut col = matrix::Column::named("host");
-    col.release = Some(
-        nix::sys::utsname::uname()
-            .map(|u| u.release().to_string_lossy().into_owned())
-            .unwrap_or_else(|_| "host".into()),
-    );
+    col.release = Some(host_release().unwrap_or_else(|_| "host".into()));
     let start = std::time::Instant::now();
     match std::process::Command::new(&argv[0])
         .args(&argv[1..])

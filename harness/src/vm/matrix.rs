@@ -214,25 +214,23 @@ pub fn assemble(command: Vec<String>, columns: Vec<Column>) -> MatrixReport {
             ));
         }
         for (id, name, verdict) in checks {
-            let at = match rows.iter().position(|r| r.id == id) {
-                Some(at) => at,
-                None => {
-                    rows.push(Row {
-                        id,
-                        name,
-                        verdicts: vec!["-".into(); n],
-                        differs: false,
-                    });
-                    rows.len() - 1
-                }
-            };
+            let at = slot(
+                &mut rows,
+                &id,
+                |r| &r.id,
+                || Row {
+                    id: id.clone(),
+                    name,
+                    verdicts: vec!["-".into(); n],
+                    differs: false,
+                },
+            );
             rows[at].verdicts[c] = verdict;
         }
     }
     let ran: Vec<usize> = (0..n).filter(|c| columns[*c].output.is_some()).collect();
     for r in &mut rows {
-        let first = ran.first().map(|c| &r.verdicts[*c]);
-        r.differs = ran.iter().any(|c| Some(&r.verdicts[*c]) != first);
+        r.differs = differs(&r.verdicts, &ran);
     }
     let kernel_drops = words(&columns, &ran);
     let failed = rows
@@ -269,25 +267,46 @@ fn words(columns: &[Column], ran: &[usize]) -> Vec<WordRow> {
             .as_ref()
             .and_then(|o| serde_json::from_slice(o).ok());
         for (id, word) in parsed.as_ref().map(drops_of).unwrap_or_default() {
-            let at = match rows.iter().position(|r| r.id == id) {
-                Some(at) => at,
-                None => {
-                    rows.push(WordRow {
-                        id,
-                        words: vec!["-".into(); n],
-                        differs: false,
-                    });
-                    rows.len() - 1
-                }
-            };
+            let at = slot(
+                &mut rows,
+                &id,
+                |r| &r.id,
+                || WordRow {
+                    id: id.clone(),
+                    words: vec!["-".into(); n],
+                    differs: false,
+                },
+            );
             rows[at].words[c] = word;
         }
     }
     for r in &mut rows {
-        let first = ran.first().map(|c| &r.words[*c]);
-        r.differs = ran.iter().any(|c| Some(&r.words[*c]) != first);
+        r.differs = differs(&r.words, ran);
     }
     rows
+}
+
+/// The index of the row `id` names, made with `new` when there is none.
+fn slot<R>(
+    rows: &mut Vec<R>,
+    id: &str,
+    id_of: fn(&R) -> &String,
+    new: impl FnOnce() -> R,
+) -> usize {
+    match rows.iter().position(|r| id_of(r) == id) {
+        Some(at) => at,
+        None => {
+            rows.push(new());
+            rows.len() - 1
+        }
+    }
+}
+
+/// Whether the kernels that ran (`ran`, column indexes) disagree on a
+/// row's cells.
+fn differs(cells: &[String], ran: &[usize]) -> bool {
+    let first = ran.first().map(|c| &cells[*c]);
+    ran.iter().any(|c| Some(&cells[*c]) != first)
 }
 
 /// The kernels of `--kernels`, each resolved before anything boots.
