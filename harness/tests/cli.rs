@@ -704,6 +704,12 @@ fn lab_causes_lists_explains_and_refuses_an_unknown_cause() {
     assert!(one.status.success(), "{text}");
     assert!(text.contains("bridge fdb append"), "the fix: {text}");
     assert!(text.contains("named by rule, trace"), "{text}");
+    // The tests that prove its fix, as commands.
+    assert!(
+        text.contains("proven:   cnilab scenario run vxlan-fdb-missing-after-rejoin")
+            && text.contains("cargo test -p cnilab-tests --test trace vxlan_outer_packet"),
+        "{text}"
+    );
     let json = cnilab()
         .args(["lab", "causes", "-o", "json"])
         .output()
@@ -712,6 +718,11 @@ fn lab_causes_lists_explains_and_refuses_an_unknown_cause() {
     assert_eq!(doc["kind"], "CauseList");
     let causes = doc["causes"].as_array().expect("causes");
     assert!(causes.len() > 60, "{}", causes.len());
+    let proven = causes
+        .iter()
+        .filter(|c| c["proven_by"].as_array().is_some_and(|p| !p.is_empty()))
+        .count();
+    assert!(proven >= 50, "{proven} causes with a tested fix");
     assert!(cnilab_harness::report::schema::check_report(&doc).is_empty());
     let unknown = cnilab()
         .args(["lab", "causes", "gremlins"])

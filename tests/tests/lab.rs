@@ -996,6 +996,41 @@ fn failing_check_with(
     let groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
     let report = lab::check(&lab, &groups, false).expect("check");
     lab.down();
+    assert_failed_with(report, id, parts)
+}
+
+/// [`failing_check_with`], then the fix the registry of causes gives for
+/// `id` (`cnilab lab causes ID`) applied by hand in `fix`: the same groups
+/// pass again. The registry names the tests that call this as the proof
+/// of its fix.
+fn assert_fixed_in(
+    lab: parts::Lab,
+    id: &str,
+    groups: &[&str],
+    parts: &[&str],
+    fix: impl FnOnce(&parts::Lab),
+) -> lab::report::Report {
+    assert!(
+        cnilab_harness::connectivity::causes::find(id).is_some(),
+        "{id} is not a declared cause"
+    );
+    let groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
+    let before = lab::check(&lab, &groups, false).expect("check");
+    fix(&lab);
+    let after = lab::check(&lab, &groups, false).expect("check");
+    lab.down();
+    let report = assert_failed_with(before, id, parts);
+    assert!(after.passed(), "after the fix of {id}:\n{}", after.table());
+    report
+}
+
+/// `report` failed with the diagnosis `id`, whose message contains every
+/// one of `parts`.
+fn assert_failed_with(
+    report: lab::report::Report,
+    id: &str,
+    parts: &[&str],
+) -> lab::report::Report {
     let table = report.table();
     assert!(!report.passed(), "{table}");
     let found = report
@@ -1012,11 +1047,12 @@ fn failing_check_with(
 fn a_bridge_that_is_down_is_diagnosed() {
     let (_run, lab) = lab_in_process(2, 2);
     ip_in(lab.nodes[0].ns.name(), &["link", "set", "cnilab0", "down"]);
-    failing_check_with(
+    assert_fixed_in(
         lab,
-        &["pod-to-pod"],
         "bridge-down",
+        &["pod-to-pod"],
         &["node1: bridge cnilab0 is down", "2 pod port(s)"],
+        |lab| ip_in(lab.nodes[0].ns.name(), &["link", "set", "cnilab0", "up"]),
     );
 }
 
@@ -1031,14 +1067,17 @@ fn br_netfilter_forward_drop_between_same_node_pods_is_diagnosed() {
         "table ip cnilab_test_filter {\n  chain FORWARD {\n    type filter hook forward priority 0; policy drop;\n  }\n}\n",
     )
     .expect("nft");
-    failing_check_with(
+    // The fix: the pod CIDR accepted in FORWARD (the drop policy stays).
+    let accept = "add rule ip cnilab_test_filter FORWARD ip saddr 10.244.0.0/16 accept\n";
+    assert_fixed_in(
         lab,
-        &["pod-to-pod/same-node"],
         "br-netfilter-forward-drop",
+        &["pod-to-pod/same-node"],
         &[
             "node1: net.bridge.bridge-nf-call-iptables = 1",
             "chain FORWARD",
         ],
+        |lab| base::nft(&lab.nodes[0].ns, accept).expect("nft"),
     );
 }
 
@@ -1200,16 +1239,19 @@ fn conntrack_invalid_drops_are_diagnosed_from_the_counters() {
 #[test]
 fn a_pod_without_a_default_route_is_diagnosed() {
     let (_run, lab) = lab_in_process(2, 2);
-    ip_in(lab.nodes[0].pods[0].ns.name(), &["route", "del", "default"]);
-    let report = failing_check_with(
+    let pod = lab.nodes[0].pods[0].ns.name().to_string();
+    ip_in(&pod, &["route", "del", "default"]);
+    // The fix: the default route the plugin gives (via the pods' gateway).
+    let report = assert_fixed_in(
         lab,
-        &["pod-to-pod"],
         "pod-no-route",
+        &["pod-to-pod"],
         &[
             "pod node1/node1-pod0 has no route to the cluster CIDR 10.244.0.0/16",
             "IPv4",
             "its routes",
         ],
+        |_| ip_in(&pod, &["route", "add", "default", "via", "10.244.1.1"]),
     );
     let text = report.table();
     assert!(!text.contains("pods on node1"), "{text}");

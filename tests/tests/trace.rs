@@ -70,6 +70,12 @@ fn a_missing_route_is_named() {
     lab.sh("node1", "ip", &["route", "del", "10.244.2.0/24"]);
     let t = lab.trace("node1-pod0", "node2-pod0", &[]);
     assert_died(&t, "node1", "no-route", "10.244.2.2");
+    lab.sh(
+        "node1",
+        "ip",
+        &["route", "add", "10.244.2.0/24", "via", "10.250.0.2"],
+    );
+    trace_common::assert_fixed(&lab, "no-route");
 }
 
 /// The host end of node1's pod veth set down.
@@ -183,6 +189,12 @@ fn vxlan_outer_packet_is_followed_and_a_missing_fdb_entry_is_named() {
         &format!("fdb {mac} dev vxlan0"),
     );
     lab.assert_no_trace_tables();
+    lab.sh(
+        "node1",
+        "bridge",
+        &["fdb", "append", &mac, "dev", "vxlan0", "dst", "10.250.0.2"],
+    );
+    trace_common::assert_fixed(&lab, "vxlan-fdb-missing");
 }
 
 /// node2-pod0 stops answering ARP (`ip link set eth0 arp off` in the pod):
@@ -211,6 +223,9 @@ fn a_neighbour_that_never_resolves_is_named() {
         "neighbour-failed",
         &format!("neighbour {pod_ip} dev cnilab0"),
     );
+    // The fix: the owner answers ARP again.
+    lab.sh("node2-pod0", "ip", &["link", "set", "eth0", "arp", "on"]);
+    trace_common::assert_fixed(&lab, "neighbour-failed");
 }
 
 /// `lab check` on a lab with a blackhole route that no diagnosis rule

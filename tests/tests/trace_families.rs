@@ -9,7 +9,7 @@
 mod trace_common;
 
 use cnilab_tests::{host_untouched, StandingLab as Standing};
-use trace_common::{assert_check_passes, assert_died, assert_every_failure_is, Lab};
+use trace_common::{assert_died, assert_every_failure_is, assert_fixed, Lab};
 
 #[test]
 fn a_bridge_family_drop_is_named_as_its_chain_not_as_br_netfilter() {
@@ -27,5 +27,5 @@ fn a_bridge_family_drop_is_named_as_its_chain_not_as_br_netfilter() {
     assert_died(&t, "node2", "firewall-policy", object);
     assert_every_failure_is(&lab, "firewall-policy", "node2", object);
     lab.sh("node2", "nft", &["delete", "table", "bridge", "faulty"]);
-    assert_check_passes(&lab);
+    assert_fixed(&lab, "firewall-policy");
 }

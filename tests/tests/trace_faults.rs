@@ -9,8 +9,8 @@ mod trace_common;
 
 use cnilab_tests::{host_untouched, StandingLab as Standing};
 use trace_common::{
-    address, assert_arrived, assert_check_names, assert_check_says, assert_died,
-    assert_kernel_drop, Lab,
+    address, assert_arrived, assert_check_names, assert_check_says, assert_died, assert_fixed,
+    assert_fixed_on, assert_kernel_drop, route_of, Lab,
 };
 
 /// Strict reverse-path filtering on node2 while its route back to node1's
@@ -29,6 +29,7 @@ fn reverse_path_filtering_is_named() {
             "net.ipv4.conf.eth0.rp_filter=1",
         ],
     );
+    let back = route_of(&lab, "node2", "10.244.1.0/24");
     lab.sh(
         "node2",
         "ip",
@@ -43,6 +44,10 @@ fn reverse_path_filtering_is_named() {
     assert!(evidence.contains("IP_RPFILTER"), "{evidence}");
     // A diagnosis rule knows this one; the trace agrees with it.
     assert_check_says(&lab, &["node2", "rp_filter on eth0"]);
+    // The fix: a symmetric route back (rp_filter stays strict).
+    let back: Vec<&str> = back.iter().map(String::as_str).collect();
+    lab.sh("node2", "ip", &[&["route", "replace"][..], &back].concat());
+    assert_fixed(&lab, "reverse-path");
 }
 
 /// NOARP on node2's pod bridge: node2 never resolves its pod.
@@ -54,6 +59,8 @@ fn noarp_on_a_link_is_named() {
     let t = lab.trace("node1-pod0", "node2-pod0", &[]);
     assert_died(&t, "node2", "noarp", "link cnilab0");
     assert_check_names(&lab, "noarp", "node2", "link cnilab0");
+    lab.sh("node2", "ip", &["link", "set", "cnilab0", "arp", "on"]);
+    assert_fixed(&lab, "noarp");
 }
 
 /// A permanent neighbour on node2 for its pod with a MAC that is not the
@@ -82,6 +89,8 @@ fn a_permanent_neighbour_with_a_wrong_mac_is_named() {
     let object = format!("neighbour {pod} dev cnilab0");
     assert_died(&t, "node2", "neighbour-wrong-mac", &object);
     assert_check_names(&lab, "neighbour-wrong-mac", "node2", &object);
+    lab.sh("node2", "ip", &["neigh", "del", &pod, "dev", "cnilab0"]);
+    assert_fixed(&lab, "neighbour-wrong-mac");
 }
 
 /// node1's pod port on its bridge put in STP state disabled.
@@ -99,6 +108,12 @@ fn a_blocked_bridge_port_is_named() {
     let object = format!("port {veth} of cnilab0");
     assert_died(&t, "node1", "bridge-port-blocked", &object);
     assert_check_names(&lab, "bridge-port-blocked", "node1", &object);
+    lab.sh(
+        "node1",
+        "bridge",
+        &["link", "set", "dev", &veth, "state", "3"],
+    );
+    assert_fixed(&lab, "bridge-port-blocked");
 }
 
 /// Both nodes' ports on the underlay switch isolated: the switch forwards
@@ -122,6 +137,13 @@ fn isolated_bridge_ports_are_named() {
         "port p-node2 of underlay",
     );
     assert_check_names(&lab, "bridge-port-isolated", "switch", "of underlay");
+    // Isolation off on one of the two ports is enough.
+    lab.sh(
+        "switch",
+        "bridge",
+        &["link", "set", "dev", "p-node1", "isolated", "off"],
+    );
+    assert_fixed(&lab, "bridge-port-isolated");
 }
 
 /// node1 routes node2's pod CIDR via an underlay address nobody owns: the
@@ -139,6 +161,12 @@ fn a_wrong_next_hop_is_named_at_the_node_whose_route_chose_it() {
     assert_died(&t, "node1", "wrong-next-hop", "next hop 10.250.0.99");
     // A diagnosis rule knows this one (a stale route); the trace agrees.
     assert_check_says(&lab, &["node1", "10.250.0.99"]);
+    lab.sh(
+        "node1",
+        "ip",
+        &["route", "replace", "10.244.2.0/24", "via", "10.250.0.2"],
+    );
+    assert_fixed(&lab, "wrong-next-hop");
 }
 
 /// An MTU smaller than the packet: node2's pod bridge at 1000 stops a
@@ -163,6 +191,8 @@ fn an_mtu_smaller_than_the_packet_is_named() {
     let t = lab.trace("node1-pod0", "node2-pod0", &[]);
     assert_died(&t, "node2-pod0", "mtu", "link eth0 mtu 68");
     assert_check_names(&lab, "mtu", "node2-pod0 (node node2)", "link eth0 mtu 68");
+    lab.sh("node2-pod0", "ip", &["link", "set", "eth0", "mtu", "1500"]);
+    assert_fixed(&lab, "mtu");
 }
 
 /// A qdisc that drops everything (`pfifo limit 0`) on node2's pod veth:
@@ -181,6 +211,8 @@ fn a_qdisc_that_drops_is_named_by_its_counter() {
     let object = format!("dev {veth}");
     assert_died(&t, "node2", "qdisc-drop", &object);
     assert_check_names(&lab, "qdisc-drop", "node2", &object);
+    lab.sh("node2", "tc", &["qdisc", "del", "dev", &veth, "root"]);
+    assert_fixed(&lab, "qdisc-drop");
 }
 
 /// node2-pod0 ignores every ARP request (arp_ignore 8), with node2's
@@ -202,6 +234,12 @@ fn arp_ignore_is_named_at_the_pod_that_ignores() {
     assert_died(&t, "node2-pod0", "arp-ignore", object);
     assert_eq!(t.1["death"]["node"], "node2", "{:#}", t.1);
     lab.assert_no_trace_tables();
+    lab.sh(
+        "node2-pod0",
+        "sysctl",
+        &["-qw", "net.ipv4.conf.all.arp_ignore=0"],
+    );
+    assert_fixed_on(&lab, "arp-ignore", "node1-pod0", "node2-pod0", &[]);
 }
 
 /// node1-pod0's address also on node2's lo: a packet from the pod to
@@ -221,6 +259,13 @@ fn a_local_source_refused_by_accept_local_is_named() {
     let object = "net/ipv4/conf/eth0/accept_local";
     assert_died(&t, "node2", "accept-local", object);
     assert_check_names(&lab, "accept-local", "node2", object);
+    // The fix: the sender's address is its own again.
+    lab.sh(
+        "node2",
+        "ip",
+        &["addr", "del", &format!("{pod}/32"), "dev", "lo"],
+    );
+    assert_fixed(&lab, "accept-local");
 }
 
 /// Legacy iptables (x_tables, which nftables' trace does not see): a DROP
@@ -247,12 +292,19 @@ fn legacy_iptables_drops_are_named_by_their_counters() {
     let rule = "iptables-legacy filter FORWARD rule 1";
     assert_died(&t, "node1", "iptables-legacy-drop", rule);
     assert_check_names(&lab, "iptables-legacy-drop", "node1", rule);
-    lab.sh("node1", "iptables-legacy", &["-F", "FORWARD"]);
+    lab.sh(
+        "node1",
+        "iptables-legacy",
+        &["-D", "FORWARD", "-d", "10.244.2.0/24", "-j", "DROP"],
+    );
+    assert_fixed(&lab, "iptables-legacy-drop");
     lab.sh("node1", "iptables-legacy", &["-P", "FORWARD", "DROP"]);
     let t = lab.trace("node1-pod0", "node2-pod0", &[]);
     let policy = "iptables-legacy filter FORWARD policy DROP";
     assert_died(&t, "node1", "iptables-legacy-policy", policy);
     assert_check_names(&lab, "iptables-legacy-policy", "node1", policy);
+    lab.sh("node1", "iptables-legacy", &["-P", "FORWARD", "ACCEPT"]);
+    assert_fixed(&lab, "iptables-legacy-policy");
 }
 
 /// An iptables-nft chain policy (`iptables -P FORWARD DROP`, as Docker
@@ -267,6 +319,8 @@ fn a_chain_policy_drop_is_named_as_the_policy() {
     assert_died(&t, "node1", "firewall-policy", object);
     // A diagnosis rule knows this one; the trace agrees with it.
     assert_check_says(&lab, &["node1", "FORWARD", "policy drop"]);
+    lab.sh("node1", "iptables-nft", &["-P", "FORWARD", "ACCEPT"]);
+    assert_fixed(&lab, "firewall-policy");
 }
 
 /// node2's pod port neither learns nor floods unknown unicast and the
@@ -319,6 +373,7 @@ fn a_bridge_port_that_neither_learns_nor_floods_is_named() {
         &["link", "set", "dev", &veth, "flood", "on"],
     );
     assert_arrived(&lab.trace("node1-pod0", "node2-pod0", &[]), "node2-pod0");
+    assert_fixed(&lab, "bridge-fdb-missing");
 }
 
 /// Conntrack state. The trace's probes (an echo request, a TCP SYN, a UDP
@@ -430,6 +485,8 @@ fn arp_announce_is_named_where_it_chooses_the_arp_sender() {
     let evidence = t.1["death"]["evidence"].to_string();
     assert!(evidence.contains("from 10.250.0.2"), "{evidence}");
     lab.assert_no_trace_tables();
+    announce("2");
+    assert_fixed_on(&lab, "arp-announce", "node2", "node2-pod0", &[]);
 }
 
 /// A route's own MTU (`ip route replace … mtu lock 1000`) on node1 for
@@ -552,6 +609,9 @@ fn an_invalid_probe_is_named_at_the_ct_state_invalid_rule() {
         );
     }
     lab.assert_no_trace_tables();
+    // The fix: the rules dropped.
+    nft("delete table inet ivlab");
+    assert_fixed_on(&lab, "conntrack-invalid", "node1-pod0", "node2-pod0", &tcp);
 }
 
 /// A detour: node1 routes node2's pod CIDR via the external host, which

@@ -2,7 +2,8 @@
 //! class of fault made by hand (plain `ip`, `bridge`, `nft`, `iptables`,
 //! `tc`, `sysctl`) in ONE standing lab per shape, in turn (make the fault,
 //! `lab check -o json` or `lab trace`, assert the cause id, where it died
-//! and the object on each path it breaks, undo, next), so the cells come
+//! and the object on each path it breaks, apply the registry's fix for
+//! the cause, `lab check` passes again, next), so the cells come
 //! cheap. What covers which cell:
 //!
 //! ```text
@@ -68,19 +69,23 @@
 
 mod trace_common;
 
-use cnilab_tests::{cnilab, host_untouched, output_text as all, StandingLab as Standing};
+use cnilab_tests::{host_untouched, output_text as all, StandingLab as Standing};
 use std::process::Command;
-use trace_common::{address, assert_arrived, assert_check_names_on, assert_died, up_topology, Lab};
+use trace_common::{
+    address, assert_arrived, assert_check_names_on, assert_died, assert_fixed, route_of,
+    up_topology, Lab,
+};
 
 /// The Service VIP the lab pins to node2-pod0, and how to probe it.
 const VIP: [&str; 5] = ["10.96.0.12", "--proto", "tcp", "--port", "7777"];
 
 /// One fault made by hand: commands `(namespace, command line)` that make
-/// and undo it, the cause `lab check` names, where it died (`node2`, or
-/// `node2-pod0 (node node2)`), the object, and the paths it breaks.
+/// it and that apply the registry's fix for its cause, the cause `lab
+/// check` names, where it died (`node2`, or `node2-pod0 (node node2)`),
+/// the object, and the paths it breaks.
 struct Fault<'a> {
     make: Vec<(&'a str, String)>,
-    undo: Vec<(&'a str, String)>,
+    fix: Vec<(&'a str, String)>,
     cause: &'a str,
     at: &'a str,
     object: String,
@@ -93,20 +98,19 @@ fn run(lab: &Standing, role: &str, line: &str) {
     lab.sh(role, words[0], &words[1..]);
 }
 
-/// Makes each fault in turn, has `lab check` name it on its paths, undoes
-/// it; the lab passes again at the end.
+/// Makes each fault in turn, has `lab check` name it on its paths, applies
+/// its cause's fix; the lab passes again after each.
 fn each_fault_named_by_check(lab: &Standing, faults: &[Fault]) {
     for f in faults {
         for (role, line) in &f.make {
             run(lab, role, line);
         }
         assert_check_names_on(lab, f.cause, f.at, &f.object, f.paths);
-        for (role, line) in &f.undo {
+        for (role, line) in &f.fix {
             run(lab, role, line);
         }
+        assert_fixed(lab, f.cause);
     }
-    let out = cnilab(&["lab", "check", "--name", &lab.0]);
-    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
 }
 
 /// A route out of the wrong device: node1 sends node2's pod CIDR out of
@@ -158,7 +162,7 @@ fn l2_each_class_is_named_by_lab_check_on_every_path_it_breaks() {
     let faults = [
         Fault {
             make: vec![("node1", "ip route replace blackhole 10.244.2.0/24".into())],
-            undo: vec![(
+            fix: vec![(
                 "node1",
                 "ip route replace 10.244.2.0/24 via 10.250.0.2".into(),
             )],
@@ -169,7 +173,7 @@ fn l2_each_class_is_named_by_lab_check_on_every_path_it_breaks() {
         },
         Fault {
             make: vec![("node1-pod0", "ip route add blackhole 10.250.0.2/32".into())],
-            undo: vec![("node1-pod0", "ip route del blackhole 10.250.0.2/32".into())],
+            fix: vec![("node1-pod0", "ip route del blackhole 10.250.0.2/32".into())],
             cause: "blackhole",
             at: "node1-pod0 (node node1)",
             object: "10.250.0.2/32".into(),
@@ -192,7 +196,7 @@ fn l2_each_class_is_named_by_lab_check_on_every_path_it_breaks() {
                     format!("nft add rule ip h1fw cfw ip daddr {pod} drop"),
                 ),
             ],
-            undo: vec![("node2", "nft delete table ip h1fw".into())],
+            fix: vec![("node2", "nft delete table ip h1fw".into())],
             cause: "firewall-drop",
             at: "node2",
             object: "ip h1fw".into(),
@@ -200,7 +204,7 @@ fn l2_each_class_is_named_by_lab_check_on_every_path_it_breaks() {
         },
         Fault {
             make: vec![("node2", format!("ip link set {veth} down"))],
-            undo: vec![("node2", format!("ip link set {veth} up"))],
+            fix: vec![("node2", format!("ip link set {veth} up"))],
             cause: "link-down",
             at: "node2",
             object: veth.clone(),
@@ -208,7 +212,7 @@ fn l2_each_class_is_named_by_lab_check_on_every_path_it_breaks() {
         },
         Fault {
             make: vec![("node2", format!("bridge link set dev {veth} state 0"))],
-            undo: vec![("node2", format!("bridge link set dev {veth} state 3"))],
+            fix: vec![("node2", format!("bridge link set dev {veth} state 3"))],
             cause: "bridge-port-blocked",
             at: "node2",
             object: format!("port {veth} of cnilab0"),
@@ -221,7 +225,7 @@ fn l2_each_class_is_named_by_lab_check_on_every_path_it_breaks() {
                     "ip neigh replace {pod} lladdr 02:00:00:00:00:99 dev cnilab0 nud permanent"
                 ),
             )],
-            undo: vec![("node2", format!("ip neigh del {pod} dev cnilab0"))],
+            fix: vec![("node2", format!("ip neigh del {pod} dev cnilab0"))],
             cause: "neighbour-wrong-mac",
             at: "node2",
             object: format!("neighbour {pod} dev cnilab0"),
@@ -232,7 +236,7 @@ fn l2_each_class_is_named_by_lab_check_on_every_path_it_breaks() {
                 "node2",
                 format!("tc qdisc add dev {veth} root pfifo limit 0"),
             )],
-            undo: vec![("node2", format!("tc qdisc del dev {veth} root"))],
+            fix: vec![("node2", format!("tc qdisc del dev {veth} root"))],
             cause: "qdisc-drop",
             at: "node2",
             object: format!("dev {veth}"),
@@ -240,7 +244,7 @@ fn l2_each_class_is_named_by_lab_check_on_every_path_it_breaks() {
         },
         Fault {
             make: vec![("node2", "sysctl -qw net.ipv4.conf.eth0.forwarding=0".into())],
-            undo: vec![("node2", "sysctl -qw net.ipv4.conf.eth0.forwarding=1".into())],
+            fix: vec![("node2", "sysctl -qw net.ipv4.conf.eth0.forwarding=1".into())],
             cause: "forwarding-off",
             at: "node2",
             object: "net/ipv4/conf/eth0/forwarding".into(),
@@ -410,12 +414,10 @@ fn ipv6_routing_and_firewall_faults_are_named_on_every_path() {
     let _host = host_untouched();
     let lab = up_topology("tm6o", "lab/topologies/ipv6-only.toml");
     let prefix = "fd00:10:244:2::/64";
-    let route = lab.sh("node1", "ip", &["-6", "route", "show", prefix]);
-    let restore: Vec<&str> = route
-        .split_whitespace()
-        .take_while(|w| *w != "proto")
-        .collect();
-    let restore = format!("ip -6 route replace {}", restore.join(" "));
+    let restore = format!(
+        "ip -6 route replace {}",
+        route_of(&lab, "node1", prefix).join(" ")
+    );
     let to_pod = [
         ("node1-pod0", "node2-pod0", &[][..]),
         ("node1", "node2-pod0", &[][..]),

@@ -8,7 +8,7 @@
 mod trace_common;
 
 use cnilab_tests::{host_untouched, StandingLab as Standing};
-use trace_common::{address, assert_check_passes, assert_died, assert_every_failure_is, Lab};
+use trace_common::{address, assert_died, assert_every_failure_is, assert_fixed, Lab};
 
 /// A nat table of the test's own in `role`, with one chain on `hook`.
 fn nat_chain(lab: &Standing, role: &str, hook: &str, priority: &str) {
@@ -48,7 +48,7 @@ fn a_masquerade_on_the_way_in_is_named_at_its_node() {
         "{message}"
     );
     lab.sh("node2", "nft", &["delete", "table", "ip", "faulty"]);
-    assert_check_passes(&lab);
+    assert_fixed(&lab, "masquerade-too-broad");
 }
 
 /// node1 rewrites node2-pod0's address to one in node2's pod subnet that
@@ -90,5 +90,5 @@ fn a_dnat_to_an_address_nobody_holds_is_named_at_its_rule() {
     );
     assert_every_failure_is(&lab, "dnat-nowhere", "node1", &object);
     lab.sh("node1", "nft", &["delete", "table", "ip", "faulty"]);
-    assert_check_passes(&lab);
+    assert_fixed(&lab, "dnat-nowhere");
 }

@@ -10,7 +10,8 @@ mod trace_common;
 use cnilab_tests::{cnilab, host_untouched, output_text as all, StandingLab as Standing};
 use serde_json::Value;
 use trace_common::{
-    address, assert_arrived, assert_check_names, assert_check_says, assert_died, up_topology, Lab,
+    address, assert_arrived, assert_check_names, assert_check_says, assert_died, assert_fixed,
+    assert_fixed_on, up_topology, Lab,
 };
 
 /// The hops' decisions, one string.
@@ -349,6 +350,8 @@ fn drops_and_rejects_in_every_hook_are_named_on_their_path() {
     let t = lab.trace("node1-pod0", "node2", &[]);
     assert_died(&t, "node2", "firewall-reject", "ip filter INPUT handle");
     lab.assert_no_trace_tables();
+    ipt(&["-D", "INPUT", "-p", "icmp", "-j", "REJECT"]);
+    assert_fixed_on(&lab, "firewall-reject", "node1-pod0", "node2", &[]);
 }
 
 /// The routed shape (a router between the racks, no node of its own) and
@@ -377,6 +380,8 @@ fn faults_on_the_routed_and_vxlan_shapes_are_named() {
     );
     assert_check_names(&lab, "unreachable", "router", unreachable);
     let route = ["route", "replace", "10.244.2.0/24", "via", "10.250.2.10"];
+    lab.sh("router", "ip", &route);
+    assert_fixed(&lab, "unreachable");
     lab.sh(
         "router",
         "ip",
@@ -407,6 +412,7 @@ fn faults_on_the_routed_and_vxlan_shapes_are_named() {
         "ip",
         &["route", "del", "prohibit", "10.244.2.0/24"],
     );
+    assert_fixed(&lab, "prohibit");
     lab.sh("node2-pod0", "ip", &["link", "set", "eth0", "down"]);
     let t = lab.trace(from, to, &[]);
     assert_died(&t, "node2-pod0", "link-down", "link eth0");
@@ -452,7 +458,7 @@ fn faults_on_the_routed_and_vxlan_shapes_are_named() {
     // node2's address); the check names node1, the MAC and the device.
     assert_check_says(&lab, &["node1", &mac, "vxlan0"]);
     entry("10.250.0.2");
-    assert_arrived(&lab.trace(from, to, &[]), to);
+    assert_fixed_on(&lab, "vxlan-fdb-wrong", from, to, &[]);
     lab.sh("node2", "ip", &["link", "set", "vxlan0", "down"]);
     assert_died(
         &lab.trace(from, to, &[]),

@@ -7,7 +7,7 @@
 mod trace_common;
 
 use cnilab_tests::{host_untouched, StandingLab as Standing};
-use trace_common::{assert_check_passes, assert_died, assert_every_failure_is, Lab};
+use trace_common::{assert_died, assert_every_failure_is, assert_fixed, Lab};
 
 /// node2-pod0 ignores every ICMP echo: the pings to it arrive and go
 /// unanswered; TCP and UDP to it still pass.
@@ -25,7 +25,7 @@ fn a_pod_that_ignores_echo_requests_is_named() {
     assert_died(&t, "node2-pod0", "echo-ignored", key);
     assert_every_failure_is(&lab, "echo-ignored", "node2-pod0", key);
     set("0");
-    assert_check_passes(&lab);
+    assert_fixed(&lab, "echo-ignored");
 }
 
 /// Forwarding off on node2's uplink only (`conf.eth0.forwarding`): what
@@ -55,5 +55,5 @@ fn forwarding_off_on_one_interface_is_named_for_the_answers_too() {
     assert_eq!(out.1["replyDeath"]["object"], key, "{:#}", out.1);
     assert_every_failure_is(&lab, "forwarding-off", "node2", key);
     set("1");
-    assert_check_passes(&lab);
+    assert_fixed(&lab, "forwarding-off");
 }

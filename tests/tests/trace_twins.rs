@@ -9,8 +9,8 @@ mod trace_common;
 
 use cnilab_tests::{host_untouched, StandingLab as Standing};
 use trace_common::{
-    address, address_cidr, assert_check_passes, assert_died, assert_every_failure_is,
-    flush_neighbours, Lab,
+    address, address_cidr, assert_died, assert_every_failure_is, assert_fixed, flush_neighbours,
+    Lab,
 };
 
 fn mac(lab: &Standing, role: &str) -> String {
@@ -91,7 +91,7 @@ fn a_pod_holding_another_pods_address_is_named_at_the_bridge() {
     set("add", &own);
     default_route("replace");
     flush_neighbours(&lab);
-    assert_check_passes(&lab);
+    assert_fixed(&lab, "duplicate-address");
 }
 
 /// node2-pod1 takes node2-pod0's MAC: the bridge's FDB follows whichever
@@ -115,7 +115,7 @@ fn a_pod_with_another_pods_mac_is_named_at_the_bridge() {
     // learned the twin's MAC flushed.
     set(&own);
     flush_neighbours(&lab);
-    assert_check_passes(&lab);
+    assert_fixed(&lab, "duplicate-mac");
 }
 
 /// node2's bridge without its address (no connected route to its pods,
@@ -140,7 +140,16 @@ fn a_bridge_without_the_pods_gateway_is_named() {
     let evidence = t.1["death"]["evidence"].to_string();
     assert!(evidence.contains("holds no address on"), "{evidence}");
     assert_every_failure_is(&lab, "bridge-address-missing", "node2", "bridge cnilab0");
+    // The fix: the bridge's gateway address back.
+    bridge("add", &own);
+    flush_neighbours(&lab);
+    assert_fixed(&lab, "bridge-address-missing");
+    // Another address on the bridge instead of the pods' gateway, once
+    // the pods' entries for the gateway (learned while it answered) are
+    // gone.
+    bridge("del", &own);
     bridge("add", &other);
+    flush_neighbours(&lab);
     let object = format!("address {gateway} on bridge cnilab0");
     let t = lab.trace("node2-pod0", "node1-pod0", &[]);
     assert_died(&t, "node2", "address-missing", &object);
@@ -149,7 +158,7 @@ fn a_bridge_without_the_pods_gateway_is_named() {
     bridge("del", &other);
     bridge("add", &own);
     flush_neighbours(&lab);
-    assert_check_passes(&lab);
+    assert_fixed(&lab, "address-missing");
 }
 
 /// A correct lab of 2 pods a node: no twins, every trace arrives.

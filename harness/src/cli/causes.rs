@@ -45,7 +45,7 @@ fn table(list: &[&Cause]) -> String {
     out
 }
 
-/// Each cause with its evidence and fix.
+/// Each cause with its evidence, its fix and the tests that prove the fix.
 fn in_full(list: &[&Cause]) -> String {
     let mut out = String::new();
     for c in list {
@@ -57,6 +57,14 @@ fn in_full(list: &[&Cause]) -> String {
             c.evidence,
             c.fix
         ));
+        let proofs = causes::proofs(c);
+        if proofs.is_empty() {
+            out.push_str("  proven:   no test applies this fix yet\n");
+        }
+        for (i, p) in proofs.iter().enumerate() {
+            let label = if i == 0 { "proven:" } else { "" };
+            out.push_str(&format!("  {label:<9} {p}\n"));
+        }
     }
     out
 }

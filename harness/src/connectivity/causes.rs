@@ -1,7 +1,8 @@
 //! Every cause cnilab names for a failed probe, declared in one place: its
 //! id (what `lab check`, `lab trace`, `e2e check` and scenarios report and
 //! assert on), who names it, what it means, the object that proves it, and
-//! how to fix it. The rules and the tracer that find a cause live with what
+//! how to fix it, with the tests that apply the fix and see the probes
+//! pass again. The rules and the tracer that find a cause live with what
 //! they read (the lab's rules in `lab/`, the walk in `trace/`, the
 //! cluster's in `e2e/check/`); what each id means lives here, and tests
 //! hold them to it: every id they can name is declared, and the docs'
@@ -35,6 +36,12 @@ pub struct Cause {
     pub evidence: &'static str,
     /// How to fix it.
     pub fix: &'static str,
+    /// The tests that apply the fix by hand and see the failing probes
+    /// pass again: `BINARY::TEST` of `tests/tests/` (`cargo test -p
+    /// cnilab-tests --test BINARY TEST`) or `scenario NAME` (a shipped
+    /// scenario that names the cause, heals and passes). Empty where no
+    /// test proves it yet.
+    pub proven_by: &'static [&'static str],
 }
 
 use Finder::{Cluster, Rule, Trace};
@@ -45,6 +52,7 @@ const fn cause(
     means: &'static str,
     evidence: &'static str,
     fix: &'static str,
+    proven_by: &'static [&'static str],
 ) -> Cause {
     Cause {
         id,
@@ -52,6 +60,7 @@ const fn cause(
         means,
         evidence,
         fix,
+        proven_by,
     }
 }
 
@@ -63,6 +72,7 @@ pub const CAUSES: &[Cause] = &[
         "a node has no route to another node's pod CIDR",
         "the node's routing table and the peer's pod CIDR",
         "add `<podCIDR> via <peer's node IP>` (the agent or the routing daemon missed the node)",
+        &["scenario missing-route"],
     ),
     cause(
         "stale-route",
@@ -70,6 +80,7 @@ pub const CAUSES: &[Cause] = &[
         "a node routes a pod CIDR via an address no node holds any more",
         "the route and the next hop no node has",
         "replace the route's next hop with the peer's current node IP",
+        &["scenario stale-route"],
     ),
     cause(
         "ip-forward-off",
@@ -77,6 +88,7 @@ pub const CAUSES: &[Cause] = &[
         "a node does not forward IPv4 (or IPv6) between its pods and the underlay",
         "net.ipv4.ip_forward (net.ipv6.conf.all.forwarding) on the node",
         "sysctl -w net.ipv4.ip_forward=1 on the node",
+        &["scenario ip-forward-off", "scenario ipv6-forwarding-off"],
     ),
     cause(
         "forward-drop",
@@ -84,13 +96,15 @@ pub const CAUSES: &[Cause] = &[
         "the node's iptables FORWARD policy is DROP and nothing accepts pod traffic (as Docker sets it)",
         "the FORWARD chain's policy and rules",
         "accept the pod CIDRs in FORWARD, or set its policy back to ACCEPT",
+        &["scenario forward-policy-drop"],
     ),
     cause(
         "mtu-mismatch",
         &[Rule],
         "the pods' MTU is above a node's uplink MTU, so full-size packets with DF are dropped",
         "the pods' and the uplinks' MTUs",
-        "give the pods an MTU no larger than the smallest uplink's (less the overlay's overhead)",
+        "give the pods an MTU no larger than the smallest uplink's (less the overlay's overhead), or raise the uplink's MTU back",
+        &["scenario mtu-mismatch"],
     ),
     cause(
         "vxlan-mtu-overhead",
@@ -98,6 +112,7 @@ pub const CAUSES: &[Cause] = &[
         "pods over VXLAN use the uplink's MTU, not the uplink's less the 50 bytes of encapsulation",
         "the pods', the VXLAN device's and the uplink's MTUs",
         "set the pods' MTU (and the VXLAN device's) to the uplink's less 50",
+        &["scenario vxlan-mtu-not-reduced"],
     ),
     cause(
         "vxlan-fdb-missing",
@@ -105,6 +120,10 @@ pub const CAUSES: &[Cause] = &[
         "a node's VXLAN device has no FDB entry for a peer's VTEP MAC, so encapsulated frames have no destination",
         "the VXLAN device's FDB and the peer's VTEP MAC",
         "`bridge fdb append <VTEP MAC> dev <vxlan> dst <peer's node IP>` (the node missed a peer's re-join)",
+        &[
+            "scenario vxlan-fdb-missing-after-rejoin",
+            "trace::vxlan_outer_packet_is_followed_and_a_missing_fdb_entry_is_named",
+        ],
     ),
     cause(
         "vxlan-fdb-wrong",
@@ -112,6 +131,7 @@ pub const CAUSES: &[Cause] = &[
         "a node's VXLAN FDB entry sends a peer's VTEP MAC to a wrong underlay address",
         "the FDB entry and the address the peer holds",
         "replace the FDB entry's dst with the peer's node IP",
+        &["trace_paths::faults_on_the_routed_and_vxlan_shapes_are_named"],
     ),
     cause(
         "vxlan-no-device",
@@ -119,6 +139,7 @@ pub const CAUSES: &[Cause] = &[
         "the route to a peer's pods leads to a VXLAN device that does not exist or cannot send",
         "the route and the missing device",
         "recreate the VXLAN device (the overlay's agent), or route the pod CIDR elsewhere",
+        &[],
     ),
     cause(
         "masquerade-missing",
@@ -126,6 +147,7 @@ pub const CAUSES: &[Cause] = &[
         "pod traffic to the outside leaves its node with the pod's address, which nothing routes back",
         "the node's nat rules (no masquerade for the pod CIDR)",
         "masquerade traffic from the pod CIDR to destinations outside the cluster CIDRs",
+        &["scenario masquerade-missing"],
     ),
     cause(
         "masquerade-too-broad",
@@ -133,6 +155,10 @@ pub const CAUSES: &[Cause] = &[
         "a node masquerades pod traffic to other pods too, hiding the source",
         "the masquerade or SNAT rule that excludes no cluster destination",
         "exclude the cluster CIDRs from the masquerade rule",
+        &[
+            "scenario masquerade-too-broad",
+            "trace_nat::a_masquerade_on_the_way_in_is_named_at_its_node",
+        ],
     ),
     cause(
         "podcidr-overlap",
@@ -140,6 +166,7 @@ pub const CAUSES: &[Cause] = &[
         "two nodes were given overlapping pod CIDRs",
         "both nodes' pod CIDRs",
         "give each node its own pod CIDR (the controller manager's allocation), then recreate its pods",
+        &["scenario podcidr-overlap"],
     ),
     cause(
         "duplicate-address",
@@ -147,6 +174,7 @@ pub const CAUSES: &[Cause] = &[
         "two pods hold one address, and the node reaches whichever answered ARP last",
         "both ends' namespace, MAC and bridge port",
         "each pod its own address back, then `ip neigh flush dev <bridge>` on the node",
+        &["trace_twins::a_pod_holding_another_pods_address_is_named_at_the_bridge"],
     ),
     cause(
         "duplicate-mac",
@@ -154,6 +182,7 @@ pub const CAUSES: &[Cause] = &[
         "two ends behind one bridge share a MAC, and the bridge's FDB follows whichever sent last",
         "both ends and the bridge's FDB",
         "each end its own MAC back, then flush the neighbours that learned the twin's",
+        &["trace_twins::a_pod_with_another_pods_mac_is_named_at_the_bridge"],
     ),
     cause(
         "address-missing",
@@ -161,6 +190,7 @@ pub const CAUSES: &[Cause] = &[
         "the pod (or bridge) known by an address holds none of it",
         "the address and the namespace expected to hold it",
         "give the address back to its holder (the plugin's ADD, or the bridge's gateway address)",
+        &["trace_twins::a_bridge_without_the_pods_gateway_is_named"],
     ),
     cause(
         "bridge-address-missing",
@@ -168,6 +198,7 @@ pub const CAUSES: &[Cause] = &[
         "a node's pod bridge holds no address on its pods' subnet: no connected route to them, no gateway for them",
         "the bridge and its addresses",
         "give the bridge its gateway address (the plugin's isGateway)",
+        &["trace_twins::a_bridge_without_the_pods_gateway_is_named"],
     ),
     cause(
         "stale-neighbour",
@@ -175,6 +206,7 @@ pub const CAUSES: &[Cause] = &[
         "a node maps a re-created peer's address to the peer's old MAC",
         "the neighbour entry and the peer's uplink MAC",
         "`ip neigh flush to <address>` on the node",
+        &[],
     ),
     cause(
         "pod-no-route",
@@ -182,6 +214,7 @@ pub const CAUSES: &[Cause] = &[
         "a pod has no default route nor a route to the cluster CIDR",
         "the pod's routing table",
         "give the plugin a default route (IPAM `routes`, or isDefaultGateway)",
+        &["lab::a_pod_without_a_default_route_is_diagnosed"],
     ),
     cause(
         "bridge-down",
@@ -189,6 +222,7 @@ pub const CAUSES: &[Cause] = &[
         "a node's pod bridge is down",
         "the bridge and its ports",
         "`ip link set <bridge> up` on the node",
+        &["lab::a_bridge_that_is_down_is_diagnosed"],
     ),
     cause(
         "br-netfilter-forward-drop",
@@ -196,6 +230,7 @@ pub const CAUSES: &[Cause] = &[
         "bridge-nf-call-iptables hands same-node pod traffic to a FORWARD chain that drops it",
         "the sysctl and the FORWARD chain",
         "accept the pod CIDR in FORWARD (or bridge-nf-call-iptables = 0 where nothing needs it)",
+        &["lab::br_netfilter_forward_drop_between_same_node_pods_is_diagnosed"],
     ),
     cause(
         "rp-filter",
@@ -203,6 +238,7 @@ pub const CAUSES: &[Cause] = &[
         "strict reverse-path filtering drops packets whose way back leaves by another interface",
         "the effective rp_filter (max of all and the interface) and the route back",
         "rp_filter = 2 (loose) or 0 on the interface, or make the route back symmetric",
+        &["scenario asymmetric-route-rp-filter"],
     ),
     cause(
         "conntrack-invalid",
@@ -210,6 +246,7 @@ pub const CAUSES: &[Cause] = &[
         "a rule drops packets conntrack classes INVALID",
         "the rule and its counter",
         "drop the rule, or fix what makes the flow invalid (asymmetric routing, a missed SYN)",
+        &["trace_faults::an_invalid_probe_is_named_at_the_ct_state_invalid_rule"],
     ),
     cause(
         "host-gw-across-l3",
@@ -217,6 +254,7 @@ pub const CAUSES: &[Cause] = &[
         "host-gw routes a pod CIDR via a node in another subnet, which the kernel refuses",
         "both nodes' subnets and the router between them",
         "use an overlay (VXLAN) or have the router carry the pod CIDRs",
+        &["scenario host-gw-across-l3"],
     ),
     cause(
         "nat-internal-ip",
@@ -224,6 +262,7 @@ pub const CAUSES: &[Cause] = &[
         "every node's InternalIP is the VirtualBox NAT address, so no route to a peer's pods can use it",
         "the node list and the NAT interface",
         "pin kubelet --node-ip to the host-only address",
+        &["scenario vagrant-nat-internal-ip"],
     ),
     cause(
         "service-dnat-missing",
@@ -231,6 +270,7 @@ pub const CAUSES: &[Cause] = &[
         "a node has no DNAT for a Service's ClusterIP: traffic leaves with the ClusterIP and nothing answers",
         "the node's Service table",
         "restore the Service's rules (kube-proxy on that node)",
+        &["scenario clusterip-dnat-missing"],
     ),
     cause(
         "kube-proxy-service-missing",
@@ -238,6 +278,7 @@ pub const CAUSES: &[Cause] = &[
         "a node's KUBE-SERVICES has no rule for a Service",
         "the KUBE-SERVICES chain",
         "restart kube-proxy on the node, or find what flushed its rules",
+        &[],
     ),
     cause(
         "kube-proxy-endpoint-missing",
@@ -245,6 +286,7 @@ pub const CAUSES: &[Cause] = &[
         "a node's Service chain never jumps to an endpoint the other nodes have",
         "the KUBE-SVC and KUBE-SEP chains",
         "let kube-proxy resync (its endpoints on that node are stale)",
+        &[],
     ),
     cause(
         "kube-proxy-endpoint-dnat-missing",
@@ -252,6 +294,7 @@ pub const CAUSES: &[Cause] = &[
         "a node's endpoint chain has no DNAT rule: connections fall through to the ClusterIP",
         "the KUBE-SEP chain",
         "let kube-proxy resync the chain",
+        &[],
     ),
     cause(
         "kube-proxy-endpoint-wrong",
@@ -259,6 +302,7 @@ pub const CAUSES: &[Cause] = &[
         "a node's endpoint chain DNATs to another address than the other nodes' do",
         "the KUBE-SEP chain's DNAT target",
         "let kube-proxy resync (a stale endpoint)",
+        &[],
     ),
     cause(
         "hairpin-off",
@@ -266,6 +310,7 @@ pub const CAUSES: &[Cause] = &[
         "a pod reaching itself through its Service is sent back to its own bridge port, and hairpin mode is off",
         "the bridge port's hairpin_mode",
         "turn hairpin mode on for pod ports (the plugin's hairpinMode)",
+        &["scenario hairpin-off"],
     ),
     cause(
         "hairpin-masquerade-missing",
@@ -273,6 +318,7 @@ pub const CAUSES: &[Cause] = &[
         "hairpin traffic is not masqueraded, so the backend answers itself and bypasses the DNAT",
         "the node's Service rules",
         "masquerade a backend's traffic to itself through its Service (kube-proxy's hairpin rule)",
+        &["scenario hairpin-masquerade-missing"],
     ),
     cause(
         "blackhole",
@@ -280,6 +326,7 @@ pub const CAUSES: &[Cause] = &[
         "a blackhole route (or policy rule) swallows the packet",
         "the route or rule, with its table",
         "delete the blackhole route, or route the prefix where it belongs",
+        &["trace_matrix::l2_each_class_is_named_by_lab_check_on_every_path_it_breaks"],
     ),
     cause(
         "no-route",
@@ -287,6 +334,7 @@ pub const CAUSES: &[Cause] = &[
         "a namespace has no route to the destination",
         "the kernel's answer to `ip route get`",
         "add the route (the plugin's or the agent's)",
+        &["trace::a_missing_route_is_named"],
     ),
     cause(
         "unreachable",
@@ -294,6 +342,7 @@ pub const CAUSES: &[Cause] = &[
         "an unreachable route (or policy rule) refuses the packet",
         "the route or rule",
         "delete the unreachable route, or route the prefix where it belongs",
+        &["trace_paths::faults_on_the_routed_and_vxlan_shapes_are_named"],
     ),
     cause(
         "prohibit",
@@ -301,6 +350,7 @@ pub const CAUSES: &[Cause] = &[
         "a prohibit route (or policy rule) refuses the packet",
         "the route or rule",
         "delete the prohibit route or rule",
+        &["trace_paths::faults_on_the_routed_and_vxlan_shapes_are_named"],
     ),
     cause(
         "route-refused",
@@ -308,6 +358,7 @@ pub const CAUSES: &[Cause] = &[
         "the kernel refuses the route lookup for another reason",
         "the kernel's answer to `ip route get`",
         "read the kernel's answer in the trace's evidence",
+        &[],
     ),
     cause(
         "routing-loop",
@@ -315,6 +366,7 @@ pub const CAUSES: &[Cause] = &[
         "the packet comes back to a namespace it already left",
         "the hops of the loop",
         "fix the route that sends it back",
+        &[],
     ),
     cause(
         "reverse-path",
@@ -322,6 +374,7 @@ pub const CAUSES: &[Cause] = &[
         "rp_filter drops the packet: the way back to its source leaves by another device",
         "the interface's rp_filter and the route back",
         "rp_filter = 2 or 0 on the interface, or a symmetric route back",
+        &["trace_faults::reverse_path_filtering_is_named"],
     ),
     cause(
         "accept-local",
@@ -329,6 +382,7 @@ pub const CAUSES: &[Cause] = &[
         "the packet arrives with a source address the namespace holds itself",
         "the namespace's addresses and accept_local",
         "give the sender its own address (a twin), or route the packet so it does not come back",
+        &["trace_faults::a_local_source_refused_by_accept_local_is_named"],
     ),
     cause(
         "forwarding-off",
@@ -336,6 +390,10 @@ pub const CAUSES: &[Cause] = &[
         "the namespace does not forward the packet's family on that interface",
         "the forwarding sysctl",
         "turn forwarding on for the family (and the interface)",
+        &[
+            "trace_matrix::l2_each_class_is_named_by_lab_check_on_every_path_it_breaks",
+            "trace_sysctls::forwarding_off_on_one_interface_is_named_for_the_answers_too",
+        ],
     ),
     cause(
         "link-down",
@@ -343,13 +401,18 @@ pub const CAUSES: &[Cause] = &[
         "a device on the way is down: a veth end, a bridge or its port",
         "the device and its state",
         "`ip link set <device> up`",
+        &["trace_matrix::l2_each_class_is_named_by_lab_check_on_every_path_it_breaks"],
     ),
     cause(
         "bridge-port-blocked",
         &[Trace],
         "an STP state keeps a bridge port from forwarding",
         "the port's STP state",
-        "let STP converge, or turn STP off on the pod bridge",
+        "put the port back in forwarding (`bridge link set dev <port> state 3`): let STP converge, or turn STP off on the pod bridge",
+        &[
+            "trace_faults::a_blocked_bridge_port_is_named",
+            "trace_matrix::l2_each_class_is_named_by_lab_check_on_every_path_it_breaks",
+        ],
     ),
     cause(
         "bridge-port-isolated",
@@ -357,6 +420,7 @@ pub const CAUSES: &[Cause] = &[
         "the packet's in and out bridge ports are both isolated",
         "both ports' isolated flags",
         "turn isolation off on one of the ports",
+        &["trace_faults::isolated_bridge_ports_are_named"],
     ),
     cause(
         "bridge-loop",
@@ -364,6 +428,7 @@ pub const CAUSES: &[Cause] = &[
         "the bridge would send the frame back out of the port it came in on",
         "the bridge's FDB and the port",
         "fix the FDB entry (or hairpin mode where it is meant)",
+        &[],
     ),
     cause(
         "bridge-fdb-missing",
@@ -371,6 +436,7 @@ pub const CAUSES: &[Cause] = &[
         "a port with learning and unicast flooding off has no FDB entry for the next hop's MAC",
         "the bridge's FDB, read live",
         "add the FDB entry, or turn learning or flooding back on",
+        &["trace_faults::a_bridge_port_that_neither_learns_nor_floods_is_named"],
     ),
     cause(
         "noarp",
@@ -378,6 +444,7 @@ pub const CAUSES: &[Cause] = &[
         "the device the packet leaves by does not resolve neighbours (NOARP) and has no entry",
         "the device's flags and neighbours",
         "turn ARP on for the device, or add a permanent neighbour",
+        &["trace_faults::noarp_on_a_link_is_named"],
     ),
     cause(
         "mtu",
@@ -385,6 +452,7 @@ pub const CAUSES: &[Cause] = &[
         "a link (or a route's own MTU) is below the packet, sent with DF",
         "the link or the route and its MTU",
         "raise the link's MTU, or lower the pods' to fit",
+        &["trace_faults::an_mtu_smaller_than_the_packet_is_named"],
     ),
     cause(
         "wrong-next-hop",
@@ -392,6 +460,7 @@ pub const CAUSES: &[Cause] = &[
         "a route sends the packet to a next hop that does not lead to the destination",
         "the route that chose it, named in its namespace",
         "route the prefix via the right next hop",
+        &["trace_faults::a_wrong_next_hop_is_named_at_the_node_whose_route_chose_it"],
     ),
     cause(
         "wrong-device",
@@ -399,6 +468,7 @@ pub const CAUSES: &[Cause] = &[
         "a route sends the packet out of a device that does not lead to the next hop, while another does",
         "the route and its device",
         "route via the device that leads to the next hop",
+        &[],
     ),
     cause(
         "neighbour-wrong-mac",
@@ -406,6 +476,10 @@ pub const CAUSES: &[Cause] = &[
         "a permanent neighbour entry holds a MAC that is not the owner's",
         "the entry and the owner's MAC",
         "`ip neigh replace <address> lladdr <owner's MAC>` or delete the entry",
+        &[
+            "trace_faults::a_permanent_neighbour_with_a_wrong_mac_is_named",
+            "trace_matrix::l2_each_class_is_named_by_lab_check_on_every_path_it_breaks",
+        ],
     ),
     cause(
         "neighbour-missing",
@@ -413,6 +487,7 @@ pub const CAUSES: &[Cause] = &[
         "the next hop has no neighbour entry where one is needed",
         "the neighbour table",
         "let ARP/NDP resolve it (see why it does not: arp_ignore, a queue, a firewall)",
+        &[],
     ),
     cause(
         "neighbour-failed",
@@ -420,6 +495,7 @@ pub const CAUSES: &[Cause] = &[
         "the next hop's neighbour entry stayed INCOMPLETE or FAILED: nobody answered ARP/NDP",
         "the neighbour entry",
         "make the owner answer: its address, arp_ignore, the path of the requests",
+        &["trace::a_neighbour_that_never_resolves_is_named"],
     ),
     cause(
         "arp-ignore",
@@ -427,6 +503,7 @@ pub const CAUSES: &[Cause] = &[
         "the owner ignores every ARP request for the next hop (arp_ignore)",
         "the owner's arp_ignore",
         "arp_ignore = 0 or 1 on the owner's interface",
+        &["trace_faults::arp_ignore_is_named_at_the_pod_that_ignores"],
     ),
     cause(
         "arp-announce",
@@ -434,6 +511,7 @@ pub const CAUSES: &[Cause] = &[
         "the namespace asks with a sender address outside the owner's subnet, which answers only its own",
         "arp_announce on the asker, arp_ignore on the owner",
         "arp_announce = 2 on the asker, or arp_ignore below 2 on the owner",
+        &["trace_faults::arp_announce_is_named_where_it_chooses_the_arp_sender"],
     ),
     cause(
         "qdisc-drop",
@@ -441,6 +519,10 @@ pub const CAUSES: &[Cause] = &[
         "a queueing discipline on the way drops the packet (or the answers to its ARP)",
         "the qdisc and its drop counter",
         "remove or fix the qdisc (`tc qdisc del dev <device> root`)",
+        &[
+            "trace_faults::a_qdisc_that_drops_is_named_by_its_counter",
+            "trace_matrix::l2_each_class_is_named_by_lab_check_on_every_path_it_breaks",
+        ],
     ),
     cause(
         "echo-ignored",
@@ -448,6 +530,7 @@ pub const CAUSES: &[Cause] = &[
         "an ICMP echo arrived where echo requests are ignored",
         "icmp_echo_ignore_all (echo_ignore_all for IPv6)",
         "set it to 0 where pings are to be answered",
+        &["trace_sysctls::a_pod_that_ignores_echo_requests_is_named"],
     ),
     cause(
         "dnat-nowhere",
@@ -455,6 +538,7 @@ pub const CAUSES: &[Cause] = &[
         "a DNAT rewrites the packet to an address no namespace holds",
         "the DNAT rule and its chain",
         "point the DNAT at a live backend (the Service's endpoints)",
+        &["trace_nat::a_dnat_to_an_address_nobody_holds_is_named_at_its_rule"],
     ),
     cause(
         "firewall-drop",
@@ -462,6 +546,7 @@ pub const CAUSES: &[Cause] = &[
         "an nftables (or iptables-nft) rule drops the packet",
         "the table, chain, rule handle and text",
         "remove the rule, or accept the traffic before it",
+        &["trace_matrix::l2_each_class_is_named_by_lab_check_on_every_path_it_breaks"],
     ),
     cause(
         "firewall-reject",
@@ -469,6 +554,7 @@ pub const CAUSES: &[Cause] = &[
         "an nftables (or iptables-nft) rule rejects the packet",
         "the table, chain, rule handle and text",
         "remove the rule, or accept the traffic before it",
+        &["trace_paths::drops_and_rejects_in_every_hook_are_named_on_their_path"],
     ),
     cause(
         "firewall-policy",
@@ -476,6 +562,10 @@ pub const CAUSES: &[Cause] = &[
         "a chain's policy drops the packet and no rule accepts it",
         "the table, chain and policy",
         "accept the traffic in the chain, or set its policy to accept",
+        &[
+            "trace_families::a_bridge_family_drop_is_named_as_its_chain_not_as_br_netfilter",
+            "trace_faults::a_chain_policy_drop_is_named_as_the_policy",
+        ],
     ),
     cause(
         "iptables-legacy-drop",
@@ -483,6 +573,7 @@ pub const CAUSES: &[Cause] = &[
         "an x_tables (iptables-legacy) rule dropped or rejected the packet",
         "the table, chain and rule number, by its counter",
         "remove the rule (`iptables-legacy -D`), or accept the traffic before it",
+        &["trace_faults::legacy_iptables_drops_are_named_by_their_counters"],
     ),
     cause(
         "iptables-legacy-policy",
@@ -490,6 +581,7 @@ pub const CAUSES: &[Cause] = &[
         "an x_tables chain's DROP policy dropped the packet",
         "the chain's policy counter",
         "accept the traffic in the chain, or set its policy to ACCEPT",
+        &["trace_faults::legacy_iptables_drops_are_named_by_their_counters"],
     ),
     cause(
         "kernel-drop",
@@ -497,6 +589,7 @@ pub const CAUSES: &[Cause] = &[
         "the kernel dropped the packet where nothing else the trace reads explains it",
         "the kernel's drop reason, device and function (skb:kfree_skb)",
         "read the reason (docs: drop reasons) and the function",
+        &[],
     ),
     cause(
         "trace",
@@ -504,6 +597,7 @@ pub const CAUSES: &[Cause] = &[
         "the trace named a death that has no id of its own",
         "the trace's death",
         "read the trace (`cnilab lab trace`)",
+        &[],
     ),
     cause(
         "undiagnosed",
@@ -511,6 +605,7 @@ pub const CAUSES: &[Cause] = &[
         "a failed probe that no rule and no trace explains",
         "the probe and its error",
         "trace it (`cnilab lab trace`) and capture the nodes",
+        &[],
     ),
     cause(
         "drop-reasons-skipped",
@@ -518,6 +613,7 @@ pub const CAUSES: &[Cause] = &[
         "not a cause: the kernel's drop reasons could not be read here (a SKIP, said once)",
         "why: no tracefs, or a kernel without drop reasons",
         "mount tracefs, or use a kernel since 5.17",
+        &[],
     ),
     cause(
         "detour",
@@ -525,6 +621,7 @@ pub const CAUSES: &[Cause] = &[
         "not a failure: a route works but detours through a third node (WARN)",
         "the route and the node it passes",
         "route the pod CIDR directly to its node",
+        &[],
     ),
     cause(
         "image-pull",
@@ -532,6 +629,7 @@ pub const CAUSES: &[Cause] = &[
         "a node cannot pull the probe image",
         "the probe pod's status",
         "give a reachable image with --image",
+        &[],
     ),
     cause(
         "cni-add-failed",
@@ -539,6 +637,7 @@ pub const CAUSES: &[Cause] = &[
         "a pod sandbox was not set up: the CNI ADD failed or no CNI config is installed",
         "the probe pod's events",
         "check the node's CNI config and binaries (`cnilab e2e <provider> dump`)",
+        &[],
     ),
     cause(
         "service-proxy",
@@ -546,6 +645,7 @@ pub const CAUSES: &[Cause] = &[
         "a pod reaches pods directly but not the ClusterIP: kube-proxy's rules do not apply to pod traffic",
         "the failing ClusterIP probes beside passing pod probes",
         "bridge-nf-call-iptables = 1 where pods sit on a bridge, and kube-proxy running on the node",
+        &[],
     ),
     cause(
         "dns",
@@ -553,6 +653,7 @@ pub const CAUSES: &[Cause] = &[
         "a pod reaches a Service by ClusterIP but not by name",
         "the name and ClusterIP probes",
         "make CoreDNS reachable and Ready from the pod",
+        &[],
     ),
     cause(
         "hairpin",
@@ -560,6 +661,7 @@ pub const CAUSES: &[Cause] = &[
         "a pod reaches the echo Service but not itself through it",
         "the hairpin probe",
         "hairpin mode on the pod's bridge port (the plugin's hairpinMode)",
+        &[],
     ),
 ];
 
@@ -582,104 +684,38 @@ pub fn finders(c: &Cause) -> String {
     words.join(", ")
 }
 
+/// The commands that run the tests proving a cause's fix.
+pub fn proofs(c: &Cause) -> Vec<String> {
+    c.proven_by
+        .iter()
+        .map(|p| match p.split_once("::") {
+            Some((binary, test)) => {
+                format!("cargo test -p cnilab-tests --test {binary} {test}")
+            }
+            None => format!("cnilab scenario run {}", p.trim_start_matches("scenario ")),
+        })
+        .collect()
+}
+
 /// The table of causes in Markdown, as the docs hold it.
 pub fn markdown() -> String {
-    let mut out = String::from("| cause | named by | what it means | fix |\n|---|---|---|---|\n");
+    let mut out = String::from(
+        "| cause | named by | what it means | fix | fix proven by |\n|---|---|---|---|---|\n",
+    );
     for c in CAUSES {
+        let proven: Vec<String> = c.proven_by.iter().map(|p| format!("`{p}`")).collect();
         out.push_str(&format!(
-            "| `{}` | {} | {} | {} |\n",
+            "| `{}` | {} | {} | {} | {} |\n",
             c.id,
             finders(c),
             c.means.replace('|', "\\|"),
-            c.fix.replace('|', "\\|")
+            c.fix.replace('|', "\\|"),
+            if proven.is_empty() {
+                "no test yet".to_string()
+            } else {
+                proven.join("<br>")
+            }
         ));
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::{Path, PathBuf};
-
-    #[test]
-    fn each_cause_is_declared_once_in_full() {
-        for (i, c) in CAUSES.iter().enumerate() {
-            assert!(
-                CAUSES[..i].iter().all(|o| o.id != c.id),
-                "{} declared twice",
-                c.id
-            );
-            assert!(
-                c.id.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
-                "{}",
-                c.id
-            );
-            assert!(!c.found_by.is_empty(), "{}", c.id);
-            for (what, text) in [("means", c.means), ("evidence", c.evidence), ("fix", c.fix)] {
-                assert!(text.len() > 8, "{}: {what} is empty", c.id);
-            }
-        }
-    }
-
-    fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-        for e in std::fs::read_dir(dir).expect("harness sources").flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                sources(&p, out);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                out.push(p);
-            }
-        }
-    }
-
-    /// Every diagnosis a rule or the cluster check makes names a declared
-    /// cause: each `Diagnosis { id: "…"` in the sources (outside tests),
-    /// and every id the trace names ([`crate::trace::CAUSES`] is checked in
-    /// `trace/`).
-    #[test]
-    fn every_id_the_sources_name_is_declared() {
-        let mut files = Vec::new();
-        sources(
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-            &mut files,
-        );
-        let mut seen = 0;
-        for f in files {
-            let text = std::fs::read_to_string(&f).expect("source");
-            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
-            let mut rest = code;
-            while let Some(at) = rest.find("Diagnosis {") {
-                rest = &rest[at + "Diagnosis {".len()..];
-                let head: String = rest.chars().take(120).collect();
-                let Some(id) = head
-                    .trim_start()
-                    .strip_prefix("id: \"")
-                    .and_then(|s| s.split('"').next())
-                else {
-                    continue;
-                };
-                assert!(
-                    find(id).is_some(),
-                    "{}: the cause {id:?} is not declared in connectivity/causes.rs",
-                    f.display()
-                );
-                seen += 1;
-            }
-        }
-        assert!(seen > 25, "only {seen} diagnoses found in the sources");
-    }
-
-    /// The docs' table of causes is this table.
-    #[test]
-    fn the_docs_table_is_the_registry() {
-        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/diagnoses.md");
-        let text = std::fs::read_to_string(&docs).expect("docs/src/diagnoses.md");
-        let table = markdown();
-        assert!(
-            text.contains(&table),
-            "docs/src/diagnoses.md's table of causes differs from the registry; it should read:\n{table}"
-        );
-    }
 }

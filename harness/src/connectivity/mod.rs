@@ -10,6 +10,8 @@
 //! (namespaces in `lab`, pod exec in `e2e`).
 
 pub mod causes;
+#[cfg(test)]
+mod causes_tests;
 pub mod diagnosis;
 pub mod groups;
 pub mod matrix;

@@ -290,10 +290,39 @@ pub fn assert_every_failure_is(lab: &Standing, cause: &str, node: &str, object: 
     lab.assert_no_trace_tables();
 }
 
-/// `lab check` passes (after a fault's fix).
-pub fn assert_check_passes(lab: &Standing) {
+/// The fix the registry of causes gives for `cause` (`cnilab lab causes
+/// CAUSE`) was just applied by hand: `cause` is declared, and `lab check`
+/// passes again. The registry names the tests that call this as the proof
+/// of its fix.
+pub fn assert_fixed(lab: &Standing, cause: &str) {
+    assert_declared(cause);
     let (code, v) = check(lab);
-    assert_eq!(code, Some(0), "{v:#}");
+    assert_eq!(code, Some(0), "after the fix of {cause}: {v:#}");
+}
+
+/// [`assert_fixed`] for a fault that only a trace shows (no probe of `lab
+/// check` crosses it): the trace `from` → `to` arrives again, and `lab
+/// check` passes.
+pub fn assert_fixed_on(lab: &Standing, cause: &str, from: &str, to: &str, extra: &[&str]) {
+    assert_declared(cause);
+    let t = lab.trace(from, to, extra);
+    assert_eq!(
+        t.1["verdict"], "arrived",
+        "after the fix of {cause}: {:#}",
+        t.1
+    );
+    let (code, v) = check(lab);
+    assert_eq!(code, Some(0), "after the fix of {cause}: {v:#}");
+}
+
+/// `cause` is in the registry of causes.
+fn assert_declared(cause: &str) {
+    let out = cnilab(&["lab", "causes", cause, "-o", "json"]);
+    assert!(
+        out.status.success(),
+        "{cause} is not a declared cause: {}",
+        all(&out)
+    );
 }
 
 /// The neighbour entries of node2's bridge and of its two pods flushed:
@@ -303,4 +332,19 @@ pub fn flush_neighbours(lab: &Standing) {
     for pod in ["node2-pod0", "node2-pod1"] {
         lab.sh(pod, "ip", &["neigh", "flush", "dev", "eth0"]);
     }
+}
+
+/// `role`'s route to `prefix` as `ip route replace` takes it back: its
+/// words up to the kernel's own (`proto`, `scope`, `src`), with the family
+/// (`-6`) first for an IPv6 prefix.
+pub fn route_of(lab: &Standing, role: &str, prefix: &str) -> Vec<String> {
+    let family = if prefix.contains(':') { "-6" } else { "-4" };
+    let route = lab.sh(role, "ip", &[family, "route", "show", prefix]);
+    let words: Vec<String> = route
+        .split_whitespace()
+        .take_while(|w| !matches!(*w, "proto" | "scope" | "src" | "metric"))
+        .map(str::to_string)
+        .collect();
+    assert!(words.len() > 1, "no route to {prefix} in {role}: {route}");
+    words
 }
