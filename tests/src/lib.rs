@@ -261,6 +261,29 @@ pub fn lab_namespaces(name: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Waits (at most 5 s) until no neighbour entry in `namespaces` is still
+/// resolving (INCOMPLETE). A packet sent to an INCOMPLETE entry waits for
+/// its next ARP/NDP retry, up to a second away, while one sent to a FAILED
+/// entry starts a new resolution at once: after a fix, a probe must not
+/// depend on where in that second it was sent. An entry stays INCOMPLETE
+/// for at most its probes' worth of retries (3 s by default), so the wait
+/// ends whatever the timing.
+pub fn settle_neighbours(namespaces: &[String]) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let resolving = namespaces.iter().any(|ns| {
+            std::process::Command::new("ip")
+                .args(["-n", ns, "neigh", "show", "nud", "incomplete"])
+                .output()
+                .is_ok_and(|o| !o.stdout.trim_ascii().is_empty())
+        });
+        if !resolving || Instant::now() > deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// A standing lab, by default of 2 nodes with a pod each (`cnilab lab up`, plus
 /// `extra` flags), named `<label><pid>`, taken down when dropped (also
 /// after a failed assert).

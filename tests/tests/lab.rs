@@ -1017,6 +1017,13 @@ fn assert_fixed_in(
     let groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
     let before = lab::check(&lab, &groups, false).expect("check");
     fix(&lab);
+    let namespaces: Vec<String> = lab
+        .nodes
+        .iter()
+        .flat_map(|n| std::iter::once(&n.ns).chain(n.pods.iter().map(|p| &p.ns)))
+        .map(|ns| ns.name().to_string())
+        .collect();
+    cnilab_tests::settle_neighbours(&namespaces);
     let after = lab::check(&lab, &groups, false).expect("check");
     lab.down();
     let report = assert_failed_with(before, id, parts);

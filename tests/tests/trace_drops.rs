@@ -220,3 +220,77 @@ fn an_answer_killed_by_a_route_names_the_route() {
     assert_eq!(blackhole, 1, "{:#}", r["causes"]);
     lab.assert_no_trace_tables();
 }
+
+/// The traces of one batch share one tracefs instance of this process:
+/// made by the first trace, kept while the batch holds it (the traces'
+/// lengths and protocols all in its filters), and removed when the batch
+/// ends; without a hold, the last trace's end removes it.
+#[test]
+fn a_batch_of_traces_shares_one_instance_removed_after_it() {
+    use cnilab_harness::trace::drops;
+    cnilab_tests::require_root();
+    let support = match drops::support() {
+        Ok(s) => s,
+        Err(why) => {
+            eprintln!("SKIP a_batch_of_traces_shares_one_instance_removed_after_it: {why}");
+            return;
+        }
+    };
+    let own = format!("cnilab-{}-", std::process::id());
+    let mine = || -> Vec<String> {
+        std::fs::read_dir(support.root.join("instances"))
+            .expect("tracefs instances")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&own))
+            .collect()
+    };
+    // One read: a filter file answers only a read from its start (a
+    // second read of a longer filter is its end of file).
+    let filter = |name: &str, event: &str| {
+        use std::io::Read;
+        let path = support
+            .root
+            .join("instances")
+            .join(name)
+            .join(event)
+            .join("filter");
+        let mut buf = vec![0u8; 4096];
+        let n = std::fs::File::open(&path)
+            .and_then(|mut f| f.read(&mut buf))
+            .expect("filter");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    {
+        let _batch = drops::hold();
+        assert!(mine().is_empty(), "{:?}", mine());
+        let a = drops::Instance::create(support, 1111, 0x0800).expect("first trace");
+        let b = drops::Instance::create(support, 1113, 0x86dd).expect("second trace");
+        let made = mine();
+        assert_eq!(made.len(), 1, "one instance for both: {made:?}");
+        let rx = filter(&made[0], "events/net/netif_receive_skb");
+        assert!(rx.contains("1111") && rx.contains("1113"), "{rx}");
+        let queued = filter(&made[0], "events/net/net_dev_queue");
+        assert!(
+            queued.contains("1125") && queued.contains("1127"),
+            "{queued}"
+        );
+        let freed = filter(&made[0], "events/skb/kfree_skb");
+        assert!(freed.contains("2048") && freed.contains("34525"), "{freed}");
+        drop((a, b));
+        assert_eq!(mine(), made, "kept while the batch holds it");
+        let c = drops::Instance::create(support, 1115, 0x0800).expect("third trace");
+        assert_eq!(mine(), made, "the third trace uses the same instance");
+        // Nothing recorded is a trace's own but what follows its marker.
+        assert!(c.records(support).expect("records").is_empty());
+    }
+    assert!(mine().is_empty(), "removed with the batch: {:?}", mine());
+    let alone = drops::Instance::create(support, 1117, 0x0800).expect("a trace alone");
+    assert_eq!(mine().len(), 1);
+    drop(alone);
+    assert!(
+        mine().is_empty(),
+        "removed with its only trace: {:?}",
+        mine()
+    );
+}

@@ -637,3 +637,40 @@ fn a_detour_names_the_route_that_sent_the_packet_there() {
     // route too.
     assert_check_says(&lab, &["node1", "10.244.2.0/24", &external]);
 }
+
+/// A tc filter on node2's uplink (a clsact qdisc, a u32 filter on
+/// node2-pod0's address) redirects the probe back out of the device it
+/// came in by, before node2's firewall and routing see it: the switch
+/// does not send a frame back out of the port it came in by, so it is
+/// lost there. Neither the routes nor nftables account for it; the trace names the
+/// filter at node2, `lab check` FAILs naming it, and deleting the filter
+/// (the registry's fix) makes the lab pass again.
+#[test]
+fn a_tc_redirect_off_the_path_is_named_at_its_filter() {
+    let _host = host_untouched();
+    let lab = Standing::up("tftc", &[]);
+    let pod = address(&lab, "node2-pod0", "-4", "eth0");
+    lab.sh("node2", "tc", &["qdisc", "add", "dev", "eth0", "clsact"]);
+    let dst = format!("{pod}/32");
+    lab.sh(
+        "node2",
+        "tc",
+        &[
+            "filter", "add", "dev", "eth0", "ingress", "protocol", "ip", "u32", "match", "ip",
+            "dst", &dst, "action", "mirred", "egress", "redirect", "dev", "eth0",
+        ],
+    );
+    let object = "tc ingress filter u32 on eth0";
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "node2", "tc-filter", object);
+    let evidence = t.1["death"]["evidence"].to_string();
+    assert!(evidence.contains("last seen in"), "{evidence}");
+    assert_eq!(
+        t.1["death"]["check"], "tc -s filter show dev eth0 ingress",
+        "{:#}",
+        t.1
+    );
+    assert_check_names(&lab, "tc-filter", "node2", object);
+    lab.sh("node2", "tc", &["filter", "del", "dev", "eth0", "ingress"]);
+    assert_fixed(&lab, "tc-filter");
+}

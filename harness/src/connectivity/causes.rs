@@ -568,6 +568,22 @@ pub const CAUSES: &[Cause] = &[
         ],
     ),
     cause(
+        "tc-filter",
+        &[Trace],
+        "a tc filter on a device on the way takes the probe off its path (a redirect, a drop or a rewrite) before the firewall sees it",
+        "the device's tc filters and the last namespace the probe was seen in",
+        "delete the filter (`tc filter del dev <device> ingress|egress`), or fix its match or action",
+        &["trace_faults::a_tc_redirect_off_the_path_is_named_at_its_filter"],
+    ),
+    cause(
+        "xdp-program",
+        &[Trace],
+        "an XDP program on a device the probe comes in by takes it before the kernel's stack sees it",
+        "the device's XDP program and the last namespace the probe was seen in",
+        "detach the program (`ip link set dev <device> xdp off`), or fix what it does",
+        &[],
+    ),
+    cause(
         "iptables-legacy-drop",
         &[Trace],
         "an x_tables (iptables-legacy) rule dropped or rejected the packet",

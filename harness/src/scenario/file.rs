@@ -108,7 +108,7 @@ impl TraceStep {
     /// `trace node1-pod0 -> node2-pod0, expect died at node1 with
     /// vxlan-fdb-missing`.
     pub fn describe(&self) -> String {
-        let expect = format!("{:?}", self.expect).to_lowercase();
+        let expect = self.expect.word();
         let at = self.at.as_ref().map(|n| format!(" at {n}"));
         let cause = self.cause.as_ref().map(|c| format!(" with {c}"));
         format!(

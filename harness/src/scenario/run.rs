@@ -37,7 +37,7 @@ fn judge_trace(
             .as_ref()
             .is_none_or(|c| death.is_some_and(|d| &d.cause == c))
         && step.at.as_ref().is_none_or(|n| node == Some(n.as_str()));
-    let verdict = format!("{:?}", t.verdict).to_lowercase();
+    let verdict = t.verdict.word();
     let mut detail = match death {
         Some(d) => format!(
             "{verdict} at {}: {} ({})",
@@ -47,7 +47,7 @@ fn judge_trace(
         ),
         None => match &t.reason {
             Some(r) => format!("{verdict}: {r}"),
-            None => verdict,
+            None => verdict.to_string(),
         },
     };
     match (&t.kernel_drop, &t.drop_reasons_skipped) {

@@ -3,7 +3,7 @@
 
 use super::nftrace::{self, Event, EventKind};
 use super::text;
-use super::{neighbour, Death, End, FirewallHop, Trace, World};
+use super::{neighbour, Death, End, FirewallHop, Hop, Trace, World};
 
 /// The routing walk's end, corrected by what the firewall trace saw and
 /// by the drop counters that moved (qdiscs, legacy iptables).
@@ -61,12 +61,14 @@ pub(super) fn combine(
     }
     match end {
         End::Arrived(ns) if !traced.seen.contains(&ns) => {
-            match neighbour::unresolved(world, &trace.hops, trace.src) {
+            let found = neighbour::unresolved(world, &trace.hops, trace.src)
+                .or_else(|| link_hook(world, &trace.hops, &traced.seen));
+            match found {
                 Some(d) => End::Died(Box::new(d)),
                 None => End::Inconclusive(format!(
             "the kernel's routes deliver it to {ns} and no firewall rule dropped it, but the probe \
              was never seen in {ns} (seen in: {}); what dropped it is something this trace does \
-             not read yet (bridge filtering, tc actions other than drop, eBPF)",
+             not read yet (bridge filtering, eBPF off the links of its way)",
             if traced.seen.is_empty() {
                 "none".to_string()
             } else {
@@ -95,6 +97,59 @@ pub(super) fn combine(
         )),
         other => other,
     }
+}
+
+/// After a probe the routes deliver but that was never seen where it
+/// should arrive: the first program or filter on a link hook on its way
+/// past the last namespace it was seen in (a tc filter on the ingress of a
+/// device it came in by, or on the egress of one it left by; an XDP
+/// program on one it came in by). Such a hook runs before the firewall
+/// and routing of the namespace it came into (or after those of the one
+/// it left), so it can redirect, drop or rewrite the probe where neither
+/// the walk nor the nft trace sees it.
+fn link_hook(world: &World, hops: &[Hop], seen: &[String]) -> Option<Death> {
+    let last_seen = hops.iter().rposition(|h| seen.contains(&h.namespace))?;
+    let hooked = |ns: &str, dev: Option<&str>, sides: &[&str]| {
+        let dev = dev?;
+        world
+            .namespace(ns)?
+            .hooks
+            .iter()
+            .find(|k| k.dev == dev && sides.contains(&k.hook.as_str()))
+            .cloned()
+    };
+    hops[last_seen..].iter().enumerate().find_map(|(i, h)| {
+        let left = hooked(&h.namespace, h.oif.as_deref(), &["tc egress"]).map(|k| (h, k));
+        let next = hops.get(last_seen + i + 1);
+        let entered = next.and_then(|n| {
+            hooked(&n.namespace, n.iif.as_deref(), &["tc ingress", "xdp"]).map(|k| (n, k))
+        });
+        let (hop, hook) = left.or(entered)?;
+        let (cause, object, check) = match hook.hook.as_str() {
+            "xdp" => (
+                "xdp-program",
+                format!("xdp program on {} ({} mode)", hook.dev, hook.kind),
+                format!("ip -d link show {}", hook.dev),
+            ),
+            side => {
+                let side = side.trim_start_matches("tc ");
+                (
+                    "tc-filter",
+                    format!("tc {side} filter {} on {}", hook.kind, hook.dev),
+                    format!("tc -s filter show dev {} {side}", hook.dev),
+                )
+            }
+        };
+        let evidence = format!(
+            "the probe was last seen in {} and never where the routes deliver it; {object} \
+             runs before the namespace's firewall sees it on the way in (after it, on the way \
+             out) and can redirect, drop or rewrite it",
+            hops[last_seen].namespace
+        );
+        let mut d = Death::new(&hop.namespace, cause, &object, &evidence);
+        d.check = check;
+        Some(d)
+    })
 }
 
 /// The routing walk's deaths in a lookup of a namespace the packet entered

@@ -1,26 +1,30 @@
 //! The kernel's own account of where a probe went and why it died, read
-//! through tracefs without eBPF. A tracefs instance of the trace's own
+//! through tracefs without eBPF. A tracefs instance of the process's own
 //! (`instances/cnilab-<pid>-<n>`: its buffer, events and filters are
-//! separate from every other user of tracing, and traces running side by
-//! side in one process each have one) records `net:net_dev_queue` and
-//! `net:netif_receive_skb` (device name, skb address, length) filtered on
-//! the probe's length, and `skb:kfree_skb` (skb address, the dropping
-//! function, the drop reason) filtered on the probe's protocol. The
-//! probe's skbs are followed device by device from the source namespace;
-//! the first of them the kernel frees before the destination receives it
-//! is the death: namespace, device, reason and function.
+//! separate from every other user of tracing) records `net:net_dev_queue`
+//! and `net:netif_receive_skb` (device name, skb address, length) filtered
+//! on the lengths of the probes in flight, and `skb:kfree_skb` (skb
+//! address, the dropping function, the drop reason) filtered on their
+//! protocols. Traces side by side share it: each writes a marker of its
+//! own into it before its probe leaves, and reads what came after its
+//! marker with its probe's length. The probe's skbs are followed device by
+//! device from the source namespace; the first of them the kernel frees
+//! before the destination receives it is the death: namespace, device,
+//! reason and function.
 //!
 //! The events are global (every namespace): a device name alone is
 //! ambiguous, so each device is placed by the caller ([`follow`] takes a
 //! placer), which knows the namespaces the walk crossed and their veth
-//! peers. The instance is removed when [`Instance`] drops (also after a
-//! panic); `cnilab sweep` removes those of dead processes ([`sweep`]).
+//! peers. The instance is made by the first trace and removed when the
+//! last [`Instance`] and [`Hold`] drop (also after a panic), so a batch of
+//! traces that holds it ([`hold`]) makes and removes it once; `cnilab
+//! sweep` removes those of dead processes ([`sweep`]).
 
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// Every instance's name starts with this, then the pid (`sweep` reads it).
 pub const INSTANCE_PREFIX: &str = "cnilab-";
@@ -36,9 +40,13 @@ const EVENTS: [&str; 3] = [
     "net/net_dev_queue",
 ];
 
-/// The per-CPU buffer of an instance, in KiB (a probe makes a few dozen
-/// events; the default buffer is over a MiB per CPU).
-const BUFFER_KB: &str = "256";
+/// The per-CPU buffer of the instance, in KiB (a probe makes a few dozen
+/// events; the buffer is emptied whenever no probe is in flight).
+const BUFFER_KB: &str = "1024";
+
+/// How much longer a packet is queued on a device than it is received
+/// (its Ethernet header).
+const ETHERNET: u32 = 14;
 
 /// What the kernel offers: tracefs's root and the drop reasons' names by
 /// value (read from `kfree_skb`'s format), or why drop reasons are skipped.
@@ -122,81 +130,246 @@ fn reason_names(format: &str) -> BTreeMap<u32, String> {
     names
 }
 
-/// One trace's tracefs instance, removed on drop.
+/// Who uses the process's instance, and the instance while anyone does.
+struct Shared {
+    /// Batches of traces holding it ([`Hold`]).
+    holds: usize,
+    open: Option<Open>,
+}
+
+/// The process's instance.
+struct Open {
+    dir: PathBuf,
+    /// Traces recording in it.
+    traces: usize,
+    /// Its events are enabled (after the first trace set the filters).
+    enabled: bool,
+    /// The lengths and protocols its filters pass: those of every trace
+    /// since it was made.
+    lens: BTreeSet<u32>,
+    protocols: BTreeSet<u16>,
+}
+
+static SHARED: Mutex<Shared> = Mutex::new(Shared {
+    holds: 0,
+    open: None,
+});
+
+fn shared() -> MutexGuard<'static, Shared> {
+    SHARED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Removes the instance once no trace records in it and no batch holds it.
+fn close_if_unused(sh: &mut Shared) {
+    let unused = sh.holds == 0 && sh.open.as_ref().is_some_and(|o| o.traces == 0);
+    let Some(open) = sh.open.take_if(|_| unused) else {
+        return;
+    };
+    if std::fs::remove_dir(&open.dir).is_err() {
+        // Busy while it records: stopped, then removed.
+        let _ = std::fs::write(open.dir.join("tracing_on"), "0");
+        let _ = std::fs::remove_dir(&open.dir);
+    }
+}
+
+/// Keeps the instance, once a trace has made it, until this drops: the
+/// traces of one batch share one instance instead of each making and
+/// removing its own (about 50 ms each, serialized by the kernel).
+pub struct Hold(());
+
+/// Holds the instance for a batch of traces (nothing is made here).
+pub fn hold() -> Hold {
+    shared().holds += 1;
+    Hold(())
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let mut sh = shared();
+        sh.holds = sh.holds.saturating_sub(1);
+        close_if_unused(&mut sh);
+    }
+}
+
+/// One trace's recording in the process's instance: what comes after its
+/// marker, of its probe's length.
 pub struct Instance {
     dir: PathBuf,
+    marker: String,
+    len: u32,
 }
 
 impl Drop for Instance {
     fn drop(&mut self) {
-        if std::fs::remove_dir(&self.dir).is_err() {
-            // Busy while it records: stopped, then removed.
-            let _ = std::fs::write(self.dir.join("tracing_on"), "0");
-            let _ = std::fs::remove_dir(&self.dir);
+        let mut sh = shared();
+        if let Some(open) = sh.open.as_mut() {
+            open.traces = open.traces.saturating_sub(1);
+            if open.traces == 0 {
+                // Nothing in flight and everything recorded read: the
+                // next trace starts with an empty buffer.
+                let _ = std::fs::write(open.dir.join("trace"), "");
+            }
         }
+        close_if_unused(&mut sh);
     }
 }
 
 impl Instance {
-    /// A new instance recording the probe's device crossings (`len`: its
-    /// size from the IP header on, as received; queued on a device it is
-    /// 14 more, with its Ethernet header) and every drop of `protocol`
-    /// (0x0800, 0x86dd).
+    /// A recording of the probe's device crossings (`len`: its size from
+    /// the IP header on, as received; queued on a device it is 14 more,
+    /// with its Ethernet header) and every drop of `protocol` (0x0800,
+    /// 0x86dd), from now on.
     pub fn create(s: &Support, len: u32, protocol: u16) -> Result<Instance, String> {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let name = format!("{INSTANCE_PREFIX}{}-{n}", std::process::id());
-        let dir = s.root.join("instances").join(&name);
-        std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
-        let instance = Instance { dir };
-        let set = |file: &str, value: &str| {
-            let path = instance.dir.join(file);
-            std::fs::write(&path, value).map_err(|e| format!("{}: {e}", path.display()))
-        };
-        set("buffer_size_kb", BUFFER_KB)?;
-        // The default clock (`local`) is per CPU and not in step across
-        // them: a probe sent on after ARP resolves (on another CPU) could
-        // sort before the crossings that led to it. A kernel without it
-        // keeps the default.
-        let _ = set("trace_clock", "global");
-        set(
-            "events/net/netif_receive_skb/filter",
-            &format!("len == {len}"),
-        )?;
-        // Devices without an Ethernet header (tunnels of layer 3) queue it
-        // without those 14 bytes: not seen there.
-        set(
-            "events/net/net_dev_queue/filter",
-            &format!("len == {}", len + 14),
-        )?;
-        set(
-            "events/skb/kfree_skb/filter",
-            &format!("protocol == {protocol}"),
-        )?;
-        for e in EVENTS {
-            set(&format!("events/{e}/enable"), "1")?;
+        let mut sh = shared();
+        if sh.open.is_none() {
+            sh.open = Some(make(s, n)?);
         }
-        Ok(instance)
+        let result = match sh.open.as_mut() {
+            Some(open) => open.record(len, protocol, n),
+            None => Err("the instance is gone".into()),
+        };
+        if result.is_err() {
+            close_if_unused(&mut sh);
+        }
+        result
     }
 
-    /// What the instance recorded so far, as [`Record`]s in time order.
+    /// What was recorded of the probe so far, as [`Record`]s in time order.
     pub fn records(&self, s: &Support) -> Result<Vec<Record>, String> {
         let path = self.dir.join("trace");
         let text =
             std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let after = after_marker(&text, &self.marker).ok_or_else(|| {
+            format!(
+                "the kernel's events of this trace were overwritten in {} \
+                 (too many drops elsewhere at once)",
+                path.display()
+            )
+        })?;
         let mut symbols = Symbols::new(&s.reasons);
-        Ok(text
+        Ok(after
             .lines()
             .filter_map(|l| parse(l, &mut symbols))
+            .filter(|r| of_length(r, self.len))
             .collect())
+    }
+}
+
+impl Open {
+    /// Widens the filters to the probe's length and protocol, enables the
+    /// events, and marks where trace `n`'s recording starts.
+    fn record(&mut self, len: u32, protocol: u16, n: u64) -> Result<Instance, String> {
+        let set = |file: &str, value: &str| {
+            let path = self.dir.join(file);
+            std::fs::write(&path, value).map_err(|e| format!("{}: {e}", path.display()))
+        };
+        let new_len = !self.lens.contains(&len);
+        let new_protocol = !self.protocols.contains(&protocol);
+        let mut lens = self.lens.clone();
+        lens.insert(len);
+        let mut protocols = self.protocols.clone();
+        protocols.insert(protocol);
+        if new_len || new_protocol {
+            let either = |extra: u32| -> String {
+                let terms: Vec<String> = lens
+                    .iter()
+                    .map(|l| format!("len == {}", l + extra))
+                    .collect();
+                terms.join(" || ")
+            };
+            set("events/net/netif_receive_skb/filter", &either(0))?;
+            // Devices without an Ethernet header (tunnels of layer 3)
+            // queue it without those 14 bytes: not seen there.
+            set("events/net/net_dev_queue/filter", &either(ETHERNET))?;
+            let terms: Vec<String> = protocols
+                .iter()
+                .map(|p| format!("protocol == {p}"))
+                .collect();
+            set("events/skb/kfree_skb/filter", &terms.join(" || "))?;
+        }
+        if !self.enabled {
+            for e in EVENTS {
+                set(&format!("events/{e}/enable"), "1")?;
+            }
+        }
+        let marker = format!("cnilab-trace-{n}");
+        set("trace_marker", &marker)?;
+        self.enabled = true;
+        self.lens = lens;
+        self.protocols = protocols;
+        self.traces += 1;
+        Ok(Instance {
+            dir: self.dir.clone(),
+            marker,
+            len,
+        })
+    }
+}
+
+/// Makes the process's instance: its buffer and clock (the filters and
+/// events come with the first trace).
+fn make(s: &Support, n: u64) -> Result<Open, String> {
+    let name = format!("{INSTANCE_PREFIX}{}-{n}", std::process::id());
+    let dir = s.root.join("instances").join(&name);
+    std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    let buffer = dir.join("buffer_size_kb");
+    if let Err(e) = std::fs::write(&buffer, BUFFER_KB) {
+        let _ = std::fs::remove_dir(&dir);
+        return Err(format!("{}: {e}", buffer.display()));
+    }
+    // The default clock (`local`) is per CPU and not in step across them:
+    // a probe sent on after ARP resolves (on another CPU) could sort before
+    // the crossings that led to it. A kernel without it keeps the default.
+    let _ = std::fs::write(dir.join("trace_clock"), "global");
+    Ok(Open {
+        dir,
+        traces: 0,
+        enabled: false,
+        lens: BTreeSet::new(),
+        protocols: BTreeSet::new(),
+    })
+}
+
+/// The text after the line of `marker` (`None`: the marker is not there:
+/// overwritten).
+fn after_marker<'t>(text: &'t str, marker: &str) -> Option<&'t str> {
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        at += line.len();
+        if line
+            .trim_end()
+            .ends_with(&format!("tracing_mark_write: {marker}"))
+        {
+            return Some(&text[at..]);
+        }
+    }
+    None
+}
+
+/// A record of the probe of `len` bytes (a drop: any, matched later by
+/// its skb).
+fn of_length(r: &Record, len: u32) -> bool {
+    match r {
+        Record::Device {
+            rx: true, len: l, ..
+        } => *l == len,
+        Record::Device { len: l, .. } => *l == len + ETHERNET,
+        Record::Drop { .. } => true,
     }
 }
 
 /// One event of the probe's kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
-    /// Received on (`rx`) or queued on a device.
-    Device { rx: bool, dev: String, skb: String },
+    /// Received on (`rx`) or queued on a device, `len` bytes long.
+    Device {
+        rx: bool,
+        dev: String,
+        skb: String,
+        len: u32,
+    },
     /// Freed by the kernel as a drop.
     Drop {
         skb: String,
@@ -283,6 +456,7 @@ pub fn parse(line: &str, symbols: &mut Symbols) -> Option<Record> {
             rx: event == "netif_receive_skb",
             dev: dev.to_string(),
             skb,
+            len: fields.get("len")?.parse().ok()?,
         });
     }
     let reason = fields.get("reason").copied().unwrap_or("?");
@@ -395,7 +569,7 @@ fn follow_one(
     let mut last: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, r) in records.iter().enumerate() {
         match r {
-            Record::Device { rx, dev, skb } => {
+            Record::Device { rx, dev, skb, .. } => {
                 let ns = place(out.devices.last(), dev, *rx);
                 let joins = match (out.devices.last(), &ns) {
                     (None, Some(ns)) => !*rx && ns == from_ns,
@@ -486,191 +660,5 @@ fn instance_pid(name: &str) -> Option<u32> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Recorded on this kernel (6.18): a ping of 133 bytes from spA to spB
-    /// through veths, dropped by an nft input rule in spB, in the event's
-    /// own format, then with raw fields (`options/fields`), then with
-    /// pointers unhashed (`options/hash-ptr` 0). The reply of a probe that
-    /// arrived, freed by ping_rcv, comes after the arrival.
-    const OWN: &[&str] = &[
-        "            ping-5017    [001] b.s1.  1617.287921: net_dev_queue: dev=spa skbaddr=00000000db09e15f len=147",
-        "            ping-5017    [001] ..s1.  1617.287927: netif_receive_skb: dev=spb skbaddr=00000000db09e15f len=133",
-        "            ping-5017    [001] ..s1.  1617.287936: kfree_skb: skbaddr=00000000db09e15f rx_sk=0000000000000000 protocol=2048 location=nft_do_chain+0x46f/0x690 reason: NETFILTER_DROP",
-    ];
-    const FIELDS: &[&str] = &[
-        "            ping-5035    [001] b....  1620.639949: net_dev_queue: skbaddr=0xffff8881723c2200 (-131385428008448) len=0x93 (147) name=spa",
-        "            ping-5035    [001] ..s1.  1620.639959: netif_receive_skb: skbaddr=0xffff8881723c2200 (-131385428008448) len=0x85 (133) name=spb",
-        "            ping-5035    [001] ..s1.  1620.639973: kfree_skb: skbaddr=0xffff8881723c2200 (-131385428008448) location=nft_do_chain+0x46f/0x690 (-2114198529) rx_sk=0x0 (0) protocol=0x800 (2048) reason=0xc (12)",
-    ];
-
-    fn reasons() -> BTreeMap<u32, String> {
-        reason_names(
-            r#"print fmt: "skbaddr=%p rx_sk=%p protocol=%u location=%pS reason: %s", REC->skbaddr, REC->rx_sk, REC->protocol, REC->location, __print_symbolic(REC->reason, { 2, "NOT_SPECIFIED" }, { 3, "NO_SOCKET" }, { 12, "NETFILTER_DROP" }, { 16, "IP_RPFILTER" })"#,
-        )
-    }
-
-    /// Both printed forms give the same records: the device crossings and
-    /// a drop with its reason by name and the function without offset.
-    #[test]
-    fn both_printed_forms_parse_to_devices_and_a_named_drop() {
-        let names = reasons();
-        assert_eq!(names.get(&12).map(String::as_str), Some("NETFILTER_DROP"));
-        assert_eq!(names.len(), 4);
-        for lines in [OWN, FIELDS] {
-            let mut symbols = Symbols::new(&names);
-            let records: Vec<Record> = lines
-                .iter()
-                .filter_map(|l| parse(l, &mut symbols))
-                .collect();
-            assert_eq!(records.len(), 3, "{lines:?}");
-            let Record::Device { rx, dev, skb } = &records[0] else {
-                panic!("{records:?}");
-            };
-            assert_eq!((*rx, dev.as_str()), (false, "spa"));
-            assert!(
-                matches!(&records[1], Record::Device { rx: true, dev, skb: s } if dev == "spb" && s == skb)
-            );
-            assert_eq!(
-                records[2],
-                Record::Drop {
-                    skb: skb.clone(),
-                    reason: "NETFILTER_DROP".into(),
-                    function: "nft_do_chain".into()
-                }
-            );
-        }
-        let mut symbols = Symbols::new(&names);
-        assert_eq!(parse("# tracer: nop", &mut symbols), None);
-        assert_eq!(
-            parse(
-                "  ping-1 [000] ..... 1.0: consume_skb: skbaddr=00000000db09e15f",
-                &mut symbols
-            ),
-            None
-        );
-    }
-
-    /// A location printed as an address is the function it falls in,
-    /// from the kernel's symbols; a hashed pointer resolves to nothing and
-    /// is said to be one, with the value printed.
-    #[test]
-    fn a_raw_location_resolves_through_the_kernels_symbols() {
-        let names = reasons();
-        let mut symbols = Symbols {
-            reasons: &names,
-            kallsyms: Some(kallsyms(
-                "0000000000000000 T hidden\nffffffff81fbdf90 T nft_do_chain\nffffffff81fbe620 t nft_do_chain_ipv4\nffffffff82000000 D some_data\n",
-            )),
-        };
-        let line = "  ping-5 [000] ..s1. 1.0: kfree_skb: skbaddr=ffff8881040ad900 rx_sk=0000000000000000 protocol=2048 location=ffffffff81fbe3ff reason: NETFILTER_DROP";
-        let Some(Record::Drop { function, .. }) = parse(line, &mut symbols) else {
-            panic!("a drop");
-        };
-        assert_eq!(function, "nft_do_chain");
-        assert_eq!(
-            function_of("0xffffffff81fbe630", &mut symbols),
-            "nft_do_chain_ipv4"
-        );
-        assert_eq!(
-            function_of("00000000a1b2c3d4", &mut symbols),
-            "hashed location 00000000a1b2c3d4"
-        );
-        let numeric = "  p-5 [000] ..s1. 1.0: kfree_skb: skbaddr=0x1 (1) location=0xffffffff81fbdf99 (1) rx_sk=0x0 (0) protocol=0x800 (2048) reason=0x10 (16)";
-        let Some(Record::Drop {
-            function, reason, ..
-        }) = parse(numeric, &mut symbols)
-        else {
-            panic!("a drop");
-        };
-        assert_eq!(
-            (function.as_str(), reason.as_str()),
-            ("nft_do_chain", "IP_RPFILTER")
-        );
-    }
-
-    fn function_of(location: &str, symbols: &mut Symbols) -> String {
-        function(location, symbols)
-    }
-
-    /// The probe is followed from its source's device to the drop; a drop
-    /// of another skb, events of other packets before the probe left, and
-    /// a packet that left a device of the same name elsewhere, are not its.
-    /// An answer is followed back from where the probe arrived.
-    #[test]
-    fn the_probe_is_followed_to_its_drop_and_not_past_its_arrival() {
-        let dev = |rx: bool, dev: &str, skb: &str| Record::Device {
-            rx,
-            dev: dev.into(),
-            skb: skb.into(),
-        };
-        let drop = |skb: &str, reason: &str| Record::Drop {
-            skb: skb.into(),
-            reason: reason.into(),
-            function: "f".into(),
-        };
-        // Devices: a0 in pod, r0/r1 in node, b0 in dst; anything else: unknown.
-        let place = |_: Option<&DeviceHop>, d: &str, _: bool, _: bool| match d {
-            "a0" => Some("pod".to_string()),
-            "r0" | "r1" => Some("node".to_string()),
-            "b0" => Some("dst".to_string()),
-            _ => None,
-        };
-        let records = vec![
-            dev(true, "r0", "other"),
-            // Another pod's a0 of the same name: its peer is none of ours.
-            dev(false, "a0", "foreign"),
-            dev(true, "x7", "foreign"),
-            drop("foreign", "NETFILTER_DROP"),
-            // Another packet of the probe's length queued on an a0, then
-            // on a device of the walk: not received where it left.
-            dev(false, "a0", "foreign2"),
-            dev(false, "r1", "foreign2"),
-            drop("other", "NO_SOCKET"),
-            dev(false, "a0", "p"),
-            dev(true, "r0", "p"),
-            dev(true, "x9", "q"),
-            drop("q", "QDISC_DROP"),
-            drop("p", "IP_RPFILTER"),
-        ];
-        let f = follow(&records, ("pod", "dst"), place);
-        assert!(!f.arrived);
-        assert_eq!(f.devices.len(), 2, "{f:?}");
-        let d = f.drop.expect("a drop");
-        assert_eq!(d.describe(), "dropped in node on r0: IP_RPFILTER (f)");
-        let arrived = vec![
-            dev(false, "a0", "p"),
-            dev(true, "r0", "p"),
-            dev(false, "r1", "p"),
-            dev(true, "b0", "p"),
-            drop("p", "NO_SOCKET"),
-        ];
-        let f = follow(&arrived, ("pod", "dst"), place);
-        assert!(f.arrived && f.drop.is_none(), "{f:?}");
-        assert_eq!(f.devices.last().map(|h| h.namespace.as_str()), Some("dst"));
-        // The answer, on the same skb address, dropped on its way back.
-        let mut answered = arrived.clone();
-        answered.truncate(4);
-        answered.extend([
-            dev(false, "b0", "p"),
-            dev(true, "r1", "p"),
-            drop("p", "NETFILTER_DROP"),
-        ]);
-        let f = follow(&answered, ("pod", "dst"), place);
-        assert!(f.arrived && f.drop.is_none(), "{f:?}");
-        let back = f.reply_drop.expect("the answer's drop");
-        assert_eq!(back.describe(), "dropped in node on r1: NETFILTER_DROP (f)");
-    }
-
-    /// Only names of cnilab's own form give a pid (another tool's
-    /// instance that starts with the prefix is never swept).
-    #[test]
-    fn an_instance_name_gives_its_pid_only_in_cnilabs_form() {
-        assert_eq!(instance_pid("cnilab-4242-3"), Some(4242));
-        assert_eq!(instance_pid("cnilab-4242"), Some(4242));
-        assert_eq!(instance_pid("cnilab-lab-x"), None);
-        assert_eq!(instance_pid("cnilab-42-x"), None);
-        assert_eq!(instance_pid("perf-42"), None);
-    }
-}
+#[path = "drops_tests.rs"]
+mod tests;

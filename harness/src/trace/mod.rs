@@ -187,6 +187,8 @@ pub const CAUSES: &[&str] = &[
     "firewall-drop",
     "firewall-reject",
     "firewall-policy",
+    "tc-filter",
+    "xdp-program",
     reasons::KERNEL_DROP,
 ];
 
@@ -219,6 +221,18 @@ pub enum Verdict {
     Left,
     Died,
     Inconclusive,
+}
+
+impl Verdict {
+    /// The verdict's word, as the JSON has it (`arrived`, `died`, …).
+    pub fn word(self) -> &'static str {
+        match self {
+            Verdict::Arrived => "arrived",
+            Verdict::Left => "left",
+            Verdict::Died => "died",
+            Verdict::Inconclusive => "inconclusive",
+        }
+    }
 }
 
 /// The probe's flags of a command that repeats a trace (`--proto`,
@@ -511,6 +525,8 @@ const AT_ONCE: usize = 4;
 /// probes passed too is traced again alone, so that no verdict depends on
 /// what ran next to it. The traces come back in the order of `reqs`.
 pub fn run_many(world: &World, reqs: &[Request]) -> Vec<Trace> {
+    // One tracefs instance for the whole batch.
+    let _instance = drops::hold();
     let mut groups: Vec<Vec<usize>> = Vec::new();
     let key = |r: &Request| (r.dst.is_ipv4(), r.proto);
     for (i, r) in reqs.iter().enumerate() {
@@ -645,6 +661,19 @@ pub use text::render;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A verdict's word is its JSON.
+    #[test]
+    fn a_verdicts_word_is_its_json() {
+        for v in [
+            Verdict::Arrived,
+            Verdict::Left,
+            Verdict::Died,
+            Verdict::Inconclusive,
+        ] {
+            assert_eq!(serde_json::to_value(v).ok(), Some(v.word().into()));
+        }
+    }
 
     /// Every cause a trace names is declared in the registry of causes,
     /// as one the trace names (and `trace`, the id of one it has no id

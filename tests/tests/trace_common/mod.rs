@@ -296,6 +296,7 @@ pub fn assert_every_failure_is(lab: &Standing, cause: &str, node: &str, object: 
 /// of its fix.
 pub fn assert_fixed(lab: &Standing, cause: &str) {
     assert_declared(cause);
+    cnilab_tests::settle_neighbours(&cnilab_tests::lab_namespaces(&lab.0));
     let (code, v) = check(lab);
     assert_eq!(code, Some(0), "after the fix of {cause}: {v:#}");
 }
@@ -305,6 +306,7 @@ pub fn assert_fixed(lab: &Standing, cause: &str) {
 /// check` passes.
 pub fn assert_fixed_on(lab: &Standing, cause: &str, from: &str, to: &str, extra: &[&str]) {
     assert_declared(cause);
+    cnilab_tests::settle_neighbours(&cnilab_tests::lab_namespaces(&lab.0));
     let t = lab.trace(from, to, extra);
     assert_eq!(
         t.1["verdict"], "arrived",
