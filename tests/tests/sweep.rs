@@ -41,6 +41,14 @@ fn netns_exists(name: &str) -> bool {
     Path::new("/run/netns").join(name).exists()
 }
 
+/// One test at a time that leaves something of a dead process and sweeps:
+/// a sweep of another test, running beside it, would remove what this one
+/// left before its own sweep could show it did.
+fn one_sweeper() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The pid of a process that has just exited.
 fn dead_pid() -> u32 {
     let mut child = Command::new("true").spawn().expect("true");
@@ -55,6 +63,7 @@ fn dead_pid() -> u32 {
 #[test]
 fn sweep_leaves_namespaces_without_cnilabs_record_and_their_processes() {
     let _host = host_untouched();
+    let _alone = one_sweeper();
     require_root();
     let dead = dead_pid();
     let shapes = [
@@ -100,6 +109,7 @@ fn sweep_leaves_namespaces_without_cnilabs_record_and_their_processes() {
 #[test]
 fn a_renamed_namespace_of_a_killed_run_is_swept_by_its_record() {
     let _host = host_untouched();
+    let _alone = one_sweeper();
     require_root();
     let dead = dead_pid();
     let listed = format!("cni-5e1f0c2a-7d3b-4a9e-8c6f-{:012x}", dead);
@@ -225,6 +235,7 @@ fn kill_replay_and_sweep(name: &str, files: &[String], ready: impl Fn(&Path) -> 
 #[test]
 fn a_sigkilled_replay_is_swept_wherever_the_kill_lands() {
     let _host = host_untouched();
+    let _alone = one_sweeper();
     require_root();
     let tmp = tempfile::tempdir().expect("tmp");
     let files = two_captures("ks", tmp.path());
@@ -360,6 +371,7 @@ fn tables_in(ns: &str) -> String {
 #[test]
 fn trace_tables_of_dead_processes_are_swept() {
     let _host = host_untouched();
+    let _alone = one_sweeper();
     require_root();
     let dead = dead_pid();
     let ns = format!(

@@ -502,3 +502,128 @@ fn faults_on_the_nat_shape_are_named() {
     assert_died(&died[0], "node1", "link-down", &veth);
     lab.assert_no_trace_tables();
 }
+
+/// Re-creates `role`'s VXLAN device `vxlan0` with VNI `id` and UDP port
+/// `port` (`None`: as it was), as it was otherwise (MAC, MTU, local
+/// address, underlay device, no learning), with its addresses, permanent
+/// neighbours, FDB entries and routes: a VXLAN device's VNI and port
+/// cannot change in place. Returns the VNI and port it had.
+fn recreate_vxlan(lab: &Standing, role: &str, id: Option<u32>, port: Option<u16>) -> (u32, u16) {
+    let json = lab.sh(role, "ip", &["-d", "-j", "link", "show", "vxlan0"]);
+    let v: serde_json::Value =
+        serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    let (link, data) = (&v[0], &v[0]["linkinfo"]["info_data"]);
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_string).unwrap_or_default();
+    let number = |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("{json}"));
+    let was = (number(&data["id"]) as u32, number(&data["port"]) as u16);
+    let addresses = lab.sh(role, "ip", &["-4", "-o", "addr", "show", "dev", "vxlan0"]);
+    let neighbours = lab.sh(
+        role,
+        "ip",
+        &["neigh", "show", "dev", "vxlan0", "nud", "permanent"],
+    );
+    let fdb = lab.sh(role, "bridge", &["fdb", "show", "dev", "vxlan0"]);
+    let routes = lab.sh(role, "ip", &["-4", "route", "show", "dev", "vxlan0"]);
+    lab.sh(role, "ip", &["link", "del", "vxlan0"]);
+    let id = id.unwrap_or(was.0).to_string();
+    let port = port.unwrap_or(was.1).to_string();
+    let (mac, mtu) = (text(&link["address"]), number(&link["mtu"]).to_string());
+    let (local, under) = (text(&data["local"]), text(&data["link"]));
+    lab.sh(
+        role,
+        "ip",
+        &[
+            "link",
+            "add",
+            "vxlan0",
+            "address",
+            &mac,
+            "mtu",
+            &mtu,
+            "type",
+            "vxlan",
+            "id",
+            &id,
+            "local",
+            &local,
+            "dev",
+            &under,
+            "dstport",
+            &port,
+            "nolearning",
+        ],
+    );
+    lab.sh(role, "ip", &["link", "set", "vxlan0", "up"]);
+    for a in addresses
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(3))
+    {
+        lab.sh(role, "ip", &["addr", "add", a, "dev", "vxlan0"]);
+    }
+    for l in neighbours.lines() {
+        if let [addr, "lladdr", mac, ..] = l.split_whitespace().collect::<Vec<_>>()[..] {
+            let args = [
+                "neigh",
+                "replace",
+                addr,
+                "lladdr",
+                mac,
+                "dev",
+                "vxlan0",
+                "nud",
+                "permanent",
+            ];
+            lab.sh(role, "ip", &args);
+        }
+    }
+    for l in fdb.lines() {
+        if let [mac, "dst", dst, ..] = l.split_whitespace().collect::<Vec<_>>()[..] {
+            lab.sh(
+                role,
+                "bridge",
+                &["fdb", "append", mac, "dev", "vxlan0", "dst", dst],
+            );
+        }
+    }
+    for l in routes.lines() {
+        let words: Vec<&str> = l.split_whitespace().take_while(|w| *w != "proto").collect();
+        lab.sh(
+            role,
+            "ip",
+            &[&["route", "replace"][..], &words, &["dev", "vxlan0"]].concat(),
+        );
+    }
+    was
+}
+
+/// VXLAN's VNI and port: node2's VXLAN device re-created with another VNI
+/// on the same port (the kernel hands node1's outer packets to it, and it
+/// takes no other VNI), then with the VNI on another port (nothing listens
+/// where node1 sends). Each is named at node2 with the device and what
+/// differs, by the trace and by `lab check`; re-created as the other nodes'
+/// (the registry's fix), the lab passes again.
+#[test]
+fn a_vxlan_device_of_another_vni_or_port_is_named() {
+    let _host = host_untouched();
+    let lab = Standing::up("tpvn", &["--vxlan"]);
+    let (vni, port) = recreate_vxlan(&lab, "node2", Some(2), None);
+    assert_ne!(vni, 2, "the lab's VNI is 2 already");
+    let object = "link vxlan0 vni 2";
+    assert_died(
+        &lab.trace("node1-pod0", "node2-pod0", &[]),
+        "node2",
+        "vxlan-vni-mismatch",
+        object,
+    );
+    assert_check_names(&lab, "vxlan-vni-mismatch", "node2", object);
+    recreate_vxlan(&lab, "node2", Some(vni), None);
+    assert_fixed(&lab, "vxlan-vni-mismatch");
+    let other = port.wrapping_add(1);
+    recreate_vxlan(&lab, "node2", None, Some(other));
+    let object = format!("link vxlan0 dstport {other}");
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "node2", "vxlan-port-mismatch", &object);
+    assert_check_names(&lab, "vxlan-port-mismatch", "node2", &object);
+    recreate_vxlan(&lab, "node2", None, Some(port));
+    assert_fixed(&lab, "vxlan-port-mismatch");
+}

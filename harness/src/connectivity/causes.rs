@@ -142,6 +142,22 @@ pub const CAUSES: &[Cause] = &[
         &[],
     ),
     cause(
+        "vxlan-vni-mismatch",
+        &[Trace],
+        "a node's VXLAN device listens on the UDP port its peers send to, with another VNI: it takes no other, so their packets die there",
+        "the VNI the peer sends with and the receiving device's",
+        "re-create the device with the cluster's VNI (it cannot change in place: `ip link add <vxlan> type vxlan id <VNI> …`), with its address, routes, neighbours and FDB entries",
+        &["trace_paths::a_vxlan_device_of_another_vni_or_port_is_named"],
+    ),
+    cause(
+        "vxlan-port-mismatch",
+        &[Trace],
+        "a node's VXLAN device of the cluster's VNI listens on another UDP port than its peers send to, so nothing takes their packets",
+        "the UDP port the peer sends to and the receiving device's",
+        "re-create the device with the cluster's port (`dstport`; it cannot change in place), with its address, routes, neighbours and FDB entries",
+        &["trace_paths::a_vxlan_device_of_another_vni_or_port_is_named"],
+    ),
+    cause(
         "masquerade-missing",
         &[Rule],
         "pod traffic to the outside leaves its node with the pod's address, which nothing routes back",

@@ -184,6 +184,8 @@ pub const CAUSES: &[&str] = &[
     "vxlan-fdb-missing",
     "vxlan-fdb-wrong",
     "vxlan-no-device",
+    "vxlan-vni-mismatch",
+    "vxlan-port-mismatch",
     "firewall-drop",
     "firewall-reject",
     "firewall-policy",

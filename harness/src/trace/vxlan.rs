@@ -108,26 +108,62 @@ pub(crate) fn encapsulate(
 }
 
 /// The outer packet arrived in `remote`: the VXLAN device of the same VNI
-/// there, where the inner packet enters.
-pub(crate) fn decapsulate(remote: &str, world: &World, vni: u32) -> Result<(String, String), End> {
-    let inner_dev = world
+/// and UDP port there, where the inner packet enters; or the device that
+/// differs in one of them (the kernel hands the packet to the device
+/// listening on its port, which drops a VNI not its own), or none at all.
+pub(crate) fn decapsulate(
+    remote: &str,
+    world: &World,
+    (vni, port): (u32, u16),
+) -> Result<(String, String), End> {
+    let vxlans: Vec<(&Link, &crate::model::Vxlan)> = world
         .namespace(remote)
-        .and_then(|n| {
-            n.links.iter().find(|l| {
-                l.kind == LinkKind::Vxlan && l.vxlan.as_ref().is_some_and(|x| x.vni == vni)
-            })
+        .map(|n| {
+            n.links
+                .iter()
+                .filter(|l| l.kind == LinkKind::Vxlan)
+                .filter_map(|l| Some((l, l.vxlan.as_ref()?)))
+                .collect()
         })
-        .ok_or_else(|| {
-            End::Died(Box::new(Death::new(
-                remote,
-                "vxlan-no-device",
-                &format!("vni {}", vni),
-                &format!(
-                    "the outer packet reaches {remote}, which has no VXLAN device of VNI {}",
-                    vni
+        .unwrap_or_default();
+    let died = |cause: &str, object: String, evidence: String| {
+        End::Died(Box::new(Death::new(remote, cause, &object, &evidence)))
+    };
+    let matching = vxlans.iter().find(|(_, x)| x.vni == vni && x.port == port);
+    let inner_dev = match matching {
+        Some((l, _)) => *l,
+        None => {
+            let on_port = vxlans.iter().find(|(_, x)| x.port == port);
+            let of_vni = vxlans.iter().find(|(_, x)| x.vni == vni);
+            return Err(match (on_port, of_vni) {
+                (Some((l, x)), _) => died(
+                    "vxlan-vni-mismatch",
+                    format!("link {} vni {}", l.name, x.vni),
+                    format!(
+                        "the outer packet carries VNI {vni} to UDP port {port}, where {remote}'s \
+                         {} listens with VNI {}: it takes no other VNI",
+                        l.name, x.vni
+                    ),
                 ),
-            )))
-        })?;
+                (None, Some((l, x))) => died(
+                    "vxlan-port-mismatch",
+                    format!("link {} dstport {}", l.name, x.port),
+                    format!(
+                        "the outer packet is sent to UDP port {port}, but {remote}'s {} of VNI \
+                         {vni} listens on port {}",
+                        l.name, x.port
+                    ),
+                ),
+                (None, None) => died(
+                    "vxlan-no-device",
+                    format!("vni {vni}"),
+                    format!(
+                        "the outer packet reaches {remote}, which has no VXLAN device of VNI {vni}"
+                    ),
+                ),
+            });
+        }
+    };
     if !inner_dev.up {
         return Err(End::Died(Box::new(Death::new(
             remote,

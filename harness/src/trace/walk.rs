@@ -496,7 +496,7 @@ fn leave(
                 w.hops.push(h);
             }
             match outer.end {
-                End::Arrived(remote) => vxlan::decapsulate(&remote, world, encap.vni),
+                End::Arrived(remote) => vxlan::decapsulate(&remote, world, (encap.vni, encap.port)),
                 End::Left(mut exit) => {
                     exit.encapsulated_by = Some(oif.to_string());
                     Err(End::Left(exit))
