@@ -674,3 +674,43 @@ fn a_tc_redirect_off_the_path_is_named_at_its_filter() {
     lab.sh("node2", "tc", &["filter", "del", "dev", "eth0", "ingress"]);
     assert_fixed(&lab, "tc-filter");
 }
+
+/// Policy routing: a rule on node1 sends its pods' traffic to a table of
+/// its own (100), where node2's pod CIDR is a blackhole. The death is named
+/// at node1 as the route of table 100, with the rule that chose the table
+/// (priority and selector), by the trace and by `lab check`; node1's main
+/// table, which is right, is not blamed.
+#[test]
+fn a_policy_rule_sending_pod_traffic_to_another_table_is_named() {
+    let _host = host_untouched();
+    let lab = Standing::up("tfpr", &[]);
+    lab.sh(
+        "node1",
+        "ip",
+        &["route", "add", "blackhole", "10.244.2.0/24", "table", "100"],
+    );
+    lab.sh(
+        "node1",
+        "ip",
+        &[
+            "rule",
+            "add",
+            "from",
+            "10.244.1.0/24",
+            "lookup",
+            "100",
+            "prio",
+            "100",
+        ],
+    );
+    let object = "route blackhole 10.244.2.0/24 table 100";
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "node1", "blackhole", object);
+    let evidence = t.1["death"]["evidence"].to_string();
+    assert!(
+        evidence.contains("chosen by rule 100: from 10.244.1.0/24 lookup 100"),
+        "{evidence}"
+    );
+    assert_check_names(&lab, "blackhole", "node1", object);
+    assert_check_says(&lab, &["node1", object, "rule 100"]);
+}
