@@ -3,10 +3,11 @@
 //! remote VTEP ([`encapsulate`]); the routing walk (`walk.rs`) walks the
 //! outer packet like any other (its hops marked `outer`) to the namespace
 //! that owns the VTEP, where the inner packet arrives on that namespace's
-//! VXLAN device of the same VNI ([`decapsulate`]). This file calls nothing
-//! of the walk.
+//! VXLAN device of the same VNI and port ([`decapsulate`]). This file
+//! calls nothing of the walk but [`super::ports::died`], the end every
+//! named death takes.
 
-use super::{Death, End, Hop, World};
+use super::{ports, End, Hop, World};
 use crate::model::{Link, LinkKind};
 use std::net::IpAddr;
 
@@ -29,9 +30,6 @@ pub(crate) fn encapsulate(
     dev: &Link,
     nexthop: IpAddr,
 ) -> Result<Encapsulation, End> {
-    let died = |cause: &str, object: String, evidence: String| {
-        End::Died(Box::new(Death::new(ns, cause, &object, &evidence)))
-    };
     let vx = dev.vxlan.as_ref().ok_or_else(|| {
         End::Inconclusive(format!(
             "{ns}: {} has no VXLAN attributes in the model",
@@ -47,10 +45,11 @@ pub(crate) fn encapsulate(
         .find(|n| n.dev == dev.name && n.addr == nexthop)
         .and_then(|n| n.mac.clone())
     else {
-        return Err(died(
+        return Err(ports::died(
+            ns,
             "neighbour-missing",
-            format!("neighbour {nexthop} dev {}", dev.name),
-            format!("no permanent neighbour for {nexthop} on {} (nolearning VXLAN: nothing resolves it)", dev.name),
+            &format!("neighbour {nexthop} dev {}", dev.name),
+            &format!("no permanent neighbour for {nexthop} on {} (nolearning VXLAN: nothing resolves it)", dev.name),
         ));
     };
     let zeros = "00:00:00:00:00:00";
@@ -65,10 +64,11 @@ pub(crate) fn encapsulate(
                 .find(|f| f.dev == dev.name && f.mac == zeros)
         });
     let Some(vtep) = fdb.and_then(|f| f.dst) else {
-        return Err(died(
+        return Err(ports::died(
+            ns,
             "vxlan-fdb-missing",
-            format!("fdb {mac} dev {}", dev.name),
-            format!(
+            &format!("fdb {mac} dev {}", dev.name),
+            &format!(
                 "no FDB entry on {} gives a remote VTEP for {mac} (next hop {nexthop})",
                 dev.name
             ),
@@ -77,10 +77,11 @@ pub(crate) fn encapsulate(
     let inner_owner = world.owner(nexthop);
     let vtep_owner = world.owner(vtep);
     if inner_owner.is_some() && vtep_owner != inner_owner {
-        return Err(died(
+        return Err(ports::died(
+            ns,
             "vxlan-fdb-wrong",
-            format!("fdb {mac} dev {} dst {vtep}", dev.name),
-            format!(
+            &format!("fdb {mac} dev {} dst {vtep}", dev.name),
+            &format!(
                 "the next hop {nexthop} is on {}, but the FDB sends {mac} to {vtep} ({})",
                 inner_owner.as_deref().unwrap_or("?"),
                 vtep_owner.as_deref().unwrap_or("nobody's")
@@ -126,9 +127,6 @@ pub(crate) fn decapsulate(
                 .collect()
         })
         .unwrap_or_default();
-    let died = |cause: &str, object: String, evidence: String| {
-        End::Died(Box::new(Death::new(remote, cause, &object, &evidence)))
-    };
     let matching = vxlans.iter().find(|(_, x)| x.vni == vni && x.port == port);
     let inner_dev = match matching {
         Some((l, _)) => *l,
@@ -136,28 +134,31 @@ pub(crate) fn decapsulate(
             let on_port = vxlans.iter().find(|(_, x)| x.port == port);
             let of_vni = vxlans.iter().find(|(_, x)| x.vni == vni);
             return Err(match (on_port, of_vni) {
-                (Some((l, x)), _) => died(
+                (Some((l, x)), _) => ports::died(
+                    remote,
                     "vxlan-vni-mismatch",
-                    format!("link {} vni {}", l.name, x.vni),
-                    format!(
+                    &format!("link {} vni {}", l.name, x.vni),
+                    &format!(
                         "the outer packet carries VNI {vni} to UDP port {port}, where {remote}'s \
                          {} listens with VNI {}: it takes no other VNI",
                         l.name, x.vni
                     ),
                 ),
-                (None, Some((l, x))) => died(
+                (None, Some((l, x))) => ports::died(
+                    remote,
                     "vxlan-port-mismatch",
-                    format!("link {} dstport {}", l.name, x.port),
-                    format!(
+                    &format!("link {} dstport {}", l.name, x.port),
+                    &format!(
                         "the outer packet is sent to UDP port {port}, but {remote}'s {} of VNI \
                          {vni} listens on port {}",
                         l.name, x.port
                     ),
                 ),
-                (None, None) => died(
+                (None, None) => ports::died(
+                    remote,
                     "vxlan-no-device",
-                    format!("vni {vni}"),
-                    format!(
+                    &format!("vni {vni}"),
+                    &format!(
                         "the outer packet reaches {remote}, which has no VXLAN device of VNI {vni}"
                     ),
                 ),
@@ -165,12 +166,12 @@ pub(crate) fn decapsulate(
         }
     };
     if !inner_dev.up {
-        return Err(End::Died(Box::new(Death::new(
+        return Err(ports::died(
             remote,
             "link-down",
             &format!("link {}", inner_dev.name),
             &format!("{} is down", inner_dev.name),
-        ))));
+        ));
     }
     Ok((remote.to_string(), inner_dev.name.clone()))
 }
