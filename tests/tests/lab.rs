@@ -4,7 +4,7 @@
 //! and Ctrl-C).
 
 use cnilab_harness::lab::checks::GROUPS;
-use cnilab_harness::lab::{self, base, parts};
+use cnilab_harness::lab::{self, base, built};
 use cnilab_tests::{host_untouched, require_root, workspace_bin};
 use rstest::rstest;
 use std::path::{Path, PathBuf};
@@ -731,7 +731,7 @@ fn scenario_with_an_unknown_group_exits_2() {
 fn lab_in_process(
     nodes: usize,
     pods: usize,
-) -> (tempfile::TempDir, cnilab_harness::lab::parts::Lab) {
+) -> (tempfile::TempDir, cnilab_harness::lab::built::Lab) {
     let topo = cnilab_harness::lab::Topology::generated(nodes, pods).expect("topology");
     lab_of(topo)
 }
@@ -739,8 +739,8 @@ fn lab_in_process(
 /// A lab of `topo` built by this test process with the bundled plugin.
 fn lab_of(
     topo: cnilab_harness::lab::Topology,
-) -> (tempfile::TempDir, cnilab_harness::lab::parts::Lab) {
-    use cnilab_harness::lab::{parts::Lab, UpOptions};
+) -> (tempfile::TempDir, cnilab_harness::lab::built::Lab) {
+    use cnilab_harness::lab::{built::Lab, UpOptions};
     require_root();
     let run = tempfile::tempdir().expect("run dir");
     let bin = workspace_bin("cnilab-bridge");
@@ -755,7 +755,7 @@ fn lab_of(
 
 /// Pins a wrong MAC for `address` in node `i`'s neighbour table (PERMANENT:
 /// no ARP traffic may change it).
-fn pin_wrong_mac(lab: &cnilab_harness::lab::parts::Lab, i: usize, address: &str) {
+fn pin_wrong_mac(lab: &cnilab_harness::lab::built::Lab, i: usize, address: &str) {
     let node = lab.nodes[i].ns.name().to_string();
     let pinned = Command::new("ip")
         .args(["-n", &node, "neigh", "replace", address])
@@ -795,7 +795,7 @@ fn a_recreated_node_is_reachable_despite_a_stale_neighbour_entry() {
 /// Checks pod-to-pod/cross-node, tears the lab down, and returns the report
 /// of a check that must have failed with exactly the diagnosis `id`, whose
 /// table shows `line`.
-fn failing_cross_node_check(lab: parts::Lab, id: &str, line: &str) -> lab::report::Report {
+fn failing_cross_node_check(lab: built::Lab, id: &str, line: &str) -> lab::report::Report {
     let groups = vec!["pod-to-pod/cross-node".to_string()];
     let report = lab::check(&lab, &groups, false).expect("check");
     lab.down();
@@ -981,14 +981,14 @@ fn ip_in(ns: &str, args: &[&str]) {
 }
 
 /// A sysctl written inside node `i`'s namespace.
-fn node_sysctl(lab: &parts::Lab, i: usize, key: &str, value: &str) {
+fn node_sysctl(lab: &built::Lab, i: usize, key: &str, value: &str) {
     cnilab_net::netns::write_sysctl(Some(lab.nodes[i].ns.file()), key, value).expect("sysctl");
 }
 
 /// Checks `groups`, tears the lab down, and returns the report, which must
 /// have failed with the diagnosis `id` whose message contains every `part`.
 fn failing_check_with(
-    lab: parts::Lab,
+    lab: built::Lab,
     groups: &[&str],
     id: &str,
     parts: &[&str],
@@ -1004,11 +1004,11 @@ fn failing_check_with(
 /// pass again. The registry names the tests that call this as the proof
 /// of its fix.
 fn assert_fixed_in(
-    lab: parts::Lab,
+    lab: built::Lab,
     id: &str,
     groups: &[&str],
     parts: &[&str],
-    fix: impl FnOnce(&parts::Lab),
+    fix: impl FnOnce(&built::Lab),
 ) -> lab::report::Report {
     assert!(
         cnilab_harness::connectivity::causes::find(id).is_some(),
@@ -1185,7 +1185,7 @@ fn masquerade_too_broad_names_the_one_rule_at_fault() {
 
 /// Three nodes; node1 routes node2's pods via node3, which forwards them
 /// (redirects off, so node1 keeps the detour).
-fn detour_lab() -> (tempfile::TempDir, parts::Lab) {
+fn detour_lab() -> (tempfile::TempDir, built::Lab) {
     let (run, lab) = lab_in_process(3, 1);
     for key in ["all", "default", "eth0"] {
         node_sysctl(&lab, 2, &format!("net/ipv4/conf/{key}/send_redirects"), "0");

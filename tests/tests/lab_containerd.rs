@@ -370,7 +370,7 @@ fn sweep_after_a_sigkilled_containerd_lab_up() {
 #[test]
 fn a_panic_tears_the_containerd_lab_down() {
     use cnilab_harness::lab::base::RuntimeKind;
-    use cnilab_harness::lab::{parts::Lab, Topology, UpOptions};
+    use cnilab_harness::lab::{built::Lab, Topology, UpOptions};
     let _host = host_untouched();
     require_root();
     let run_dir = tempfile::tempdir().expect("run dir");

@@ -8,7 +8,7 @@
 //! containerd and runc: `lab/install-deps.sh`).
 
 use cnilab_harness::lab::base::RuntimeKind;
-use cnilab_harness::lab::parts::Lab;
+use cnilab_harness::lab::built::Lab;
 use cnilab_harness::lab::topology::shapes::{apply_flags, Shape};
 use cnilab_harness::lab::{compile, layout};
 use cnilab_harness::lab::{Topology, UpOptions};

@@ -23,7 +23,7 @@ use std::process::ExitCode;
     cnilab lab run --shape routed\n  \
     cnilab lab up --name demo && cnilab lab check --name demo -o junit > lab.xml\n\n",
     crate::exit_codes_help!()))]
-pub struct Lab {
+pub struct LabArgs {
     #[command(subcommand)]
     pub command: LabCmd,
 }
@@ -218,7 +218,7 @@ pub enum LabCmd {
     },
 }
 
-impl Lab {
+impl LabArgs {
     pub fn run(self) -> CliResult {
         match self.command {
             LabCmd::Run {
@@ -379,7 +379,7 @@ pub(crate) fn run_report(
 ) -> Result<Report, Box<dyn std::error::Error>> {
     netns::require_root()?;
     crate::lab::checks::check_groups(groups)?;
-    let Prepared { plan, host } = lab_prep::prepare(args, tune_host)?;
+    let Prepared { recipe, host } = lab_prep::prepare(args, tune_host)?;
     crate::lab::cleanup_on_interrupt(None);
     // Restores the thresholds when dropped (and the Ctrl-C handler does).
     let _tuning = crate::lab::neighbours::HostTuning::apply(&host)?;
@@ -390,7 +390,7 @@ pub(crate) fn run_report(
         runtime: args.runtime,
     };
     let run_dir = opts.run_dir.clone();
-    let report = crate::lab::run_planned(plan, opts, groups, true, &host);
+    let report = crate::lab::run_recipe(recipe, opts, groups, true, &host);
     let _ = std::fs::remove_dir_all(&run_dir);
     Ok(report?)
 }
@@ -405,8 +405,8 @@ fn up(args: &TopologyFlags, name: &str, format: Format) -> CliResult {
         );
     }
     // A standing lab outlives this process: it must fit without tuning.
-    let Prepared { plan, host } = lab_prep::prepare(args, false)?;
-    let nodes: Vec<String> = plan.topo.nodes.iter().map(|n| n.name.clone()).collect();
+    let Prepared { recipe, host } = lab_prep::prepare(args, false)?;
+    let nodes: Vec<String> = recipe.topo.nodes.iter().map(|n| n.name.clone()).collect();
     crate::lab::cleanup_standing_on_interrupt(name, nodes);
     let opts = UpOptions {
         plugin_dir: args.plugin_dir.clone(),
@@ -414,8 +414,8 @@ fn up(args: &TopologyFlags, name: &str, format: Format) -> CliResult {
         run_dir: state::run_dir(name),
         runtime: args.runtime,
     };
-    let mut lab = crate::lab::parts::Lab::build(plan, opts)?;
-    crate::lab::pin_if_planned(&mut lab, &host)?;
+    let mut lab = crate::lab::built::Lab::build(recipe, opts)?;
+    crate::lab::pin_if_needed(&mut lab, &host)?;
     let phases: Vec<String> = lab
         .phases
         .iter()
@@ -613,8 +613,8 @@ fn replay_up(files: &[PathBuf], name: &str) -> CliResult {
         );
     }
     // A standing lab outlives this process: it must fit without tuning.
-    let planned = crate::lab::replay::prepare(name, files, false)?;
-    let nodes = planned.node_names();
+    let prepared = crate::lab::replay::prepare(name, files, false)?;
+    let nodes = prepared.node_names();
     crate::lab::cleanup_standing_on_interrupt(name, nodes);
     let opts = crate::lab::UpOptions {
         plugin_dir: None,
@@ -622,7 +622,7 @@ fn replay_up(files: &[PathBuf], name: &str) -> CliResult {
         run_dir: state::run_dir(name),
         runtime: RuntimeKind::Direct,
     };
-    let built = crate::lab::replay::build_planned(planned, opts);
+    let built = crate::lab::replay::build_prepared(prepared, opts);
     let (lab, replayed) = match built {
         Ok(b) => b,
         Err(e) => {

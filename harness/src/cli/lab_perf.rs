@@ -5,7 +5,7 @@
 use super::lab_prep::{self, Prepared, TopologyFlags};
 use super::CliResult;
 use crate::lab::base::UpOptions;
-use crate::lab::parts::Lab;
+use crate::lab::built::Lab;
 use crate::perf::report::PerfReport;
 use crate::perf::{Options, Subject};
 use crate::report::progress::Progress;
@@ -75,15 +75,15 @@ fn label(plugin_dir: &str, config: Option<&Path>) -> String {
 
 /// Builds a throwaway lab (with a Service: the service path needs one).
 fn build(flags: &TopologyFlags) -> Result<Lab, Box<dyn std::error::Error>> {
-    let Prepared { plan, host } = lab_prep::prepare(flags, false)?;
+    let Prepared { recipe, host } = lab_prep::prepare(flags, false)?;
     let opts = UpOptions {
         plugin_dir: flags.plugin_dir.clone(),
         persistent: None,
         run_dir: crate::lab::scratch_run_dir(),
         runtime: flags.runtime,
     };
-    let mut lab = Lab::build(plan, opts)?;
-    crate::lab::pin_if_planned(&mut lab, &host)?;
+    let mut lab = Lab::build(recipe, opts)?;
+    crate::lab::pin_if_needed(&mut lab, &host)?;
     Ok(lab)
 }
 

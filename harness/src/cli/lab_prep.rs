@@ -1,15 +1,15 @@
 //! What `lab run`, `lab up` and `scenario run` do before a lab is built:
 //! the topology of the flags, the plugin's config template made the
 //! topology's, the plugin directory checked, the host's neighbour tables
-//! planned and the runtime said; [`prepare`] does it all in one call and
-//! hands the builder a [`Plan`] (plugin directory, template, pod MTU,
+//! fitted and the runtime said; [`prepare`] does it all in one call and
+//! hands the builder a [`Recipe`] (plugin directory, template, pod MTU,
 //! containerd: found and checked once), so that a command goes from here
 //! down to the builder and not back.
 
 use crate::lab::base::RuntimeKind;
 use crate::lab::cri;
-use crate::lab::neighbours::HostPlan;
-use crate::lab::plan::Plan;
+use crate::lab::neighbours::HostFit;
+use crate::lab::recipe::Recipe;
 use crate::lab::topology::Topology;
 use std::path::{Path, PathBuf};
 
@@ -62,12 +62,12 @@ pub struct TopologyFlags {
 /// A lab ready to be built: the flags' topology, checked, and how it will
 /// fit the host's neighbour tables.
 pub(super) struct Prepared {
-    pub plan: Plan,
-    pub host: HostPlan,
+    pub recipe: Recipe,
+    pub host: HostFit,
 }
 
 /// What `lab run` and `lab up` do before the builder, in one call: the
-/// topology of the flags, the plugin and its template checked ([`Plan`]),
+/// topology of the flags, the plugin and its template checked ([`Recipe`]),
 /// the header printed, the host's neighbour tables planned (`tune_host`:
 /// they may be raised) and the runtime said. Nothing is built or changed.
 /// Each step goes down to the floor that knows it and nothing calls back
@@ -77,20 +77,20 @@ pub(super) fn prepare(
     tune_host: bool,
 ) -> Result<Prepared, Box<dyn std::error::Error>> {
     let topo = topology(args)?;
-    let plan = Plan::new(topo, args.plugin_dir.as_deref(), args.runtime)?;
-    eprintln!("🔭 cnilab lab {}", plan.describe());
-    let counts = vec![plan.topo.pods_per_node; plan.topo.nodes.len()];
-    if crate::lab::checks::sampled(&counts) {
-        eprintln!("🎯 {}", crate::lab::checks::SAMPLED);
+    let recipe = Recipe::new(topo, args.plugin_dir.as_deref(), args.runtime)?;
+    eprintln!("🔭 cnilab lab {}", recipe.describe());
+    let counts = vec![recipe.topo.pods_per_node; recipe.topo.nodes.len()];
+    if crate::connectivity::catalogue::sampled(&counts) {
+        eprintln!("🎯 {}", crate::connectivity::catalogue::SAMPLED);
     }
-    let host = crate::lab::neighbours::plan(&plan.topo, tune_host)?;
+    let host = crate::lab::neighbours::fit(&recipe.topo, tune_host)?;
     if host.pin || !host.tune.is_empty() || host.unchecked {
         eprintln!("🧮 {}", host.summary);
     }
-    if let Some(support) = &plan.containerd {
+    if let Some(support) = &recipe.containerd {
         eprintln!("🐳 runtime: {}", support.describe());
     }
-    Ok(Prepared { plan, host })
+    Ok(Prepared { recipe, host })
 }
 
 /// The lab the flags describe: a topology file or `--nodes`, with
@@ -113,12 +113,12 @@ fn topology(args: &TopologyFlags) -> Result<Topology, Box<dyn std::error::Error>
 }
 
 /// The plugin directory (the flag's, else the topology's) and the
-/// topology's template are sound ([`Plan::new`]). Nothing is built.
+/// topology's template are sound ([`Recipe::new`]). Nothing is built.
 pub(super) fn check_plugin(
     plugin_dir: &Option<String>,
     topo: &Topology,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    Plan::new(topo.clone(), plugin_dir.as_deref(), RuntimeKind::Direct)?;
+    Recipe::new(topo.clone(), plugin_dir.as_deref(), RuntimeKind::Direct)?;
     Ok(())
 }
 

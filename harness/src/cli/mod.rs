@@ -54,7 +54,7 @@ pub enum Cmd {
     Capture(capture::CaptureCmd),
     Conform(conform::Conform),
     Lifecycle(lifecycle::Lifecycle),
-    Lab(lab::Lab),
+    Lab(lab::LabArgs),
     Scenario(scenario::Scenario),
     Schema(schema::Schema),
     Soak(soak::Soak),

@@ -9,6 +9,7 @@
 //! cause, the node × node matrix per family, what a diagnosis is about). Sending probes stays with each caller
 //! (namespaces in `lab`, pod exec in `e2e`).
 
+pub mod catalogue;
 pub mod causes;
 #[cfg(test)]
 mod causes_tests;

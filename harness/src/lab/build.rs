@@ -9,7 +9,7 @@
 //! and the Services: the compiled model's tables bound to the pods'
 //! addresses. What the builder needs besides the topology (plugin
 //! directory, template, pod MTU, containerd) comes found and checked in a
-//! [`super::plan::Plan`]; the topology is compiled once.
+//! [`super::recipe::Recipe`]; the topology is compiled once.
 //!
 //! A node that joins or leaves a running lab ([`Lab::add_node`],
 //! [`Lab::remove_node`], scenarios) goes through the same builder: the
@@ -21,7 +21,7 @@
 //! The top of the builder's floors: it calls the floors below it (the model,
 //! the underlay shapes, the overlay, the Services, the runtimes) and none of
 //! them calls back into it. What they share lives below: [`super::base`]
-//! (errors, options, namespace/netlink/nft helpers), [`super::parts`]
+//! (errors, options, namespace/netlink/nft helpers), [`super::built`]
 //! (`Lab`, `Node`, `Pod`), [`super::template`] (config templates) and
 //! [`super::routes`] (addresses, static routes, the masquerade ruleset, the
 //! agents' node list).
@@ -30,10 +30,10 @@ use super::base::setup;
 use super::base::{ensure_fd_limit, fds_needed};
 use super::base::{make_ns_from, make_ns_setup, veths_of, wait_oper_up};
 use super::base::{resolve_program, LabError, UpOptions, AGENT_PIDFILE};
+use super::built::{Lab, Node, Pod};
 use super::compile;
-use super::parts::{Lab, Node, Pod};
-use super::plan::Plan;
 use super::profile::Profile;
+use super::recipe::Recipe;
 use super::routes::nodes_file;
 use super::template::{render_template, template_of};
 use super::topology::{NodeSpec, Routing, Topology};
@@ -49,29 +49,29 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 impl Lab {
-    /// Builds the whole lab of `topo`: [`Plan::new`] finds and checks what
+    /// Builds the whole lab of `topo`: [`Recipe::new`] finds and checks what
     /// it needs, then [`Lab::build`].
     pub fn up(topo: Topology, opts: UpOptions) -> Result<Lab, LabError> {
-        let plan = Plan::new(topo, opts.plugin_dir.as_deref(), opts.runtime)?;
-        Lab::build(plan, opts)
+        let recipe = Recipe::new(topo, opts.plugin_dir.as_deref(), opts.runtime)?;
+        Lab::build(recipe, opts)
     }
 
-    /// Builds the whole lab of a plan: its infrastructure by the one
+    /// Builds the whole lab of a recipe: its infrastructure by the one
     /// builder (`apply_infrastructure`), then what only a runtime does: the
     /// agents started (`routing = "agent"`), each containerd, the pods
     /// attached by the plugin, the Services bound to their addresses. On
     /// error, everything made so far is removed (the namespaces are
     /// dropped).
-    pub fn build(plan: Plan, opts: UpOptions) -> Result<Lab, LabError> {
+    pub fn build(recipe: Recipe, opts: UpOptions) -> Result<Lab, LabError> {
         let started = Instant::now();
-        let Plan {
+        let Recipe {
             topo,
             plugin_dir,
             template,
             pod_mtu,
             containerd,
             bundled: _,
-        } = plan;
+        } = recipe;
         let pods = topo.nodes.len() * topo.pods_per_node;
         ensure_fd_limit(fds_needed(pods + topo.nodes.len() + 8, topo.nodes.len()))?;
         super::base::make_run_dir(&opts.run_dir)?;

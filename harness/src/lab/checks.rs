@@ -2,14 +2,15 @@
 //! concurrently, and judging each reply (including the source address the
 //! peer saw, which proves masquerade or its absence).
 
-use super::parts::Lab;
+use super::built::Lab;
 use super::probe::{self, Reply};
-use crate::connectivity::groups::POD_TO_POD_CROSS_NODE;
-use crate::connectivity::matrix::{self, Slot};
+use crate::connectivity::catalogue::{self, Cluster};
+use crate::connectivity::matrix::Slot;
 use crate::connectivity::report::{Failure, NodeView, Report};
-use crate::connectivity::{Endpoint, ExpectSource, ProbeOutcome, ProbeSpec, Proto};
+use crate::connectivity::{Endpoint, ExpectSource, ProbeOutcome, ProbeSpec};
 use futures_util::stream::{self, StreamExt};
 use std::fs::File;
+use std::net::IpAddr;
 use std::time::Duration;
 
 /// Check groups, in report order.
@@ -72,163 +73,55 @@ fn selected(groups: &[String], g: &str, v6: Option<bool>) -> bool {
         })
 }
 
-/// Node `n` at its underlay address of one family.
-fn node_endpoint(lab: &Lab, n: usize, v6: bool) -> Option<Endpoint> {
-    Some(Endpoint {
-        name: lab.nodes[n].spec.name.clone(),
-        node: Some(n),
-        pod: None,
-        ip: lab.nodes[n].spec.address_of(v6)?,
-        external: false,
-    })
+/// The lab as the probe catalogue plans over it.
+impl Cluster for Lab {
+    fn pods_per_node(&self) -> Vec<usize> {
+        self.nodes.iter().map(|n| n.pods.len()).collect()
+    }
+
+    fn pod(&self, at: Slot, v6: bool) -> Option<Endpoint> {
+        self.pod_endpoint(at.node, at.pos, v6)
+    }
+
+    /// Node `n` at its underlay address of one family.
+    fn node(&self, n: usize, v6: bool) -> Option<Endpoint> {
+        Some(Endpoint {
+            name: self.nodes[n].spec.name.clone(),
+            node: Some(n),
+            pod: None,
+            ip: self.nodes[n].spec.address_of(v6)?,
+            external: false,
+        })
+    }
+
+    /// The external host (`[external]`), which node `n`'s pods reach
+    /// masqueraded to the node's underlay address.
+    fn external(&self, n: usize, v6: bool) -> Option<(Endpoint, IpAddr)> {
+        let ip = self.topo.external.as_ref()?.address_of(v6)?;
+        let node_ip = self.nodes[n].spec.address_of(v6)?;
+        let dst = Endpoint {
+            name: "external".into(),
+            node: None,
+            pod: None,
+            ip,
+            external: true,
+        };
+        Some((dst, node_ip))
+    }
 }
 
-/// The probe plan, in each address family the pods have (IPv4, then
-/// IPv6): every pod to a pod on its own node and to one pod on every other
-/// node (ICMP, TCP, UDP); every node to every pod; every pod to its node and
-/// the others; every pod to the external host; a DF probe at the MTU from
-/// every pod to a pod on the next node. Over the probe budget ([`sampled`])
-/// the three O(pods × nodes) groups are sampled instead ([`SAMPLED`]).
-pub fn plan(lab: &Lab, groups: &[String]) -> Vec<ProbeSpec> {
+/// The probe plan: the catalogue's probes in each address family the pods
+/// have (IPv4, then IPv6), then the lab's Service probes.
+pub fn probes(lab: &Lab, groups: &[String]) -> Vec<ProbeSpec> {
     let mut out = Vec::new();
     for v6 in [false, true] {
-        out.extend(plan_family(lab, groups, v6));
+        let wanted = |g: &str| selected(groups, g, Some(v6));
+        out.extend(catalogue::plan(lab, &wanted, v6));
     }
     // Once, whatever the families: the Services pick their own addresses.
     let wanted = |g: &str| selected(groups, g, None);
-    super::services::plan(lab, &wanted, &mut out);
-    super::kube_proxy::plan(lab, &wanted, &mut out);
-    out
-}
-
-/// Probes per family of the O(pods × nodes) groups above which they are
-/// sampled: a 10 × 100 lab (70,000) keeps its full plan.
-const PROBE_BUDGET: usize = 100_000;
-
-/// What a sampled plan covers, said up front and in the report.
-pub const SAMPLED: &str = "pod-to-pod/cross-node, pod-to-node and node-to-pod are sampled (the lab is over the probe budget): every pod is probed as a source and as a destination, and every ordered node pair is covered by at least 2 pods (rotating positions)";
-
-/// The probe budget: [`PROBE_BUDGET`], or `CNILAB_PROBE_BUDGET` (a hidden
-/// setting that tests lower to sample a small lab).
-fn probe_budget() -> usize {
-    std::env::var("CNILAB_PROBE_BUDGET")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(PROBE_BUDGET)
-}
-
-/// Whether a lab whose nodes have `pods_per_node` pods gets the sampled
-/// plan: its full pod-to-pod (3 protocols), pod-to-node and node-to-pod
-/// (2 each) groups would send more than the probe budget per family.
-pub fn sampled(pods_per_node: &[usize]) -> bool {
-    let pods: usize = pods_per_node.iter().sum();
-    pods.saturating_mul(pods_per_node.len()).saturating_mul(7) > probe_budget()
-}
-
-fn plan_family(lab: &Lab, groups: &[String], v6: bool) -> Vec<ProbeSpec> {
-    let wanted = |g: &str| selected(groups, g, Some(v6));
-    let mut out = Vec::new();
-    let mut push = |group: &'static str,
-                    from: &Endpoint,
-                    to: &Endpoint,
-                    protos: &[Proto],
-                    expect: Option<ExpectSource>| {
-        if wanted(group) {
-            for proto in protos {
-                out.push(ProbeSpec {
-                    group,
-                    from: from.clone(),
-                    to: to.clone(),
-                    proto: *proto,
-                    expect_source: if *proto == Proto::Icmp { None } else { expect },
-                    service: None,
-                });
-            }
-        }
-    };
-    let all = [Proto::Icmp, Proto::Tcp, Proto::Udp];
-    let nodes = lab.nodes.len();
-    let counts: Vec<usize> = lab.nodes.iter().map(|n| n.pods.len()).collect();
-    let sampled = sampled(&counts);
-    // Sampled: every node, or the pod's own and its sampled partners.
-    let nodes_of = |at: Slot| -> Vec<usize> {
-        if sampled {
-            matrix::sampled_nodes(&counts, at)
-        } else {
-            (0..nodes).collect()
-        }
-    };
-    for n in 0..nodes {
-        let count = lab.nodes[n].pods.len();
-        for p in 0..count {
-            let Some(src) = lab.pod_endpoint(n, p, v6) else {
-                continue;
-            };
-            for peer in matrix::peers(&counts, Slot { node: n, pos: p }) {
-                let Some(dst) = lab.pod_endpoint(peer.to.node, peer.to.pos, v6) else {
-                    continue;
-                };
-                // Sampled, the cross-node pairs come from the sampled ones
-                // below; the DF probe to the next node stays.
-                if !sampled || peer.group != POD_TO_POD_CROSS_NODE {
-                    push(
-                        peer.group,
-                        &src,
-                        &dst,
-                        &all,
-                        Some(ExpectSource::Unchanged(src.ip)),
-                    );
-                }
-                if peer.df {
-                    push("mtu/df-cross-node", &src, &dst, &[Proto::Df], None);
-                }
-            }
-            for m in nodes_of(Slot { node: n, pos: p }) {
-                if let Some(dst) = node_endpoint(lab, m, v6) {
-                    push("pod-to-node", &src, &dst, &[Proto::Icmp, Proto::Tcp], None);
-                }
-            }
-            let ext = lab.topo.external.as_ref().and_then(|e| e.address_of(v6));
-            if let (Some(ext), Some(node_ip)) = (ext, lab.nodes[n].spec.address_of(v6)) {
-                let dst = Endpoint {
-                    name: "external".into(),
-                    node: None,
-                    pod: None,
-                    ip: ext,
-                    external: true,
-                };
-                push(
-                    "pod-to-external",
-                    &src,
-                    &dst,
-                    &[Proto::Icmp, Proto::Tcp],
-                    Some(ExpectSource::Masqueraded(node_ip)),
-                );
-            }
-        }
-    }
-    if sampled {
-        for (from, to) in matrix::sampled_cross_pairs(&counts) {
-            let src = lab.pod_endpoint(from.node, from.pos, v6);
-            let dst = lab.pod_endpoint(to.node, to.pos, v6);
-            if let (Some(src), Some(dst)) = (src, dst) {
-                let expect = Some(ExpectSource::Unchanged(src.ip));
-                push(POD_TO_POD_CROSS_NODE, &src, &dst, &all, expect);
-            }
-        }
-    }
-    // Node-to-pod, by source node (a stable sort keeps the pods' order).
-    let mut node_to_pod: Vec<(usize, Slot)> = (0..nodes)
-        .flat_map(|n| (0..counts[n]).map(move |p| Slot { node: n, pos: p }))
-        .flat_map(|at| nodes_of(at).into_iter().map(move |m| (m, at)))
-        .collect();
-    node_to_pod.sort_by_key(|(m, _)| *m);
-    for (m, at) in node_to_pod {
-        let src = node_endpoint(lab, m, v6);
-        if let (Some(src), Some(dst)) = (src, lab.pod_endpoint(at.node, at.pos, v6)) {
-            push("node-to-pod", &src, &dst, &[Proto::Icmp, Proto::Tcp], None);
-        }
-    }
+    super::services::probes(lab, &wanted, &mut out);
+    super::kube_proxy::probes(lab, &wanted, &mut out);
     out
 }
 
@@ -308,7 +201,7 @@ pub fn report(lab: &Lab, outcomes: Vec<ProbeOutcome>, failures: Vec<Failure>) ->
         report.add_phase(phase, *took);
     }
     let counts: Vec<usize> = lab.nodes.iter().map(|n| n.pods.len()).collect();
-    report.sampled = sampled(&counts).then(|| SAMPLED.to_string());
+    report.sampled = catalogue::sampled(&counts).then(|| catalogue::SAMPLED.to_string());
     report
 }
 
@@ -439,7 +332,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::IpAddr;
+    use crate::connectivity::Proto;
 
     /// `@ipv4`/`@ipv6` keep one family of the groups the prefix selects;
     /// any other family, or a prefix of no group, is refused.

@@ -3,8 +3,8 @@
 //! from the lab's nodes, then the rules of the lab's shapes (underlay,
 //! VXLAN, Services, kube-proxy).
 
+use super::built::Lab;
 use super::facts::NodeFacts;
-use super::parts::Lab;
 use crate::connectivity::node_rules::{diagnose_nodes, Network};
 use crate::connectivity::{Diagnosis, ProbeOutcome};
 

@@ -5,7 +5,7 @@
 //! INVALID drops, and routes that detour through a third node (a WARN: it
 //! works, but is wrong). Each names the node, the object and the evidence.
 
-use super::parts::Lab;
+use super::built::Lab;
 use crate::connectivity::node_rules::{chains_with_drop_policy, NodeFacts};
 use crate::connectivity::Diagnosis;
 use crate::connectivity::ProbeOutcome;

@@ -2,7 +2,7 @@
 //! neighbours and firewall ruleset ([`NodeFacts`]). The shapes add their
 //! own (`vxlan::facts`); `diagnose.rs` judges them.
 
-use super::parts::{Lab, Node};
+use super::built::{Lab, Node};
 pub use crate::connectivity::node_rules::NodeFacts;
 
 /// A node's ARP entries on its underlay interface.

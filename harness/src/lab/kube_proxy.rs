@@ -10,15 +10,15 @@
 //! show without them), both through one rule reader and [`assemble`], pure;
 //! [`of_namespace`] picks them for a captured namespace and [`merge`] makes
 //! the union over a replay's nodes (the topology's `kube_services`);
-//! [`plan`] probes every Service from every pod (`service/cluster-ip`, at
+//! [`probes`] probes every Service from every pod (`service/cluster-ip`, at
 //! the Service's port, any endpoint's pod may answer; [`target_ports`] are
 //! the ports the pods' responders must also listen on); [`diagnose`] names
 //! the node and the chain of a failed probe: a Service its node lacks, an
 //! endpoint chain without a DNAT rule, or one that DNATs elsewhere than
 //! the other nodes'.
 
+use super::built::Lab;
 use super::facts::NodeFacts;
-use super::parts::Lab;
 use super::topology::shapes::{KubeEndpoint, KubeService};
 use crate::connectivity::{Diagnosis, Endpoint, ProbeOutcome, ProbeSpec, Proto, ServicePort};
 use crate::model::Namespace;
@@ -272,7 +272,7 @@ pub fn target_ports(lab: &Lab) -> Vec<u16> {
 /// `service/cluster-ip` of the captured Services: every pod of the
 /// Service's family → the ClusterIP at the Service's port, over its
 /// protocol (TCP, UDP); the pods the endpoints DNAT to may answer.
-pub fn plan(lab: &Lab, wanted: &dyn Fn(&str) -> bool, out: &mut Vec<ProbeSpec>) {
+pub fn probes(lab: &Lab, wanted: &dyn Fn(&str) -> bool, out: &mut Vec<ProbeSpec>) {
     let group = super::services::CLUSTER_IP;
     if !wanted(group) {
         return;

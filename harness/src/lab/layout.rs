@@ -9,7 +9,7 @@ use ipnet::IpNet;
 
 /// The underlay namespaces of a lab built by this process, by role:
 /// `switch`, `external`, the router, the NAT boxes.
-pub(crate) fn underlay_of(lab: &super::parts::Lab) -> Vec<(String, &Netns)> {
+pub(crate) fn underlay_of(lab: &super::built::Lab) -> Vec<(String, &Netns)> {
     let mut underlay = vec![(super::compile::SWITCH.to_string(), &lab.switch)];
     if let Some(ext) = &lab.external {
         underlay.push((super::compile::EXTERNAL.to_string(), ext));
@@ -34,7 +34,7 @@ pub(crate) fn underlay_of(lab: &super::parts::Lab) -> Vec<(String, &Netns)> {
 }
 
 /// The layout of a lab built by this process.
-pub fn layout_of(lab: &super::parts::Lab) -> Layout<'_> {
+pub fn layout_of(lab: &super::built::Lab) -> Layout<'_> {
     let underlay = underlay_of(lab)
         .into_iter()
         .map(|(role, ns)| (role, ns.file()))

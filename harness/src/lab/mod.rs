@@ -10,17 +10,17 @@
 //! floors below it): [`topology`] (TOML or flags, validated; the shapes'
 //! settings and flags in `topology/shapes.rs`) and [`base`] (errors, options,
 //! namespace/netlink/nft helpers, where the bundled programs are); then
-//! [`template`] (config templates and their placeholders), [`plan`] (what
+//! [`template`] (config templates and their placeholders), [`recipe`] (what
 //! a lab needs besides its topology, found and checked once: plugin
-//! directory, template, pod MTU, containerd), [`parts`] (`Lab`,
-//! `Node`, `Pod`), [`routes`] (node addresses, static routes, the
+//! directory, template, pod MTU, containerd), [`built`] (`Lab`,
+//! `Node`, `Pod`: what a built lab is made of), [`routes`] (node addresses, static routes, the
 //! masquerade ruleset, the agents' node list) and [`facts`] (what the
 //! diagnosis reads from a node); then the builder's steps, and [`build`] on
 //! top (the one builder: the topology compiled by [`compile`] and made into
 //! namespaces by `crate::model::apply`, then the agents, the pods through
 //! the runtime, the Services); [`neighbours`] (the host's neighbour tables: the
-//! plan, pinning, `--tune-host`, the overflow watch), [`checks`] (the probe
-//! plan per family) and [`probe`] (sockets in namespaces), [`diagnose`]
+//! fit, pinning, `--tune-host`, the overflow watch), [`checks`] (the probes
+//! of the catalogue and the Services) and [`probe`] (sockets in namespaces), [`diagnose`]
 //! (node rules) and [`diagnose_path`] (rules along a probe's path, detour
 //! warnings), [`state`] and [`pidfile`] (standing labs), [`profile`]
 //! (`CNILAB_PROFILE_ATTACH`: where the pods' attach goes); underlay shapes
@@ -43,6 +43,7 @@
 
 pub mod base;
 pub mod build;
+pub mod built;
 pub mod checks;
 pub mod compile;
 pub mod cri;
@@ -53,11 +54,10 @@ pub mod kube_proxy;
 pub mod layout;
 pub mod neighbours;
 pub mod outside;
-pub mod parts;
 pub mod pidfile;
-pub mod plan;
 pub mod probe;
 pub mod profile;
+pub mod recipe;
 pub mod replay;
 mod replay_pods;
 pub mod routes;
@@ -73,7 +73,7 @@ pub mod vxlan;
 #[cfg(test)]
 mod model_tests;
 
-use parts::Lab;
+use built::Lab;
 use report::{Failure, Report};
 use std::time::{Duration, Instant};
 
@@ -121,9 +121,9 @@ pub fn check_replayed(
     progress: bool,
     tune_host: bool,
 ) -> Result<Report, LabError> {
-    let planned = replay::prepare(name, files, tune_host)?;
+    let prepared = replay::prepare(name, files, tune_host)?;
     // Restores the thresholds when dropped (and the Ctrl-C handler does).
-    let _tuning = neighbours::HostTuning::apply(&planned.host).map_err(LabError::Setup)?;
+    let _tuning = neighbours::HostTuning::apply(&prepared.host).map_err(LabError::Setup)?;
     let opts = UpOptions {
         plugin_dir: None,
         persistent: None,
@@ -131,7 +131,7 @@ pub fn check_replayed(
         runtime: base::RuntimeKind::Direct,
     };
     let run_dir = opts.run_dir.clone();
-    let checked = replay::build_planned(planned, opts).and_then(|(lab, replayed)| {
+    let checked = replay::build_prepared(prepared, opts).and_then(|(lab, replayed)| {
         let report = check(&lab, groups, progress);
         lab.down();
         let mut report = report?;
@@ -151,7 +151,7 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
         .build()
         .map_err(|e| LabError::Setup(format!("tokio runtime: {e}")))?;
     checks::start_responders(lab, rt.handle()).map_err(LabError::Setup)?;
-    let specs = checks::plan(lab, groups);
+    let specs = checks::probes(lab, groups);
     if specs.is_empty() {
         // A selector that matches nothing is a usage error, never "0/0 failed".
         return Err(LabError::Setup(format!(
@@ -249,27 +249,27 @@ pub fn run(
     groups: &[String],
     progress: bool,
 ) -> Result<Report, LabError> {
-    let plan = plan::Plan::new(topo, opts.plugin_dir.as_deref(), opts.runtime)?;
-    run_planned(
-        plan,
+    let recipe = recipe::Recipe::new(topo, opts.plugin_dir.as_deref(), opts.runtime)?;
+    run_recipe(
+        recipe,
         opts,
         groups,
         progress,
-        &neighbours::HostPlan::default(),
+        &neighbours::HostFit::default(),
     )
 }
 
-/// [`run`] of a [`plan::Plan`], with a plan for the host's neighbour
+/// [`run`] of a [`recipe::Recipe`], with how the lab fits the host's neighbour
 /// tables (pinning the bulk paths when the lab would not fit them).
-pub fn run_planned(
-    plan: plan::Plan,
+pub fn run_recipe(
+    recipe: recipe::Recipe,
     opts: UpOptions,
     groups: &[String],
     progress: bool,
-    host: &neighbours::HostPlan,
+    host: &neighbours::HostFit,
 ) -> Result<Report, LabError> {
-    let mut lab = Lab::build(plan, opts)?;
-    pin_if_planned(&mut lab, host)?;
+    let mut lab = Lab::build(recipe, opts)?;
+    pin_if_needed(&mut lab, host)?;
     let report = check(&lab, groups, progress);
     let down = lab.down();
     let mut report = report?;
@@ -278,7 +278,7 @@ pub fn run_planned(
 }
 
 /// Pins the bulk probe paths when `host` says so (see [`neighbours`]).
-pub fn pin_if_planned(lab: &mut Lab, host: &neighbours::HostPlan) -> Result<(), LabError> {
+pub fn pin_if_needed(lab: &mut Lab, host: &neighbours::HostFit) -> Result<(), LabError> {
     if host.pin {
         let started = Instant::now();
         neighbours::pin_bulk(lab)?;

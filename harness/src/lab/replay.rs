@@ -5,7 +5,7 @@
 //!
 //! Where things happen: [`load`] reads and validates the files (schema,
 //! JSON position, two nodes of one name or uplink address, an object whose
-//! device is missing: the error names the file and the object); [`plan`]
+//! device is missing: the error names the file and the object); [`compose`]
 //! renames the pods `<node>-pod<k>`, turns each node's uplink (the link of
 //! its routes via another node's address, else the device of its default
 //! route, else its first addressed link that is no pod's; never an address
@@ -35,8 +35,8 @@
 //! reports the groups it has nothing for as skipped (`checks::skipped`).
 
 use super::base::{LabError, UpOptions};
+use super::built::{Lab, Node, Pod};
 use super::compile::EXTERNAL;
-use super::parts::{Lab, Node, Pod};
 pub use super::state::{FoundPod, Replayed};
 use super::topology::shapes::Shape;
 use super::topology::{NodeSpec, Topology};
@@ -110,7 +110,7 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<Loaded>, LabError> {
 
 /// The model and topology of the replayed lab `name`, and what each
 /// captured pod became (its namespace role, its evidence, whether probed).
-pub fn plan(
+pub fn compose(
     name: &str,
     loaded: &[Loaded],
 ) -> Result<(LabModel, Topology, Vec<FoundPod>), LabError> {
@@ -467,7 +467,7 @@ fn pod_addresses<'a>(pods: impl Iterator<Item = &'a Namespace>) -> Vec<IpNet> {
         .collect()
 }
 
-/// Applies the plan and makes it a [`Lab`] (standing when
+/// Applies the model and makes it a [`Lab`] (standing when
 /// `opts.persistent` names it). On error nothing is left behind.
 /// `origin` names the capture file a namespace's objects came from.
 pub fn build(
@@ -610,18 +610,18 @@ fn into_lab(
     })
 }
 
-/// A replay planned, not yet built: what [`load`] read, what [`plan`] made
-/// of it, and how its neighbour entries fit the host's tables (the plan a
-/// compiled lab gets, `super::neighbours::plan`).
-pub struct Planned {
+/// A replay prepared, not yet built: what [`load`] read, what [`compose`]
+/// made of it, and how its neighbour entries fit the host's tables (as a
+/// compiled lab's do, `super::neighbours::fit`).
+pub struct Prepared {
     loaded: Vec<Loaded>,
     model: LabModel,
     topo: Topology,
     found: Vec<FoundPod>,
-    pub host: super::neighbours::HostPlan,
+    pub host: super::neighbours::HostFit,
 }
 
-impl Planned {
+impl Prepared {
     /// The replayed nodes' names, as the captures give them.
     pub fn node_names(&self) -> Vec<String> {
         self.loaded
@@ -634,14 +634,14 @@ impl Planned {
 /// Loads and plans the replay `name`; refuses, with the numbers and the
 /// remedies, one the host's neighbour tables cannot hold even with the
 /// bulk probe paths pinned (unless `tune_host` may raise them).
-pub fn prepare(name: &str, paths: &[PathBuf], tune_host: bool) -> Result<Planned, LabError> {
+pub fn prepare(name: &str, paths: &[PathBuf], tune_host: bool) -> Result<Prepared, LabError> {
     let loaded = load(paths)?;
-    let (model, topo, found) = plan(name, &loaded)?;
-    let host = super::neighbours::plan(&topo, tune_host).map_err(setup)?;
+    let (model, topo, found) = compose(name, &loaded)?;
+    let host = super::neighbours::fit(&topo, tune_host).map_err(setup)?;
     if host.pin || !host.tune.is_empty() || host.unchecked {
         eprintln!("🧮 {}", host.summary);
     }
-    Ok(Planned {
+    Ok(Prepared {
         loaded,
         model,
         topo,
@@ -650,17 +650,17 @@ pub fn prepare(name: &str, paths: &[PathBuf], tune_host: bool) -> Result<Planned
     })
 }
 
-/// Builds a prepared replay and pins its bulk probe paths when its plan
+/// Builds a prepared replay and pins its bulk probe paths when its fit
 /// says so: the replayed lab, what was not made and what each captured
 /// pod became.
-pub fn build_planned(planned: Planned, opts: UpOptions) -> Result<(Lab, Replayed), LabError> {
-    let Planned {
+pub fn build_prepared(prepared: Prepared, opts: UpOptions) -> Result<(Lab, Replayed), LabError> {
+    let Prepared {
         loaded,
         model,
         topo,
         found,
         host,
-    } = planned;
+    } = prepared;
     let origin = |ns: &str| {
         model
             .nodes
@@ -674,7 +674,7 @@ pub fn build_planned(planned: Planned, opts: UpOptions) -> Result<(Lab, Replayed
             .map(|(_, l)| l.path.clone())
     };
     let (mut lab, not_made) = build(&model, topo, &found, opts, &origin)?;
-    super::pin_if_planned(&mut lab, &host)?;
+    super::pin_if_needed(&mut lab, &host)?;
     Ok((
         lab,
         Replayed {
@@ -687,7 +687,7 @@ pub fn build_planned(planned: Planned, opts: UpOptions) -> Result<(Lab, Replayed
 /// Loads, plans and builds (no host tuning): the replayed lab, what was
 /// not made and what each captured pod became.
 pub fn replay(name: &str, paths: &[PathBuf], opts: UpOptions) -> Result<(Lab, Replayed), LabError> {
-    build_planned(prepare(name, paths, false)?, opts)
+    build_prepared(prepare(name, paths, false)?, opts)
 }
 
 /// The run directory must not outlive a failed standing replay.

@@ -25,8 +25,8 @@
 //! diagnoses.
 
 use super::base::{nft, LabError};
+use super::built::Lab;
 use super::facts::NodeFacts;
-use super::parts::Lab;
 use super::probe::PORT;
 use super::topology::shapes::ServiceSpec;
 use crate::connectivity::Diagnosis;
@@ -181,7 +181,7 @@ fn pod(lab: &Lab, n: usize, p: usize) -> Option<Endpoint> {
 }
 
 /// The Service probes of the groups `wanted` selects.
-pub fn plan(lab: &Lab, wanted: &dyn Fn(&str) -> bool, out: &mut Vec<ProbeSpec>) {
+pub fn probes(lab: &Lab, wanted: &dyn Fn(&str) -> bool, out: &mut Vec<ProbeSpec>) {
     let Some(spec) = lab.topo.service.clone() else {
         return;
     };

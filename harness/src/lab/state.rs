@@ -4,7 +4,7 @@
 //! state lives in `/run/cnilab/labs/<lab>/state.json`.
 
 use super::base::{LabError, RuntimeKind, UpOptions, AGENT_PIDFILE, LEDGER};
-use super::parts::{Lab, Node, Pod};
+use super::built::{Lab, Node, Pod};
 use super::topology::Topology;
 use crate::model::apply::NotMade;
 use crate::netns::Netns;

@@ -7,7 +7,7 @@
 //! tell the tracer the addresses the lab gave (pods' and nodes'), and that
 //! pods are ends (see [`crate::trace::Addresses`]).
 
-use super::parts::Lab;
+use super::built::Lab;
 use super::state::{load_state, LabState};
 use super::LabError;
 use crate::connectivity::ProbeOutcome;

@@ -17,8 +17,8 @@
 //! Everything lives in lab namespaces; nothing is added to the host.
 
 use super::base::{make_ns, netlink, setup, LabError};
+use super::built::Lab;
 use super::facts::NodeFacts;
-use super::parts::Lab;
 use super::routes::install_static_routes;
 use super::topology::shapes::{subnet_of, Shape};
 use super::topology::{Routing, Topology};

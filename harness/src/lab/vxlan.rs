@@ -16,8 +16,8 @@
 //! namespaces), never over a host interface.
 
 use super::base::{setup, LabError};
+use super::built::Lab;
 use super::facts::NodeFacts;
-use super::parts::Lab;
 use super::topology::shapes::OVERHEAD;
 use super::topology::shapes::{pod_mtu, VxlanSpec};
 use super::topology::Routing;

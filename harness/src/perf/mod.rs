@@ -12,7 +12,7 @@ pub mod load;
 pub mod paths;
 pub mod report;
 
-use crate::lab::parts::Lab;
+use crate::lab::built::Lab;
 use crate::report::progress::Progress;
 use paths::{Path, Skipped, BASELINE};
 use serde::{Deserialize, Serialize};

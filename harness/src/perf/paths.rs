@@ -14,7 +14,7 @@
 //! IPv4: every lab shape has it; the ratios are per lab, so an IPv6 row
 //! would say the same of a dual-stack plugin's second family.
 
-use crate::lab::parts::{Lab, Node};
+use crate::lab::built::{Lab, Node};
 use std::fs::File;
 use std::net::{IpAddr, SocketAddr};
 

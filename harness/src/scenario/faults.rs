@@ -5,7 +5,7 @@ use super::file::Fault;
 use super::shape_faults::{self, ShapeUndo};
 use crate::lab::topology::NodeSpec;
 use crate::lab::LabError;
-use crate::lab::{base::nft, parts::Lab, routes::install_static_routes};
+use crate::lab::{base::nft, built::Lab, routes::install_static_routes};
 use crate::netns::Netns;
 use cnilab_net::{netns as plugin_netns, nl};
 use ipnet::IpNet;

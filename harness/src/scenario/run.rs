@@ -7,7 +7,7 @@ use super::file::{Expect, Scenario, ScenarioError, Step, TraceStep};
 use crate::lab::base::RuntimeKind;
 use crate::lab::report::Report;
 use crate::lab::LabError;
-use crate::lab::{base::UpOptions, parts::Lab};
+use crate::lab::{base::UpOptions, built::Lab};
 
 /// One step's outcome, for the log.
 #[derive(Clone, Debug, serde::Serialize)]

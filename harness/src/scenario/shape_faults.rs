@@ -5,7 +5,7 @@ use super::file::Fault;
 use crate::lab::topology::{NodeSpec, Routing};
 use crate::lab::{
     base::LabError,
-    parts::Lab,
+    built::Lab,
     routes::{install_static_routes, nodes_file},
 };
 use crate::lab::{services, vxlan};

@@ -7,9 +7,10 @@
 use super::nodes::{ClusterNode, NodeFinding};
 use super::objects::{HTTP_PORT, UDP_PORT};
 use super::NotReady;
+use crate::connectivity::catalogue;
 use crate::connectivity::groups;
-use crate::connectivity::matrix::{self, Slot};
-use crate::connectivity::{Diagnosis, Endpoint, ExpectSource, ProbeOutcome, ProbeSpec, Proto};
+use crate::connectivity::matrix::Slot;
+use crate::connectivity::{Diagnosis, Endpoint, ProbeOutcome, ProbeSpec, Proto};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Check groups, in report order.
@@ -135,14 +136,92 @@ fn pod_endpoint(c: &Cluster, i: usize, v6: bool) -> Option<Endpoint> {
     })
 }
 
-fn node_endpoint(c: &Cluster, n: usize, v6: bool) -> Option<Endpoint> {
-    let node = c.nodes.get(n)?;
-    Some(Endpoint {
-        name: node.name.clone(),
-        node: Some(n),
-        pod: None,
-        ip: node.internal_ip(v6)?,
-        external: false,
+/// The cluster as the probe catalogue plans over it: a pod's position is
+/// its place among its node's probe pods, its endpoint's `pod` its index
+/// into [`Cluster::pods`].
+impl catalogue::Cluster for Cluster {
+    fn pods_per_node(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .map(|n| self.pods.iter().filter(|p| p.node == n).count())
+            .collect()
+    }
+
+    fn pod(&self, at: Slot, v6: bool) -> Option<Endpoint> {
+        let (i, _) = self
+            .pods
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.node == at.node)
+            .nth(at.pos)?;
+        pod_endpoint(self, i, v6)
+    }
+
+    /// Node `n` at its InternalIP of one family.
+    fn node(&self, n: usize, v6: bool) -> Option<Endpoint> {
+        let node = self.nodes.get(n)?;
+        Some(Endpoint {
+            name: node.name.clone(),
+            node: Some(n),
+            pod: None,
+            ip: node.internal_ip(v6)?,
+            external: false,
+        })
+    }
+}
+
+/// A catalogue probe as a command in a pod: the source pod runs it (the
+/// source node's hostNetwork pod, for node-to-pod), and its answer is
+/// judged by what the group needs. `None` when the cluster has no pod to
+/// run it in, or no MTU read for the DF probe.
+fn exec_probe(c: &Cluster, mut spec: ProbeSpec) -> Option<Probe> {
+    let pod = |e: &Endpoint| e.pod.and_then(|i| c.pods.get(i));
+    let to = spec.to.ip;
+    let (exec, command, expect) = match (spec.group, spec.proto) {
+        (groups::NODE_TO_POD, proto) => {
+            let host = c.hosts.iter().find(|h| Some(h.node) == spec.from.node)?;
+            let command = match proto {
+                Proto::Icmp => ping(to),
+                _ => curl(vec![url(to, HTTP_PORT, "/hostname")]),
+            };
+            let expect = match proto {
+                Proto::Icmp => Expect::Success,
+                _ => Expect::OneOf(vec![pod(&spec.to)?.name.clone()]),
+            };
+            (&host.name, command, expect)
+        }
+        (_, Proto::Df) => {
+            let src = pod(&spec.from)?;
+            (&src.name, df_ping(to, src.mtu?), Expect::Success)
+        }
+        (_, Proto::Icmp) => (&pod(&spec.from)?.name, ping(to), Expect::Success),
+        (groups::POD_TO_NODE, _) => {
+            let command = curl(vec![url(to, HTTP_PORT, "/hostname")]);
+            (&pod(&spec.from)?.name, command, Expect::Success)
+        }
+        (_, Proto::Tcp) => {
+            // The peer answered, and saw the pod's own address.
+            let command = curl(vec![
+                url(to, HTTP_PORT, "/hostname"),
+                url(to, HTTP_PORT, "/clientip"),
+            ]);
+            let expect = Expect::PeerAndSource {
+                peer: pod(&spec.to)?.name.clone(),
+                source: spec.from.ip,
+            };
+            (&pod(&spec.from)?.name, command, expect)
+        }
+        (_, Proto::Udp) => {
+            // The dial reports who answered, not the source it saw.
+            spec.expect_source = None;
+            let expect = Expect::UdpPeer(pod(&spec.to)?.name.clone());
+            (&pod(&spec.from)?.name, udp_dial(to), expect)
+        }
+    };
+    Some(Probe {
+        exec_pod: exec.clone(),
+        spec,
+        command,
+        expect,
     })
 }
 
@@ -155,32 +234,26 @@ struct Pair<'e> {
     to: &'e Endpoint,
 }
 
-/// Builds the probes of one address family, in plan order.
+/// Builds the Service probes of one address family, in plan order.
 struct Planner<'a> {
     c: &'a Cluster,
     v6: bool,
     /// The first family asked for (the DNS probe runs in it only).
     first: bool,
     pod_names: Vec<String>,
-    /// The pods of each node, by index into `c.pods`.
-    slots: Vec<Vec<usize>>,
     out: &'a mut Vec<Probe>,
 }
 
 impl Planner<'_> {
     /// Adds one probe of `pair`: protocol, command, expectation.
     fn add(&mut self, pair: &Pair<'_>, proto: Proto, command: Vec<String>, expect: Expect) {
-        let expect_source = match &expect {
-            Expect::PeerAndSource { source, .. } => Some(ExpectSource::Unchanged(*source)),
-            _ => None,
-        };
         self.out.push(Probe {
             spec: ProbeSpec {
                 group: pair.group,
                 from: pair.from.clone(),
                 to: pair.to.clone(),
                 proto,
-                expect_source,
+                expect_source: None,
                 service: None,
             },
             exec_pod: pair.exec.to_string(),
@@ -189,91 +262,10 @@ impl Planner<'_> {
         });
     }
 
-    /// An ICMP echo that must be answered.
-    fn ping(&mut self, pair: &Pair<'_>) {
-        self.add(pair, Proto::Icmp, ping(pair.to.ip), Expect::Success);
-    }
-
     /// An HTTP GET of `/hostname` on `port`, judged by `expect`.
     fn hostname(&mut self, pair: &Pair<'_>, port: u16, expect: Expect) {
         let command = curl(vec![url(pair.to.ip, port, "/hostname")]);
         self.add(pair, Proto::Tcp, command, expect);
-    }
-
-    /// Pod `i` to pod `j`: ping, HTTP (the peer answered, and saw the
-    /// pod's own address), UDP.
-    fn pod_to_pod(&mut self, group: &'static str, i: usize, src: &Endpoint, j: usize) {
-        let Some(dst) = pod_endpoint(self.c, j, self.v6) else {
-            return;
-        };
-        let c = self.c;
-        let pair = Pair {
-            group,
-            exec: &c.pods[i].name,
-            from: src,
-            to: &dst,
-        };
-        let peer = c.pods[j].name.clone();
-        self.ping(&pair);
-        let both = curl(vec![
-            url(dst.ip, HTTP_PORT, "/hostname"),
-            url(dst.ip, HTTP_PORT, "/clientip"),
-        ]);
-        let expect = Expect::PeerAndSource {
-            peer: peer.clone(),
-            source: src.ip,
-        };
-        self.add(&pair, Proto::Tcp, both, expect);
-        self.add(&pair, Proto::Udp, udp_dial(dst.ip), Expect::UdpPeer(peer));
-    }
-
-    /// Pod `i` to its peers (the next pod on its node; the pod at the same
-    /// position on every other node), with the DF probe at the MTU to the
-    /// next node's.
-    fn pod_to_peers(&mut self, i: usize, src: &Endpoint) {
-        let c = self.c;
-        let src_pod = &c.pods[i];
-        let counts: Vec<usize> = self.slots.iter().map(Vec::len).collect();
-        let Some(pos) = self.slots[src_pod.node].iter().position(|j| *j == i) else {
-            return;
-        };
-        let from = Slot {
-            node: src_pod.node,
-            pos,
-        };
-        for peer in matrix::peers(&counts, from) {
-            let j = self.slots[peer.to.node][peer.to.pos];
-            self.pod_to_pod(peer.group, i, src, j);
-            if !peer.df {
-                continue;
-            }
-            if let (Some(dst), Some(mtu)) = (pod_endpoint(c, j, self.v6), src_pod.mtu) {
-                let pair = Pair {
-                    group: groups::MTU_DF_CROSS_NODE,
-                    exec: &src_pod.name,
-                    from: src,
-                    to: &dst,
-                };
-                self.add(&pair, Proto::Df, df_ping(dst.ip, mtu), Expect::Success);
-            }
-        }
-    }
-
-    /// Pod `i` to every node: ping and HTTP.
-    fn pod_to_nodes(&mut self, i: usize, src: &Endpoint) {
-        let c = self.c;
-        for m in 0..c.nodes.len() {
-            if let Some(dst) = node_endpoint(c, m, self.v6) {
-                let pair = Pair {
-                    group: groups::POD_TO_NODE,
-                    exec: &c.pods[i].name,
-                    from: src,
-                    to: &dst,
-                };
-                self.ping(&pair);
-                self.hostname(&pair, HTTP_PORT, Expect::Success);
-            }
-        }
     }
 
     /// Pod `i` to the echo Service by ClusterIP, and (first family only)
@@ -322,7 +314,7 @@ impl Planner<'_> {
     fn hairpin(&mut self, i: usize, src: &Endpoint) {
         let c = self.c;
         let src_pod = &c.pods[i];
-        if self.slots[src_pod.node].first() != Some(&i) {
+        if c.pods.iter().position(|p| p.node == src_pod.node) != Some(i) {
             return;
         }
         let v6 = self.v6;
@@ -351,35 +343,12 @@ impl Planner<'_> {
         };
         self.hostname(&pair, 80, Expect::OneOf(vec![src_pod.name.clone()]));
     }
-
-    /// Every hostNetwork pod (its node) to every pod: ping and HTTP.
-    fn nodes_to_pods(&mut self) {
-        let c = self.c;
-        for host in &c.hosts {
-            let Some(src) = node_endpoint(c, host.node, self.v6) else {
-                continue;
-            };
-            for j in 0..c.pods.len() {
-                let Some(dst) = pod_endpoint(c, j, self.v6) else {
-                    continue;
-                };
-                let pair = Pair {
-                    group: groups::NODE_TO_POD,
-                    exec: &host.name,
-                    from: &src,
-                    to: &dst,
-                };
-                self.ping(&pair);
-                let this_pod = Expect::OneOf(vec![c.pods[j].name.clone()]);
-                self.hostname(&pair, HTTP_PORT, this_pod);
-            }
-        }
-    }
 }
 
-/// The probe plan for the families asked for: per family, each pod to its
-/// peers, the nodes, the Service and itself through its node's Service;
-/// then each node to every pod.
+/// The probe plan for the families asked for: per family, the catalogue's
+/// probes (each pod to its peers and the nodes, each node to every pod),
+/// then each pod to the echo Service and to itself through its node's
+/// Service.
 pub fn plan(c: &Cluster, v4: bool, v6: bool) -> Vec<Probe> {
     let mut out = Vec::new();
     let families: Vec<bool> = [(v4, false), (v6, true)]
@@ -387,28 +356,24 @@ pub fn plan(c: &Cluster, v4: bool, v6: bool) -> Vec<Probe> {
         .filter(|(on, _)| *on)
         .map(|(_, f)| *f)
         .collect();
-    let slots: Vec<Vec<usize>> = (0..c.nodes.len())
-        .map(|n| (0..c.pods.len()).filter(|j| c.pods[*j].node == n).collect())
-        .collect();
+    let wanted = |g: &str| GROUPS.contains(&g);
     for (fi, &v6) in families.iter().enumerate() {
+        let specs = catalogue::plan(c, &wanted, v6);
+        out.extend(specs.into_iter().filter_map(|s| exec_probe(c, s)));
         let mut p = Planner {
             c,
             v6,
             first: fi == 0,
             pod_names: c.pods.iter().map(|p| p.name.clone()).collect(),
-            slots: slots.clone(),
             out: &mut out,
         };
         for i in 0..c.pods.len() {
             let Some(src) = pod_endpoint(c, i, v6) else {
                 continue;
             };
-            p.pod_to_peers(i, &src);
-            p.pod_to_nodes(i, &src);
             p.pod_to_service(i, &src);
             p.hairpin(i, &src);
         }
-        p.nodes_to_pods();
     }
     out
 }
@@ -735,6 +700,101 @@ pub fn diagnose(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two nodes of two probe pods each (MTU read on all but one), a
+    /// hostNetwork pod on each, an echo Service and a self Service a node.
+    fn two_by_two() -> Cluster {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        let nodes = (0..2)
+            .map(|n| ClusterNode {
+                name: format!("worker{n}"),
+                internal_ips: vec![ip(&format!("172.18.0.{}", n + 2))],
+                pod_cidrs: Vec::new(),
+                bad_cidrs: Vec::new(),
+                ready: true,
+            })
+            .collect();
+        let pod = |name: String, node: usize, host: bool, addr: String, mtu| ProbePod {
+            name,
+            node,
+            host,
+            ips: vec![ip(&addr)],
+            mtu,
+        };
+        let pods = (0..4)
+            .map(|k| {
+                let mtu = (k != 3).then_some(1450);
+                let addr = format!("10.244.{}.{}", k / 2, 10 + k % 2);
+                pod(format!("probe-{k}"), k / 2, false, addr, mtu)
+            })
+            .collect();
+        let hosts = (0..2)
+            .map(|n| {
+                pod(
+                    format!("host-{n}"),
+                    n,
+                    true,
+                    format!("172.18.0.{}", n + 2),
+                    None,
+                )
+            })
+            .collect();
+        Cluster {
+            namespace: "cnilab-e2e".into(),
+            nodes,
+            pods,
+            hosts,
+            echo_ips: vec![ip("10.96.0.10")],
+            self_ips: vec![vec![ip("10.96.0.20")], vec![ip("10.96.0.21")]],
+        }
+    }
+
+    /// The pod and node probes of a cluster are the catalogue's, probe for
+    /// probe, run in the source pod (the source node's hostNetwork pod for
+    /// node-to-pod); only what a command cannot judge differs: the UDP
+    /// dial's source, and a DF probe without the pod's MTU.
+    #[test]
+    fn the_pod_and_node_probes_are_the_catalogues() {
+        let c = two_by_two();
+        let probes = plan(&c, true, false);
+        let wanted = |g: &str| GROUPS.contains(&g);
+        let from_catalogue: Vec<ProbeSpec> = catalogue::plan(&c, &wanted, false)
+            .into_iter()
+            .filter(|s| !(s.proto == Proto::Df && s.from.pod == Some(3)))
+            .map(|mut s| {
+                if s.proto == Proto::Udp {
+                    s.expect_source = None;
+                }
+                s
+            })
+            .collect();
+        let key = |s: &ProbeSpec| {
+            let ends = [&s.from, &s.to].map(|e| (e.name.clone(), e.ip, e.node, e.pod));
+            (s.group, ends, s.proto, s.expect_source)
+        };
+        let planned: Vec<_> = probes
+            .iter()
+            .map(|p| &p.spec)
+            .filter(|s| catalogue::entry(s.group).is_some())
+            .map(key)
+            .collect();
+        assert_eq!(planned, from_catalogue.iter().map(key).collect::<Vec<_>>());
+        for p in probes
+            .iter()
+            .filter(|p| catalogue::entry(p.spec.group).is_some())
+        {
+            let runs_in = if p.spec.group == groups::NODE_TO_POD {
+                c.hosts.iter().find(|h| Some(h.node) == p.spec.from.node)
+            } else {
+                p.spec.from.pod.and_then(|i| c.pods.get(i))
+            };
+            assert_eq!(Some(&p.exec_pod), runs_in.map(|x| &x.name), "{p:?}");
+        }
+        // The Service groups follow: each pod to the echo Service and its
+        // DNS name, the first pod of each node to itself.
+        let services = probes.len() - planned.len();
+        assert_eq!(services, 4 + 4 + 2);
+    }
 
     #[test]
     fn client_ip_forms() {

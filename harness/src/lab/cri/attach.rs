@@ -3,7 +3,7 @@
 
 use super::{Containerd, Support};
 use crate::lab::base::LabError;
-use crate::lab::parts::{Lab, Pod};
+use crate::lab::built::{Lab, Pod};
 use crate::lab::topology::Routing;
 use crate::netns::Netns;
 use std::path::Path;

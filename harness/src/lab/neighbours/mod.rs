@@ -35,7 +35,7 @@ mod watch;
 pub use watch::Watch;
 
 use super::topology::Topology;
-use super::{base::LabError, parts::Lab};
+use super::{base::LabError, built::Lab};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -214,14 +214,14 @@ pub fn need(topo: &Topology) -> Vec<Need> {
 
 /// How the lab will stay within the host's neighbour tables.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HostPlan {
+pub struct HostFit {
     /// Pin the bulk paths with permanent entries.
     pub pin: bool,
     /// Raise these thresholds (path, new value) for the run.
     pub tune: Vec<(PathBuf, u64)>,
     /// What was decided, for the run's header.
     pub summary: String,
-    /// The tables could not be read: nothing was planned.
+    /// The tables could not be read: nothing was decided.
     pub unchecked: bool,
 }
 
@@ -242,7 +242,7 @@ fn room(v6: bool) -> Result<(u64, u64, u64), String> {
 /// Decides, before anything is built, how the lab fits the host's tables;
 /// `Err` (a usage/environment error) with the numbers and the remedies when
 /// it cannot.
-pub fn plan(topo: &Topology, tune_host: bool) -> Result<HostPlan, String> {
+pub fn fit(topo: &Topology, tune_host: bool) -> Result<HostFit, String> {
     let needs = need(topo);
     let mut rooms = Vec::new();
     for n in &needs {
@@ -250,13 +250,13 @@ pub fn plan(topo: &Topology, tune_host: bool) -> Result<HostPlan, String> {
             Ok(r) => rooms.push((n, r)),
             // A host without IPv6 has no table for the link-local entries.
             Err(_) if n.all_dynamic == 0 => {}
-            // No /proc/net/stat here: nothing to plan with; the run goes
+            // No /proc/net/stat here: nothing to decide with; the run goes
             // ahead as before and says so.
             Err(e) => {
-                return Ok(HostPlan {
+                return Ok(HostFit {
                     summary: format!("the host's neighbour tables were not checked: {e}"),
                     unchecked: true,
-                    ..HostPlan::default()
+                    ..HostFit::default()
                 })
             }
         }
@@ -264,11 +264,11 @@ pub fn plan(topo: &Topology, tune_host: bool) -> Result<HostPlan, String> {
     decide(&rooms, tune_host)
 }
 
-fn decide(rooms: &[(&Need, (u64, u64, u64))], tune_host: bool) -> Result<HostPlan, String> {
+fn decide(rooms: &[(&Need, (u64, u64, u64))], tune_host: bool) -> Result<HostFit, String> {
     if rooms.iter().all(|(n, (room, _, _))| n.all_dynamic <= *room) {
-        return Ok(HostPlan {
+        return Ok(HostFit {
             summary: "neighbour entries fit the host's tables".into(),
-            ..HostPlan::default()
+            ..HostFit::default()
         });
     }
     if tune_host {
@@ -289,7 +289,7 @@ fn decide(rooms: &[(&Need, (u64, u64, u64))], tune_host: bool) -> Result<HostPla
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        return Ok(HostPlan {
+        return Ok(HostFit {
             pin: false,
             tune,
             summary,
@@ -301,7 +301,7 @@ fn decide(rooms: &[(&Need, (u64, u64, u64))], tune_host: bool) -> Result<HostPla
         .all(|(n, (room, _, _))| n.dynamic_when_pinned <= *room)
     {
         let pinned: u64 = rooms.iter().map(|(n, _)| n.pinned).sum();
-        return Ok(HostPlan {
+        return Ok(HostFit {
             pin: true,
             tune: Vec::new(),
             unchecked: false,
@@ -346,10 +346,10 @@ pub fn restore_host() {
 pub struct HostTuning(());
 
 impl HostTuning {
-    /// Raises the thresholds of `plan` (nothing when there are none).
+    /// Raises the thresholds of `fit` (nothing when there are none).
     /// gc_thresh3 is raised first so that the three stay ordered.
-    pub fn apply(plan: &HostPlan) -> Result<HostTuning, String> {
-        let mut order = plan.tune.clone();
+    pub fn apply(fit: &HostFit) -> Result<HostTuning, String> {
+        let mut order = fit.tune.clone();
         order.sort_by_key(|(p, _)| std::cmp::Reverse(p.clone()));
         for (path, value) in order {
             let old =
@@ -641,11 +641,11 @@ mod tests {
         assert_eq!(n[0].all_dynamic, 4000 + 90 + 20);
         assert_eq!(n[0].dynamic_when_pinned, 40 + 110);
         let room = (1024 - 27 - MARGIN, 1024, 27);
-        let plan = decide(&[(&n[0], room)], false).expect("fits when pinned");
-        assert!(plan.pin && plan.tune.is_empty(), "{plan:?}");
+        let fit = decide(&[(&n[0], room)], false).expect("fits when pinned");
+        assert!(fit.pin && fit.tune.is_empty(), "{fit:?}");
         let small = need(&Topology::generated(2, 2).expect("topology"));
-        let plan = decide(&[(&small[0], room)], false).expect("fits");
-        assert!(!plan.pin, "{plan:?}");
+        let fit = decide(&[(&small[0], room)], false).expect("fits");
+        assert!(!fit.pin, "{fit:?}");
     }
 
     /// What --tune-host raises is put back when the guard goes, and by
@@ -657,19 +657,19 @@ mod tests {
         let t2 = dir.path().join("gc_thresh2");
         std::fs::write(&t3, "1024\n").expect("write");
         std::fs::write(&t2, "512\n").expect("write");
-        let plan = HostPlan {
+        let fit = HostFit {
             pin: false,
             tune: vec![(t2.clone(), 2048), (t3.clone(), 4096)],
             summary: String::new(),
             unchecked: false,
         };
-        let guard = HostTuning::apply(&plan).expect("applied");
+        let guard = HostTuning::apply(&fit).expect("applied");
         assert_eq!(std::fs::read_to_string(&t3).expect("read"), "4096");
         assert_eq!(std::fs::read_to_string(&t2).expect("read"), "2048");
         drop(guard);
         assert_eq!(std::fs::read_to_string(&t3).expect("read"), "1024");
         assert_eq!(std::fs::read_to_string(&t2).expect("read"), "512");
-        let guard = HostTuning::apply(&plan).expect("applied");
+        let guard = HostTuning::apply(&fit).expect("applied");
         restore_host();
         assert_eq!(std::fs::read_to_string(&t3).expect("read"), "1024");
         std::mem::forget(guard);
@@ -714,17 +714,17 @@ mod tests {
             .iter()
             .map(|n| (n, (1024 - 16 - MARGIN, 1024, 16)))
             .collect();
-        let plan = decide(&rooms, true).expect("tuned");
+        let fit = decide(&rooms, true).expect("tuned");
         let raised = |dir: &str| {
-            plan.tune
+            fit.tune
                 .iter()
                 .find(|(p, _)| p.starts_with(dir) && p.ends_with("gc_thresh3"))
                 .map(|(_, v)| *v)
         };
         let t3_v6 = raised("/proc/sys/net/ipv6").expect("IPv6 gc_thresh3 raised");
-        assert!(t3_v6 >= 16 + v6.link_local, "{plan:?}");
+        assert!(t3_v6 >= 16 + v6.link_local, "{fit:?}");
         let t3_v4 = raised("/proc/sys/net/ipv4").expect("IPv4 gc_thresh3 raised");
-        assert!(t3_v4 >= 16 + v4.all_dynamic + v4.link_local, "{plan:?}");
+        assert!(t3_v4 >= 16 + v4.all_dynamic + v4.link_local, "{fit:?}");
         // The link-local entries are the kernel's own and reclaimable: they
         // never make a lab refused or pinned without --tune-host.
         let small = need(&Topology::generated(10, 100).expect("topology"));
@@ -732,7 +732,7 @@ mod tests {
             .iter()
             .map(|n| (n, (1024 - 27 - MARGIN, 1024, 27)))
             .collect();
-        let plan = decide(&rooms, false).expect("fits when pinned");
-        assert!(plan.tune.is_empty(), "{plan:?}");
+        let fit = decide(&rooms, false).expect("fits when pinned");
+        assert!(fit.tune.is_empty(), "{fit:?}");
     }
 }

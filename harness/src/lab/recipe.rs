@@ -1,6 +1,6 @@
 //! A lab ready to be built: what the builder needs besides the topology,
 //! found and checked once, before anything is made. `lab run`, `lab up`
-//! and `scenario run` make their [`Plan`] in `cli/lab_prep.rs` (and print
+//! and `scenario run` make their [`Recipe`] in `cli/lab_prep.rs` (and print
 //! what it found); `Lab::up` makes one for callers that come without
 //! (tests, `sweep`); the builder ([`super::build`]) only consumes it and
 //! asks nothing back: the plugin directory, the config template, the pods'
@@ -12,7 +12,7 @@ use super::template::checked_template;
 use super::topology::{Masquerade, Routing, Topology};
 
 /// A topology with everything its lab needs found and checked.
-pub struct Plan {
+pub struct Recipe {
     pub topo: Topology,
     /// The plugin directory (the flag's, the topology's, else the bundled
     /// one), `:`-joined.
@@ -27,14 +27,14 @@ pub struct Plan {
     pub containerd: Option<super::cri::Support>,
 }
 
-impl Plan {
+impl Recipe {
     /// Finds and checks what `topo`'s lab needs; `plugin_dir` is the
     /// `--plugin-dir` flag. Nothing is built or changed.
     pub fn new(
         topo: Topology,
         plugin_dir_flag: Option<&str>,
         runtime: RuntimeKind,
-    ) -> Result<Plan, LabError> {
+    ) -> Result<Recipe, LabError> {
         has_bridge(plugin_dir_flag, &topo)?;
         let containerd = match runtime {
             RuntimeKind::Containerd => Some(super::cri::detect()?),
@@ -44,7 +44,7 @@ impl Plan {
         let plugin_dir = plugin_dir(plugin_dir_flag, &topo).map_err(LabError::Setup)?;
         let pod_mtu = topo.pod_mtu();
         let template = checked_template(&topo, pod_mtu)?;
-        Ok(Plan {
+        Ok(Recipe {
             topo,
             plugin_dir,
             bundled,
