@@ -124,17 +124,7 @@ fn scripted(shell: Shell, node: &Path, cache: &Path, dir: &Path) -> (PathBuf, Va
         .output()
         .expect("the shell runs");
     assert!(out.status.success(), "{shell:?}: {}", all(&out));
-    let json = dir.join(format!("{shell:?}.json"));
-    let conv = cnilab(&[
-        "capture",
-        "--from-script",
-        &file.display().to_string(),
-        "-o",
-        &json.display().to_string(),
-    ]);
-    assert!(conv.status.success(), "{shell:?}: {}", output_text(&conv));
-    let c: Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
+    let c = capture_common::from_script(&file, &dir.join(format!("{shell:?}.json")));
     capture_common::assert_conforms(&c);
     (file, c)
 }
@@ -566,17 +556,7 @@ fn crictl_names_pods_held_by_a_sandbox_process() {
         .output()
         .expect("dash runs");
     assert!(out.status.success(), "{}", all(&out));
-    let json = dir.path().join("node.json");
-    let conv = cnilab(&[
-        "capture",
-        "--from-script",
-        &file.display().to_string(),
-        "-o",
-        &json.display().to_string(),
-    ]);
-    assert!(conv.status.success(), "{}", output_text(&conv));
-    let c: Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
+    let c = capture_common::from_script(&file, &dir.path().join("node.json"));
     for (ns, name, _) in &sandboxes {
         let want = format!("{ns}/{name}");
         let pod = c["pods"]

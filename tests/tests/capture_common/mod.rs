@@ -29,6 +29,20 @@ pub fn cnilab(args: &[&str]) -> Output {
         .expect("cnilab runs")
 }
 
+/// `cnilab capture --from-script FILE -o JSON`: the capture a script's
+/// output `file` converts to (written to `json`), which must convert.
+pub fn from_script(file: &Path, json: &Path) -> Value {
+    let conv = cnilab(&[
+        "capture",
+        "--from-script",
+        &file.display().to_string(),
+        "-o",
+        &json.display().to_string(),
+    ]);
+    assert!(conv.status.success(), "{}: {}", file.display(), all(&conv));
+    serde_json::from_str(&std::fs::read_to_string(json).expect("json")).expect("JSON")
+}
+
 /// Runs each `program` line (split on spaces) inside `ns`.
 pub fn run(ns: &Netns, program: &str, lines: &[&str]) {
     for line in lines {
