@@ -90,6 +90,10 @@ pub struct RunArgs {
     /// cniVersion of the conflist (1.0.0 for containerd 1.6/1.7, which refuse 1.1.0 results).
     #[arg(long, default_value = "1.1.0", value_parser = ["0.4.0", "1.0.0", "1.1.0"])]
     pub cni_version: String,
+    /// The plugin's IPAM store (`ipam.dataDir` of the conflist); left out,
+    /// the plugin keeps its default, /var/lib/cni/networks.
+    #[arg(long, value_name = "DIR")]
+    pub ipam_data_dir: Option<std::path::PathBuf>,
     /// Chain the portmap plugin in the conflist (it must be in the CNI bin dir).
     #[arg(long)]
     pub portmap: bool,

@@ -22,6 +22,9 @@ pub struct ConflistOptions {
     pub plugin_ip_masq: bool,
     /// The conflist's cniVersion (containerd 1.6/1.7 refuse 1.1.0 results).
     pub cni_version: String,
+    /// `ipam.dataDir`: where the plugin keeps its IPAM store (`None`: the
+    /// plugin's default).
+    pub ipam_data_dir: Option<PathBuf>,
 }
 
 /// The conflist for a node with these pod CIDRs: one IPAM range set per
@@ -31,6 +34,10 @@ pub fn conflist(pod_cidrs: &[IpNet], options: &ConflistOptions) -> Value {
         .iter()
         .map(|cidr| json!([{ "subnet": cidr.to_string() }]))
         .collect();
+    let mut ipam = json!({ "ranges": ranges });
+    if let Some(dir) = &options.ipam_data_dir {
+        ipam["dataDir"] = json!(dir.display().to_string());
+    }
     let mut plugins = vec![json!({
         "type": PLUGIN_BINARY_NAME,
         "bridge": options.bridge,
@@ -39,7 +46,7 @@ pub fn conflist(pod_cidrs: &[IpNet], options: &ConflistOptions) -> Value {
         "ipMasq": options.plugin_ip_masq,
         "hairpinMode": true,
         "mtu": options.mtu,
-        "ipam": { "ranges": ranges },
+        "ipam": ipam,
     })];
     if options.portmap {
         plugins.push(json!({ "type": "portmap", "capabilities": { "portMappings": true } }));
@@ -126,6 +133,7 @@ mod tests {
             portmap: true,
             plugin_ip_masq: false,
             cni_version: "1.1.0".into(),
+            ipam_data_dir: None,
         };
         let expected = json!({"cniVersion":"1.1.0","name":"cnilab","plugins":[
             {"type":"cnilab-bridge","bridge":"cnilab0","isGateway":true,"isDefaultGateway":true,
@@ -133,6 +141,20 @@ mod tests {
              "ipam":{"ranges":[[{"subnet":"10.244.1.0/24"}],[{"subnet":"fd00:10:244:1::/64"}]]}},
             {"type":"portmap","capabilities":{"portMappings":true}}]});
         assert_eq!(conflist(&cidrs, &options), expected);
+        // An IPAM store of its own (a lab's node): the plugin's dataDir.
+        let own = ConflistOptions {
+            ipam_data_dir: Some(PathBuf::from("/run/cnilab/lab/node1/ipam")),
+            ..options
+        };
+        let c = conflist(&cidrs, &own);
+        assert_eq!(
+            c["plugins"][0]["ipam"]["dataDir"],
+            "/run/cnilab/lab/node1/ipam"
+        );
+        assert_eq!(
+            c["plugins"][0]["ipam"]["ranges"],
+            expected["plugins"][0]["ipam"]["ranges"]
+        );
     }
 
     #[test]

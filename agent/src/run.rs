@@ -60,6 +60,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
             portmap: args.portmap,
             plugin_ip_masq: args.no_masquerade,
             cni_version: args.cni_version.clone(),
+            ipam_data_dir: args.ipam_data_dir.clone(),
         },
         nft: args.node.nft.clone(),
     };

@@ -113,6 +113,35 @@ fn assert_nothing_left(dir: &str, ns_prefix: &str, context: &str) {
         .filter(|n| n.starts_with(ns_prefix))
         .collect();
     assert!(ns.is_empty(), "namespaces left: {ns:?}\n{context}");
+    let cached = cached_results_of(dir);
+    assert!(
+        cached.is_empty(),
+        "libcni cache entries left: {cached:?}\n{context}"
+    );
+}
+
+/// The entries of libcni's cache of ADD results (where containerd's CNI
+/// calls keep them, /var/lib/cni/results) whose network config names
+/// `dir`: the lab's plugin config (its IPAM store is there) for a sandbox
+/// whose ADD no DEL undid.
+fn cached_results_of(dir: &str) -> Vec<String> {
+    use base64::Engine as _;
+    let names_dir = |path: &Path| {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let entry: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        let config = entry["config"]
+            .as_str()
+            .and_then(|c| base64::engine::general_purpose::STANDARD.decode(c).ok())
+            .unwrap_or_default();
+        String::from_utf8_lossy(&config).contains(dir)
+    };
+    std::fs::read_dir("/var/lib/cni/results")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| names_dir(&e.path()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
 }
 
 /// A 2×2 lab (cnilab-bridge, the reference plugins, agent routing) passes
@@ -144,6 +173,19 @@ fn two_by_two_through_the_cri_passes(#[case] extra: &[&str], #[case] shows: &str
     );
 }
 
+/// `lab up --name <prefix><pid> --runtime containerd EXTRA`: the lab's
+/// name and run dir, and what `lab up` said.
+fn up_standing(prefix: &str, extra: &[&str]) -> (String, String, Output, String) {
+    let name = format!("{prefix}{}", std::process::id());
+    let dir = format!("/run/cnilab/labs/{name}/");
+    let (_, up, log) = {
+        let mut args = vec!["lab", "up", "--name", &name, "--runtime", "containerd"];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    (name, dir, up, log)
+}
+
 /// `lab up --runtime containerd`: each node runs its own containerd; each
 /// pod is a CRI sandbox whose pause process holds the very namespace the
 /// lab names for the pod; `lab check` passes; `lab down` removes the
@@ -151,18 +193,7 @@ fn two_by_two_through_the_cri_passes(#[case] extra: &[&str], #[case] shows: &str
 #[test]
 fn standing_lab_pods_are_cri_sandboxes() {
     let _host = host_untouched();
-    let name = format!("c{}", std::process::id());
-    let dir = format!("/run/cnilab/labs/{name}/");
-    let (_, up, log) = run(&[
-        "lab",
-        "up",
-        "--name",
-        &name,
-        "--runtime",
-        "containerd",
-        "-o",
-        "json",
-    ]);
+    let (name, dir, up, log) = up_standing("c", &["-o", "json"]);
     let down = || run(&["lab", "down", "--name", &name]);
     if !up.status.success() {
         let _ = down();
@@ -215,6 +246,50 @@ fn standing_lab_pods_are_cri_sandboxes() {
     assert!(before.len() >= 10, "{before:?}");
     assert_all_gone(&before, &down_log);
     assert_nothing_left(&dir, &format!("cnilab-lab-{name}-"), &down_log);
+}
+
+/// Agent routing through the CRI: containerd runs the plugin with the
+/// conflist the agent wrote, so that conflist names the node's own IPAM
+/// store (the lab's run dir), where the pods' addresses are then kept;
+/// without it the plugin would keep them in the host's
+/// /var/lib/cni/networks.
+#[test]
+fn an_agents_conflist_keeps_the_ipam_store_in_the_lab() {
+    let _host = host_untouched();
+    let (name, dir, up, log) = up_standing("ca", &["--topology", "lab/topologies/agent.toml"]);
+    let read = || -> Result<Vec<(String, usize)>, String> {
+        let mut out = Vec::new();
+        for node in ["node1", "node2"] {
+            let path = format!("{dir}{node}/net.d/10-cnilab.conflist");
+            let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+            let c: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+            let data_dir = c["plugins"][0]["ipam"]["dataDir"].as_str().unwrap_or("");
+            // The store of network `cnilab`: one file an address held.
+            let store = Path::new(data_dir).join("cnilab");
+            let held = std::fs::read_dir(&store)
+                .map(|d| {
+                    d.filter_map(Result::ok)
+                        .filter(|e| e.file_name().to_string_lossy().starts_with("10.244."))
+                        .count()
+                })
+                .unwrap_or(0);
+            out.push((data_dir.to_string(), held));
+        }
+        Ok(out)
+    };
+    let found = read();
+    let (_, down, down_log) = run(&["lab", "down", "--name", &name]);
+    assert!(up.status.success(), "lab up: {log}");
+    let found = found.unwrap_or_else(|e| panic!("{e}\n{log}"));
+    for ((data_dir, held), node) in found.iter().zip(["node1", "node2"]) {
+        assert_eq!(data_dir, &format!("{dir}{node}/ipam"), "{log}");
+        assert_eq!(
+            *held, 2,
+            "{node}'s two pods hold their addresses in {data_dir}"
+        );
+    }
+    assert!(down.status.success(), "{down_log}");
 }
 
 /// One scenario replayed in each runtime (the containerd one adds a node

@@ -195,6 +195,7 @@ impl Lab {
         words.extend(super::cri::attach::agent_flags(
             &program,
             self.containerd.as_ref(),
+            &node_dir.join("ipam"),
         ));
         let log_path = node_dir.join("agent.log");
         let log = std::fs::OpenOptions::new()

@@ -28,13 +28,19 @@ pub fn write_image(run_dir: &Path) -> Result<(), LabError> {
     .map_err(|e| setup(format!("{}: {e}", path.display())))
 }
 
-/// The agent's flags for this containerd (its conflist at a version the
-/// CRI accepts), when the agent is cnilab-agent.
-pub fn agent_flags(program: &Path, support: Option<&Support>) -> Vec<String> {
+/// The agent's flags for this containerd, when the agent is cnilab-agent:
+/// its conflist at a version the CRI accepts, and with the node's own IPAM
+/// store `ipam_dir` (containerd runs the plugin with the conflist as the
+/// agent wrote it, which would otherwise keep the plugin's default store,
+/// the host's /var/lib/cni/networks).
+pub fn agent_flags(program: &Path, support: Option<&Support>, ipam_dir: &Path) -> Vec<String> {
     match support {
-        Some(s) if program.file_name().is_some_and(|n| n == "cnilab-agent") => {
-            vec!["--cni-version".into(), s.cni_version().into()]
-        }
+        Some(s) if program.file_name().is_some_and(|n| n == "cnilab-agent") => vec![
+            "--cni-version".into(),
+            s.cni_version().into(),
+            "--ipam-data-dir".into(),
+            ipam_dir.display().to_string(),
+        ],
         _ => Vec::new(),
     }
 }

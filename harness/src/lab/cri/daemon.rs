@@ -379,7 +379,47 @@ pub fn teardown(dir: &Path, id: Option<Identity>) -> Teardown {
         }
     }
     done.killed.extend(kill_shims(&socket_path(dir)));
+    if !id.is_some_and(|i| i.alive()) {
+        forget_cached_results(dir, Path::new(CNI_CACHE));
+    }
     done
+}
+
+/// libcni's cache of ADD results, where containerd's CNI calls keep them
+/// (its default): one file a network, sandbox and interface,
+/// `<network>-<sandbox id>-<ifname>`, which the sandbox's CNI DEL removes.
+const CNI_CACHE: &str = "/var/lib/cni/results";
+
+/// The ids of the sandboxes the containerd of `dir` made: a directory each
+/// under its CRI plugin's root and state.
+fn sandbox_ids(dir: &Path) -> std::collections::BTreeSet<String> {
+    ["root", "state"]
+        .iter()
+        .map(|d| dir.join(d).join("io.containerd.grpc.v1.cri/sandboxes"))
+        .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.len() == 64 && n.bytes().all(|b| b.is_ascii_hexdigit()))
+        .collect()
+}
+
+/// Removes from `cache` the results of the sandboxes the (gone) containerd
+/// of `dir` made, which no CNI DEL will remove now: left when containerd
+/// went before its sandboxes did (a sandbox still being made when the run
+/// was interrupted). Only names that carry one of those ids are touched.
+/// Returns how many went.
+fn forget_cached_results(dir: &Path, cache: &Path) -> usize {
+    let ids = sandbox_ids(dir);
+    if ids.is_empty() {
+        return 0;
+    }
+    let ours = |name: &str| ids.iter().any(|id| name.contains(&format!("-{id}-")));
+    std::fs::read_dir(cache)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(ours))
+        .filter(|e| std::fs::remove_file(e.path()).is_ok())
+        .count()
 }
 
 /// Kills `root`, already stopped, and every process under it (each stopped
@@ -510,4 +550,46 @@ pub fn teardown_node_dirs(run_dir: &Path) -> Vec<(PathBuf, Teardown)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the cache entries named by the sandbox ids of this containerd
+    /// go: another containerd's (a real node's) stay.
+    #[test]
+    fn only_the_cached_results_of_its_own_sandboxes_are_forgotten() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (dir, cache) = (tmp.path().join("cri"), tmp.path().join("results"));
+        let ours = "a".repeat(64);
+        let theirs = "b".repeat(64);
+        for d in ["root", "state"] {
+            let sandbox = dir
+                .join(d)
+                .join("io.containerd.grpc.v1.cri/sandboxes")
+                .join(&ours);
+            std::fs::create_dir_all(sandbox).expect("sandbox dir");
+        }
+        std::fs::create_dir_all(&cache).expect("cache");
+        let names = [
+            format!("cnilab-{ours}-eth0"),
+            format!("cni-loopback-{ours}-lo"),
+            format!("cnilab-{theirs}-eth0"),
+            format!("k8s-pod-network-{theirs}-eth0"),
+        ];
+        for n in &names {
+            std::fs::write(cache.join(n), "{}").expect("entry");
+        }
+        assert_eq!(forget_cached_results(&dir, &cache), 2);
+        let mut left: Vec<String> = std::fs::read_dir(&cache)
+            .expect("cache")
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        left.sort();
+        assert_eq!(left, [names[2].clone(), names[3].clone()]);
+        // No sandbox of its own: nothing is touched.
+        assert_eq!(forget_cached_results(&tmp.path().join("none"), &cache), 0);
+    }
 }
