@@ -286,7 +286,7 @@ pub fn settle_neighbours(namespaces: &[String]) {
 
 /// A standing lab, by default of 2 nodes with a pod each (`cnilab lab up`, plus
 /// `extra` flags), named `<label><pid>`, taken down when dropped (also
-/// after a failed assert).
+/// after a failed assert). `StandingLab(name)` guards a lab made otherwise.
 pub struct StandingLab(pub String);
 
 impl StandingLab {

@@ -5,7 +5,7 @@
 
 use cnilab_harness::lab::checks::GROUPS;
 use cnilab_harness::lab::{self, base, built};
-use cnilab_tests::{host_untouched, require_root, workspace_bin};
+use cnilab_tests::{host_untouched, require_root, workspace_bin, StandingLab};
 use rstest::rstest;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -362,21 +362,9 @@ fn bad_topology_is_refused_with_the_line() {
     assert!(msg.contains("bad.toml") && msg.contains("line 6"), "{msg}");
 }
 
-/// `lab down` on a lab that has no state of its own in the way.
-struct LabGuard(String);
-
-impl Drop for LabGuard {
-    fn drop(&mut self) {
-        let _ = Command::new(workspace_bin("cnilab"))
-            .args(["lab", "down", "--name", &self.0])
-            .current_dir(repo())
-            .output();
-    }
-}
-
 /// `lab up --name NAME` with one node and one pod; `lab down` on drop.
-fn up_one_node_lab(name: &str) -> LabGuard {
-    let guard = LabGuard(name.to_string());
+fn up_one_node_lab(name: &str) -> StandingLab {
+    let guard = StandingLab(name.to_string());
     let up = cnilab(&[
         "lab",
         "up",
@@ -451,7 +439,7 @@ fn lab_down_never_removes_a_namespace_another_lab_owns() {
          [[node]]\nname = \"pod5\"\naddress = \"10.250.0.1\"\npod_cidr = [\"10.244.1.0/24\"]\n",
     )
     .expect("write topology");
-    let _other_guard = LabGuard(other.clone());
+    let _other_guard = StandingLab(other.clone());
     let up = cnilab(&[
         "lab",
         "up",
@@ -623,7 +611,7 @@ fn sweep_after_a_sigkilled_agent_lab() {
 fn sweep_after_a_sigkilled_lab_up() {
     require_root();
     let name = format!("k{}", std::process::id());
-    let _guard = LabGuard(name.clone());
+    let _guard = StandingLab(name.clone());
     let mut child = cnilab_command(&[
         "lab",
         "up",

@@ -8,7 +8,7 @@
 
 use cnilab_tests::{
     cnilab, host_untouched, lab_namespaces as namespaces_of, output_text, require_root,
-    workspace_bin,
+    workspace_bin, StandingLab,
 };
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -140,19 +140,10 @@ fn a_renamed_namespace_of_a_killed_run_is_swept_by_its_record() {
     assert!(!names_left, "the swept names stay listed");
 }
 
-/// A standing lab `lab down`ed on drop.
-struct Lab(String);
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = cnilab(&["lab", "down", "--name", &self.0]);
-    }
-}
-
 /// Two captured nodes (one pod each) of a lab that is gone again.
 fn two_captures(tag: &str, dir: &Path) -> Vec<String> {
     let src = format!("{tag}{}", std::process::id() % 100_000);
-    let lab = Lab(src.clone());
+    let lab = StandingLab(src.clone());
     let up = cnilab(&[
         "lab",
         "up",
@@ -183,7 +174,7 @@ fn two_captures(tag: &str, dir: &Path) -> Vec<String> {
 /// stood. Whatever moment the kill landed: nothing of NAME remains, and
 /// the same `lab up --capture --name NAME` works again.
 fn kill_replay_and_sweep(name: &str, files: &[String], ready: impl Fn(&Path) -> bool) {
-    let _lab = Lab(name.to_string());
+    let _lab = StandingLab(name.to_string());
     let mut args = vec!["lab", "up", "--name", name, "--capture"];
     args.extend(files.iter().map(String::as_str));
     let mut child = Command::new(workspace_bin("cnilab"))
@@ -304,7 +295,7 @@ fn a_sigterm_while_nft_hangs_leaves_no_nft_and_no_run_dir() {
         std::env::var("PATH").unwrap_or_default()
     );
     let name = format!("tr{}", std::process::id() % 100_000);
-    let _lab = Lab(name.clone());
+    let _lab = StandingLab(name.clone());
     let mut args = vec!["lab", "up", "--name", &name, "--capture"];
     args.extend(files.iter().map(String::as_str));
     let mut child = Command::new(workspace_bin("cnilab"))
