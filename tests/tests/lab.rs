@@ -802,10 +802,26 @@ fn failing_cross_node_check(lab: built::Lab, id: &str, line: &str) -> lab::repor
 fn a_stale_neighbour_entry_is_diagnosed() {
     let (_run, lab) = lab_in_process(2, 1);
     pin_wrong_mac(&lab, 0, "10.250.0.2");
-    failing_cross_node_check(
+    let node1 = lab.nodes[0].ns.name().to_string();
+    // The fix: the entry flushed (`nud all`: this one was pinned), so
+    // node1 resolves node2's address again.
+    let report = assert_fixed_in(
         lab,
         "stale-neighbour",
-        "maps node2's address 10.250.0.2 to MAC 02:00:00:00:00:01",
+        &["pod-to-pod/cross-node"],
+        &["maps node2's address 10.250.0.2 to MAC 02:00:00:00:00:01"],
+        |_| {
+            ip_in(
+                &node1,
+                &["neigh", "flush", "to", "10.250.0.2", "nud", "all"],
+            )
+        },
+    );
+    assert_eq!(
+        report.diagnosis_ids(),
+        vec!["stale-neighbour"],
+        "{}",
+        report.table()
     );
 }
 

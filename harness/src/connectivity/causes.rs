@@ -221,8 +221,8 @@ pub const CAUSES: &[Cause] = &[
         &[Rule],
         "a node maps a re-created peer's address to the peer's old MAC",
         "the neighbour entry and the peer's uplink MAC",
-        "`ip neigh flush to <address>` on the node",
-        &[],
+        "`ip neigh flush to <address> nud all` on the node (`nud all`: also a pinned entry)",
+        &["lab::a_stale_neighbour_entry_is_diagnosed"],
     ),
     cause(
         "pod-no-route",

@@ -202,7 +202,7 @@ fn stale_neighbour(out: &mut Vec<Diagnosis>, from: &NodeFacts, to: &NodeFacts) {
         out.push(Diagnosis {
             id: "stale-neighbour",
             message: format!(
-                "{} maps {}'s address {addr} to MAC {old}, but {}'s uplink has MAC {mac}: a stale ARP entry (a re-created node whose gratuitous ARP was lost); `ip neigh flush to {addr}` on {}",
+                "{} maps {}'s address {addr} to MAC {old}, but {}'s uplink has MAC {mac}: a stale ARP entry (a re-created node whose gratuitous ARP was lost); `ip neigh flush to {addr} nud all` on {}",
                 from.name, to.name, to.name, from.name
             ),
         });
