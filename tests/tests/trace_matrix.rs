@@ -117,7 +117,8 @@ fn each_fault_named_by_check(lab: &Standing, faults: &[Fault]) {
 /// its own pods' bridge (connected) instead of via node2 on eth0. Named as
 /// that route at node1 (not as a next hop nobody owns) on the pod-to-pod,
 /// node-to-pod and Service paths, by the trace and by `lab check`; the
-/// same with a gateway forced onto the wrong device (`onlink`).
+/// same with a gateway forced onto the wrong device (`onlink`). Routed via
+/// eth0 again, the lab passes.
 #[test]
 fn a_route_out_of_the_wrong_device_is_named() {
     let _host = host_untouched();
@@ -146,6 +147,13 @@ fn a_route_out_of_the_wrong_device_is_named() {
         object,
         &["pod-to-pod", "node-to-pod", "service"],
     );
+    // The fix: the route via the device that leads to node2, eth0.
+    run(
+        &lab,
+        "node1",
+        "ip route replace 10.244.2.0/24 via 10.250.0.2 dev eth0",
+    );
+    assert_fixed(&lab, "wrong-device");
 }
 
 /// The l2 shape with a Service: one fault of each class in turn, each

@@ -484,7 +484,7 @@ pub const CAUSES: &[Cause] = &[
         "a route sends the packet out of a device that does not lead to the next hop, while another does",
         "the route and its device",
         "route via the device that leads to the next hop",
-        &[],
+        &["trace_matrix::a_route_out_of_the_wrong_device_is_named"],
     ),
     cause(
         "neighbour-wrong-mac",
