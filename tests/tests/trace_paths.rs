@@ -600,7 +600,8 @@ fn recreate_vxlan(lab: &Standing, role: &str, id: Option<u32>, port: Option<u16>
 /// on the same port (the kernel hands node1's outer packets to it, and it
 /// takes no other VNI), then with the VNI on another port (nothing listens
 /// where node1 sends). Each is named at node2 with the device and what
-/// differs, by the trace and by `lab check`; re-created as the other nodes'
+/// differs, by the trace and by `lab check`; then with both, so node2 has
+/// no device of the VNI at all. Re-created as the other nodes' each time
 /// (the registry's fix), the lab passes again.
 #[test]
 fn a_vxlan_device_of_another_vni_or_port_is_named() {
@@ -626,4 +627,12 @@ fn a_vxlan_device_of_another_vni_or_port_is_named() {
     assert_check_names(&lab, "vxlan-port-mismatch", "node2", &object);
     recreate_vxlan(&lab, "node2", None, Some(port));
     assert_fixed(&lab, "vxlan-port-mismatch");
+    // Both: no device of the VNI, and none on the port.
+    recreate_vxlan(&lab, "node2", Some(2), Some(other));
+    let object = format!("vni {vni}");
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "node2", "vxlan-no-device", &object);
+    assert_check_names(&lab, "vxlan-no-device", "node2", &object);
+    recreate_vxlan(&lab, "node2", Some(vni), Some(port));
+    assert_fixed(&lab, "vxlan-no-device");
 }

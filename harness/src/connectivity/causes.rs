@@ -136,10 +136,10 @@ pub const CAUSES: &[Cause] = &[
     cause(
         "vxlan-no-device",
         &[Trace],
-        "the route to a peer's pods leads to a VXLAN device that does not exist or cannot send",
-        "the route and the missing device",
-        "recreate the VXLAN device (the overlay's agent), or route the pod CIDR elsewhere",
-        &[],
+        "the outer packet reaches a node that has no VXLAN device of its VNI, neither on the UDP port it was sent to nor on another",
+        "the VNI the peer sends with",
+        "re-create the node's VXLAN device with the cluster's VNI and port (the overlay's agent makes it), with its address, routes, neighbours and FDB entries",
+        &["trace_paths::a_vxlan_device_of_another_vni_or_port_is_named"],
     ),
     cause(
         "vxlan-vni-mismatch",
