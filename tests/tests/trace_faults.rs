@@ -9,8 +9,8 @@ mod trace_common;
 
 use cnilab_tests::{host_untouched, StandingLab as Standing};
 use trace_common::{
-    address, assert_arrived, assert_check_names, assert_check_says, assert_died, assert_fixed,
-    assert_fixed_on, assert_kernel_drop, route_of, Lab,
+    address, assert_arrived, assert_check_names, assert_check_says, assert_died,
+    assert_every_failure_is, assert_fixed, assert_fixed_on, assert_kernel_drop, route_of, Lab,
 };
 
 /// Strict reverse-path filtering on node2 while its route back to node1's
@@ -48,6 +48,55 @@ fn reverse_path_filtering_is_named() {
     let back: Vec<&str> = back.iter().map(String::as_str).collect();
     lab.sh("node2", "ip", &[&["route", "replace"][..], &back].concat());
     assert_fixed(&lab, "reverse-path");
+}
+
+/// A routing loop: node2 routes one of its own pods' addresses back to
+/// node1 (a /32 via node1, as a stale route of an agent would). Named at
+/// node2, which holds the pod and routes its traffic away, with the route:
+/// the probe to the pod (node1 and node2 hand it back and forth), and the
+/// answer node1 sends a probe from that pod (it comes back to node1, where
+/// the kernel drops it as a martian source, but the loop is why); `lab
+/// check` has every failure under that one cause. The route deleted, the
+/// lab passes again.
+#[test]
+fn a_route_sending_a_pods_address_back_is_named_as_a_loop() {
+    let _host = host_untouched();
+    let lab = Standing::up("tfrl", &[]);
+    let pod = address(&lab, "node2-pod0", "-4", "eth0");
+    let node1 = address(&lab, "node1", "-4", "eth0");
+    let route = format!("{pod}/32");
+    lab.sh("node2", "ip", &["route", "add", &route, "via", &node1]);
+    let object = format!("route to {pod}");
+    let t = lab.trace("node1-pod0", "node2-pod0", &[]);
+    assert_died(&t, "node2", "routing-loop", &object);
+    // The terminal shows the loop's first and last device crossings.
+    let args = ["lab", "trace", "--name", &lab.0, "node1-pod0", "node2-pod0"];
+    let text = cnilab_tests::output_text(&cnilab_tests::cnilab(&args));
+    let crossed = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("kernel: out"))
+        .unwrap_or_default();
+    assert!(
+        crossed.contains(" more … ") && crossed.matches(" → ").count() <= 24,
+        "{text}"
+    );
+    let t = lab.trace("node2-pod0", "node1", &[]);
+    assert_arrived(&t, "node1");
+    let answer = &t.1["replyDeath"];
+    assert_eq!(
+        (&answer["namespace"], &answer["cause"], &answer["object"]),
+        (
+            &"node2".into(),
+            &"routing-loop".into(),
+            &object.as_str().into()
+        ),
+        "{:#}",
+        t.1
+    );
+    assert_every_failure_is(&lab, "routing-loop", "node2", &object);
+    // The fix: the route that sends it back, deleted.
+    lab.sh("node2", "ip", &["route", "del", &route]);
+    assert_fixed(&lab, "routing-loop");
 }
 
 /// NOARP on node2's pod bridge: node2 never resolves its pod.

@@ -380,9 +380,9 @@ pub const CAUSES: &[Cause] = &[
         "routing-loop",
         &[Trace],
         "the packet comes back to a namespace it already left",
-        "the hops of the loop",
+        "the route at the node that holds the destination and routes it away (else where the walk gave up)",
         "fix the route that sends it back",
-        &[],
+        &["trace_faults::a_route_sending_a_pods_address_back_is_named_as_a_loop"],
     ),
     cause(
         "reverse-path",

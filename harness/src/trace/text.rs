@@ -1,7 +1,7 @@
 //! A trace for people: one line per hop, the firewall rules the probe met,
 //! the verdict and how to reproduce it.
 
-use super::{Event, EventKind, Trace, Verdict};
+use super::{Death, Event, EventKind, Trace, Verdict};
 use std::fmt::Write;
 
 /// One firewall event as text (`rule … # handle 2 (verdict drop)`).
@@ -22,6 +22,18 @@ pub(crate) fn event(e: &Event) -> String {
 }
 
 /// The table form of a trace.
+/// Device crossings shown at each end of a long list.
+const SHOWN: usize = 12;
+
+/// Where and why a packet died: `node2: blackhole route …: evidence`.
+fn died(d: &Death) -> String {
+    let at = match &d.node {
+        Some(n) if *n != d.namespace => format!("{} (node {n})", d.namespace),
+        _ => d.namespace.clone(),
+    };
+    format!("{at}: {} {}: {}", d.cause, d.object, d.evidence)
+}
+
 pub fn render(t: &Trace) -> String {
     let mut s = String::new();
     let port = t.port.map(|p| format!(" port {p}")).unwrap_or_default();
@@ -54,11 +66,20 @@ pub fn render(t: &Trace) -> String {
         );
     }
     if !t.devices.is_empty() {
-        let crossed: Vec<String> = t
+        let mut crossed: Vec<String> = t
             .devices
             .iter()
             .map(|d| format!("{} {}/{}", d.direction, d.namespace, d.device))
             .collect();
+        // A loop crosses the same devices over and over: its first and
+        // last crossings say it (`-o json` has them all).
+        if crossed.len() > 2 * SHOWN {
+            let left_out = crossed.len() - 2 * SHOWN;
+            crossed.splice(
+                SHOWN..crossed.len() - SHOWN,
+                [format!("… {left_out} more …")],
+            );
+        }
         let _ = writeln!(s, "  kernel: {}", crossed.join(" → "));
     }
     match (&t.kernel_drop, &t.drop_reasons_skipped) {
@@ -75,14 +96,13 @@ pub fn render(t: &Trace) -> String {
     }
     match (t.verdict, &t.death, &t.reason) {
         (Verdict::Died, Some(d), _) => {
-            let at = match &d.node {
-                Some(n) if *n != d.namespace => format!("{} (node {n})", d.namespace),
-                _ => d.namespace.clone(),
-            };
-            let _ = writeln!(s, "DIED at {at}: {} {}: {}", d.cause, d.object, d.evidence);
+            let _ = writeln!(s, "DIED at {}", died(d));
         }
         (Verdict::Arrived, _, _) => {
             let _ = writeln!(s, "ARRIVED at {}", t.to);
+            if let Some(d) = &t.reply_death {
+                let _ = writeln!(s, "its answer DIED at {}", died(d));
+            }
         }
         (Verdict::Left, _, _) if t.left.is_some() => {
             if let Some(e) = &t.left {

@@ -61,6 +61,11 @@ pub fn walk(
     let mut iif: Option<String> = None;
     for _ in 0..MAX_HOPS {
         dnat(&mut w, &ns, iif.as_deref());
+        if came_back(world, &w, from, (&ns, iif.as_deref())) {
+            let why = format!("the packet comes back to {from}, which sent it");
+            w.end = End::Died(Box::new(looped(world, &w, &ns, &why)));
+            return w;
+        }
         let dst = w.dst;
         match step(world, &mut w, &ns, iif.as_deref(), dst) {
             Ok(Some((next, link))) => {
@@ -74,13 +79,40 @@ pub fn walk(
             }
         }
     }
-    w.end = End::Died(Box::new(Death::new(
-        &ns,
+    let why = format!("more than {MAX_HOPS} hops");
+    w.end = End::Died(Box::new(looped(world, &w, &ns, &why)));
+    w
+}
+
+/// The packet enters again the namespace `from` that sent it, from its
+/// source there and not to an address of its own: routed back, a loop (the
+/// kernel drops it there as a martian source, but the loop is why).
+fn came_back(world: &World, w: &Walk, from: &str, (ns, iif): (&str, Option<&str>)) -> bool {
+    ns == from && iif.is_some() && w.src == w.sent_src && !world.owns(ns, w.dst)
+}
+
+/// A routing loop, named at the node of the destination's owner when the
+/// packet passed through it (that node had the packet and routed it away
+/// again), else at `fallback`, with that namespace's last routing decision.
+fn looped(world: &World, w: &Walk, fallback: &str, why: &str) -> Death {
+    let at = world
+        .owner(w.dst)
+        .and_then(|o| world.node_of(&o))
+        .filter(|n| w.hops.iter().any(|h| &h.namespace == n))
+        .unwrap_or_else(|| fallback.to_string());
+    let decision = w
+        .hops
+        .iter()
+        .rev()
+        .find(|h| h.namespace == at && !h.crosses_bridge())
+        .map(|h| format!("; {}: {}", h.namespace, h.decision))
+        .unwrap_or_default();
+    Death::new(
+        &at,
         "routing-loop",
         &format!("route to {}", w.dst),
-        &format!("more than {MAX_HOPS} hops"),
-    )));
-    w
+        &format!("{why}{decision}"),
+    )
 }
 
 /// A DNAT in `ns` (before its routing decision): the walk goes on to the
