@@ -15,6 +15,14 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;
 
+/// The tests of this file one at a time: a child's peak memory starts from
+/// its parent's, this process's, which a test running beside the memory
+/// test would raise between two of its measurements.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn base_config(data_dir: &Path) -> Value {
     json!({
         "cniVersion": "1.1.0",
@@ -33,6 +41,7 @@ fn first<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
 
 #[test]
 fn every_corpus_input_is_refused_with_its_code_and_changes_nothing() {
+    let _serial = one_at_a_time();
     let _host = host_untouched();
     require_root();
     let plugin = workspace_bin("cnilab-bridge");
@@ -268,6 +277,7 @@ fn capture_bytes(case: &CaptureCase) -> Vec<u8> {
 /// directory of the lab, the host as it was.
 #[test]
 fn every_hostile_capture_is_refused_naming_the_field_and_changes_nothing() {
+    let _serial = one_at_a_time();
     let _host = host_untouched();
     require_root();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/captures");
@@ -399,6 +409,7 @@ fn write_repeated(path: &Path, (head, item, tail): (&str, &str, &str), size: usi
 /// process's own, so both figures carry the same start).
 #[test]
 fn a_junk_capture_is_refused_in_little_memory() {
+    let _serial = one_at_a_time();
     require_root();
     let dir = tempfile::tempdir().expect("dir");
     let lab = format!("mem{}", std::process::id() % 100_000);
