@@ -131,6 +131,11 @@ pub fn sampled(pods_per_node: &[usize]) -> bool {
         > probe_budget()
 }
 
+/// What a report says of `c`'s plan: [`SAMPLED`] when it is sampled.
+pub fn sampled_note(c: &dyn Cluster) -> Option<String> {
+    sampled(&c.pods_per_node()).then(|| SAMPLED.to_string())
+}
+
 /// Collects the probes of the selected groups.
 struct Plan<'a> {
     wanted: &'a dyn Fn(&str) -> bool,

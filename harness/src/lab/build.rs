@@ -44,9 +44,15 @@ use crate::runtime::{NetworkConfig, Runtime, RuntimeConf};
 use cnilab_net::netns as plugin_netns;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
+
+/// A node's IPAM store, in its run dir: the template's `{{data_dir}}`, and
+/// the store the agent's conflist names under containerd.
+fn ipam_dir(node_dir: &Path) -> PathBuf {
+    node_dir.join("ipam")
+}
 
 impl Lab {
     /// Builds the whole lab of `topo`: [`Recipe::new`] finds and checks what
@@ -131,8 +137,7 @@ impl Lab {
         let node_dir = self.opts.run_dir.join(&spec.name);
         std::fs::create_dir_all(&node_dir)
             .map_err(|e| setup(format!("{}: {e}", node_dir.display())))?;
-        let conf_text =
-            render_template(template, &self.topo, &spec, &node_dir.join("ipam"), pod_mtu);
+        let conf_text = render_template(template, &self.topo, &spec, &ipam_dir(&node_dir), pod_mtu);
         let conf_path = node_dir.join("net.conflist");
         std::fs::write(&conf_path, &conf_text)
             .map_err(|e| setup(format!("{}: {e}", conf_path.display())))?;
@@ -195,7 +200,7 @@ impl Lab {
         words.extend(super::cri::attach::agent_flags(
             &program,
             self.containerd.as_ref(),
-            &node_dir.join("ipam"),
+            &ipam_dir(&node_dir),
         ));
         let log_path = node_dir.join("agent.log");
         let log = std::fs::OpenOptions::new()

@@ -200,8 +200,7 @@ pub fn report(lab: &Lab, outcomes: Vec<ProbeOutcome>, failures: Vec<Failure>) ->
     for (phase, took) in &lab.phases {
         report.add_phase(phase, *took);
     }
-    let counts: Vec<usize> = lab.nodes.iter().map(|n| n.pods.len()).collect();
-    report.sampled = catalogue::sampled(&counts).then(|| catalogue::SAMPLED.to_string());
+    report.sampled = catalogue::sampled_note(lab);
     report
 }
 

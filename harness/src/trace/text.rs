@@ -21,7 +21,6 @@ pub(crate) fn event(e: &Event) -> String {
     }
 }
 
-/// The table form of a trace.
 /// Device crossings shown at each end of a long list.
 const SHOWN: usize = 12;
 
@@ -34,6 +33,7 @@ fn died(d: &Death) -> String {
     format!("{at}: {} {}: {}", d.cause, d.object, d.evidence)
 }
 
+/// The table form of a trace.
 pub fn render(t: &Trace) -> String {
     let mut s = String::new();
     let port = t.port.map(|p| format!(" port {p}")).unwrap_or_default();

@@ -506,9 +506,7 @@ async fn probe_cluster(
         outcomes,
         failures,
     );
-    let counts = crate::connectivity::catalogue::Cluster::pods_per_node(&cluster);
-    report.sampled = crate::connectivity::catalogue::sampled(&counts)
-        .then(|| crate::connectivity::catalogue::SAMPLED.to_string());
+    report.sampled = crate::connectivity::catalogue::sampled_note(&cluster);
     report.add_phase("setup", setup);
     report.add_phase("pods ready", ready - setup);
     report.add_phase("probes", started.elapsed() - ready);
