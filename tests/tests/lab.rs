@@ -383,6 +383,73 @@ fn netns_exists(name: &str) -> bool {
     Path::new("/run/netns").join(name).exists()
 }
 
+/// A standing lab one of whose namespaces was deleted by hand: `lab check`
+/// says which is gone and exits 2, and removes nothing of the rest (the
+/// namespaces it had reopened before it met the missing one stay, like
+/// those after it); `lab status` names the missing one and `lab down`
+/// removes the rest.
+#[test]
+fn a_check_of_a_lab_missing_a_namespace_removes_nothing() {
+    let name = format!("m{}", std::process::id());
+    let guard = StandingLab(name.clone());
+    let up = cnilab(&[
+        "lab",
+        "up",
+        "--name",
+        &name,
+        "--nodes",
+        "2",
+        "--pods-per-node",
+        "2",
+    ]);
+    assert!(up.status.success(), "{}", text(&up));
+    let gone = format!("cnilab-lab-{name}-node2-pod1");
+    let del = Command::new("ip")
+        .args(["netns", "delete", &gone])
+        .output()
+        .expect("ip runs");
+    assert!(del.status.success(), "{}", text(&del));
+    let rest: Vec<String> = [
+        "switch",
+        "external",
+        "node1",
+        "node1-pod0",
+        "node1-pod1",
+        "node2",
+        "node2-pod0",
+    ]
+    .iter()
+    .map(|n| format!("cnilab-lab-{name}-{n}"))
+    .collect();
+    for ns in &rest {
+        assert!(netns_exists(ns), "{ns} is up");
+    }
+    let check = cnilab(&["lab", "check", "--name", &name]);
+    assert_eq!(check.status.code(), Some(2), "{}", text(&check));
+    assert!(
+        text(&check).contains(&gone) && text(&check).contains("lab status --name"),
+        "names what is gone, and how to see the rest: {}",
+        text(&check)
+    );
+    for ns in &rest {
+        assert!(
+            netns_exists(ns),
+            "{ns} was removed by a `lab check` that failed: {}",
+            text(&check)
+        );
+    }
+    let status = cnilab(&["lab", "status", "--name", &name]);
+    assert!(
+        text(&status).contains("MISSING") && text(&status).contains(&gone),
+        "{}",
+        text(&status)
+    );
+    drop(guard);
+    for ns in rest.iter().chain([&gone]) {
+        assert!(!netns_exists(ns), "{ns} is removed by lab down");
+    }
+}
+
 #[test]
 fn lab_down_removes_only_the_named_lab() {
     let short = format!("d{}", std::process::id());

@@ -480,10 +480,10 @@ fn check(name: &str, out: &ReportFlags) -> CliResult {
     netns::require_root()?;
     crate::lab::checks::check_groups(groups)?;
     let not_made = state::load_state(name)?.not_made;
-    let lab = state::adopt(name)?;
-    let report = crate::lab::check(&lab, groups, true);
-    state::release(lab);
-    let mut report = report?;
+    let lab = state::adopt(name).map_err(|e| {
+        format!("{e}\n`cnilab lab status --name {name}` shows what is missing; `cnilab lab down --name {name}` removes the rest")
+    })?;
+    let mut report = crate::lab::check(&lab, groups, true)?;
     report.not_made = not_made;
     emit(&report, out)?;
     Ok(verdict(&report))

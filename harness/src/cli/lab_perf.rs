@@ -120,9 +120,7 @@ pub fn run(mut topology: TopologyFlags, flags: &PerfFlags) -> CliResult {
                 label: label(&lab.plugin_dir, None),
                 lab: &lab,
             };
-            let m = crate::perf::measure(&[subject], &options, Progress::stderr());
-            crate::lab::state::release(lab);
-            m?
+            crate::perf::measure(&[subject], &options, Progress::stderr())?
         }
         None => {
             topology.service = true;

@@ -217,8 +217,49 @@ pub fn state_of(lab: &Lab, name: &str, replayed: Replayed) -> LabState {
     }
 }
 
+/// A standing lab reopened by [`adopt`]. It stays standing when dropped,
+/// on a panic too: only [`Standing::down`] removes it.
+pub struct Standing(Option<Lab>);
+
+impl std::ops::Deref for Standing {
+    type Target = Lab;
+
+    fn deref(&self) -> &Lab {
+        // Taken only by `down`, which consumes `self`.
+        self.0.as_ref().expect("a standing lab is held until down")
+    }
+}
+
+impl Standing {
+    /// Removes the lab: what `Lab::down` removes; how long it took.
+    pub fn down(mut self) -> std::time::Duration {
+        let Some(mut lab) = self.0.take() else {
+            return std::time::Duration::ZERO;
+        };
+        for node in &mut lab.nodes {
+            node.ns.delete_on_drop();
+            for pod in &mut node.pods {
+                pod.ns.delete_on_drop();
+            }
+        }
+        for ns in lab.external.iter_mut().chain(&mut lab.extra) {
+            ns.delete_on_drop();
+        }
+        lab.switch.delete_on_drop();
+        lab.down()
+    }
+}
+
+impl Drop for Standing {
+    fn drop(&mut self) {
+        if let Some(lab) = self.0.take() {
+            release(lab);
+        }
+    }
+}
+
 /// Lets go of a lab without deleting anything.
-pub fn release(lab: Lab) {
+fn release(lab: Lab) {
     for node in lab.nodes {
         for pod in node.pods {
             pod.ns.keep();
@@ -251,51 +292,13 @@ pub fn load_state(name: &str) -> Result<LabState, LabError> {
     serde_json::from_str(&text).map_err(|e| LabError::Setup(format!("{}: {e}", path.display())))
 }
 
-/// Reopens a standing lab. Call [`release`] to leave it standing, or
-/// `Lab::down` to remove it.
-pub fn adopt(name: &str) -> Result<Lab, LabError> {
+/// Reopens a standing lab: it stays standing unless [`Standing::down`]
+/// removes it. Its namespaces are opened to be kept, and each node joins
+/// the lab once reopened whole, so a part that cannot be reopened (a
+/// namespace deleted by hand, say) fails the call and removes nothing.
+pub fn adopt(name: &str) -> Result<Standing, LabError> {
     let state = load_state(name)?;
-    let mut nodes = Vec::new();
-    for n in &state.nodes {
-        let spec = state.topology.node(&n.name).cloned().ok_or_else(|| {
-            LabError::Setup(format!(
-                "state names node {} that the topology lacks",
-                n.name
-            ))
-        })?;
-        let ns = Netns::open_existing(&n.netns)?;
-        let node_dir = state.run_dir.join(&n.name);
-        let conf = node_dir.join("net.conflist");
-        let net = NetworkConfig::load(&conf)?;
-        let runtime = Runtime::new(&state.plugin_dir)
-            .in_netns(&ns)?
-            .with_cache_dir(&node_dir.join("results"));
-        let mut pods = Vec::new();
-        for p in &n.pods {
-            pods.push(Pod {
-                name: p.name.clone(),
-                container_id: p.container_id.clone(),
-                ns: Netns::open_existing(&p.netns)?,
-                ips: p.ips.clone(),
-            });
-        }
-        let cri = match state.runtime {
-            RuntimeKind::Containerd => Some(super::cri::Containerd::adopt(
-                &super::cri::node_cri_dir(&node_dir),
-            )?),
-            RuntimeKind::Direct => None,
-        };
-        nodes.push(Node {
-            spec,
-            ns,
-            runtime,
-            net,
-            pods,
-            agent: None,
-            cri,
-        });
-    }
-    Ok(Lab {
+    let mut standing = Standing(Some(Lab {
         topo: state.topology.clone(),
         opts: UpOptions {
             plugin_dir: Some(state.plugin_dir.clone()),
@@ -304,20 +307,69 @@ pub fn adopt(name: &str) -> Result<Lab, LabError> {
             runtime: state.runtime,
         },
         plugin_dir: state.plugin_dir.clone(),
-        switch: Netns::open_existing(&state.switch)?,
+        switch: Netns::open_kept(&state.switch)?,
         external: state
             .external
             .as_deref()
-            .map(Netns::open_existing)
+            .map(Netns::open_kept)
             .transpose()?,
-        nodes,
+        nodes: Vec::new(),
         phases: Vec::new(),
         extra: state
             .extra
             .iter()
-            .map(|n| Netns::open_existing(n))
+            .map(|n| Netns::open_kept(n))
             .collect::<Result<_, _>>()?,
         containerd: None,
+    }));
+    for n in &state.nodes {
+        let node = reopen_node(&state, n)?;
+        if let Some(lab) = standing.0.as_mut() {
+            lab.nodes.push(node);
+        }
+    }
+    Ok(standing)
+}
+
+/// One node of a standing lab, its pods and its containerd, if any (the
+/// last, so that nothing after it can fail).
+fn reopen_node(state: &LabState, n: &NodeState) -> Result<Node, LabError> {
+    let spec = state.topology.node(&n.name).cloned().ok_or_else(|| {
+        LabError::Setup(format!(
+            "state names node {} that the topology lacks",
+            n.name
+        ))
+    })?;
+    let ns = Netns::open_kept(&n.netns)?;
+    let node_dir = state.run_dir.join(&n.name);
+    let conf = node_dir.join("net.conflist");
+    let net = NetworkConfig::load(&conf)?;
+    let runtime = Runtime::new(&state.plugin_dir)
+        .in_netns(&ns)?
+        .with_cache_dir(&node_dir.join("results"));
+    let mut pods = Vec::new();
+    for p in &n.pods {
+        pods.push(Pod {
+            name: p.name.clone(),
+            container_id: p.container_id.clone(),
+            ns: Netns::open_kept(&p.netns)?,
+            ips: p.ips.clone(),
+        });
+    }
+    let cri = match state.runtime {
+        RuntimeKind::Containerd => Some(super::cri::Containerd::adopt(&super::cri::node_cri_dir(
+            &node_dir,
+        ))?),
+        RuntimeKind::Direct => None,
+    };
+    Ok(Node {
+        spec,
+        ns,
+        runtime,
+        net,
+        pods,
+        agent: None,
+        cri,
     })
 }
 

@@ -169,6 +169,21 @@ impl Netns {
         Self::create_named(name.to_string(), made)
     }
 
+    /// Opens an existing named namespace (`/run/netns/<name>`) that
+    /// dropping the value leaves in place (a standing lab's, reopened);
+    /// [`Netns::delete_on_drop`] makes it one that dropping deletes.
+    pub fn open_kept(name: &str) -> Result<Netns, NetnsError> {
+        let mut ns = Self::open_existing(name)?;
+        ns.deleted = true;
+        Ok(ns)
+    }
+
+    /// Dropping the value deletes the namespace from now on (one opened by
+    /// [`Netns::open_kept`]).
+    pub fn delete_on_drop(&mut self) {
+        self.deleted = false;
+    }
+
     /// Opens an existing named namespace (`/run/netns/<name>`); dropping the
     /// value deletes it unless [`Netns::keep`] is called.
     pub fn open_existing(name: &str) -> Result<Netns, NetnsError> {
