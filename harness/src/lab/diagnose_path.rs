@@ -41,7 +41,7 @@ pub type PodRoutes = HashMap<(usize, usize), Vec<Route>>;
 
 /// Reads [`PathFacts`] of every node, and the routes of the pods that
 /// `failed` probes start or end in.
-pub fn collect(lab: &Lab, failed: &[&ProbeOutcome]) -> (Vec<PathFacts>, PodRoutes) {
+fn collect(lab: &Lab, failed: &[&ProbeOutcome]) -> (Vec<PathFacts>, PodRoutes) {
     let nodes = lab
         .nodes
         .iter()
@@ -306,8 +306,28 @@ fn pod_no_route(
     }
 }
 
+/// The likely causes that follow the path of each probe of `failed`, in
+/// its order (the nodes' path facts and the pods' routes are read once for
+/// all, and only when a probe failed), and the lab's [`detours`].
+pub fn diagnose_all(
+    lab: &Lab,
+    facts: &[NodeFacts],
+    failed: &[&ProbeOutcome],
+) -> (Vec<Vec<Diagnosis>>, Vec<Diagnosis>) {
+    let on_path = if failed.is_empty() {
+        Vec::new()
+    } else {
+        let (paths, pod_routes) = collect(lab, failed);
+        failed
+            .iter()
+            .map(|o| diagnose(lab, facts, &paths, &pod_routes, o))
+            .collect()
+    };
+    (on_path, detours(lab))
+}
+
 /// The likely causes of one failed probe that follow its path.
-pub fn diagnose(
+fn diagnose(
     lab: &Lab,
     facts: &[NodeFacts],
     paths: &[PathFacts],
@@ -418,7 +438,7 @@ pub fn diagnose(
 /// Routes that work but are wrong: node A reaches node B's pod CIDR
 /// through a third node C (every packet crosses C, which may filter,
 /// NAT or drop it). Read from the routes alone, also when every probe passed.
-pub fn detours(lab: &Lab) -> Vec<Diagnosis> {
+fn detours(lab: &Lab) -> Vec<Diagnosis> {
     let mut out = Vec::new();
     let routes: Vec<Vec<Route>> = lab
         .nodes

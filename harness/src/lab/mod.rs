@@ -19,10 +19,12 @@
 //! top (the one builder: the topology compiled by [`compile`] and made into
 //! namespaces by `crate::model::apply`, then the agents, the pods through
 //! the runtime, the Services); [`neighbours`] (the host's neighbour tables: the
-//! fit, pinning, `--tune-host`, the overflow watch), [`checks`] (the probes
-//! of the catalogue and the Services) and [`probe`] (sockets in namespaces), [`diagnose`]
-//! (node rules) and [`diagnose_path`] (rules along a probe's path, detour
-//! warnings), [`state`] and [`pidfile`] (standing labs), [`profile`]
+//! fit, pinning, `--tune-host`, the overflow watch), [`checks`] (the check
+//! groups and the probes of the catalogue and the Services), [`send`] (the
+//! responders, the probes sent and each reply judged) and [`probe`] (sockets
+//! in namespaces), [`diagnose`] (node rules) and [`diagnose_path`] (rules
+//! along a probe's path, detour warnings), [`tally`] (a check's report),
+//! [`state`] and [`pidfile`] (standing labs), [`profile`]
 //! (`CNILAB_PROFILE_ATTACH`: where the pods' attach goes); underlay shapes
 //! (routed, NAT) in [`underlay`], the VXLAN overlay in [`vxlan`],
 //! kube-proxy-like Services in [`services`], real kube-proxy chains'
@@ -61,8 +63,10 @@ pub mod recipe;
 pub mod replay;
 mod replay_pods;
 pub mod routes;
+pub mod send;
 pub mod services;
 pub mod state;
+pub mod tally;
 pub mod template;
 pub mod topology;
 pub mod trace;
@@ -74,7 +78,7 @@ pub mod vxlan;
 mod model_tests;
 
 use built::Lab;
-use report::{Failure, Report};
+use report::Report;
 use std::time::{Duration, Instant};
 
 /// The report lives with the connectivity checks (e2e writes the same one).
@@ -142,7 +146,10 @@ pub fn check_replayed(
     checked
 }
 
-/// Runs the connectivity matrix on a standing lab and diagnoses failures.
+/// Runs the connectivity matrix on a standing lab and diagnoses failures:
+/// the probe plan ([`checks`]), sent and judged ([`send`]), the failures'
+/// causes by rule ([`diagnose`]), then by trace where no rule explains
+/// ([`trace`]), and the report ([`tally`]).
 pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, LabError> {
     let started = Instant::now();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -150,20 +157,7 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
         .enable_all()
         .build()
         .map_err(|e| LabError::Setup(format!("tokio runtime: {e}")))?;
-    checks::start_responders(lab, rt.handle()).map_err(LabError::Setup)?;
-    let specs = checks::probes(lab, groups);
-    if specs.is_empty() {
-        // A selector that matches nothing is a usage error, never "0/0 failed".
-        return Err(LabError::Setup(format!(
-            "the check groups {} select no probe in this lab (it has no {})",
-            groups.join(","),
-            if groups.is_empty() {
-                "pods".to_string()
-            } else {
-                groups.join(" or ")
-            }
-        )));
-    }
+    let probes = checks::probes(lab, groups).map_err(LabError::Setup)?;
     let neighbours_before = facts::neighbours_before(lab);
     let bar = if progress {
         crate::report::progress::Progress::stderr()
@@ -178,68 +172,25 @@ pub fn check(lab: &Lab, groups: &[String], progress: bool) -> Result<Report, Lab
         }
     };
     let watch = neighbours::Watch::start();
-    let outcomes = checks::run(lab, &specs, &rt, 256, &show);
-    let inconclusive = watch.verdict(&outcomes);
-    let backlog = watch.backlog();
-    let failed: Vec<(usize, &crate::connectivity::ProbeOutcome)> = outcomes
-        .iter()
-        .enumerate()
-        .filter(|(_, o)| !o.passed())
-        .collect();
-    let mut failures = if failed.is_empty() {
-        Vec::new()
-    } else {
-        let failed_outcomes: Vec<&crate::connectivity::ProbeOutcome> =
-            failed.iter().map(|(_, o)| *o).collect();
-        let (paths, pod_routes) = diagnose_path::collect(lab, &failed_outcomes);
-        let mut facts = diagnose::collect(lab);
-        for (f, before) in facts.iter_mut().zip(neighbours_before) {
-            for n in before {
-                if !f.uplink_neighbours.contains(&n) {
-                    f.uplink_neighbours.push(n);
-                }
-            }
-        }
-        failed
-            .into_iter()
-            .map(|(index, o)| {
-                let mut diagnoses = diagnose::diagnose(lab, &facts, o);
-                for d in diagnose_path::diagnose(lab, &facts, &paths, &pod_routes, o) {
-                    if !diagnoses.contains(&d) {
-                        diagnoses.push(d);
-                    }
-                }
-                // A failure no rule explains must not pass silently.
-                if diagnoses.is_empty() {
-                    diagnoses.push(crate::connectivity::Diagnosis::undiagnosed(o));
-                }
-                Failure {
-                    index,
-                    outcome: o.clone(),
-                    diagnoses,
-                }
-            })
-            .collect()
-    };
+    let outcomes = send::run(lab, &probes, &rt, 256, &show).map_err(LabError::Setup)?;
+    let host_limits = vec![watch.verdict(&outcomes), watch.backlog()];
+    let (mut failures, mut warnings) = diagnose::failures(lab, &outcomes, neighbours_before);
     // What no rule explains is traced (while the responders still run).
-    trace::explain(lab, &mut failures);
+    warnings.extend(trace::explain(lab, &mut failures));
     // Wait until the responders' tasks are dropped, so their sockets are
     // closed before the next check binds the same port (a background
     // shutdown let a scenario's second check race the first's UDP socket:
     // "Address already in use"). Bounded: a stuck probe cannot hang the run.
     rt.shutdown_timeout(Duration::from_secs(5));
-    let mut report = checks::report(lab, outcomes, failures);
-    // A host limit is the verdict only where no named cause explains.
-    report.inconclusive_unless_explained(inconclusive);
-    report.inconclusive_unless_explained(backlog);
-    report.warnings = diagnose_path::detours(lab);
-    report
-        .warnings
-        .extend(trace::drop_reasons_skipped(&report.failures));
-    let ran: Vec<&str> = report.groups.iter().map(|g| g.name.as_str()).collect();
-    report.skipped = checks::skipped(lab, groups, &ran);
-    report.add_phase("checks", started.elapsed());
-    Ok(report)
+    let checked = tally::Checked {
+        outcomes,
+        failures,
+        host_limits,
+        warnings,
+        sampled: probes.sampled,
+        started,
+    };
+    Ok(tally::report(lab, groups, checked))
 }
 
 /// `cnilab lab run`: up, check, down.

@@ -13,7 +13,7 @@
 //! answer only traffic masqueraded to a node's address, so a node that lost
 //! its masquerade rules fails `pod-to-external` as the live node does.
 //! Without a default route through a node's uplink there is no external
-//! host, and `lab check` says so (`checks::skipped`).
+//! host, and `lab check` says so (`tally::report`).
 
 use super::compile::{EXTERNAL, PING_GROUP_RANGE, UNDERLAY_BRIDGE};
 use super::topology::ExternalSpec;
@@ -25,7 +25,7 @@ use std::net::IpAddr;
 /// these networks that no captured address nor route touches.
 const BEHIND_ROUTER: [&str; 3] = ["198.51.100.0/24", "203.0.113.0/24", "192.0.2.0/24"];
 
-/// Why a replay has no external host (`checks::skipped` says it).
+/// Why a replay has no external host (`tally::report` says it).
 pub const NO_GATEWAY: &str =
     "no external host: no captured node has a default route through its uplink to a gateway no captured namespace holds (the replay puts the outside world at that gateway)";
 

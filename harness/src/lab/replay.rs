@@ -32,7 +32,7 @@
 //! `ping_group_range`, and the topology's MTU is the pods' smallest (the DF
 //! probe's size). An uplink that was a veth to another link of the node
 //! ([`drop_own_peer`]) loses that other end. `lab check` of a replay
-//! reports the groups it has nothing for as skipped (`checks::skipped`).
+//! reports the groups it has nothing for as skipped (`tally::report`).
 
 use super::base::{LabError, UpOptions};
 use super::built::{Lab, Node, Pod};

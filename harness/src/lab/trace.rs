@@ -365,8 +365,12 @@ enum Finding {
 /// is attached to `undiagnosed`. Where a signature's trace saw its packet
 /// arrive (a fault that breaks only the way back, say), one failure of
 /// each other pair of nodes in it is traced too, and that pair's failures
-/// take what their own trace found.
-pub fn explain(lab: &Lab, failures: &mut [crate::connectivity::report::Failure]) {
+/// take what their own trace found. Returns the warning that the kernel's
+/// drop reasons were not read, where failures were diagnosed without them.
+pub fn explain(
+    lab: &Lab,
+    failures: &mut [crate::connectivity::report::Failure],
+) -> Option<crate::connectivity::Diagnosis> {
     use crate::connectivity::Diagnosis;
     type Signature = (String, &'static str, &'static str);
     type Pair = (Option<usize>, Option<usize>);
@@ -410,6 +414,7 @@ pub fn explain(lab: &Lab, failures: &mut [crate::connectivity::report::Failure])
             }
         }
     }
+    drop_reasons_skipped(failures)
 }
 
 /// A probe that arrived and whose answer the kernel dropped on the way
@@ -460,7 +465,7 @@ fn answer_dropped(t: &trace::Trace) -> Finding {
 /// Said once when failures were diagnosed without the kernel's drop
 /// reasons (no tracefs, a kernel without them): a SKIP, not a fault of the
 /// lab. Nothing is asked of the kernel when nothing failed.
-pub fn drop_reasons_skipped(
+fn drop_reasons_skipped(
     failures: &[crate::connectivity::report::Failure],
 ) -> Option<crate::connectivity::Diagnosis> {
     if failures.is_empty() {
