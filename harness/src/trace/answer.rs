@@ -62,7 +62,7 @@ pub(super) fn death(
     };
     d.node = world.node_of(&d.namespace);
     if d.check.is_empty() {
-        d.check = super::default_check(&d, to);
+        d.check = d.default_check(to);
     }
     Some(*d)
 }

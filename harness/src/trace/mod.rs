@@ -2,8 +2,10 @@
 //! crosses, with the kernel's own answers at each hop.
 //!
 //! Where things happen: this file holds the types ([`Trace`], [`Hop`],
-//! [`Death`]) and [`run`], which puts the two halves together ([`run_many`]:
-//! several traces through one world, side by side); `world.rs`
+//! [`Death`]) and [`run`]: the walk with a probe traced along it (again
+//! where NAT rewrote the probe), then the verdict of the two halves together
+//! in `verdict.rs` ([`run_many`]: several traces through one world, side by
+//! side); `pass.rs` sends one probe along a walk and traces it; `world.rs`
 //! is the [`World`] the tracer reads (each namespace by path, read into the
 //! model's form only when the trace crosses it; nothing lab-specific: a
 //! real node's `/proc/<pid>/ns/net` paths do as well); `walk.rs` is the routing walk (RTM_GETROUTE per hop in
@@ -60,6 +62,7 @@ pub mod live;
 mod nat;
 mod neighbour;
 mod nftrace;
+mod pass;
 mod policy;
 mod ports;
 mod probe;
@@ -67,6 +70,7 @@ mod reasons;
 pub mod route;
 mod text;
 mod twins;
+mod verdict;
 mod vxlan;
 mod walk;
 mod world;
@@ -77,7 +81,6 @@ pub use reasons::KERNEL_DROP;
 pub use world::{Addresses, World};
 
 use serde::Serialize;
-use std::fs::File;
 use std::net::IpAddr;
 
 /// Version of the trace's JSON form (3: the verdict `left` and where, for
@@ -142,6 +145,28 @@ impl Death {
             object: object.to_string(),
             evidence: evidence.to_string(),
             check: String::new(),
+        }
+    }
+
+    /// A command that shows this death's object (to reach `dst`).
+    pub fn default_check(&self, dst: IpAddr) -> String {
+        let mut words = self.object.split_whitespace();
+        match (words.next(), words.next()) {
+            (Some("link" | "bridge"), Some(name)) => format!("ip -d link show {name}"),
+            (Some("port"), Some(name)) => format!("bridge -d link show dev {name}"),
+            (Some("neighbour"), _) => "ip neigh show nud permanent".into(),
+            (Some("fdb"), _) => {
+                let dev = self
+                    .object
+                    .split_whitespace()
+                    .skip_while(|w| *w != "dev")
+                    .nth(1);
+                format!("bridge fdb show dev {}", dev.unwrap_or(""))
+            }
+            _ if self.cause == "forwarding-off" => {
+                format!("sysctl {}", self.object.replace('/', "."))
+            }
+            _ => format!("ip route get {dst}"),
         }
     }
 }
@@ -342,10 +367,8 @@ pub struct Trace {
 const PROBES_TO_PIN: usize = 6;
 
 /// Traces `req` through `world`: the routing walk, then the firewall trace
-/// with one real probe. When that trace shows a NAT rule rewriting the
-/// probe (a Service's DNAT, a masquerade), the walk is made again with the
-/// rewrites where they happen, and a second probe is traced along it
-/// (matched by the original and the rewritten destination).
+/// with one real probe ([`follow`]), then the verdict of the two together
+/// ([`verdict::judge`]).
 pub fn run(world: &World, req: &Request) -> Trace {
     let mut marked = req.clone();
     if req.proto == Proto::Icmp && req.size.is_none() && !req.invalid {
@@ -355,21 +378,23 @@ pub fn run(world: &World, req: &Request) -> Trace {
     let size = req
         .size
         .unwrap_or_else(|| probe::default_size(req.dst, req.proto));
-    let mut walked = walk::walk(world, &req.from_ns, (req.src, req.dst), size, &[]);
-    let mut pass = probe_pass(world, req, &walked, &[req.dst], &[]);
-    let seen = |pass: &Pass, walked: &walk::Walk| match &pass.1 {
-        Ok(t) => nat::rewrites(&nftrace::inner(&t.events, &walked.outer)),
-        Err(_) => Vec::new(),
-    };
-    let mut rewrites = seen(&pass, &walked);
-    // A Service of several backends sends each probe to any of them: the
-    // walk follows the backend a probe took, and a probe that took another
-    // is sent again (each is traced along the walk made for the last).
-    for attempt in 1..=PROBES_TO_PIN {
-        if rewrites.is_empty() {
-            break;
-        }
-        walked = walk::walk(world, &req.from_ns, (req.src, req.dst), size, &rewrites);
+    let followed = follow(world, req, size);
+    verdict::judge(world, req, followed, size)
+}
+
+/// The routing walk of `req` and one real probe traced along it. When
+/// that trace shows a NAT rule rewriting the probe (a Service's DNAT, a
+/// masquerade), the walk is made again with the rewrites where they
+/// happen, and another probe is traced along it (matched by the original
+/// and the rewritten destination). A Service of several backends sends
+/// each probe to any of them: the walk follows the backend a probe took,
+/// and a probe that took another is sent again (each is traced along the
+/// walk made for the last), at most [`PROBES_TO_PIN`] times.
+fn follow(world: &World, req: &Request, size: u32) -> pass::Followed {
+    let mut rewrites: Vec<nat::Rewrite> = Vec::new();
+    let mut attempt = 0;
+    loop {
+        let walked = walk::walk(world, &req.from_ns, (req.src, req.dst), size, &rewrites);
         let ports: Vec<u16> = rewrites
             .iter()
             .filter_map(|r| match r.change {
@@ -377,143 +402,32 @@ pub fn run(world: &World, req: &Request) -> Trace {
                 _ => None,
             })
             .collect();
-        pass = probe_pass(world, req, &walked, &[req.dst, walked.dst], &ports);
-        let now = seen(&pass, &walked);
-        if now.is_empty() || nat::same_dnats(&now, &rewrites) {
-            rewrites.extend(
-                now.into_iter()
-                    .filter(|r| !rewrites.contains(r))
-                    .collect::<Vec<_>>(),
-            );
-            break;
+        let dsts = if attempt == 0 {
+            vec![req.dst]
+        } else {
+            vec![req.dst, walked.dst]
+        };
+        let pass = pass::probe(world, req, &walked, &dsts, &ports);
+        let now = match &pass.1 {
+            Ok(t) => nat::rewrites(&nftrace::inner(&t.events, &walked.outer)),
+            Err(_) => Vec::new(),
+        };
+        let settled = now.is_empty() || (attempt > 0 && nat::same_dnats(&now, &rewrites));
+        if settled || attempt == PROBES_TO_PIN {
+            if settled {
+                let new: Vec<nat::Rewrite> =
+                    now.into_iter().filter(|r| !rewrites.contains(r)).collect();
+                rewrites.extend(new);
+            }
+            return pass::Followed {
+                walked,
+                pass,
+                rewrites,
+            };
         }
-        if attempt < PROBES_TO_PIN {
-            rewrites = now;
-        }
+        rewrites = now;
+        attempt += 1;
     }
-    let (path, traced, counted, kernel) = pass;
-    let mut trace = Trace {
-        schema_version: SCHEMA_VERSION,
-        from: req.from.clone(),
-        to: req.to.clone(),
-        proto: req.proto,
-        src: walked.sent_src,
-        dst: req.dst,
-        port: req.port,
-        hops: walked.hops,
-        firewall: Vec::new(),
-        devices: Vec::new(),
-        kernel_drop: None,
-        reply_drop: None,
-        reply_death: None,
-        drop_reasons_skipped: None,
-        verdict: Verdict::Inconclusive,
-        death: None,
-        reason: None,
-        left: None,
-        reproduce: vec![req.command.clone()],
-    };
-    let to_ns = world.owner(walked.dst).unwrap_or_else(|| req.to_ns.clone());
-    let answer = (walked.dst, walked.src, walked.sent_src);
-    let kernel = kernel.finish(world, &path, &to_ns);
-    match &kernel.0 {
-        Ok(f) => {
-            trace.devices = f.devices.clone();
-            trace.kernel_drop = f.drop.clone();
-            trace.reply_drop = f.reply_drop.clone();
-        }
-        Err(e) => trace.drop_reasons_skipped = Some(e.clone()),
-    }
-    let end = combine::combine(
-        world,
-        &path,
-        walked.end,
-        (traced, counted),
-        &to_ns,
-        &mut trace,
-    );
-    let end = twins::settle(
-        world,
-        reasons::settle(end, &kernel),
-        &trace.hops,
-        walked.dst,
-    );
-    let end = answer::silent(world, end, req.proto, walked.dst);
-    let end = nat::nowhere(world, end, &trace.hops);
-    match end {
-        End::Arrived(_) => {
-            trace.verdict = Verdict::Arrived;
-            // The answer's way back, walked through the model (back to
-            // the masqueraded source, then, where conntrack reverses it,
-            // on to the probe's own).
-            let snat = rewrites
-                .iter()
-                .find(|r| matches!(r.change, nat::Change::Snat(_)))
-                .map(|r| r.namespace.as_str());
-            trace.reply_death = answer::death(world, &to_ns, answer, snat, size);
-            if let Some(d) = &trace.reply_death {
-                trace.reproduce.push(format!(
-                    "nsenter --net={} {}",
-                    world.path(&d.namespace),
-                    d.check
-                ));
-            }
-        }
-        End::Died(mut d) => {
-            d.node = world.node_of(&d.namespace);
-            if d.node.is_none() {
-                d.evidence.push_str(&sent_by(&trace.hops, &d.namespace));
-            }
-            if d.check.is_empty() {
-                d.check = default_check(&d, req.dst);
-            }
-            trace.reproduce.push(format!(
-                "nsenter --net={} {}",
-                world.path(&d.namespace),
-                d.check
-            ));
-            trace.verdict = Verdict::Died;
-            trace.death = Some(*d);
-        }
-        End::Left(exit) => match exit::evidence(&exit, &trace) {
-            Ok(()) => {
-                trace.verdict = Verdict::Left;
-                trace.left = Some(*exit);
-            }
-            Err(why) => {
-                trace.verdict = Verdict::Inconclusive;
-                trace.reason = Some(why);
-            }
-        },
-        End::Inconclusive(mut reason) => {
-            let unread = world.read_errors();
-            if !unread.is_empty() {
-                reason.push_str(&format!("; could not read: {}", unread.join("; ")));
-            }
-            trace.verdict = Verdict::Inconclusive;
-            trace.reason = Some(reason);
-        }
-    }
-    trace
-}
-
-/// For a death in a namespace of no node (the underlay: a router, an
-/// outside host): the route that sent the packet there, the last one
-/// before it with a gateway, so a detour names the node that took it.
-fn sent_by(hops: &[Hop], ns: &str) -> String {
-    let first = hops
-        .iter()
-        .position(|h| h.namespace == ns)
-        .unwrap_or(hops.len());
-    hops[..first]
-        .iter()
-        .rev()
-        .find(|h| h.decision.starts_with("forward via"))
-        .map(|h| {
-            let asked = h.evidence.split(':').next().unwrap_or_default();
-            format!("; {} sent it here: {} ({asked})", h.namespace, h.decision)
-        })
-        .unwrap_or_default()
 }
 
 /// How many traces [`run_many`] runs at once.
@@ -568,94 +482,6 @@ fn counted_death(t: &Trace) -> bool {
     t.death
         .as_ref()
         .is_some_and(|d| counters::CAUSES.contains(&d.cause.as_str()))
-}
-
-/// The namespaces a walk crossed, in order, what nftables' trace saw of
-/// one probe sent along them, the drop counters that moved meanwhile, and
-/// what tracefs recorded of it.
-type Pass = (
-    Vec<String>,
-    Result<nftrace::Traced, String>,
-    Vec<Death>,
-    reasons::Recording,
-);
-
-/// Sends one probe along `walked` and traces it: the trace rules match
-/// any of `dsts` (and the request's port or any of `ports`).
-fn probe_pass(
-    world: &World,
-    req: &Request,
-    walked: &walk::Walk,
-    dsts: &[IpAddr],
-    ports: &[u16],
-) -> Pass {
-    let mut path: Vec<String> = vec![req.from_ns.clone()];
-    for h in &walked.hops {
-        if !path.contains(&h.namespace) {
-            path.push(h.namespace.clone());
-        }
-    }
-    if let End::Died(d) = &walked.end {
-        if !path.contains(&d.namespace) && world.file(&d.namespace).is_some() {
-            path.push(d.namespace.clone());
-        }
-    }
-    let files: Vec<(String, &File)> = path
-        .iter()
-        .filter_map(|ns| world.file(ns).map(|f| (ns.clone(), f)))
-        .collect();
-    let ports: Vec<u16> = req.port.iter().chain(ports).copied().collect();
-    let matchers: Vec<String> = std::iter::once(probe::matcher(dsts, req.proto, &ports))
-        .chain(walked.outer.iter().map(|o| probe::outer_matcher(*o)))
-        .collect();
-    let from = world.file(&req.from_ns);
-    let (mut before, mut after) = (counters::Snapshot::default(), counters::Snapshot::default());
-    // Where the kernel's routes drop it, past the first namespace.
-    let dies_at = match &walked.end {
-        End::Died(d) => files
-            .iter()
-            .position(|(ns, _)| *ns == d.namespace)
-            .filter(|i| *i > 0),
-        _ => None,
-    };
-    let recording = reasons::Recording::start(req, reasons::size_of(req));
-    let devices = reasons::entry_devices(world, &walked.hops, &files);
-    let traced = nftrace::trace(
-        &files,
-        &devices,
-        &matchers,
-        dies_at,
-        || {
-            before = counters::take(&files);
-            match from {
-                Some(f) => probe::send(f, walked.sent_src, req),
-                None => probe::Sent::none(),
-            }
-        },
-        || after = counters::take(&files),
-    );
-    let counted = counters::moved(&before, &after, &path);
-    (path, traced, counted, recording)
-}
-
-/// A command that shows a death's object.
-fn default_check(d: &Death, dst: IpAddr) -> String {
-    let mut words = d.object.split_whitespace();
-    match (words.next(), words.next()) {
-        (Some("link" | "bridge"), Some(name)) => format!("ip -d link show {name}"),
-        (Some("port"), Some(name)) => format!("bridge -d link show dev {name}"),
-        (Some("neighbour"), _) => "ip neigh show nud permanent".into(),
-        (Some("fdb"), _) => {
-            let dev = d
-                .object
-                .split_whitespace()
-                .skip_while(|w| *w != "dev")
-                .nth(1);
-            format!("bridge fdb show dev {}", dev.unwrap_or(""))
-        }
-        _ if d.cause == "forwarding-off" => format!("sysctl {}", d.object.replace('/', ".")),
-        _ => format!("ip route get {dst}"),
-    }
 }
 
 pub use text::render;
