@@ -14,6 +14,22 @@ pub struct Failure {
     pub diagnoses: Vec<Diagnosis>,
 }
 
+impl Failure {
+    /// Probe `index` of the plan, failed as `outcome`, with its
+    /// `diagnoses`, or "undiagnosed" where no rule explains it: a failure
+    /// never passes silently.
+    pub fn new(index: usize, outcome: &ProbeOutcome, mut diagnoses: Vec<Diagnosis>) -> Failure {
+        if diagnoses.is_empty() {
+            diagnoses.push(Diagnosis::undiagnosed(outcome));
+        }
+        Failure {
+            index,
+            outcome: outcome.clone(),
+            diagnoses,
+        }
+    }
+}
+
 /// One likely cause, with a stable id that scenarios assert on.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Diagnosis {

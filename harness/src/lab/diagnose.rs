@@ -10,8 +10,7 @@ use crate::connectivity::report::Failure;
 use crate::connectivity::{Diagnosis, ProbeOutcome};
 
 /// Every failed probe of `outcomes` with its likely causes: the node
-/// rules' and those along its path, or "undiagnosed" where no rule
-/// explains it (a failure never passes silently); and the warnings that
+/// rules' and those along its path (see [`Failure::new`]); and the warnings that
 /// hold whether or not a probe failed (a route that detours through
 /// another node). `neighbours_before`: each node's underlay neighbours,
 /// taken before the probes ran.
@@ -53,14 +52,7 @@ pub fn failures(
                     diagnoses.push(d);
                 }
             }
-            if diagnoses.is_empty() {
-                diagnoses.push(Diagnosis::undiagnosed(o));
-            }
-            Failure {
-                index,
-                outcome: o.clone(),
-                diagnoses,
-            }
+            Failure::new(index, o, diagnoses)
         })
         .collect();
     (failures, warnings)

@@ -10,7 +10,7 @@ use super::node::{first_ipv4, NodeReport};
 use super::options::VagrantOptions;
 use crate::connectivity::node_rules::{diagnose_nodes, Network, NodeFacts};
 use crate::connectivity::report::{Failure, NodeView, Report};
-use crate::connectivity::{Diagnosis, Endpoint, ProbeOutcome, ProbeSpec, Proto};
+use crate::connectivity::{Endpoint, ProbeOutcome, ProbeSpec, Proto};
 use crate::e2e::plan::Cmd;
 use crate::e2e::E2eError;
 use crate::netns::Route;
@@ -387,17 +387,7 @@ pub fn run(opts: &VagrantOptions) -> Result<Report, E2eError> {
         .iter()
         .enumerate()
         .filter(|(_, o)| !o.passed())
-        .map(|(index, o)| {
-            let mut diagnoses = diagnose_nodes(&network, &facts, o);
-            if diagnoses.is_empty() {
-                diagnoses.push(Diagnosis::undiagnosed(o));
-            }
-            Failure {
-                index,
-                outcome: o.clone(),
-                diagnoses,
-            }
-        })
+        .map(|(index, o)| Failure::new(index, o, diagnose_nodes(&network, &facts, o)))
         .collect();
     let views = vms
         .iter()
@@ -435,6 +425,7 @@ pub fn run(opts: &VagrantOptions) -> Result<Report, E2eError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::connectivity::Diagnosis;
     use crate::e2e::vagrant::node::PodFacts;
     use serde_json::json;
 
