@@ -24,6 +24,7 @@
 //! `reasons.rs` places those devices in the walk's namespaces and turns a
 //! drop nothing else explains into the death (`kernel-drop`);
 //! `policy.rs` names the policy rule that decided a lookup;
+//! `refusal.rs` says why a lookup was refused;
 //! `ports.rs` says what a bridge port refuses; `exit.rs` where a packet
 //! leaves a live node (`live.rs`: `cnilab trace` outside any lab);
 //! `neighbour.rs` explains a next hop that never resolved;
@@ -67,6 +68,7 @@ mod policy;
 mod ports;
 mod probe;
 mod reasons;
+mod refusal;
 pub mod route;
 mod text;
 mod twins;

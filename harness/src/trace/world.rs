@@ -10,7 +10,7 @@
 //! to look for an address.
 
 use super::Death;
-use crate::model::{Link, Namespace, Route, RouteType};
+use crate::model::{Link, Namespace};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::net::IpAddr;
@@ -288,22 +288,6 @@ impl World {
             Some(_) => true,
             None => false,
         }
-    }
-
-    /// The most specific route to `dst` of `ns`, when it is one that
-    /// refuses (blackhole, unreachable, prohibit).
-    pub(crate) fn refusing_route(&self, ns: &str, dst: IpAddr) -> Option<&Route> {
-        let best = self
-            .namespace(ns)?
-            .routes
-            .iter()
-            .filter(|r| r.dst.contains(&dst))
-            .max_by_key(|r| (r.table == 254, r.dst.prefix_len()))?;
-        matches!(
-            best.kind,
-            RouteType::Blackhole | RouteType::Unreachable | RouteType::Prohibit
-        )
-        .then_some(best)
     }
 
     /// A permanent neighbour for `ip` on `dev` whose MAC is not the MAC of
