@@ -314,19 +314,19 @@ fn a_replayed_kube_proxy_cluster_passes_lab_check() {
 
 /// Makes `fault` in `k` by hand, captures and replays it: `lab check`
 /// fails (exit 1) and a diagnosis or traced cause names every word of
-/// `names` (the node and the object) in one message. Returns the check's
-/// whole output.
+/// `names` (the node and the object) in one message. Returns the replayed
+/// lab (down when dropped) and the check's whole output.
 fn assert_fault_named(
     k: Cluster,
     style: &str,
     fault: impl FnOnce(&Cluster),
     names: &[&str],
-) -> String {
+) -> (Up, String) {
     let _host = host_untouched();
     fault(&k);
     let name = lab_name(&format!("rf{}", &style[..2]));
     let dir = tempfile::tempdir().expect("dir");
-    let _lab = replay(&k, style, &name, dir.path());
+    let lab = replay(&k, style, &name, dir.path());
     let (code, r, text) = check(&name);
     assert_eq!(code, Some(1), "{style}: the replay of the fault: {text}");
     let messages: Vec<String> = r["failures"]
@@ -340,7 +340,7 @@ fn assert_fault_named(
         messages.iter().any(|m| names.iter().all(|n| m.contains(n))),
         "{style}: no diagnosis names {names:?}: {messages:#?}"
     );
-    text
+    (lab, text)
 }
 
 #[test]
@@ -488,7 +488,7 @@ fn a_calico_proxy_arp_turned_off_before_capture_is_named_in_the_replay() {
 /// the gateway is no wrong next hop), and the veth's forwarding is named.
 #[test]
 fn a_calico_node_that_stopped_forwarding_before_capture_is_named_in_the_replay() {
-    let text = assert_fault_named(
+    let (_, text) = assert_fault_named(
         calico_cluster(),
         "calico",
         |k| {
@@ -507,7 +507,7 @@ fn a_calico_node_that_stopped_forwarding_before_capture_is_named_in_the_replay()
 
 #[test]
 fn a_kube_sep_dnat_rule_deleted_before_capture_is_named_in_the_replay() {
-    assert_fault_named(
+    let (lab, _) = assert_fault_named(
         kube_proxy(),
         "kubeproxy",
         |k| {
@@ -519,6 +519,41 @@ fn a_kube_sep_dnat_rule_deleted_before_capture_is_named_in_the_replay() {
         },
         &["kubeproxy1", "KUBE-SEP-NODE2DNS", "default/dns:dns"],
     );
+    // The registry's fix: kube-proxy resyncs the chain (the rule back).
+    assert_fixed_in(&lab.0, "kube-proxy-endpoint-dnat-missing", |name| {
+        let ns = format!("cnilab-lab-{name}-kubeproxy1");
+        let mut args = vec!["netns", "exec", &ns, "iptables-nft", "-t", "nat"];
+        args.extend(KUBE_SEP_DNS_DNAT);
+        let out = std::process::Command::new("ip")
+            .args(&args)
+            .output()
+            .expect("ip runs");
+        assert!(out.status.success(), "{}", all(&out));
+    });
+}
+
+/// The replayed lab `name` fails `lab check` with a diagnosis of `cause`;
+/// after `fix` (the fix the registry of causes gives for it, applied by
+/// hand), `lab check` passes. The registry names the tests that call this
+/// as the proof of its fix.
+fn assert_fixed_in(name: &str, cause: &str, fix: impl FnOnce(&str)) {
+    let declared = cnilab(&["lab", "causes", cause, "-o", "json"]);
+    assert!(declared.status.success(), "{cause}: {}", all(&declared));
+    let (code, r, text) = check(name);
+    let ids: Vec<&str> = r["failures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|f| f["diagnoses"].as_array().into_iter().flatten())
+        .filter_map(|d| d["id"].as_str())
+        .collect();
+    assert!(
+        code == Some(1) && ids.contains(&cause),
+        "before the fix, {cause} is named: {text}"
+    );
+    fix(name);
+    let (code, _, text) = check(name);
+    assert_eq!(code, Some(0), "after the fix of {cause}: {text}");
 }
 
 /// Two VMs as Vagrant makes them, each node network on `eth1`

@@ -310,7 +310,7 @@ pub const CAUSES: &[Cause] = &[
         "a node's endpoint chain has no DNAT rule: connections fall through to the ClusterIP",
         "the KUBE-SEP chain",
         "let kube-proxy resync the chain",
-        &[],
+        &["capture_replay::a_kube_sep_dnat_rule_deleted_before_capture_is_named_in_the_replay"],
     ),
     cause(
         "kube-proxy-endpoint-wrong",
