@@ -17,6 +17,7 @@ mod capture_common;
 
 use capture_common::styles::{
     calico_cluster, flannel, kube_proxy, kube_router, mac_of, Cluster, KUBE_SEP_DNS_DNAT,
+    KUBE_SERVICES_DNS, KUBE_SVC_DNS_JUMP,
 };
 use capture_common::{all, cnilab, run, sysctl};
 use cnilab_net::netns::Netns;
@@ -513,23 +514,63 @@ fn a_kube_sep_dnat_rule_deleted_before_capture_is_named_in_the_replay() {
         |k| {
             // Node 1 loses the DNS endpoint's DNAT: its pods' lookups of
             // 10.96.0.53 fall through un-NATed (node 2 keeps it).
-            let mut args = vec!["-t", "nat", "-D"];
-            args.extend(&KUBE_SEP_DNS_DNAT[1..]);
-            capture_common::run_args(&k.nodes[0], "iptables-nft", &args);
+            delete_on_node1(k, KUBE_SEP_DNS_DNAT)
         },
         &["kubeproxy1", "KUBE-SEP-NODE2DNS", "default/dns:dns"],
     );
     // The registry's fix: kube-proxy resyncs the chain (the rule back).
     assert_fixed_in(&lab.0, "kube-proxy-endpoint-dnat-missing", |name| {
-        let ns = format!("cnilab-lab-{name}-kubeproxy1");
-        let mut args = vec!["netns", "exec", &ns, "iptables-nft", "-t", "nat"];
-        args.extend(KUBE_SEP_DNS_DNAT);
-        let out = std::process::Command::new("ip")
-            .args(&args)
-            .output()
-            .expect("ip runs");
-        assert!(out.status.success(), "{}", all(&out));
+        restore(name, KUBE_SEP_DNS_DNAT)
     });
+}
+
+#[test]
+fn a_kube_services_rule_deleted_before_capture_is_named_in_the_replay() {
+    let (lab, _) = assert_fault_named(
+        kube_proxy(),
+        "kubeproxy",
+        // Node 1 loses the DNS Service's KUBE-SERVICES rule (node 2 keeps it).
+        |k| delete_on_node1(k, KUBE_SERVICES_DNS),
+        &["kubeproxy1", "KUBE-SERVICES", "default/dns:dns"],
+    );
+    // The registry's fix: kube-proxy restarts and writes the rule again.
+    assert_fixed_in(&lab.0, "kube-proxy-service-missing", |name| {
+        restore(name, KUBE_SERVICES_DNS)
+    });
+}
+
+#[test]
+fn a_kube_svc_jump_deleted_before_capture_is_named_in_the_replay() {
+    let (lab, _) = assert_fault_named(
+        kube_proxy(),
+        "kubeproxy",
+        // Node 1's DNS Service chain no longer jumps to its endpoint.
+        |k| delete_on_node1(k, KUBE_SVC_DNS_JUMP),
+        &["kubeproxy1", "KUBE-SVC-DNS4DNS", "KUBE-SEP-NODE2DNS"],
+    );
+    // The registry's fix: kube-proxy resyncs its endpoints on the node.
+    assert_fixed_in(&lab.0, "kube-proxy-endpoint-missing", |name| {
+        restore(name, KUBE_SVC_DNS_JUMP)
+    });
+}
+
+/// Deletes the nat `rule` (as `-A CHAIN ...`) from node 1 of `k`.
+fn delete_on_node1(k: &Cluster, rule: &[&str]) {
+    let mut args = vec!["-t", "nat", "-D"];
+    args.extend(&rule[1..]);
+    capture_common::run_args(&k.nodes[0], "iptables-nft", &args);
+}
+
+/// Appends the nat `rule` again in the replayed node 1 of lab `name`.
+fn restore(name: &str, rule: &[&str]) {
+    let ns = format!("cnilab-lab-{name}-kubeproxy1");
+    let mut args = vec!["netns", "exec", &ns, "iptables-nft", "-t", "nat"];
+    args.extend(rule);
+    let out = std::process::Command::new("ip")
+        .args(&args)
+        .output()
+        .expect("ip runs");
+    assert!(out.status.success(), "{}", all(&out));
 }
 
 /// The replayed lab `name` fails `lab check` with a diagnosis of `cause`;

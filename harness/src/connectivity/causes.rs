@@ -294,7 +294,7 @@ pub const CAUSES: &[Cause] = &[
         "a node's KUBE-SERVICES has no rule for a Service",
         "the KUBE-SERVICES chain",
         "restart kube-proxy on the node, or find what flushed its rules",
-        &[],
+        &["capture_replay::a_kube_services_rule_deleted_before_capture_is_named_in_the_replay"],
     ),
     cause(
         "kube-proxy-endpoint-missing",
@@ -302,7 +302,7 @@ pub const CAUSES: &[Cause] = &[
         "a node's Service chain never jumps to an endpoint the other nodes have",
         "the KUBE-SVC and KUBE-SEP chains",
         "let kube-proxy resync (its endpoints on that node are stale)",
-        &[],
+        &["capture_replay::a_kube_svc_jump_deleted_before_capture_is_named_in_the_replay"],
     ),
     cause(
         "kube-proxy-endpoint-dnat-missing",

@@ -244,7 +244,41 @@ pub fn calico_cluster() -> Cluster {
 /// Two Services, the same chains on both nodes as kube-proxy writes them:
 /// web (10.96.0.10:80/tcp) with an endpoint on each node (port 8080), and
 /// dns (10.96.0.53:53/udp) with one, on node 2 (port 5353).
-/// [`KUBE_SEP_DNS_DNAT`] is the DNS endpoint's DNAT rule.
+/// [`KUBE_SERVICES_DNS`] is the DNS Service's rule in KUBE-SERVICES,
+/// [`KUBE_SVC_DNS_JUMP`] its Service chain's jump to its endpoint and
+/// [`KUBE_SEP_DNS_DNAT`] the endpoint's DNAT rule.
+pub const KUBE_SERVICES_DNS: &[&str] = &[
+    "-A",
+    "KUBE-SERVICES",
+    "-d",
+    "10.96.0.53/32",
+    "-p",
+    "udp",
+    "-m",
+    "comment",
+    "--comment",
+    "default/dns:dns cluster IP",
+    "-m",
+    "udp",
+    "--dport",
+    "53",
+    "-j",
+    "KUBE-SVC-DNS4DNS",
+];
+
+/// See [`KUBE_SERVICES_DNS`].
+pub const KUBE_SVC_DNS_JUMP: &[&str] = &[
+    "-A",
+    "KUBE-SVC-DNS4DNS",
+    "-m",
+    "comment",
+    "--comment",
+    "default/dns:dns -> 10.244.2.2:5353",
+    "-j",
+    "KUBE-SEP-NODE2DNS",
+];
+
+/// See [`KUBE_SERVICES_DNS`].
 pub const KUBE_SEP_DNS_DNAT: &[&str] = &[
     "-A",
     "KUBE-SEP-NODE2DNS",
@@ -326,14 +360,8 @@ pub fn kube_proxy() -> Cluster {
                 "-A KUBE-SVC-WEB4HTTP | -j KUBE-SEP-NODE2WEB",
                 "default/web:http -> 10.244.2.2:8080",
             ),
-            comment(
-                "-A KUBE-SERVICES -d 10.96.0.53/32 -p udp | -m udp --dport 53 -j KUBE-SVC-DNS4DNS",
-                "default/dns:dns cluster IP",
-            ),
-            comment(
-                "-A KUBE-SVC-DNS4DNS | -j KUBE-SEP-NODE2DNS",
-                "default/dns:dns -> 10.244.2.2:5353",
-            ),
+            KUBE_SERVICES_DNS.iter().map(|w| w.to_string()).collect(),
+            KUBE_SVC_DNS_JUMP.iter().map(|w| w.to_string()).collect(),
             comment(
                 "-A KUBE-SEP-NODE2DNS -s 10.244.2.2/32 | -j KUBE-MARK-MASQ",
                 "default/dns:dns",
