@@ -313,16 +313,34 @@ fn a_replayed_kube_proxy_cluster_passes_lab_check() {
     );
 }
 
+/// A fault's replay, as [`assert_fault_named`] checked it.
+struct Faulty {
+    /// The replayed lab (down when dropped).
+    lab: Up,
+    /// `lab check -o json` of it.
+    report: Value,
+    /// The check's whole output.
+    text: String,
+}
+
+/// Every diagnosis of every failure of a `lab check -o json` report.
+fn diagnoses(report: &Value) -> impl Iterator<Item = &Value> {
+    report["failures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|f| f["diagnoses"].as_array().into_iter().flatten())
+}
+
 /// Makes `fault` in `k` by hand, captures and replays it: `lab check`
 /// fails (exit 1) and a diagnosis or traced cause names every word of
-/// `names` (the node and the object) in one message. Returns the replayed
-/// lab (down when dropped) and the check's whole output.
+/// `names` (the node and the object) in one message.
 fn assert_fault_named(
     k: Cluster,
     style: &str,
     fault: impl FnOnce(&Cluster),
     names: &[&str],
-) -> (Up, String) {
+) -> Faulty {
     let _host = host_untouched();
     fault(&k);
     let name = lab_name(&format!("rf{}", &style[..2]));
@@ -330,18 +348,18 @@ fn assert_fault_named(
     let lab = replay(&k, style, &name, dir.path());
     let (code, r, text) = check(&name);
     assert_eq!(code, Some(1), "{style}: the replay of the fault: {text}");
-    let messages: Vec<String> = r["failures"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|f| f["diagnoses"].as_array().into_iter().flatten())
-        .filter_map(|d| d["message"].as_str().map(str::to_string))
+    let messages: Vec<&str> = diagnoses(&r)
+        .filter_map(|d| d["message"].as_str())
         .collect();
     assert!(
         messages.iter().any(|m| names.iter().all(|n| m.contains(n))),
         "{style}: no diagnosis names {names:?}: {messages:#?}"
     );
-    (lab, text)
+    Faulty {
+        lab,
+        report: r,
+        text,
+    }
 }
 
 #[test]
@@ -489,7 +507,7 @@ fn a_calico_proxy_arp_turned_off_before_capture_is_named_in_the_replay() {
 /// the gateway is no wrong next hop), and the veth's forwarding is named.
 #[test]
 fn a_calico_node_that_stopped_forwarding_before_capture_is_named_in_the_replay() {
-    let (_, text) = assert_fault_named(
+    let text = assert_fault_named(
         calico_cluster(),
         "calico",
         |k| {
@@ -499,7 +517,8 @@ fn a_calico_node_that_stopped_forwarding_before_capture_is_named_in_the_replay()
             }
         },
         &["calico1", "f00d/forwarding = 0"],
-    );
+    )
+    .text;
     assert!(
         !text.contains("does not own the next hop 169.254.1.1"),
         "the gateway that proxy ARP answers was blamed: {text}"
@@ -508,7 +527,7 @@ fn a_calico_node_that_stopped_forwarding_before_capture_is_named_in_the_replay()
 
 #[test]
 fn a_kube_sep_dnat_rule_deleted_before_capture_is_named_in_the_replay() {
-    let (lab, _) = assert_fault_named(
+    let fault = assert_fault_named(
         kube_proxy(),
         "kubeproxy",
         |k| {
@@ -519,14 +538,14 @@ fn a_kube_sep_dnat_rule_deleted_before_capture_is_named_in_the_replay() {
         &["kubeproxy1", "KUBE-SEP-NODE2DNS", "default/dns:dns"],
     );
     // The registry's fix: kube-proxy resyncs the chain (the rule back).
-    assert_fixed_in(&lab.0, "kube-proxy-endpoint-dnat-missing", |name| {
+    assert_fixed_in(&fault, "kube-proxy-endpoint-dnat-missing", |name| {
         restore(name, KUBE_SEP_DNS_DNAT)
     });
 }
 
 #[test]
 fn a_kube_services_rule_deleted_before_capture_is_named_in_the_replay() {
-    let (lab, _) = assert_fault_named(
+    let fault = assert_fault_named(
         kube_proxy(),
         "kubeproxy",
         // Node 1 loses the DNS Service's KUBE-SERVICES rule (node 2 keeps it).
@@ -534,14 +553,14 @@ fn a_kube_services_rule_deleted_before_capture_is_named_in_the_replay() {
         &["kubeproxy1", "KUBE-SERVICES", "default/dns:dns"],
     );
     // The registry's fix: kube-proxy restarts and writes the rule again.
-    assert_fixed_in(&lab.0, "kube-proxy-service-missing", |name| {
+    assert_fixed_in(&fault, "kube-proxy-service-missing", |name| {
         restore(name, KUBE_SERVICES_DNS)
     });
 }
 
 #[test]
 fn a_kube_svc_jump_deleted_before_capture_is_named_in_the_replay() {
-    let (lab, _) = assert_fault_named(
+    let fault = assert_fault_named(
         kube_proxy(),
         "kubeproxy",
         // Node 1's DNS Service chain no longer jumps to its endpoint.
@@ -549,7 +568,7 @@ fn a_kube_svc_jump_deleted_before_capture_is_named_in_the_replay() {
         &["kubeproxy1", "KUBE-SVC-DNS4DNS", "KUBE-SEP-NODE2DNS"],
     );
     // The registry's fix: kube-proxy resyncs its endpoints on the node.
-    assert_fixed_in(&lab.0, "kube-proxy-endpoint-missing", |name| {
+    assert_fixed_in(&fault, "kube-proxy-endpoint-missing", |name| {
         restore(name, KUBE_SVC_DNS_JUMP)
     });
 }
@@ -573,25 +592,19 @@ fn restore(name: &str, rule: &[&str]) {
     assert!(out.status.success(), "{}", all(&out));
 }
 
-/// The replayed lab `name` fails `lab check` with a diagnosis of `cause`;
-/// after `fix` (the fix the registry of causes gives for it, applied by
-/// hand), `lab check` passes. The registry names the tests that call this
-/// as the proof of its fix.
-fn assert_fixed_in(name: &str, cause: &str, fix: impl FnOnce(&str)) {
+/// The failed check of `fault` names `cause` by its id; after `fix` (the
+/// fix the registry of causes gives for it, applied by hand to the
+/// replayed lab, by name), `lab check` passes. The registry names the
+/// tests that call this as the proof of its fix.
+fn assert_fixed_in(fault: &Faulty, cause: &str, fix: impl FnOnce(&str)) {
     let declared = cnilab(&["lab", "causes", cause, "-o", "json"]);
     assert!(declared.status.success(), "{cause}: {}", all(&declared));
-    let (code, r, text) = check(name);
-    let ids: Vec<&str> = r["failures"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|f| f["diagnoses"].as_array().into_iter().flatten())
-        .filter_map(|d| d["id"].as_str())
-        .collect();
     assert!(
-        code == Some(1) && ids.contains(&cause),
-        "before the fix, {cause} is named: {text}"
+        diagnoses(&fault.report).any(|d| d["id"] == cause),
+        "before the fix, {cause} is named: {}",
+        fault.text
     );
+    let name = &fault.lab.0;
     fix(name);
     let (code, _, text) = check(name);
     assert_eq!(code, Some(0), "after the fix of {cause}: {text}");
