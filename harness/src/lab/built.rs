@@ -59,6 +59,15 @@ impl Lab {
             .ok_or_else(|| setup(format!("no node {name:?} in this lab")))
     }
 
+    /// Every pod that has an address of one family, node by node, at that
+    /// address.
+    pub fn pod_endpoints(&self, v6: bool) -> Vec<Endpoint> {
+        (0..self.nodes.len())
+            .flat_map(|n| (0..self.nodes[n].pods.len()).map(move |p| (n, p)))
+            .filter_map(|(n, p)| self.pod_endpoint(n, p, v6))
+            .collect()
+    }
+
     /// Pod `p` of node `n` at its address of one family.
     pub fn pod_endpoint(&self, n: usize, p: usize, v6: bool) -> Option<Endpoint> {
         let node = &self.nodes[n];

@@ -125,8 +125,10 @@ pub fn probes(lab: &Lab, groups: &[String]) -> Result<Probes, String> {
     let sampled = catalogue::sampled_note(lab);
     // Once, whatever the families: the Services pick their own addresses.
     let wanted = |g: &str| selected(groups, g, None);
-    super::services::probes(lab, &wanted, &mut specs);
-    super::kube_proxy::probes(lab, &wanted, &mut specs);
+    let pods = lab.pod_endpoints(false);
+    super::services::probes(lab, &pods, &wanted, &mut specs);
+    // A captured Service's endpoints listen on its target ports too.
+    let ports = super::services::target_ports(lab);
     if specs.is_empty() {
         return Err(format!(
             "the check groups {} select no probe in this lab (it has no {})",
@@ -138,8 +140,6 @@ pub fn probes(lab: &Lab, groups: &[String]) -> Result<Probes, String> {
             }
         ));
     }
-    // A captured Service's endpoints listen on its target ports too.
-    let ports = super::kube_proxy::target_ports(lab);
     Ok(Probes {
         specs,
         ports,

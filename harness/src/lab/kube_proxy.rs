@@ -9,10 +9,8 @@
 //! naming the Services; `nft list ruleset`, where iptables-nft's chains
 //! show without them), both through one rule reader and [`assemble`], pure;
 //! [`of_namespace`] picks them for a captured namespace and [`merge`] makes
-//! the union over a replay's nodes (the topology's `kube_services`);
-//! [`probes`] probes every Service from every pod (`service/cluster-ip`, at
-//! the Service's port, any endpoint's pod may answer; [`target_ports`] are
-//! the ports the pods' responders must also listen on); [`diagnose`] names
+//! the union over a replay's nodes (the topology's `kube_services`, which
+//! `services::captured_probes` probes); [`diagnose`] names
 //! the node and the chain of a failed probe: a Service its node lacks, an
 //! endpoint chain without a DNAT rule, or one that DNATs elsewhere than
 //! the other nodes'.
@@ -20,7 +18,7 @@
 use super::built::Lab;
 use super::facts::NodeFacts;
 use super::topology::shapes::{KubeEndpoint, KubeService};
-use crate::connectivity::{Diagnosis, Endpoint, ProbeOutcome, ProbeSpec, Proto, ServicePort};
+use crate::connectivity::{Diagnosis, ProbeOutcome};
 use crate::model::Namespace;
 use std::net::{IpAddr, SocketAddr};
 
@@ -251,76 +249,6 @@ fn majority(nodes: &[Vec<KubeService>], k: (IpAddr, &str, u16), chain: &str) -> 
         .collect();
     let count = |t: &SocketAddr| targets.iter().filter(|x| *x == t).count();
     targets.iter().copied().max_by_key(|t| count(t))
-}
-
-/// The ports the captured Services DNAT to: every pod's responders listen
-/// on them too (besides `probe::PORT`).
-pub fn target_ports(lab: &Lab) -> Vec<u16> {
-    let mut ports: Vec<u16> = lab
-        .topo
-        .kube_services
-        .iter()
-        .flat_map(|s| &s.endpoints)
-        .filter_map(|e| e.dnat.map(|d| d.port()))
-        .filter(|p| *p != super::probe::PORT)
-        .collect();
-    ports.sort_unstable();
-    ports.dedup();
-    ports
-}
-
-/// `service/cluster-ip` of the captured Services: every pod of the
-/// Service's family → the ClusterIP at the Service's port, over its
-/// protocol (TCP, UDP); the pods the endpoints DNAT to may answer.
-pub fn probes(lab: &Lab, wanted: &dyn Fn(&str) -> bool, out: &mut Vec<ProbeSpec>) {
-    let group = super::services::CLUSTER_IP;
-    if !wanted(group) {
-        return;
-    }
-    let pods: Vec<Endpoint> = (0..lab.nodes.len())
-        .flat_map(|n| (0..lab.nodes[n].pods.len()).map(move |p| (n, p)))
-        .filter_map(|(n, p)| lab.pod_endpoint(n, p, false))
-        .collect();
-    for s in &lab.topo.kube_services {
-        let proto = match s.proto.as_str() {
-            "tcp" => Proto::Tcp,
-            "udp" => Proto::Udp,
-            _ => continue,
-        };
-        let targets: Vec<IpAddr> = s
-            .endpoints
-            .iter()
-            .filter_map(|e| e.dnat.map(|d| d.ip()))
-            .collect();
-        let backends: Vec<String> = pods
-            .iter()
-            .filter(|p| targets.contains(&p.ip))
-            .map(|p| p.name.clone())
-            .collect();
-        let to = Endpoint {
-            name: format!("service {}", s.name),
-            node: None,
-            pod: None,
-            ip: s.cluster_ip,
-            external: false,
-        };
-        for from in pods
-            .iter()
-            .filter(|p| p.ip.is_ipv4() == s.cluster_ip.is_ipv4())
-        {
-            out.push(ProbeSpec {
-                group,
-                from: from.clone(),
-                to: to.clone(),
-                proto,
-                expect_source: None,
-                service: Some(ServicePort {
-                    port: s.port,
-                    backends: backends.clone(),
-                }),
-            });
-        }
-    }
 }
 
 /// Why a probe to a captured Service failed, by the source node's live

@@ -23,6 +23,11 @@
 //! it from there once the pods have their addresses (`Lab::build`); here
 //! too: what the faults re-program or take away, the probe plan and the
 //! diagnoses.
+//!
+//! The plan also probes the Services a replay captured from kube-proxy's
+//! chains (`topo.kube_services`, read by [`super::kube_proxy`], which also
+//! diagnoses them): [`probes`] plans both, and every pod's responders
+//! listen on the [`target_ports`] of the captured ones too.
 
 use super::base::{nft, LabError};
 use super::built::Lab;
@@ -30,7 +35,7 @@ use super::facts::NodeFacts;
 use super::probe::PORT;
 use super::topology::shapes::ServiceSpec;
 use crate::connectivity::Diagnosis;
-use crate::connectivity::{Endpoint, ExpectSource, ProbeOutcome, ProbeSpec, Proto};
+use crate::connectivity::{Endpoint, ExpectSource, ProbeOutcome, ProbeSpec, Proto, ServicePort};
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -176,15 +181,33 @@ pub fn remove_node(lab: &Lab, i: usize) -> Result<(), LabError> {
     )
 }
 
-fn pod(lab: &Lab, n: usize, p: usize) -> Option<Endpoint> {
-    lab.pod_endpoint(n, p, false)
+/// The Service probes of the groups `wanted` selects, between the lab's
+/// pods at their IPv4 addresses (`pods`: [`Lab::pod_endpoints`]): the
+/// topology's Service, then the Services a replay captured.
+pub fn probes(
+    lab: &Lab,
+    pods: &[Endpoint],
+    wanted: &dyn Fn(&str) -> bool,
+    out: &mut Vec<ProbeSpec>,
+) {
+    topology_probes(lab, pods, wanted, out);
+    captured_probes(lab, pods, wanted, out);
 }
 
-/// The Service probes of the groups `wanted` selects.
-pub fn probes(lab: &Lab, wanted: &dyn Fn(&str) -> bool, out: &mut Vec<ProbeSpec>) {
+/// The topology's Service: `service/hairpin`, `service/same-node` and
+/// `service/cross-node` to each backend's own Service, and
+/// `service/cluster-ip` to `web`.
+fn topology_probes(
+    lab: &Lab,
+    pods: &[Endpoint],
+    wanted: &dyn Fn(&str) -> bool,
+    out: &mut Vec<ProbeSpec>,
+) {
     let Some(spec) = lab.topo.service.clone() else {
         return;
     };
+    let on = |n: usize| pods.iter().filter(move |e| e.node == Some(n));
+    let pod = |n: usize, p: usize| on(n).find(|e| e.pod == Some(p));
     let backends = backends(lab);
     let mut push =
         |group: &'static str, from: &Endpoint, to: Endpoint, expect: Option<ExpectSource>| {
@@ -202,7 +225,7 @@ pub fn probes(lab: &Lab, wanted: &dyn Fn(&str) -> bool, out: &mut Vec<ProbeSpec>
             }
         };
     for (k, (i, _)) in backends.iter().enumerate() {
-        let Some(backend) = pod(lab, *i, 0) else {
+        let Some(backend) = pod(*i, 0) else {
             continue;
         };
         let target = Endpoint {
@@ -210,29 +233,25 @@ pub fn probes(lab: &Lab, wanted: &dyn Fn(&str) -> bool, out: &mut Vec<ProbeSpec>
             ..backend.clone()
         };
         // The backend itself: hairpin (its source is masqueraded).
-        push(HAIRPIN, &backend, target.clone(), None);
-        for p in 1..lab.nodes[*i].pods.len() {
-            if let Some(src) = pod(lab, *i, p) {
-                push(
-                    SAME_NODE,
-                    &src,
-                    target.clone(),
-                    Some(ExpectSource::Unchanged(src.ip)),
-                );
-            }
+        push(HAIRPIN, backend, target.clone(), None);
+        for src in on(*i).filter(|e| e.pod != Some(0)) {
+            push(
+                SAME_NODE,
+                src,
+                target.clone(),
+                Some(ExpectSource::Unchanged(src.ip)),
+            );
         }
         // The pods of the node whose backend comes before this one.
         let prev = backends[(k + backends.len() - 1) % backends.len()].0;
         if prev != *i {
-            for p in 0..lab.nodes[prev].pods.len() {
-                if let Some(src) = pod(lab, prev, p) {
-                    push(
-                        CROSS_NODE,
-                        &src,
-                        target.clone(),
-                        Some(ExpectSource::Unchanged(src.ip)),
-                    );
-                }
+            for src in on(prev) {
+                push(
+                    CROSS_NODE,
+                    src,
+                    target.clone(),
+                    Some(ExpectSource::Unchanged(src.ip)),
+                );
             }
         }
     }
@@ -246,21 +265,18 @@ pub fn probes(lab: &Lab, wanted: &dyn Fn(&str) -> bool, out: &mut Vec<ProbeSpec>
         ip: IpAddr::V4(spec.cluster_ip),
         external: false,
     };
-    for n in 0..lab.nodes.len() {
-        for p in 0..lab.nodes[n].pods.len() {
-            if let Some(src) = pod(lab, n, p) {
-                if wanted(CLUSTER_IP) {
-                    out.push(ProbeSpec {
-                        group: CLUSTER_IP,
-                        from: src,
-                        to: web.clone(),
-                        proto: Proto::Tcp,
-                        expect_source: None,
-                        service: None,
-                    });
-                }
-            }
-        }
+    if !wanted(CLUSTER_IP) {
+        return;
+    }
+    for src in pods {
+        out.push(ProbeSpec {
+            group: CLUSTER_IP,
+            from: src.clone(),
+            to: web.clone(),
+            proto: Proto::Tcp,
+            expect_source: None,
+            service: None,
+        });
     }
 }
 
@@ -376,5 +392,76 @@ pub fn diagnose(lab: &Lab, facts: &[NodeFacts], o: &ProbeOutcome, out: &mut Vec<
                 src.name, spec.from.name
             ),
         });
+    }
+}
+
+/// The ports the captured Services DNAT to: every pod's responders listen
+/// on them too (besides `probe::PORT`).
+pub fn target_ports(lab: &Lab) -> Vec<u16> {
+    let mut ports: Vec<u16> = lab
+        .topo
+        .kube_services
+        .iter()
+        .flat_map(|s| &s.endpoints)
+        .filter_map(|e| e.dnat.map(|d| d.port()))
+        .filter(|p| *p != PORT)
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+/// `service/cluster-ip` of the captured Services: every pod of the
+/// Service's family → the ClusterIP at the Service's port, over its
+/// protocol (TCP, UDP); the pods the endpoints DNAT to may answer.
+fn captured_probes(
+    lab: &Lab,
+    pods: &[Endpoint],
+    wanted: &dyn Fn(&str) -> bool,
+    out: &mut Vec<ProbeSpec>,
+) {
+    let group = CLUSTER_IP;
+    if !wanted(group) {
+        return;
+    }
+    for s in &lab.topo.kube_services {
+        let proto = match s.proto.as_str() {
+            "tcp" => Proto::Tcp,
+            "udp" => Proto::Udp,
+            _ => continue,
+        };
+        let targets: Vec<IpAddr> = s
+            .endpoints
+            .iter()
+            .filter_map(|e| e.dnat.map(|d| d.ip()))
+            .collect();
+        let backends: Vec<String> = pods
+            .iter()
+            .filter(|p| targets.contains(&p.ip))
+            .map(|p| p.name.clone())
+            .collect();
+        let to = Endpoint {
+            name: format!("service {}", s.name),
+            node: None,
+            pod: None,
+            ip: s.cluster_ip,
+            external: false,
+        };
+        for from in pods
+            .iter()
+            .filter(|p| p.ip.is_ipv4() == s.cluster_ip.is_ipv4())
+        {
+            out.push(ProbeSpec {
+                group,
+                from: from.clone(),
+                to: to.clone(),
+                proto,
+                expect_source: None,
+                service: Some(ServicePort {
+                    port: s.port,
+                    backends: backends.clone(),
+                }),
+            });
+        }
     }
 }
