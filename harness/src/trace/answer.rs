@@ -57,7 +57,7 @@ pub(super) fn death(
     };
     let answer = walk::walk(world, at, (Some(arrived_at), back_to), size, &undo);
     let to = answer.dst;
-    let End::Died(mut d) = super::twins::settle(world, answer.end, &answer.hops, to) else {
+    let End::Died(mut d) = super::why::settle(world, answer.end, &answer.hops, to) else {
         return None;
     };
     d.node = world.node_of(&d.namespace);

@@ -24,7 +24,8 @@
 //! `reasons.rs` places those devices in the walk's namespaces and turns a
 //! drop nothing else explains into the death (`kernel-drop`);
 //! `policy.rs` names the policy rule that decided a lookup;
-//! `refusal.rs` says why a lookup was refused;
+//! `why.rs` names why the walk died where the kernel's answer alone does
+//! not: a refused lookup, a next hop not reached, twins behind a bridge;
 //! `ports.rs` says what a bridge port refuses; `exit.rs` where a packet
 //! leaves a live node (`live.rs`: `cnilab trace` outside any lab);
 //! `neighbour.rs` explains a next hop that never resolved;
@@ -68,13 +69,12 @@ mod policy;
 mod ports;
 mod probe;
 mod reasons;
-mod refusal;
 pub mod route;
 mod text;
-mod twins;
 mod verdict;
 mod vxlan;
 mod walk;
+mod why;
 mod world;
 
 pub use exit::Exit;

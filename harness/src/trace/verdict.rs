@@ -5,7 +5,7 @@
 //! the commands that show the death's object.
 
 use super::pass::Followed;
-use super::{answer, combine, exit, nat, reasons, twins};
+use super::{answer, combine, exit, nat, reasons, why};
 use super::{End, Hop, Request, Trace, Verdict, World, SCHEMA_VERSION};
 
 /// The trace of `req`, judged from the walk and probe of `followed`
@@ -56,7 +56,7 @@ pub fn judge(world: &World, req: &Request, followed: Followed, size: u32) -> Tra
         &to_ns,
         &mut trace,
     );
-    let end = twins::settle(
+    let end = why::settle(
         world,
         reasons::settle(end, &kernel),
         &trace.hops,

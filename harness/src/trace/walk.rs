@@ -12,6 +12,7 @@ use super::policy;
 use super::ports::{died, isolation, peer_up, port_forwards};
 use super::route::{self, Answer, Question};
 use super::vxlan;
+use super::why;
 use super::{Death, End, Hop, World};
 use crate::model::{LinkFlag, LinkKind};
 use std::net::IpAddr;
@@ -213,7 +214,7 @@ fn step(
     };
     let (kind, oif, gateway, prefsrc, table, mtu) = match answer {
         Answer::Error(code) => {
-            let mut death = super::refusal::name(world, ns, &q, code, &asked);
+            let mut death = why::refusal(world, ns, &q, code, &asked);
             if death.check.is_empty() {
                 death.check = asked.clone();
             }
@@ -474,7 +475,7 @@ fn enter(
         .filter(|v| *v == "0" && nexthop.is_ipv4())
         .map(|_| format!("; proxy_arp is off on {ns}/{link} (net.ipv4.conf.{link}.proxy_arp = 0), so nothing answers ARP for {nexthop} there"))
         .unwrap_or_default();
-    Err(wrong_next_hop(
+    Err(why::wrong_next_hop(
         world,
         w,
         nexthop,
@@ -543,102 +544,15 @@ fn switch(
         fits(ns, port, w.size)?;
         return enter(world, w, &peer_ns, &peer, nexthop, depth);
     }
-    if let Some(d) = super::twins::on_bridge(world, ns, bridge, nexthop) {
+    if let Some(d) = why::on_bridge(world, ns, bridge, nexthop) {
         return Err(End::Died(Box::new(d)));
     }
-    Err(wrong_next_hop(
+    Err(why::wrong_next_hop(
         world,
         w,
         nexthop,
         &format!("no port of bridge {bridge} in {ns} leads to the next hop {nexthop}"),
     ))
-}
-
-/// The next hop is not where the packet got: named at the namespace whose
-/// route chose it, with who owns it, if anyone.
-fn wrong_next_hop(world: &World, w: &Walk, nexthop: IpAddr, what: &str) -> End {
-    let owner = world
-        .owner(nexthop)
-        .map(|o| format!("its owner is {o}"))
-        .unwrap_or_else(|| "no namespace of the model owns it".into());
-    let chose = w.hops.iter().rev().find(|h| h.next_hop == Some(nexthop));
-    if let Some(d) = chose.and_then(|h| wrong_device(world, w, h, nexthop)) {
-        return End::Died(Box::new(d));
-    }
-    let (ns, route) = match chose {
-        Some(h) => (h.namespace.as_str(), h.decision.as_str()),
-        None => ("?", ""),
-    };
-    let mut d = Death::new(
-        ns,
-        "wrong-next-hop",
-        &format!("next hop {nexthop}"),
-        &format!("{ns} routes it {route}: {what}; {owner}"),
-    );
-    if let Some(h) = chose {
-        d.check = h.evidence.split(':').next().unwrap_or_default().to_string();
-    }
-    End::Died(Box::new(d))
-}
-
-/// The route of `hop` sent the packet out of a device that does not lead
-/// to `nexthop`, while another link of the same namespace does: named as
-/// that route (its prefix, from the model) and the device it should use.
-fn wrong_device(world: &World, w: &Walk, hop: &Hop, nexthop: IpAddr) -> Option<Death> {
-    let ns = hop.namespace.as_str();
-    let oif = hop.oif.as_deref()?;
-    let owner = world.owner(nexthop)?;
-    // The next hop itself, or (a pod's address) any address of its node.
-    let node = world.node_of(&owner).filter(|n| *n != owner && n != ns);
-    let mut targets = vec![nexthop];
-    if let Some(n) = node.as_deref().and_then(|n| world.namespace(n)) {
-        let same = |a: &&ipnet::IpNet| {
-            let ip = a.addr();
-            let link_local = ip.is_ipv6() && super::world::link_local(&ip);
-            ip.is_ipv4() == nexthop.is_ipv4() && !ip.is_loopback() && !link_local
-        };
-        let on_node = n.links.iter().flat_map(|l| l.addresses.iter().filter(same));
-        targets.extend(on_node.map(|a| a.addr()));
-    }
-    let leads = |link: &str| {
-        world
-            .peer(ns, link)
-            .is_some_and(|(pn, pl)| targets.iter().any(|t| world.leads_to(&pn, &pl, *t, 0)))
-    };
-    let right = world.namespace(ns)?.links.iter().find(|l| {
-        l.name != oif
-            && l.up
-            && match l.kind {
-                LinkKind::Veth => l.controller.is_none() && leads(&l.name),
-                LinkKind::Bridge => world.ports(ns, &l.name).iter().any(|p| leads(&p.name)),
-                _ => false,
-            }
-    })?;
-    let prefix = world
-        .namespace(ns)?
-        .routes
-        .iter()
-        .filter(|r| r.dst.contains(&w.dst))
-        .max_by_key(|r| (r.table == 254, r.dst.prefix_len()))
-        .map(|r| r.dst.to_string())
-        .unwrap_or_else(|| w.dst.to_string());
-    let mut d = Death::new(
-        ns,
-        "wrong-device",
-        &format!("route {prefix} dev {oif}"),
-        &format!(
-            "{ns} routes {} out of {oif} ({}), but the next hop {nexthop} ({owner}) is \
-             reached by {}, not {oif}",
-            w.dst, hop.decision, right.name
-        ),
-    );
-    d.check = hop
-        .evidence
-        .split(':')
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    Some(d)
 }
 
 /// The link `name` of `ns`, when it is up; `what` names it in a death.

@@ -1,16 +1,266 @@
-//! Two ends behind one bridge that answer as one: two veth peers holding
-//! the same address (the bridge's node reaches whichever answered ARP
-//! last) or the same MAC (the bridge's FDB follows whichever sent last),
-//! and an end that does not hold the address it is known by. Asked where
-//! no port of a bridge leads to a next hop, where a namespace sends from
-//! an address the kernel says is not its own, and where a packet arrived
-//! behind a bridge (the kernel may have taken it to the twin).
+//! Why the walk died where it did, where the kernel's answer alone does
+//! not say: a route lookup the kernel refused (RTM_GETROUTE answered with
+//! an error: a martian source, the source being the namespace's own or the
+//! way back leaving by another device; a source nobody holds; forwarding
+//! off; a policy rule; a route whose type refuses; a destination nobody
+//! routes; no route), a next hop the packet did not reach (the route's
+//! device leads elsewhere, or nobody there owns it), and two ends behind
+//! one bridge that answer as one: two veth peers holding the same address
+//! (the bridge's node reaches whichever answered ARP last) or the same MAC
+//! (the bridge's FDB follows whichever sent last), or an end that does not
+//! hold the address it is known by. The twins are asked where no port of a
+//! bridge leads to a next hop, where a namespace sends from an address the
+//! kernel says is not its own, and where a packet arrived behind a bridge
+//! (the kernel may have taken it to the twin).
 
+use super::route::{self, Answer, Question};
+use super::walk::Walk;
 use super::world::link_local;
-use super::{Death, End, Hop, World};
-use crate::model::LinkKind;
+use super::{policy, Death, End, Hop, World};
+use crate::model::{LinkKind, Route, RouteType};
 use ipnet::IpNet;
 use std::net::IpAddr;
+
+/// Names a failed lookup: reverse path, forwarding off, the route whose
+/// type refused it, or no route.
+pub(super) fn refusal(world: &World, ns: &str, q: &Question, code: i32, asked: &str) -> Death {
+    use nix::libc::{EACCES, EHOSTUNREACH, EINVAL, ENETUNREACH, EXDEV};
+    let (iif, dst) = (q.iif, q.dst);
+    let errno = format!("{asked}: {}", route::errno_text(code));
+    if let (EINVAL | EXDEV, Some(iif), Some(src)) = (code, iif, q.src) {
+        if let Some(death) = martian_source(world, ns, iif, src, &errno) {
+            return death;
+        }
+    }
+    if let (None, Some(src)) = (iif, q.src) {
+        if let Some(mut death) = unheld_source(world, ns, src) {
+            death.evidence.push_str(&format!(" ({errno})"));
+            return death;
+        }
+    }
+    if let (EHOSTUNREACH, Some(iif)) = (code, iif) {
+        for key in forwarding_keys(dst, iif) {
+            if world.sysctl(ns, &key) == "0" {
+                return Death::new(ns, "forwarding-off", &key, &format!("{errno}; {key} = 0"));
+            }
+        }
+    }
+    if let Some(d) = world
+        .namespace(ns)
+        .and_then(|n| policy::refusal(ns, n, q, &errno))
+    {
+        return d;
+    }
+    if let Some(r) = refusing_route(world, ns, dst) {
+        let kind = match &r.kind {
+            RouteType::Blackhole => "blackhole",
+            RouteType::Unreachable => "unreachable",
+            RouteType::Prohibit => "prohibit",
+            _ => "route-refused",
+        };
+        return Death::new(
+            ns,
+            kind,
+            &format!("route {kind} {} table {}", r.dst, r.table),
+            &errno,
+        );
+    }
+    if code == ENETUNREACH {
+        if let Some(mut death) = unrouted(world, ns, dst) {
+            death.evidence.push_str(&format!(" ({errno})"));
+            return death;
+        }
+    }
+    let cause = match code {
+        ENETUNREACH => "no-route",
+        EINVAL => "blackhole",
+        EHOSTUNREACH => "unreachable",
+        EACCES => "prohibit",
+        _ => "route-refused",
+    };
+    Death::new(ns, cause, &format!("route to {dst}"), &errno)
+}
+
+/// A packet from `src` arriving on `iif` that the kernel refuses as a
+/// martian source: `src` is an address of this namespace (accept_local
+/// off), or the way back to `src` leaves by another device (rp_filter
+/// strict) or by none (rp_filter loose).
+fn martian_source(world: &World, ns: &str, iif: &str, src: IpAddr, errno: &str) -> Option<Death> {
+    let file = world.file(ns)?;
+    let back = route::get(
+        file,
+        &Question {
+            dst: src,
+            src: None,
+            iif: None,
+            mark: 0,
+        },
+    )
+    .ok()?;
+    let sysctl = |key: &str, dev: &str| world.sysctl(ns, &format!("net/ipv4/conf/{dev}/{key}"));
+    let strictest = |key: &str| {
+        let (all, dev) = (sysctl(key, "all"), sysctl(key, iif));
+        (
+            all.clone().max(dev.clone()),
+            format!("all={all} {iif}={dev}"),
+        )
+    };
+    if let Answer::Route { kind, .. } = &back {
+        if kind == "local" {
+            let key = format!("net/ipv4/conf/{iif}/accept_local");
+            let (_, values) = strictest("accept_local");
+            return Some(Death::new(
+                ns,
+                "accept-local",
+                &key,
+                &format!(
+                    "{errno}; the source {src} is an address of {ns} itself and accept_local \
+                     is off ({values})"
+                ),
+            ));
+        }
+    }
+    let (rp, values) = strictest("rp_filter");
+    let way_back = match &back {
+        Answer::Route { oif, .. } => oif.clone(),
+        Answer::Error(_) => None,
+    };
+    let refused = match rp.as_str() {
+        "1" => way_back.as_deref() != Some(iif),
+        "2" => way_back.is_none(),
+        _ => false,
+    };
+    refused.then(|| {
+        let back = way_back
+            .map(|d| format!("leaves by {d}"))
+            .unwrap_or_else(|| "has no route".into());
+        let mut d = Death::new(
+            ns,
+            "reverse-path",
+            &format!("rp_filter on {iif}"),
+            &format!(
+                "{errno}; the way back to {src} {back}, not {iif}, and rp_filter is {rp} ({values})"
+            ),
+        );
+        d.check = format!("ip route get {src}");
+        d
+    })
+}
+
+/// The sysctls that must be 1 for `dst`'s family to be forwarded from `iif`.
+fn forwarding_keys(dst: IpAddr, iif: &str) -> Vec<String> {
+    if dst.is_ipv4() {
+        vec![format!("net/ipv4/conf/{iif}/forwarding")]
+    } else {
+        vec![
+            "net/ipv6/conf/all/forwarding".to_string(),
+            format!("net/ipv6/conf/{iif}/forwarding"),
+        ]
+    }
+}
+
+/// The most specific route to `dst` of `ns`, when it is one that
+/// refuses (blackhole, unreachable, prohibit).
+fn refusing_route<'w>(world: &'w World, ns: &str, dst: IpAddr) -> Option<&'w Route> {
+    let best = world
+        .namespace(ns)?
+        .routes
+        .iter()
+        .filter(|r| r.dst.contains(&dst))
+        .max_by_key(|r| (r.table == 254, r.dst.prefix_len()))?;
+    matches!(
+        best.kind,
+        RouteType::Blackhole | RouteType::Unreachable | RouteType::Prohibit
+    )
+    .then_some(best)
+}
+
+/// The next hop is not where the packet got: named at the namespace whose
+/// route chose it, with who owns it, if anyone.
+pub(super) fn wrong_next_hop(world: &World, w: &Walk, nexthop: IpAddr, what: &str) -> End {
+    let owner = world
+        .owner(nexthop)
+        .map(|o| format!("its owner is {o}"))
+        .unwrap_or_else(|| "no namespace of the model owns it".into());
+    let chose = w.hops.iter().rev().find(|h| h.next_hop == Some(nexthop));
+    if let Some(d) = chose.and_then(|h| wrong_device(world, w, h, nexthop)) {
+        return End::Died(Box::new(d));
+    }
+    let (ns, route) = match chose {
+        Some(h) => (h.namespace.as_str(), h.decision.as_str()),
+        None => ("?", ""),
+    };
+    let mut d = Death::new(
+        ns,
+        "wrong-next-hop",
+        &format!("next hop {nexthop}"),
+        &format!("{ns} routes it {route}: {what}; {owner}"),
+    );
+    if let Some(h) = chose {
+        d.check = h.evidence.split(':').next().unwrap_or_default().to_string();
+    }
+    End::Died(Box::new(d))
+}
+
+/// The route of `hop` sent the packet out of a device that does not lead
+/// to `nexthop`, while another link of the same namespace does: named as
+/// that route (its prefix, from the model) and the device it should use.
+fn wrong_device(world: &World, w: &Walk, hop: &Hop, nexthop: IpAddr) -> Option<Death> {
+    let ns = hop.namespace.as_str();
+    let oif = hop.oif.as_deref()?;
+    let owner = world.owner(nexthop)?;
+    // The next hop itself, or (a pod's address) any address of its node.
+    let node = world.node_of(&owner).filter(|n| *n != owner && n != ns);
+    let mut targets = vec![nexthop];
+    if let Some(n) = node.as_deref().and_then(|n| world.namespace(n)) {
+        let same = |a: &&ipnet::IpNet| {
+            let ip = a.addr();
+            let link_local = ip.is_ipv6() && link_local(&ip);
+            ip.is_ipv4() == nexthop.is_ipv4() && !ip.is_loopback() && !link_local
+        };
+        let on_node = n.links.iter().flat_map(|l| l.addresses.iter().filter(same));
+        targets.extend(on_node.map(|a| a.addr()));
+    }
+    let leads = |link: &str| {
+        world
+            .peer(ns, link)
+            .is_some_and(|(pn, pl)| targets.iter().any(|t| world.leads_to(&pn, &pl, *t, 0)))
+    };
+    let right = world.namespace(ns)?.links.iter().find(|l| {
+        l.name != oif
+            && l.up
+            && match l.kind {
+                LinkKind::Veth => l.controller.is_none() && leads(&l.name),
+                LinkKind::Bridge => world.ports(ns, &l.name).iter().any(|p| leads(&p.name)),
+                _ => false,
+            }
+    })?;
+    let prefix = world
+        .namespace(ns)?
+        .routes
+        .iter()
+        .filter(|r| r.dst.contains(&w.dst))
+        .max_by_key(|r| (r.table == 254, r.dst.prefix_len()))
+        .map(|r| r.dst.to_string())
+        .unwrap_or_else(|| w.dst.to_string());
+    let mut d = Death::new(
+        ns,
+        "wrong-device",
+        &format!("route {prefix} dev {oif}"),
+        &format!(
+            "{ns} routes {} out of {oif} ({}), but the next hop {nexthop} ({owner}) is \
+             reached by {}, not {oif}",
+            w.dst, hop.decision, right.name
+        ),
+    );
+    d.check = hop
+        .evidence
+        .split(':')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    Some(d)
+}
 
 /// An end behind a port of a bridge: the veth peer of the port.
 struct Behind {
