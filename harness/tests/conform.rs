@@ -8,6 +8,7 @@
 mod common;
 
 use cnilab_harness::conform::{self, ConformOptions, ConformReport};
+use cnilab_harness::report::Rendered;
 use cnilab_harness::verdict::Verdict;
 use common::*;
 use rstest::rstest;

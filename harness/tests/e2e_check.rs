@@ -9,6 +9,7 @@ use cnilab_harness::connectivity::report::Report;
 use cnilab_harness::e2e::check::nodes::{self, ClusterNode};
 use cnilab_harness::e2e::check::probes::ExecOutput;
 use cnilab_harness::e2e::check::{self, CheckOptions, KubeExec, PodCommand, PodExec};
+use cnilab_harness::report::Rendered;
 use futures_util::future::BoxFuture;
 use http::{Request, Response};
 use kube::client::Body;

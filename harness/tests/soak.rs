@@ -4,6 +4,7 @@
 //! when it keeps its own store; every detector fires on a plugin made to
 //! trigger it. Each soak is a few seconds long.
 
+use cnilab_harness::report::Rendered;
 use cnilab_harness::soak::{self, Budget, FindingKind, SoakOptions, SoakReport};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -5,6 +5,7 @@
 
 use cnilab_harness::lab::checks::GROUPS;
 use cnilab_harness::lab::{self, base, built};
+use cnilab_harness::report::Rendered;
 use cnilab_tests::{host_untouched, require_root, workspace_bin, StandingLab};
 use rstest::rstest;
 use std::path::{Path, PathBuf};

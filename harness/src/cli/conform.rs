@@ -3,7 +3,7 @@
 use super::args::{CheckOutputArgs, PluginArgs};
 use super::CliResult;
 use crate::conform::{self, ConformOptions, Progress as GroupProgress};
-use crate::report::{self, progress::Progress, Format};
+use crate::report::{self, progress::Progress};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -88,14 +88,7 @@ impl Conform {
         let report = conform::run(&opts, &mut progress)?;
         // After the run, so that an error stays the first line on stderr.
         bar.line(&format!("container IDs from --seed {seed}"));
-        match self.output.output {
-            Format::Table => report::print_human(&report.table()),
-            Format::Json => println!("{}", report.json()),
-            Format::Junit => print!("{}", report.junit()),
-        }
-        if let Some(path) = &self.junit {
-            report::write_file(path, &report.junit())?;
-        }
+        report::emit(&report, self.output.output, self.junit.as_deref(), None)?;
         let s = &report.summary;
         Ok(if s.failed > 0 {
             ExitCode::from(report::exit::FAIL)

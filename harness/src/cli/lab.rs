@@ -343,31 +343,21 @@ fn captured_pods(pods: &[crate::lab::state::FoundPod]) -> String {
     out
 }
 
-fn emit(report: &Report, out: &ReportFlags) -> Result<(), Box<dyn std::error::Error>> {
-    match out.output.output {
-        Format::Table => report::print_human(&report.table()),
-        Format::Json => println!("{}", report.json()),
-        Format::Junit => print!("{}", report.junit()),
-    }
-    if let Some(path) = &out.junit {
-        report::write_file(path, &report.junit())?;
-    }
-    if let Some(path) = &out.report {
-        report::write_file(path, &report.html())?;
-        eprintln!("cnilab: HTML report written to {}", path.display());
-    }
-    Ok(())
-}
-
-fn verdict(r: &Report) -> ExitCode {
-    ExitCode::from(r.exit_code())
+/// Prints `report` as `out` asks; the exit code is its verdict's.
+fn emit(report: &Report, out: &ReportFlags) -> CliResult {
+    report::emit(
+        report,
+        out.output.output,
+        out.junit.as_deref(),
+        out.report.as_deref(),
+    )?;
+    Ok(ExitCode::from(report.exit_code()))
 }
 
 /// `cnilab lab run`.
 fn run(args: &TopologyFlags, tune_host: bool, out: &ReportFlags) -> CliResult {
     let report = run_report(args, tune_host, &out.only)?;
-    emit(&report, out)?;
-    Ok(verdict(&report))
+    emit(&report, out)
 }
 
 /// `cnilab lab run` up to its report (`cnilab bench --lab` prints its
@@ -485,8 +475,7 @@ fn check(name: &str, out: &ReportFlags) -> CliResult {
     })?;
     let mut report = crate::lab::check(&lab, groups, true)?;
     report.not_made = not_made;
-    emit(&report, out)?;
-    Ok(verdict(&report))
+    emit(&report, out)
 }
 
 /// One standing lab as `cnilab lab status -o json` shows it.
@@ -679,8 +668,7 @@ fn replay_run(
     for n in &report.not_made {
         eprintln!("⚠ not made here: {}", report::human(&n.to_string()));
     }
-    emit(&report, out)?;
-    Ok(std::process::ExitCode::from(report.exit_code()))
+    emit(&report, out)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use crate::lab::built::Lab;
 use crate::perf::report::PerfReport;
 use crate::perf::{Options, Subject};
 use crate::report::progress::Progress;
-use crate::report::{self, Format};
+use crate::report::{self, Rendered};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -196,24 +196,18 @@ fn throwaway(
 }
 
 fn emit(rep: &PerfReport, flags: &PerfFlags) -> Result<(), Box<dyn std::error::Error>> {
-    match flags.output.output {
-        Format::Table => report::print_human(&rep.table()),
-        Format::Json => println!("{}", rep.json()),
-        Format::Junit => print!("{}", rep.junit()),
-    }
+    report::emit(
+        rep,
+        flags.output.output,
+        flags.junit.as_deref(),
+        flags.report.as_deref(),
+    )?;
     if let Some(path) = &flags.save {
         report::write_file(path, &rep.json())?;
         eprintln!(
             "cnilab: result saved to {} (--baseline {0} judges a later run against it)",
             path.display()
         );
-    }
-    if let Some(path) = &flags.junit {
-        report::write_file(path, &rep.junit())?;
-    }
-    if let Some(path) = &flags.report {
-        report::write_file(path, &rep.html())?;
-        eprintln!("cnilab: HTML report written to {}", path.display());
     }
     Ok(())
 }

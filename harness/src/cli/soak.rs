@@ -2,7 +2,7 @@
 
 use super::args::{CheckOutputArgs, PluginArgs};
 use super::CliResult;
-use crate::report::{self, Format};
+use crate::report;
 use crate::soak::{Budget, SoakOptions};
 use crate::util::parse_duration;
 use std::path::PathBuf;
@@ -89,14 +89,7 @@ impl Soak {
             opts.seed, opts.seed
         );
         let result = crate::soak::run(&opts)?;
-        match self.output.output {
-            Format::Table => report::print_human(&result.table()),
-            Format::Json => println!("{}", result.json()),
-            Format::Junit => print!("{}", result.junit()),
-        }
-        if let Some(path) = &self.junit {
-            report::write_file(path, &result.junit())?;
-        }
+        report::emit(&result, self.output.output, self.junit.as_deref(), None)?;
         if let Some(path) = &self.log {
             std::fs::write(path, result.log_jsonl()).map_err(|e| {
                 format!("cannot write the operations log to {}: {e}", path.display())

@@ -178,9 +178,34 @@ impl ConformReport {
             s.checks, s.passed, s.failed, s.warnings, s.skipped
         )
     }
+}
 
+fn write_evidence(out: &mut String, e: &Execution) {
+    let _ = writeln!(
+        out,
+        "    evidence: {} ({}, {})",
+        e.command().unwrap_or("?"),
+        e.status_text(),
+        fmt_ms(e.duration)
+    );
+    let _ = writeln!(out, "      command: {}", e.shell_line());
+    let _ = writeln!(out, "      stdout:  {}", one_line(&clip(&e.stdout), 400));
+    let _ = writeln!(out, "      stderr:  {}", one_line(&clip(&e.stderr), 400));
+}
+
+fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > max {
+        let cut: String = flat.chars().take(max).collect();
+        format!("{cut}…")
+    } else {
+        flat
+    }
+}
+
+impl crate::report::Rendered for ConformReport {
     /// The terminal table, failures with evidence, timing, summary line.
-    pub fn table(&self) -> String {
+    fn table(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -290,12 +315,12 @@ impl ConformReport {
         out
     }
 
-    pub fn json(&self) -> String {
+    fn json(&self) -> String {
         crate::report::json("ConformReport", self)
     }
 
     /// JUnit XML: one testcase per check; WARN passes with system-out.
-    pub fn junit(&self) -> String {
+    fn junit(&self) -> String {
         use crate::report::junit::{Case, Outcome, Report, Suite};
         let mut suite = Suite::new(format!(
             "cnilab conform {} ({})",
@@ -328,29 +353,6 @@ impl ConformReport {
         report.time = Some(self.wall_time);
         report.suites.push(suite);
         report.to_xml()
-    }
-}
-
-fn write_evidence(out: &mut String, e: &Execution) {
-    let _ = writeln!(
-        out,
-        "    evidence: {} ({}, {})",
-        e.command().unwrap_or("?"),
-        e.status_text(),
-        fmt_ms(e.duration)
-    );
-    let _ = writeln!(out, "      command: {}", e.shell_line());
-    let _ = writeln!(out, "      stdout:  {}", one_line(&clip(&e.stdout), 400));
-    let _ = writeln!(out, "      stderr:  {}", one_line(&clip(&e.stderr), 400));
-}
-
-fn one_line(s: &str, max: usize) -> String {
-    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > max {
-        let cut: String = flat.chars().take(max).collect();
-        format!("{cut}…")
-    } else {
-        flat
     }
 }
 

@@ -172,153 +172,6 @@ impl Report {
         ids
     }
 
-    pub fn table(&self) -> String {
-        let mut s = String::new();
-        if let Some(sampled) = &self.sampled {
-            let _ = writeln!(s, "🎯 {sampled}");
-        }
-        for g in &self.groups {
-            let mark = if g.passed == g.probes { "✅" } else { "❌" };
-            let families: Vec<String> = g
-                .families
-                .iter()
-                .map(|f| format!("{} {}/{}", f.family, f.passed, f.probes))
-                .collect();
-            let _ = writeln!(
-                s,
-                "{mark} [{}] {}/{} probes passed ({})",
-                g.name,
-                g.passed,
-                g.probes,
-                families.join(", ")
-            );
-        }
-        for (g, why) in &self.skipped {
-            let _ = writeln!(s, "⏭️  SKIP [{g}] {why}");
-        }
-        let _ = writeln!(s);
-        for m in &self.matrix {
-            s.push_str(&summary::matrix_table(m));
-        }
-        if !self.matrix.is_empty() {
-            let _ = writeln!(s);
-        }
-        let failed_groups = self.groups.iter().filter(|g| g.passed < g.probes).count();
-        if self.passed() {
-            let _ = writeln!(
-                s,
-                "✅ All {} checks ({} probes) passed",
-                self.groups.len(),
-                self.probes
-            );
-        } else {
-            let _ = writeln!(
-                s,
-                "{} {failed_groups}/{} checks {} ({}/{} probes)",
-                if self.inconclusive.is_some() {
-                    "❔"
-                } else {
-                    "❌"
-                },
-                self.groups.len(),
-                if self.inconclusive.is_some() {
-                    "had failed probes, verdict INCONCLUSIVE (see the end)"
-                } else {
-                    "failed"
-                },
-                self.failures.len(),
-                self.probes
-            );
-            let _ = writeln!(
-                s,
-                "Causes ({}; every failed probe is in -o json):",
-                self.causes.len()
-            );
-            for c in self.causes.iter().take(MAX_CAUSES) {
-                let _ = writeln!(
-                    s,
-                    "  ↳ {} ×{}: {}\n      e.g. [{}] {}",
-                    c.id, c.count, c.message, c.example_group, c.example
-                );
-                if let Some(spread) = c.spread() {
-                    let _ = writeln!(s, "      in {spread}");
-                }
-            }
-            if self.causes.len() > MAX_CAUSES {
-                let _ = writeln!(
-                    s,
-                    "  … and {} more causes (see -o json)",
-                    self.causes.len() - MAX_CAUSES
-                );
-            }
-            let ids = self.diagnosis_ids();
-            if !ids.is_empty() {
-                let _ = writeln!(s, "Likely causes: {}", ids.join(", "));
-            }
-        }
-        for w in &self.warnings {
-            let _ = writeln!(s, "⚠️  WARN {}: {}", w.id, w.message);
-        }
-        if let Some(why) = &self.inconclusive {
-            let _ = writeln!(s, "❔ INCONCLUSIVE: {why}");
-        }
-        let phases: Vec<String> = self
-            .phases_ms
-            .iter()
-            .map(|(p, ms)| format!("{p} {:.0} ms", ms))
-            .collect();
-        let _ = writeln!(s, "Phases: {}", phases.join(", "));
-        s
-    }
-
-    pub fn json(&self) -> String {
-        crate::report::json("LabReport", self)
-    }
-
-    /// JUnit XML: one suite per check group, one case per probe.
-    pub fn junit(&self) -> String {
-        use crate::report::junit::{Case, Report as Junit, Suite};
-        let mut doc = Junit::new(format!("cnilab lab {}", self.lab));
-        for g in &self.groups {
-            let mut suite = Suite::new(&g.name);
-            for (i, o) in self
-                .outcomes
-                .iter()
-                .enumerate()
-                .filter(|(_, o)| o.spec.group == g.name)
-            {
-                let name = format!(
-                    "{} -> {} {} {}",
-                    o.spec.from.name,
-                    o.spec.to.name,
-                    o.spec.family(),
-                    o.spec.proto.as_str()
-                );
-                let case = match &o.error {
-                    None => Case::pass(name),
-                    Some(err) => {
-                        let diag: Vec<String> = self
-                            .failures
-                            .iter()
-                            .filter(|f| f.index == i)
-                            .flat_map(|f| {
-                                f.diagnoses
-                                    .iter()
-                                    .map(|d| format!("{}: {}", d.id, d.message))
-                            })
-                            .collect();
-                        Case::failure(name, err, diag.join("\n"))
-                    }
-                };
-                suite.cases.push(case.time(Duration::from_secs_f64(
-                    o.rtt_ms.unwrap_or(0.0).max(0.0) / 1000.0,
-                )));
-            }
-            doc.suites.push(suite);
-        }
-        doc.to_xml()
-    }
-
     /// One self-contained HTML page: topology drawing (the nodes a
     /// diagnosis names are marked, with their causes; pods are drawn as a
     /// compact grid), the node × node matrix per family, the causes, and
@@ -631,10 +484,164 @@ fn group_results(groups: &[&str], outcomes: &[ProbeOutcome]) -> Vec<GroupResult>
         .collect()
 }
 
+impl crate::report::Rendered for Report {
+    fn table(&self) -> String {
+        let mut s = String::new();
+        if let Some(sampled) = &self.sampled {
+            let _ = writeln!(s, "🎯 {sampled}");
+        }
+        for g in &self.groups {
+            let mark = if g.passed == g.probes { "✅" } else { "❌" };
+            let families: Vec<String> = g
+                .families
+                .iter()
+                .map(|f| format!("{} {}/{}", f.family, f.passed, f.probes))
+                .collect();
+            let _ = writeln!(
+                s,
+                "{mark} [{}] {}/{} probes passed ({})",
+                g.name,
+                g.passed,
+                g.probes,
+                families.join(", ")
+            );
+        }
+        for (g, why) in &self.skipped {
+            let _ = writeln!(s, "⏭️  SKIP [{g}] {why}");
+        }
+        let _ = writeln!(s);
+        for m in &self.matrix {
+            s.push_str(&summary::matrix_table(m));
+        }
+        if !self.matrix.is_empty() {
+            let _ = writeln!(s);
+        }
+        let failed_groups = self.groups.iter().filter(|g| g.passed < g.probes).count();
+        if self.passed() {
+            let _ = writeln!(
+                s,
+                "✅ All {} checks ({} probes) passed",
+                self.groups.len(),
+                self.probes
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "{} {failed_groups}/{} checks {} ({}/{} probes)",
+                if self.inconclusive.is_some() {
+                    "❔"
+                } else {
+                    "❌"
+                },
+                self.groups.len(),
+                if self.inconclusive.is_some() {
+                    "had failed probes, verdict INCONCLUSIVE (see the end)"
+                } else {
+                    "failed"
+                },
+                self.failures.len(),
+                self.probes
+            );
+            let _ = writeln!(
+                s,
+                "Causes ({}; every failed probe is in -o json):",
+                self.causes.len()
+            );
+            for c in self.causes.iter().take(MAX_CAUSES) {
+                let _ = writeln!(
+                    s,
+                    "  ↳ {} ×{}: {}\n      e.g. [{}] {}",
+                    c.id, c.count, c.message, c.example_group, c.example
+                );
+                if let Some(spread) = c.spread() {
+                    let _ = writeln!(s, "      in {spread}");
+                }
+            }
+            if self.causes.len() > MAX_CAUSES {
+                let _ = writeln!(
+                    s,
+                    "  … and {} more causes (see -o json)",
+                    self.causes.len() - MAX_CAUSES
+                );
+            }
+            let ids = self.diagnosis_ids();
+            if !ids.is_empty() {
+                let _ = writeln!(s, "Likely causes: {}", ids.join(", "));
+            }
+        }
+        for w in &self.warnings {
+            let _ = writeln!(s, "⚠️  WARN {}: {}", w.id, w.message);
+        }
+        if let Some(why) = &self.inconclusive {
+            let _ = writeln!(s, "❔ INCONCLUSIVE: {why}");
+        }
+        let phases: Vec<String> = self
+            .phases_ms
+            .iter()
+            .map(|(p, ms)| format!("{p} {:.0} ms", ms))
+            .collect();
+        let _ = writeln!(s, "Phases: {}", phases.join(", "));
+        s
+    }
+
+    fn json(&self) -> String {
+        crate::report::json("LabReport", self)
+    }
+
+    /// JUnit XML: one suite per check group, one case per probe.
+    fn junit(&self) -> String {
+        use crate::report::junit::{Case, Report as Junit, Suite};
+        let mut doc = Junit::new(format!("cnilab lab {}", self.lab));
+        for g in &self.groups {
+            let mut suite = Suite::new(&g.name);
+            for (i, o) in self
+                .outcomes
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| o.spec.group == g.name)
+            {
+                let name = format!(
+                    "{} -> {} {} {}",
+                    o.spec.from.name,
+                    o.spec.to.name,
+                    o.spec.family(),
+                    o.spec.proto.as_str()
+                );
+                let case = match &o.error {
+                    None => Case::pass(name),
+                    Some(err) => {
+                        let diag: Vec<String> = self
+                            .failures
+                            .iter()
+                            .filter(|f| f.index == i)
+                            .flat_map(|f| {
+                                f.diagnoses
+                                    .iter()
+                                    .map(|d| format!("{}: {}", d.id, d.message))
+                            })
+                            .collect();
+                        Case::failure(name, err, diag.join("\n"))
+                    }
+                };
+                suite.cases.push(case.time(Duration::from_secs_f64(
+                    o.rtt_ms.unwrap_or(0.0).max(0.0) / 1000.0,
+                )));
+            }
+            doc.suites.push(suite);
+        }
+        doc.to_xml()
+    }
+
+    fn html(&self) -> Option<String> {
+        Some(Report::html(self))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::connectivity::{Endpoint, ProbeSpec, Proto};
+    use crate::report::Rendered;
 
     fn failed_report() -> Report {
         let ep = Endpoint {

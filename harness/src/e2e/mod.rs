@@ -78,6 +78,9 @@ pub enum E2eError {
     Object(#[source] serde_json::Error),
     #[error("the in-cluster check found failures")]
     CheckFailed,
+    /// A report file that could not be written.
+    #[error("{0}")]
+    Write(String),
 }
 
 /// A Kubernetes namespace name the check or the capture pods may use.

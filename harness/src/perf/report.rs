@@ -5,6 +5,7 @@
 use super::compare::{Judged, Verdict};
 use super::{Matrix, Metric, Options};
 use crate::report::junit::{self, escape, Case, Outcome, Suite};
+use crate::report::Rendered;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
@@ -104,69 +105,6 @@ impl PerfReport {
         serde_json::from_value(doc).map_err(|e| format!("--baseline {}: {e}", path.display()))
     }
 
-    pub fn json(&self) -> String {
-        crate::report::json(KIND, self)
-    }
-
-    /// The table: a row per path and a column per metric, each figure
-    /// with its spread and (off the underlay) its ratio; then ours against
-    /// theirs, then the verdicts.
-    pub fn table(&self) -> String {
-        let mut out = String::new();
-        for m in &self.labs {
-            let _ = writeln!(
-                out,
-                "{} ({}): {} rounds of {} ms, UDP at {} Mbit/s",
-                m.label,
-                m.plugin_dir,
-                self.options.rounds,
-                self.options.window_ms,
-                self.options.udp_mbit
-            );
-            let _ = write!(out, "  {:<12} {:<34}", "PATH", "FROM → TO");
-            for metric in Metric::ALL {
-                let _ = write!(
-                    out,
-                    " {:>22}",
-                    format!("{} {}", metric.name(), metric.unit())
-                );
-            }
-            out.push('\n');
-            for p in &m.paths {
-                let _ = write!(
-                    out,
-                    "  {:<12} {:<34}",
-                    p.path,
-                    format!("{} → {}", p.from, p.to)
-                );
-                if let Some(e) = &p.error {
-                    let _ = writeln!(out, " FAIL: {e}");
-                    continue;
-                }
-                for c in &p.cells {
-                    let ratio = c.ratio.filter(|_| p.path != super::paths::BASELINE);
-                    let spread = if c.metric.is_ratio() {
-                        format!("±{:.0}%", c.spread)
-                    } else {
-                        format!("±{:.2}", c.spread)
-                    };
-                    let text = match ratio {
-                        Some(r) => format!("{} {spread} {r:.2}×", c.metric.display(c.median)),
-                        None => format!("{} {spread}", c.metric.display(c.median)),
-                    };
-                    let _ = write!(out, " {text:>22}");
-                }
-                out.push('\n');
-            }
-            for s in &m.skipped {
-                let _ = writeln!(out, "  {:<12} SKIP: {}", s.path, s.reason);
-            }
-        }
-        out.push_str(&self.versus());
-        out.push_str(&self.verdicts());
-        out
-    }
-
     /// Ours against theirs, per path and metric: each ratio to its own
     /// underlay, and ours over theirs.
     fn versus(&self) -> String {
@@ -241,62 +179,6 @@ impl PerfReport {
             self.duration_ms as f64 / 1000.0
         );
         out
-    }
-
-    /// A case per lab, path and metric; a judged one fails on a regression
-    /// and is skipped when inconclusive.
-    pub fn junit(&self) -> String {
-        let mut doc = junit::Report::new("cnilab lab perf");
-        for (i, m) in self.labs.iter().enumerate() {
-            let mut suite = Suite::new(format!("lab perf {}", m.label));
-            for p in &m.paths {
-                if let Some(e) = &p.error {
-                    suite.cases.push(Case::failure(
-                        format!("{} traffic", p.path),
-                        "no traffic",
-                        e.clone(),
-                    ));
-                    continue;
-                }
-                for c in &p.cells {
-                    let name = format!("{} {}", p.path, c.metric.name());
-                    let figure = format!(
-                        "{} {} ±{:.1} ratio {:?}",
-                        c.metric.display(c.median),
-                        c.metric.unit(),
-                        c.spread,
-                        c.ratio
-                    );
-                    let judged = self
-                        .judged
-                        .iter()
-                        .find(|j| i == 0 && j.path == p.path && j.metric == c.metric);
-                    let outcome = match judged.map(|j| (j.verdict, j.reason.clone())) {
-                        Some((Verdict::Regression | Verdict::Fail, why)) => Outcome::Failure {
-                            message: why.clone(),
-                            body: why,
-                        },
-                        Some((Verdict::Inconclusive, why)) => Outcome::Skipped { message: why },
-                        _ => Outcome::Pass,
-                    };
-                    suite.cases.push(
-                        Case::new(name, outcome)
-                            .classname(format!("lab perf.{}", m.label))
-                            .system_out(figure),
-                    );
-                }
-            }
-            for s in &m.skipped {
-                suite.cases.push(Case::new(
-                    format!("{} throughput", s.path),
-                    Outcome::Skipped {
-                        message: s.reason.clone(),
-                    },
-                ));
-            }
-            doc.suites.push(suite);
-        }
-        doc.to_xml()
     }
 
     /// One page: a bar chart per metric (a bar per path and lab, the
@@ -388,5 +270,130 @@ impl PerfReport {
         }
         svg.push_str("</svg>");
         svg
+    }
+}
+
+impl crate::report::Rendered for PerfReport {
+    /// The table: a row per path and a column per metric, each figure
+    /// with its spread and (off the underlay) its ratio; then ours against
+    /// theirs, then the verdicts.
+    fn table(&self) -> String {
+        let mut out = String::new();
+        for m in &self.labs {
+            let _ = writeln!(
+                out,
+                "{} ({}): {} rounds of {} ms, UDP at {} Mbit/s",
+                m.label,
+                m.plugin_dir,
+                self.options.rounds,
+                self.options.window_ms,
+                self.options.udp_mbit
+            );
+            let _ = write!(out, "  {:<12} {:<34}", "PATH", "FROM → TO");
+            for metric in Metric::ALL {
+                let _ = write!(
+                    out,
+                    " {:>22}",
+                    format!("{} {}", metric.name(), metric.unit())
+                );
+            }
+            out.push('\n');
+            for p in &m.paths {
+                let _ = write!(
+                    out,
+                    "  {:<12} {:<34}",
+                    p.path,
+                    format!("{} → {}", p.from, p.to)
+                );
+                if let Some(e) = &p.error {
+                    let _ = writeln!(out, " FAIL: {e}");
+                    continue;
+                }
+                for c in &p.cells {
+                    let ratio = c.ratio.filter(|_| p.path != super::paths::BASELINE);
+                    let spread = if c.metric.is_ratio() {
+                        format!("±{:.0}%", c.spread)
+                    } else {
+                        format!("±{:.2}", c.spread)
+                    };
+                    let text = match ratio {
+                        Some(r) => format!("{} {spread} {r:.2}×", c.metric.display(c.median)),
+                        None => format!("{} {spread}", c.metric.display(c.median)),
+                    };
+                    let _ = write!(out, " {text:>22}");
+                }
+                out.push('\n');
+            }
+            for s in &m.skipped {
+                let _ = writeln!(out, "  {:<12} SKIP: {}", s.path, s.reason);
+            }
+        }
+        out.push_str(&self.versus());
+        out.push_str(&self.verdicts());
+        out
+    }
+
+    fn json(&self) -> String {
+        crate::report::json(KIND, self)
+    }
+
+    /// A case per lab, path and metric; a judged one fails on a regression
+    /// and is skipped when inconclusive.
+    fn junit(&self) -> String {
+        let mut doc = junit::Report::new("cnilab lab perf");
+        for (i, m) in self.labs.iter().enumerate() {
+            let mut suite = Suite::new(format!("lab perf {}", m.label));
+            for p in &m.paths {
+                if let Some(e) = &p.error {
+                    suite.cases.push(Case::failure(
+                        format!("{} traffic", p.path),
+                        "no traffic",
+                        e.clone(),
+                    ));
+                    continue;
+                }
+                for c in &p.cells {
+                    let name = format!("{} {}", p.path, c.metric.name());
+                    let figure = format!(
+                        "{} {} ±{:.1} ratio {:?}",
+                        c.metric.display(c.median),
+                        c.metric.unit(),
+                        c.spread,
+                        c.ratio
+                    );
+                    let judged = self
+                        .judged
+                        .iter()
+                        .find(|j| i == 0 && j.path == p.path && j.metric == c.metric);
+                    let outcome = match judged.map(|j| (j.verdict, j.reason.clone())) {
+                        Some((Verdict::Regression | Verdict::Fail, why)) => Outcome::Failure {
+                            message: why.clone(),
+                            body: why,
+                        },
+                        Some((Verdict::Inconclusive, why)) => Outcome::Skipped { message: why },
+                        _ => Outcome::Pass,
+                    };
+                    suite.cases.push(
+                        Case::new(name, outcome)
+                            .classname(format!("lab perf.{}", m.label))
+                            .system_out(figure),
+                    );
+                }
+            }
+            for s in &m.skipped {
+                suite.cases.push(Case::new(
+                    format!("{} throughput", s.path),
+                    Outcome::Skipped {
+                        message: s.reason.clone(),
+                    },
+                ));
+            }
+            doc.suites.push(suite);
+        }
+        doc.to_xml()
+    }
+
+    fn html(&self) -> Option<String> {
+        Some(PerfReport::html(self))
     }
 }

@@ -1,6 +1,8 @@
 //! One output convention for every `cnilab` command (docs: "CLI
 //! conventions"):
-//! - [`Format`]: `-o, --output table|json|junit`;
+//! - [`Format`]: `-o, --output table|json|junit`, and [`emit`], which
+//!   prints a [`Rendered`] report in it and writes its `--junit` and
+//!   `--report` files;
 //! - [`json`]: the JSON envelope (`schemaVersion`, `kind`, then the report's
 //!   own fields, objects rather than tuple arrays);
 //! - [`schema`]: the JSON Schema of each report kind (`cnilab schema`) and
@@ -98,6 +100,42 @@ where
         seq.serialize_element(&Pair(a, b, first, second))?;
     }
     seq.end()
+}
+
+/// A report in every form a command prints or writes: the table for
+/// people, the JSON document, the JUnit XML, and the self-contained HTML
+/// page where the report has one (`--report FILE`).
+pub trait Rendered {
+    fn table(&self) -> String;
+    fn json(&self) -> String;
+    fn junit(&self) -> String;
+    fn html(&self) -> Option<String> {
+        None
+    }
+}
+
+/// Prints `report` on stdout in `format` (a table through [`human`]), then
+/// writes its JUnit XML to `junit` and its HTML page to `html`, where
+/// asked (see [`write_file`]).
+pub fn emit(
+    report: &dyn Rendered,
+    format: Format,
+    junit: Option<&Path>,
+    html: Option<&Path>,
+) -> Result<(), String> {
+    match format {
+        Format::Table => print_human(&report.table()),
+        Format::Json => println!("{}", report.json()),
+        Format::Junit => print!("{}", report.junit()),
+    }
+    if let Some(path) = junit {
+        write_file(path, &report.junit())?;
+    }
+    if let (Some(path), Some(page)) = (html, report.html()) {
+        write_file(path, &page)?;
+        eprintln!("cnilab: HTML report written to {}", path.display());
+    }
+    Ok(())
 }
 
 /// Writes a report file, creating its directory; the file itself is made

@@ -466,43 +466,6 @@ impl SoakReport {
         self.of_kind(kind).count()
     }
 
-    pub fn json(&self) -> String {
-        crate::report::json("SoakReport", self)
-    }
-
-    /// JUnit XML: one test case per kind of finding (failed when the soak
-    /// found one), with the details and replay commands.
-    pub fn junit(&self) -> String {
-        use crate::report::junit::{Case, Report, Suite};
-        let mut suite = Suite::new(format!(
-            "cnilab soak {} (seed {})",
-            self.plugin_dir, self.seed
-        ));
-        suite.time = Some(Duration::from_secs_f64(self.churn_seconds.max(0.0)));
-        for kind in FindingKind::ALL {
-            let mine: Vec<&Finding> = self.of_kind(kind).collect();
-            let name = format!("no {}", kind.label());
-            suite.cases.push(if mine.is_empty() {
-                Case::pass(name).classname("cnilab.soak")
-            } else {
-                let body: Vec<String> = mine
-                    .iter()
-                    .map(|f| format!("{}\n  {}", f.detail, f.replay.join("\n  ")))
-                    .collect();
-                Case::failure(
-                    name,
-                    format!("{} {}", mine.len(), kind.label()),
-                    body.join("\n"),
-                )
-                .classname("cnilab.soak")
-            });
-        }
-        let mut report = Report::new("cnilab soak");
-        report.time = suite.time;
-        report.suites.push(suite);
-        report.to_xml()
-    }
-
     /// The whole operations log, one JSON object per line.
     pub fn log_jsonl(&self) -> String {
         let mut out = String::new();
@@ -515,7 +478,63 @@ impl SoakReport {
         out
     }
 
-    pub fn table(&self) -> String {
+    /// The findings: counted by kind, then each with how to replay it, the
+    /// plans of its steps and its operation log.
+    fn findings_table(&self, s: &mut String) {
+        if self.findings.is_empty() {
+            let _ = writeln!(s, "findings: none (no leak, no duplicate, no failed ADD)");
+        } else {
+            let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
+            for f in &self.findings {
+                *by_kind.entry(f.kind.label()).or_default() += 1;
+            }
+            let summary: Vec<String> = by_kind.iter().map(|(k, n)| format!("{n} {k}")).collect();
+            let _ = writeln!(s, "findings: {}", summary.join(", "));
+            for f in &self.findings {
+                let _ = writeln!(s);
+                let _ = writeln!(s, "[{}] {}", f.kind.label(), f.detail);
+                for r in &f.replay {
+                    let _ = writeln!(s, "  replay: {r}");
+                }
+                if f.replay.is_empty() {
+                    let _ = writeln!(
+                        s,
+                        "  {}; rerun the whole run (see rerun above), with --log FILE for every operation",
+                        if f.log.is_empty() {
+                            "not attributable to a pod"
+                        } else {
+                            "a warm-up or resident pod, not a churn step"
+                        }
+                    );
+                }
+                for p in &f.plans {
+                    let _ = writeln!(
+                        s,
+                        "  plan of step {}: {}, {} CHECK(s), {}, {} repeated DEL(s){}",
+                        p.step,
+                        match (p.kill_at, p.lost) {
+                            (Some(f), true) => format!(
+                                "ADD killed at {f:.2} of the window and the pod lost (no DEL)"
+                            ),
+                            (Some(f), false) => format!("ADD killed at {f:.2} of the window"),
+                            (None, _) => "ADD not killed".into(),
+                        },
+                        p.checks,
+                        p.del,
+                        p.repeat_dels,
+                        if p.gc { ", GC after ADD" } else { "" }
+                    );
+                }
+                for rec in &f.log {
+                    let _ = writeln!(s, "    {}", rec.line());
+                }
+            }
+        }
+    }
+}
+
+impl crate::report::Rendered for SoakReport {
+    fn table(&self) -> String {
         let mut s = String::new();
         let plugins: Vec<&str> = self
             .plugin_versions
@@ -627,58 +646,41 @@ impl SoakReport {
         s
     }
 
-    /// The findings: counted by kind, then each with how to replay it, the
-    /// plans of its steps and its operation log.
-    fn findings_table(&self, s: &mut String) {
-        if self.findings.is_empty() {
-            let _ = writeln!(s, "findings: none (no leak, no duplicate, no failed ADD)");
-        } else {
-            let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
-            for f in &self.findings {
-                *by_kind.entry(f.kind.label()).or_default() += 1;
-            }
-            let summary: Vec<String> = by_kind.iter().map(|(k, n)| format!("{n} {k}")).collect();
-            let _ = writeln!(s, "findings: {}", summary.join(", "));
-            for f in &self.findings {
-                let _ = writeln!(s);
-                let _ = writeln!(s, "[{}] {}", f.kind.label(), f.detail);
-                for r in &f.replay {
-                    let _ = writeln!(s, "  replay: {r}");
-                }
-                if f.replay.is_empty() {
-                    let _ = writeln!(
-                        s,
-                        "  {}; rerun the whole run (see rerun above), with --log FILE for every operation",
-                        if f.log.is_empty() {
-                            "not attributable to a pod"
-                        } else {
-                            "a warm-up or resident pod, not a churn step"
-                        }
-                    );
-                }
-                for p in &f.plans {
-                    let _ = writeln!(
-                        s,
-                        "  plan of step {}: {}, {} CHECK(s), {}, {} repeated DEL(s){}",
-                        p.step,
-                        match (p.kill_at, p.lost) {
-                            (Some(f), true) => format!(
-                                "ADD killed at {f:.2} of the window and the pod lost (no DEL)"
-                            ),
-                            (Some(f), false) => format!("ADD killed at {f:.2} of the window"),
-                            (None, _) => "ADD not killed".into(),
-                        },
-                        p.checks,
-                        p.del,
-                        p.repeat_dels,
-                        if p.gc { ", GC after ADD" } else { "" }
-                    );
-                }
-                for rec in &f.log {
-                    let _ = writeln!(s, "    {}", rec.line());
-                }
-            }
+    fn json(&self) -> String {
+        crate::report::json("SoakReport", self)
+    }
+
+    /// JUnit XML: one test case per kind of finding (failed when the soak
+    /// found one), with the details and replay commands.
+    fn junit(&self) -> String {
+        use crate::report::junit::{Case, Report, Suite};
+        let mut suite = Suite::new(format!(
+            "cnilab soak {} (seed {})",
+            self.plugin_dir, self.seed
+        ));
+        suite.time = Some(Duration::from_secs_f64(self.churn_seconds.max(0.0)));
+        for kind in FindingKind::ALL {
+            let mine: Vec<&Finding> = self.of_kind(kind).collect();
+            let name = format!("no {}", kind.label());
+            suite.cases.push(if mine.is_empty() {
+                Case::pass(name).classname("cnilab.soak")
+            } else {
+                let body: Vec<String> = mine
+                    .iter()
+                    .map(|f| format!("{}\n  {}", f.detail, f.replay.join("\n  ")))
+                    .collect();
+                Case::failure(
+                    name,
+                    format!("{} {}", mine.len(), kind.label()),
+                    body.join("\n"),
+                )
+                .classname("cnilab.soak")
+            });
         }
+        let mut report = Report::new("cnilab soak");
+        report.time = suite.time;
+        report.suites.push(suite);
+        report.to_xml()
     }
 }
 

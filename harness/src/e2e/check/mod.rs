@@ -15,7 +15,7 @@ use super::options::{IpFamily, DEFAULT_PROBE_IMAGE};
 use super::E2eError;
 use crate::connectivity::report::{Failure, NodeView, Report};
 use crate::report::quote;
-use crate::report::Format;
+use crate::report::{Format, Rendered};
 use futures_util::future::BoxFuture;
 use futures_util::stream::{self, StreamExt};
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, Service};
@@ -256,33 +256,13 @@ pub fn run_blocking(opts: &CheckOptions) -> Result<bool, E2eError> {
     })
 }
 
+/// Prints the report and writes the files `opts` asks for (JUnit XML,
+/// the JSON document, the HTML page).
 pub(crate) fn emit(report: &Report, opts: &CheckOptions) -> Result<(), E2eError> {
-    match opts.format {
-        Format::Table => crate::report::print_human(&report.table()),
-        Format::Json => println!("{}", report.json()),
-        Format::Junit => print!("{}", report.junit()),
-    }
-    let write = |path: &PathBuf, text: String| -> Result<(), E2eError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| E2eError::Io {
-                what: format!("cannot create {}", dir.display()),
-                source: e,
-            })?;
-        }
-        std::fs::write(path, text).map_err(|e| E2eError::Io {
-            what: format!("cannot write {}", path.display()),
-            source: e,
-        })
-    };
-    if let Some(p) = &opts.junit {
-        write(p, report.junit())?;
-    }
+    let (junit, html) = (opts.junit.as_deref(), opts.report.as_deref());
+    crate::report::emit(report, opts.format, junit, html).map_err(E2eError::Write)?;
     if let Some(p) = &opts.json {
-        write(p, report.json())?;
-    }
-    if let Some(p) = &opts.report {
-        write(p, report.html())?;
-        eprintln!("cnilab e2e: HTML report written to {}", p.display());
+        crate::report::write_file(p, &report.json()).map_err(E2eError::Write)?;
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ use super::check::{on_each_vm, ssh, GROUPS, NODES};
 use super::options::VagrantOptions;
 use crate::connectivity::report::Report;
 use crate::e2e::E2eError;
+use crate::report::Rendered;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
