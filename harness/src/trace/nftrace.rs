@@ -5,7 +5,9 @@
 //! the probe; `nft -a monitor` in the same namespace prints every rule the
 //! packet meets with table, chain, handle and verdict (iptables-nft rules
 //! are nft rules and show the same way). The table is removed afterwards,
-//! also when the trace fails ([`TraceTables`] on drop).
+//! also when the trace fails ([`TraceTables`] on drop). The rules match the
+//! probe by [`matcher`] (its destinations, protocol and ports) and the
+//! VXLAN outer packets that carry it by [`outer_matcher`].
 //!
 //! Traces may run at once (`lab check` runs its traces side by side): a
 //! monitor prints every traced packet of its namespace, so a trace keeps
@@ -20,9 +22,11 @@
 //! chain (netlink delivers a socket's messages in order).
 
 use super::probe::Sent;
+use super::Proto;
 use cnilab_net::{netns, nft};
 use std::fs::File;
 use std::io::{BufRead, BufReader};
+use std::net::IpAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -223,6 +227,39 @@ impl Drop for Monitors {
 /// How long a monitor may take to show the trace table's own marker (a
 /// bound for a stuck nft on a loaded machine, not a timing the trace needs).
 const MARKER_WAIT: Duration = Duration::from_secs(30);
+
+/// The nft match for the probe: any of its destinations (before and after
+/// a DNAT), the protocol and any of its ports. `dsts` is never empty.
+pub fn matcher(dsts: &[IpAddr], proto: Proto, ports: &[u16]) -> String {
+    let v4 = dsts.first().is_none_or(|d| d.is_ipv4());
+    let family = if v4 { "ip" } else { "ip6" };
+    let set = |items: Vec<String>| match items.as_slice() {
+        [one] => one.clone(),
+        [] => "0".to_string(),
+        _ => format!("{{ {} }}", items.join(", ")),
+    };
+    let mut dsts: Vec<String> = dsts.iter().map(IpAddr::to_string).collect();
+    dsts.dedup();
+    let mut ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+    ports.dedup();
+    let l4 = match (proto, v4) {
+        (Proto::Icmp, true) => "meta l4proto icmp icmp type echo-request".to_string(),
+        (Proto::Icmp, false) => "meta l4proto ipv6-icmp icmpv6 type echo-request".to_string(),
+        (Proto::Tcp, _) => format!("tcp dport {}", set(ports)),
+        (Proto::Udp, _) => format!("udp dport {}", set(ports)),
+    };
+    format!("{family} daddr {} {l4}", set(dsts))
+}
+
+/// The nft match for a VXLAN outer packet that carries the probe: from
+/// `local` (when known) to the remote VTEP's UDP `port`.
+pub fn outer_matcher((local, vtep, port): (Option<IpAddr>, IpAddr, u16)) -> String {
+    let family = if vtep.is_ipv4() { "ip" } else { "ip6" };
+    let from = local
+        .map(|l| format!("{family} saddr {l} "))
+        .unwrap_or_default();
+    format!("{from}{family} daddr {vtep} udp dport {port}")
+}
 
 /// Traces what `send` sends through `namespaces` (by role, in path order):
 /// `matchers` are the nft matches for the probe (`ip daddr 10.0.0.2 meta

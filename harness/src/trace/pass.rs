@@ -50,8 +50,8 @@ pub fn probe(
         .filter_map(|ns| world.file(ns).map(|f| (ns.clone(), f)))
         .collect();
     let ports: Vec<u16> = req.port.iter().chain(ports).copied().collect();
-    let matchers: Vec<String> = std::iter::once(probe::matcher(dsts, req.proto, &ports))
-        .chain(walked.outer.iter().map(|o| probe::outer_matcher(*o)))
+    let matchers: Vec<String> = std::iter::once(nftrace::matcher(dsts, req.proto, &ports))
+        .chain(walked.outer.iter().map(|o| nftrace::outer_matcher(*o)))
         .collect();
     let from = world.file(&req.from_ns);
     let (mut before, mut after) = (counters::Snapshot::default(), counters::Snapshot::default());

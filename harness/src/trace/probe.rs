@@ -1,7 +1,6 @@
 //! The probe: one real packet sent from the source namespace (ICMP echo by
 //! `ping`, a TCP SYN by a connect, a UDP datagram, or with `--invalid` a
-//! TCP segment conntrack classes INVALID, by a raw socket), and the nft
-//! match the trace rules use for it.
+//! TCP segment conntrack classes INVALID, by a raw socket).
 
 use super::{Proto, Request};
 use std::fs::File;
@@ -12,39 +11,6 @@ use std::time::Duration;
 /// How long the probe waits for an answer (it needs none: the trace reads
 /// what the kernel did with it).
 const WAIT: Duration = Duration::from_secs(1);
-
-/// The nft match for the probe: any of its destinations (before and after
-/// a DNAT), the protocol and any of its ports. `dsts` is never empty.
-pub fn matcher(dsts: &[IpAddr], proto: Proto, ports: &[u16]) -> String {
-    let v4 = dsts.first().is_none_or(|d| d.is_ipv4());
-    let family = if v4 { "ip" } else { "ip6" };
-    let set = |items: Vec<String>| match items.as_slice() {
-        [one] => one.clone(),
-        [] => "0".to_string(),
-        _ => format!("{{ {} }}", items.join(", ")),
-    };
-    let mut dsts: Vec<String> = dsts.iter().map(IpAddr::to_string).collect();
-    dsts.dedup();
-    let mut ports: Vec<String> = ports.iter().map(u16::to_string).collect();
-    ports.dedup();
-    let l4 = match (proto, v4) {
-        (Proto::Icmp, true) => "meta l4proto icmp icmp type echo-request".to_string(),
-        (Proto::Icmp, false) => "meta l4proto ipv6-icmp icmpv6 type echo-request".to_string(),
-        (Proto::Tcp, _) => format!("tcp dport {}", set(ports)),
-        (Proto::Udp, _) => format!("udp dport {}", set(ports)),
-    };
-    format!("{family} daddr {} {l4}", set(dsts))
-}
-
-/// The nft match for a VXLAN outer packet that carries the probe: from
-/// `local` (when known) to the remote VTEP's UDP `port`.
-pub fn outer_matcher((local, vtep, port): (Option<IpAddr>, IpAddr, u16)) -> String {
-    let family = if vtep.is_ipv4() { "ip" } else { "ip6" };
-    let from = local
-        .map(|l| format!("{family} saddr {l} "))
-        .unwrap_or_default();
-    format!("{from}{family} daddr {vtep} udp dport {port}")
-}
 
 /// The IP and ICMP echo headers around ping's payload.
 pub fn icmp_headers(dst: IpAddr) -> u32 {
