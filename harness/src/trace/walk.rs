@@ -477,7 +477,7 @@ fn enter(
         .unwrap_or_default();
     Err(why::wrong_next_hop(
         world,
-        w,
+        (&w.hops, w.dst),
         nexthop,
         &format!(
             "the packet reaches {ns}/{link}, which does not own the next hop {nexthop}{proxy_arp}"
@@ -549,7 +549,7 @@ fn switch(
     }
     Err(why::wrong_next_hop(
         world,
-        w,
+        (&w.hops, w.dst),
         nexthop,
         &format!("no port of bridge {bridge} in {ns} leads to the next hop {nexthop}"),
     ))

@@ -14,7 +14,6 @@
 //! (the kernel may have taken it to the twin).
 
 use super::route::{self, Answer, Question};
-use super::walk::Walk;
 use super::world::link_local;
 use super::{policy, Death, End, Hop, World};
 use crate::model::{LinkKind, Route, RouteType};
@@ -176,14 +175,20 @@ fn refusing_route<'w>(world: &'w World, ns: &str, dst: IpAddr) -> Option<&'w Rou
 }
 
 /// The next hop is not where the packet got: named at the namespace whose
-/// route chose it, with who owns it, if anyone.
-pub(super) fn wrong_next_hop(world: &World, w: &Walk, nexthop: IpAddr, what: &str) -> End {
+/// route chose it (the last of the walk's `hops` to choose it, the packet
+/// bound for `dst`), with who owns it, if anyone.
+pub(super) fn wrong_next_hop(
+    world: &World,
+    (hops, dst): (&[Hop], IpAddr),
+    nexthop: IpAddr,
+    what: &str,
+) -> End {
     let owner = world
         .owner(nexthop)
         .map(|o| format!("its owner is {o}"))
         .unwrap_or_else(|| "no namespace of the model owns it".into());
-    let chose = w.hops.iter().rev().find(|h| h.next_hop == Some(nexthop));
-    if let Some(d) = chose.and_then(|h| wrong_device(world, w, h, nexthop)) {
+    let chose = hops.iter().rev().find(|h| h.next_hop == Some(nexthop));
+    if let Some(d) = chose.and_then(|h| wrong_device(world, dst, h, nexthop)) {
         return End::Died(Box::new(d));
     }
     let (ns, route) = match chose {
@@ -202,10 +207,11 @@ pub(super) fn wrong_next_hop(world: &World, w: &Walk, nexthop: IpAddr, what: &st
     End::Died(Box::new(d))
 }
 
-/// The route of `hop` sent the packet out of a device that does not lead
-/// to `nexthop`, while another link of the same namespace does: named as
-/// that route (its prefix, from the model) and the device it should use.
-fn wrong_device(world: &World, w: &Walk, hop: &Hop, nexthop: IpAddr) -> Option<Death> {
+/// The route of `hop` sent the packet for `dst` out of a device that does
+/// not lead to `nexthop`, while another link of the same namespace does:
+/// named as that route (its prefix, from the model) and the device it
+/// should use.
+fn wrong_device(world: &World, dst: IpAddr, hop: &Hop, nexthop: IpAddr) -> Option<Death> {
     let ns = hop.namespace.as_str();
     let oif = hop.oif.as_deref()?;
     let owner = world.owner(nexthop)?;
@@ -239,10 +245,10 @@ fn wrong_device(world: &World, w: &Walk, hop: &Hop, nexthop: IpAddr) -> Option<D
         .namespace(ns)?
         .routes
         .iter()
-        .filter(|r| r.dst.contains(&w.dst))
+        .filter(|r| r.dst.contains(&dst))
         .max_by_key(|r| (r.table == 254, r.dst.prefix_len()))
         .map(|r| r.dst.to_string())
-        .unwrap_or_else(|| w.dst.to_string());
+        .unwrap_or_else(|| dst.to_string());
     let mut d = Death::new(
         ns,
         "wrong-device",
@@ -250,7 +256,7 @@ fn wrong_device(world: &World, w: &Walk, hop: &Hop, nexthop: IpAddr) -> Option<D
         &format!(
             "{ns} routes {} out of {oif} ({}), but the next hop {nexthop} ({owner}) is \
              reached by {}, not {oif}",
-            w.dst, hop.decision, right.name
+            dst, hop.decision, right.name
         ),
     );
     d.check = hop
