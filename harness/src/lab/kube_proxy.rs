@@ -10,7 +10,7 @@
 //! show without them), both through one rule reader and [`assemble`], pure;
 //! [`of_namespace`] picks them for a captured namespace and [`merge`] makes
 //! the union over a replay's nodes (the topology's `kube_services`, which
-//! `services::captured_probes` probes); [`diagnose`] names
+//! `services::probes` probes); [`diagnose`] names
 //! the node and the chain of a failed probe: a Service its node lacks, an
 //! endpoint chain without a DNAT rule, or one that DNATs elsewhere than
 //! the other nodes'.
